@@ -1,0 +1,49 @@
+"""distal: a compiler and runtime for distributed tensor algebra.
+
+Say what to compute (index notation), where the data lives (distribution
+notation) and how the computation is mapped (a schedule); distal compiles the
+three into an exact per-processor plan and runs it.
+"""
+
+from distal.distribution.machine import Machine
+from distal.einsum import einsum
+from distal.errors import (
+    DistalError,
+    DistalUserError,
+    InputError,
+    InternalError,
+    NotationError,
+    NotSupportedYet,
+    RuntimeFailure,
+    ScheduleError,
+    ShapeError,
+)
+from distal.kernel import Kernel, Result, compile
+from distal.lang.nodes import IndexVar, Tensor, index_vars
+from distal.plan.stats import Stats
+from distal.schedule.api import Schedule, schedule
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DistalError",
+    "DistalUserError",
+    "IndexVar",
+    "InputError",
+    "InternalError",
+    "Kernel",
+    "Machine",
+    "NotSupportedYet",
+    "NotationError",
+    "Result",
+    "RuntimeFailure",
+    "Schedule",
+    "ScheduleError",
+    "ShapeError",
+    "Stats",
+    "Tensor",
+    "compile",
+    "einsum",
+    "index_vars",
+    "schedule",
+]

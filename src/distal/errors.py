@@ -1,0 +1,53 @@
+"""Every exception distal raises for its users.
+
+All user-facing errors derive from :class:`DistalError`. Bad input raises a
+:class:`DistalUserError` subclass whose message names the offending tensor,
+variable or token; each also subclasses the matching built-in so that callers
+catching ``ValueError`` keep working.
+"""
+
+from __future__ import annotations
+
+
+class DistalError(Exception):
+    """Base class of every error distal raises on purpose."""
+
+
+class DistalUserError(DistalError, ValueError):
+    """The input (notation, distribution, schedule, data) is not acceptable."""
+
+
+class NotationError(DistalUserError):
+    """A malformed expression or tensor distribution string."""
+
+
+class ShapeError(DistalUserError):
+    """Extents that disagree, or a non-positive size."""
+
+
+class ScheduleError(DistalUserError):
+    """A scheduling command that cannot apply to the loop nest it is given."""
+
+
+class InputError(DistalUserError):
+    """Missing, extra, ill-shaped or non-numeric inputs to ``Kernel.run``."""
+
+
+class RuntimeFailure(DistalError, RuntimeError):
+    """A processor failed while executing a plan.
+
+    Attributes:
+        processor: the number of the processor (or MPI rank) that failed.
+    """
+
+    def __init__(self, message: str, processor: int | None = None) -> None:
+        super().__init__(message)
+        self.processor = processor
+
+
+class NotSupportedYet(DistalError, NotImplementedError):
+    """A valid request that this version of distal does not implement."""
+
+
+class InternalError(DistalError, RuntimeError):
+    """A bug in distal itself: please report it."""

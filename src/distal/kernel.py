@@ -1,0 +1,108 @@
+"""``compile``: a schedule becomes a reusable :class:`Kernel` with its exact plan."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError, NotSupportedYet
+from distal.kernels.leaf import term_kernels
+from distal.plan.ir import Plan
+from distal.plan.lower import lower
+from distal.plan.printer import explain
+from distal.plan.stats import Stats, plan_stats
+from distal.schedule.api import Schedule
+
+RUNTIMES = ("local", "mpi", "dask")
+
+
+@dataclass
+class Result:
+    """What a run returns: the output, the measured stats and the wall time."""
+
+    value: np.ndarray
+    stats: Stats
+    seconds: float
+    tasks_executed: int = 0
+    tasks_reused: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Kernel:
+    """A compiled computation: its plan, predicted stats and runtimes."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule = schedule
+        self.plan: Plan = lower(schedule)
+        self.kernels = term_kernels(schedule.statement)
+        self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
+
+    @cached_property
+    def _stats(self) -> Stats:
+        return plan_stats(self.plan)
+
+    def stats(self) -> Stats:
+        """Exact predicted traffic, work and memory per processor (a fresh copy)."""
+        return Stats(**self._stats.as_dict())
+
+    def explain(self) -> str:
+        """The scheduled loop nest, where each tensor moves, and the per-processor table."""
+        return explain(self.schedule, self.plan, self._stats)
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+        """Validate and convert run inputs to the tensors' dtypes."""
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
+        tensors = self.schedule.tensors()
+        need = self.plan.inputs
+        for name in inputs:
+            if name not in need:
+                role = "the output" if name == self.plan.output else "not a tensor of this kernel"
+                raise InputError(f"input {name!r} is {role}; inputs are {list(need)}")
+        out = {}
+        for name in need:
+            if name not in inputs:
+                raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
+            t = tensors[name]
+            try:
+                arr = np.asarray(inputs[name])
+            except Exception as e:
+                raise InputError(f"input {name!r} cannot be read as an array: {e}") from e
+            if arr.dtype.kind not in "biufc":
+                raise InputError(f"input {name!r} has non-numeric dtype {arr.dtype}")
+            if arr.dtype.kind == "c" and t.dtype.kind != "c":
+                raise InputError(f"input {name!r} is complex but tensor {name!r} is {t.dtype}")
+            if arr.shape != t.shape:
+                raise InputError(f"input {name!r} has shape {arr.shape}; tensor expects {t.shape}")
+            out[name] = np.asarray(arr, dtype=t.dtype)
+        return out
+
+    def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
+        """Execute the plan on a runtime and return the output with measured stats."""
+        data = self.check_inputs(inputs)
+        if runtime == "local":
+            from distal.runtime.local import LocalRuntime
+
+            t0 = time.perf_counter()
+            value, stats, _ = LocalRuntime(self.plan, self.kernels, self.dtypes).run(data)
+            return Result(value, stats, time.perf_counter() - t0)
+        if runtime in RUNTIMES:
+            raise NotSupportedYet(f"runtime {runtime!r} is not available in this version")
+        raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+
+    def __call__(self, **inputs: Any) -> np.ndarray:
+        """Shortcut: run on the local runtime and return the output."""
+        return self.run(inputs).value
+
+    def __repr__(self) -> str:
+        return f"Kernel({self.schedule!r})"
+
+
+def compile(schedule: Schedule) -> Kernel:
+    """Compile a schedule into a :class:`Kernel`."""
+    return Kernel(schedule)

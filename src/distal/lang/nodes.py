@@ -1,0 +1,262 @@
+"""Index notation: index variables, tensors, accesses and expressions.
+
+``A[i, j] = B[i, k] * C[k, j]`` builds an :class:`Assignment` through
+``Tensor.__setitem__``; ``==`` is never overloaded, so expression nodes compare
+structurally. Index variables and tensors compare by identity.
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distal.distribution.machine import Machine
+from distal.distribution.notation import Distribution, parse_distribution
+from distal.errors import NotationError, ShapeError
+
+
+class IndexVar:
+    """A named loop/index variable; two variables are equal only if they are the same object."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise NotationError(f"an index variable needs a non-empty string name, got {name!r}")
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def index_vars(names: str) -> tuple[IndexVar, ...]:
+    """``index_vars("i j k")`` -> a tuple of fresh variables (a tuple also for one name)."""
+    if not isinstance(names, str):
+        raise NotationError(f"index_vars takes a string of names, got {names!r}")
+    parts = names.replace(",", " ").split()
+    if not parts:
+        raise NotationError("index_vars needs at least one name")
+    return tuple(IndexVar(p) for p in parts)
+
+
+class Expr:
+    """Base of expression nodes; gives them arithmetic operators."""
+
+    __slots__ = ()
+
+    def __add__(self, other: Any) -> Expr:
+        return Add(self, as_expr(other))
+
+    def __radd__(self, other: Any) -> Expr:
+        return Add(as_expr(other), self)
+
+    def __sub__(self, other: Any) -> Expr:
+        return Add(self, Neg(as_expr(other)))
+
+    def __rsub__(self, other: Any) -> Expr:
+        return Add(as_expr(other), Neg(self))
+
+    def __mul__(self, other: Any) -> Expr:
+        return Mul(self, as_expr(other))
+
+    def __rmul__(self, other: Any) -> Expr:
+        return Mul(as_expr(other), self)
+
+    def __neg__(self) -> Expr:
+        return Neg(self)
+
+    def __pos__(self) -> Expr:
+        return self
+
+    def __bool__(self) -> bool:
+        raise NotationError("an index expression has no truth value; use T[i] = expr to assign")
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Access(Expr):
+    """``tensor[indices]``: one use of a tensor."""
+
+    tensor: Tensor
+    indices: tuple[IndexVar, ...]
+
+    def __repr__(self) -> str:
+        return f"{self.tensor.name}({','.join(v.name for v in self.indices)})"
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Literal(Expr):
+    """A scalar constant."""
+
+    value: complex | float | int
+
+    def __repr__(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Add(Expr):
+    """``a + b``."""
+
+    a: Expr
+    b: Expr
+
+    def __repr__(self) -> str:
+        return f"({self.a!r} + {self.b!r})"
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Mul(Expr):
+    """``a * b``."""
+
+    a: Expr
+    b: Expr
+
+    def __repr__(self) -> str:
+        return f"{self.a!r} * {self.b!r}"
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Neg(Expr):
+    """``-a``."""
+
+    a: Expr
+
+    def __repr__(self) -> str:
+        return f"-{self.a!r}"
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Sum(Expr):
+    """``sum over var of body``: placed by the summation rule, never written by users."""
+
+    var: IndexVar
+    body: Expr
+
+    def __repr__(self) -> str:
+        return f"sum_{self.var.name}({self.body!r})"
+
+
+def as_expr(x: Any) -> Expr:
+    """Wrap Python/numpy scalars as literals; reject anything else."""
+    if isinstance(x, Expr):
+        return x
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x.item()
+    if isinstance(x, numbers.Number) and not isinstance(x, bool):
+        return Literal(x)  # type: ignore[arg-type]
+    raise NotationError(
+        f"cannot use {x!r} of type {type(x).__name__} in an index expression; "
+        "use tensor accesses like B[i, k] and numbers"
+    )
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Assignment:
+    """``lhs = rhs``: the definition of the output tensor's values."""
+
+    lhs: Access
+    rhs: Expr
+
+    def __repr__(self) -> str:
+        return f"{self.lhs!r} = {self.rhs!r}"
+
+
+class Tensor:
+    """A named dense tensor with an optional distribution over a machine.
+
+    Args:
+        name: the name used in inputs, plans and messages.
+        shape: extents (``()`` for a scalar).
+        dist: distribution notation such as ``"xy -> xy"``; None keeps the whole
+            tensor on processor 0; ``"auto"`` leaves it to the scheduler.
+        machine: the processor grid ``dist`` refers to.
+        dtype: element type (default float64).
+    """
+
+    __slots__ = ("assignment", "dist", "distribution", "dtype", "machine", "name", "shape")
+
+    def __init__(
+        self,
+        name: str,
+        shape: tuple[int, ...] | list[int] | int,
+        dist: str | None = None,
+        machine: Machine | None = None,
+        dtype: Any = np.float64,
+    ) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise NotationError(f"tensor name must be an identifier string, got {name!r}")
+        if isinstance(shape, int) and not isinstance(shape, bool):
+            shape = (shape,)
+        if not isinstance(shape, tuple | list):
+            raise ShapeError(f"shape of tensor {name!r} must be a tuple of ints, got {shape!r}")
+        for d, s in enumerate(shape):
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+                raise ShapeError(f"dimension {d} of tensor {name!r} has extent {s!r}; need an int")
+            if s <= 0:
+                raise ShapeError(
+                    f"dimension {d} of tensor {name!r} has extent {s}; extents must be positive"
+                )
+        self.name = name
+        self.shape: tuple[int, ...] = tuple(int(s) for s in shape)
+        try:
+            self.dtype = np.dtype(dtype)
+        except TypeError as e:
+            raise NotationError(f"tensor {name!r} has an unknown dtype {dtype!r}") from e
+        if self.dtype.kind not in "biufc":
+            raise NotationError(f"tensor {name!r} has non-numeric dtype {self.dtype}")
+        if machine is not None and not isinstance(machine, Machine):
+            raise NotationError(f"machine of tensor {name!r} must be a distal Machine")
+        self.machine = machine
+        self.dist = dist
+        self.distribution: Distribution | None = None
+        if dist is not None and dist != "auto":
+            if machine is None:
+                raise NotationError(
+                    f"tensor {name!r} has distribution {dist!r} but no machine; "
+                    "pass machine=dl.Machine(...)"
+                )
+            self.distribution = parse_distribution(dist, name, len(self.shape), machine.shape)
+        elif dist == "auto" and machine is None:
+            raise NotationError(f"tensor {name!r} has dist='auto' but no machine")
+        self.assignment: Assignment | None = None
+
+    @property
+    def ndim(self) -> int:
+        """Order of the tensor."""
+        return len(self.shape)
+
+    @property
+    def order(self) -> int:
+        """Order of the tensor (same as ``ndim``)."""
+        return len(self.shape)
+
+    def _access(self, key: Any) -> Access:
+        idx: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
+        for v in idx:
+            if not isinstance(v, IndexVar):
+                raise NotationError(
+                    f"tensor {self.name!r} is indexed with {v!r}; accesses take index "
+                    "variables made by dl.index_vars"
+                )
+        if len(idx) != self.ndim:
+            raise NotationError(
+                f"tensor {self.name!r} has order {self.ndim} but is accessed with "
+                f"{len(idx)} indices {list(idx)}"
+            )
+        return Access(self, idx)
+
+    def __getitem__(self, key: Any) -> Access:
+        return self._access(key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        from distal.lang.verify import check_assignment
+
+        lhs = self._access(key)
+        self.assignment = check_assignment(Assignment(lhs, as_expr(value)))
+
+    def __repr__(self) -> str:
+        d = f", dist={self.dist!r}" if self.dist is not None else ""
+        return f"Tensor({self.name!r}, {self.shape}{d})"

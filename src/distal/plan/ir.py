@@ -1,0 +1,168 @@
+"""The plan: for every processor, an ordered list of small instructions.
+
+Plans are sans-IO: plain frozen dataclasses that a runtime carries out without
+re-deriving anything. Every word that crosses between processors appears as one
+:class:`Message`, so ``Stats`` is a pure function of the plan and each runtime
+can be checked against it.
+
+Step ``s`` of every processor runs in four phases: fetches, compute, output
+flushes (partial sums sent to their owners), reductions of received partials.
+After the last step, final values go to the output's other replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from distal.distribution.partition import Placement
+from distal.lang.concrete import Statement
+from distal.typing import Box, box_volume
+
+FETCH, PARTIAL, FINAL = "fetch", "partial", "final"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One piece of one tensor moving from ``src`` to ``dst`` at ``step``.
+
+    ``kind`` is ``fetch`` (an input box for a computation), ``partial`` (a partial
+    output sum going to the block's reducing owner) or ``final`` (a finished output
+    block going to another replica)::
+
+        src: [ owned block ]--box-->[ buffer ] :dst
+    """
+
+    step: int
+    kind: str
+    tensor: str
+    src: int
+    dst: int
+    box: Box
+
+    @property
+    def words(self) -> int:
+        """Elements carried."""
+        return box_volume(self.box)
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """Make ``box`` of ``tensor`` available for the computation (replacing the old buffer).
+
+    ``pieces`` are ``(source processor, piece)``; the processor's own pieces are
+    local copies. ``view`` means the box lies inside the processor's own block,
+    so no buffer is made. ``box`` None means nothing is needed any more.
+    """
+
+    step: int
+    tensor: str
+    box: Box | None
+    pieces: tuple[tuple[int, Box], ...]
+    view: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Compute:
+    """Run the leaf kernel over these boxes of the iteration space (statement variables)."""
+
+    step: int
+    boxes: tuple[Box, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OpenOutput:
+    """Start accumulating output ``box``; ``direct`` adds straight into the owned block."""
+
+    step: int
+    box: Box
+    direct: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Flush:
+    """Send the partial output buffer's pieces to their reducing owners (end of ``step``).
+
+    ``sends`` are ``(destination, piece)``; ``local`` pieces are added to the own block.
+    """
+
+    step: int
+    box: Box
+    sends: tuple[tuple[int, Box], ...]
+    local: tuple[Box, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Reduce:
+    """Receive a partial output piece from ``src`` at ``step`` and add it to the own block."""
+
+    step: int
+    src: int
+    box: Box
+
+
+@dataclass(frozen=True, slots=True)
+class SendFinal:
+    """After the last step, send the finished output piece to another replica."""
+
+    dst: int
+    box: Box
+
+
+@dataclass(frozen=True, slots=True)
+class RecvFinal:
+    """After the last step, overwrite the own output piece with the one from ``src``."""
+
+    src: int
+    box: Box
+
+
+Op = Fetch | Compute | OpenOutput | Flush | Reduce | SendFinal | RecvFinal
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An exact, per-processor plan for one compiled computation.
+
+    Attributes:
+        statement: the concrete statement.
+        nprocs: number of processors.
+        nsteps: serial steps every processor runs (in lockstep).
+        placements: where each tensor lives.
+        grids: shape of the machine each tensor's placement refers to.
+        inputs: input tensor names, in order.
+        output: the output tensor's name.
+        programs: the instructions of each processor, in order.
+        messages: every message, ordered by step, kind, source and destination.
+        primary: output block index -> the processor that reduces it.
+    """
+
+    statement: Statement
+    nprocs: int
+    nsteps: int
+    placements: dict[str, Placement]
+    inputs: tuple[str, ...]
+    output: str
+    programs: tuple[tuple[Op, ...], ...]
+    messages: tuple[Message, ...]
+    primary: dict[tuple[int, ...], int] = field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def owned_words(self, p: int) -> int:
+        """Elements of every tensor that processor ``p`` owns."""
+        total = 0
+        for pl in self.placements.values():
+            box = pl.owned_box(self.coord_in(pl, p))
+            if box is not None:
+                total += box_volume(box)
+        return total
+
+    @staticmethod
+    def coord_in(pl: Placement, p: int) -> tuple[int, ...]:
+        """Coordinates of processor ``p`` on the grid of placement ``pl``."""
+        out = []
+        for s in reversed(pl.grid):
+            out.append(p % s)
+            p //= s
+        return tuple(reversed(out))

@@ -1,0 +1,284 @@
+"""Lowering: a fully scheduled statement and the tensors' distributions -> a :class:`Plan`.
+
+This is the one place where distribution and schedule meet; no algorithm is a
+special case here. The steps:
+
+1. **Placement.** Each tensor's distribution becomes a :class:`Placement` on its
+   machine grid (same number of processors as the schedule's machine; processor
+   ``p`` is the row-major index on every grid). A tensor without a distribution
+   lives whole on processor 0.
+2. **Processors and steps.** The outer variables of ``distribute`` are processor
+   coordinates. The serial loops down to the deepest ``communicate`` are *steps*
+   (every processor runs the same number, in lockstep); the loops below are the
+   *leaf*. Without ``distribute`` everything runs on processor 0.
+3. **Data needed.** For a tensor communicated at loop ``v`` (or once per
+   processor), each time the loops down to ``v`` change, bounds inference gives
+   the hull of every variable over the iterations nested inside; the tensor's
+   needed box is the hull of its accesses (a term that does not depend on a
+   statement variable only reads at that variable's first value). An unchanged box
+   is kept; a new one is cut along owner blocks and each piece comes from the
+   processor itself or from the replica agreeing with it on replicated machine
+   dimensions (:meth:`Placement.source_for`).
+4. **Leaf.** At every step the exact iteration boxes (a reordered split or a
+   wrapped rotation gives several) become one ``Compute``.
+5. **Outputs.** A processor accumulates each output box it writes in a buffer (or
+   straight into its own block when it is that block's reducer). When the box
+   changes or the steps end, the buffer's pieces go to each block's *reducer*: the
+   lowest-numbered replica that contributes itself, else the lowest replica. After
+   the last step reducers send finished blocks to the other replicas.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+
+from distal.distribution.machine import Machine
+from distal.distribution.notation import whole_on_processor0
+from distal.distribution.partition import Placement
+from distal.errors import ScheduleError
+from distal.lang.nodes import IndexVar
+from distal.plan.ir import (
+    FETCH,
+    FINAL,
+    PARTIAL,
+    Compute,
+    Fetch,
+    Flush,
+    Message,
+    Op,
+    OpenOutput,
+    Plan,
+    RecvFinal,
+    Reduce,
+    SendFinal,
+)
+from distal.schedule.api import Schedule
+from distal.schedule.bounds import Bounds
+from distal.typing import Box, box_contains, box_is_empty
+
+# Order of instructions inside one step.
+_PHASE = {Fetch: 0, OpenOutput: 1, Compute: 2, Flush: 3, Reduce: 4, SendFinal: 5, RecvFinal: 6}
+
+
+def placements_of(s: Schedule) -> dict[str, Placement]:
+    """Where each tensor of the schedule lives, checked against the schedule's machine."""
+    machine = s.machine
+    out = {}
+    for name, t in s.tensors().items():
+        if t.dist == "auto":
+            raise ScheduleError(
+                f"tensor {name!r} has dist='auto'; schedule it with dl.autoschedule"
+            )
+        if t.distribution is None or t.machine is None:
+            out[name] = Placement(
+                t.shape, whole_on_processor0(t.ndim, machine.shape), machine.shape
+            )
+            continue
+        if t.machine.size != machine.size:
+            raise ScheduleError(
+                f"tensor {name!r} is distributed over {t.machine!r} with {t.machine.size} "
+                f"processors but the computation runs on {machine!r} with {machine.size}"
+            )
+        out[name] = Placement(t.shape, t.distribution, t.machine.shape)
+    return out
+
+
+def _rank(grid: tuple[int, ...], coord: tuple[int, ...]) -> int:
+    r = 0
+    for c, g in zip(coord, grid, strict=True):
+        r = r * g + c
+    return r
+
+
+def _hull_union(boxes: list[Box]) -> Box | None:
+    boxes = [b for b in boxes if not box_is_empty(b)]
+    if not boxes:
+        return None
+    return tuple(
+        (min(b[d][0] for b in boxes), max(b[d][1] for b in boxes)) for d in range(len(boxes[0]))
+    )
+
+
+class _Lowering:
+    """State of one lowering; :func:`lower` is the entry point."""
+
+    def __init__(self, s: Schedule) -> None:
+        self.s = s
+        self.st = s.statement
+        self.machine: Machine = s.machine
+        self.nprocs = self.machine.size
+        self.placements = placements_of(s)
+        self.bounds = Bounds(s)
+        self.out_name = self.st.output.name
+        self.inputs = tuple(t.name for t in self.st.inputs())
+        procs = s.processor_loops
+        rest = [v for v in s.loops if v not in procs]
+        self.depth: dict[str, int] = {}
+        for name in self.placements:
+            v = s.comm_var(name)
+            self.depth[name] = 0 if v is None or v in procs else rest.index(v) + 1
+        deepest = max(self.depth.values(), default=0)
+        self.step_loops: list[IndexVar] = rest[:deepest]
+        self.steps = list(itertools.product(*(range(s.extent[v]) for v in self.step_loops)))
+        # Accesses of each input per term, with the statement variables the term must see at 0.
+        own_vars = [set(self.st.lhs_vars) | set(t.summed) for t in self.st.terms]
+        self.gates = [tuple(v for v in self.st.variables if v not in own) for own in own_vars]
+
+    # -- per-processor queries -------------------------------------------------------------
+
+    def proc_fixed(self, p: int) -> dict[IndexVar, int] | None:
+        """Processor-loop values of processor ``p`` (None: it runs no iteration)."""
+        if not self.s.levels:
+            return {} if p == 0 else None
+        coord = self.machine.coord(p)
+        return dict(zip(self.s.processor_loops, coord, strict=True))
+
+    def needed(self, name: str, hull: dict[IndexVar, tuple[int, int]]) -> Box | None:
+        """Hull of the boxes of tensor ``name`` that the iterations in ``hull`` read."""
+        boxes = []
+        for term, gate in zip(self.st.terms, self.gates, strict=True):
+            if any(not hull[v][0] <= 0 < hull[v][1] for v in gate):
+                continue
+            for f in term.factors:
+                if f.tensor.name == name:
+                    boxes.append(tuple(hull[v] for v in f.indices))
+        return _hull_union(boxes)
+
+    def coord_in(self, name: str, p: int) -> tuple[int, ...]:
+        return Plan.coord_in(self.placements[name], p)
+
+    # -- the three passes ------------------------------------------------------------------
+
+    def run(self) -> Plan:
+        nsteps = len(self.steps)
+        ops: list[list[tuple[tuple[int, int, int], Op]]] = [[] for _ in range(self.nprocs)]
+        messages: list[Message] = []
+        out_pl = self.placements[self.out_name]
+        out_boxes: dict[int, list[Box | None]] = {}
+        contributors: dict[tuple[int, ...], set[int]] = defaultdict(set)
+
+        def add(p: int, step: int, op: Op) -> None:
+            ops[p].append(((step, _PHASE[type(op)], len(ops[p])), op))
+
+        # Pass 1: inputs, leaf and the output boxes of every processor.
+        for p in range(self.nprocs):
+            base = self.proc_fixed(p)
+            if base is None:
+                continue
+            obox = self._walk(p, base, add, messages)
+            out_boxes[p] = obox
+            for si, ob in enumerate(obox):
+                if ob is not None and (si == nsteps - 1 or obox[si + 1] != ob):
+                    for idx, _ in out_pl.split(ob):
+                        contributors[idx].add(p)
+
+        # Pass 2: the reducer of every output block.
+        primary: dict[tuple[int, ...], int] = {}
+        for idx in itertools.product(*(range(out_pl.pieces(d)) for d in range(len(out_pl.shape)))):
+            reps = [_rank(out_pl.grid, c) for c in out_pl.replicas(idx)]
+            mine = sorted(set(reps) & contributors.get(idx, set()))
+            primary[idx] = mine[0] if mine else min(reps)
+
+        # Pass 3: open, flush and reduce the output.
+        for p, obox in out_boxes.items():
+            own_idx = out_pl.block_index(self.coord_in(self.out_name, p))
+            own = None if own_idx is None else out_pl.block_box(own_idx)
+            for si, ob in enumerate(obox):
+                if ob is None or (si > 0 and obox[si - 1] == ob):
+                    continue
+                direct = own is not None and box_contains(own, ob) and primary[own_idx] == p
+                add(p, si, OpenOutput(si, ob, direct))
+                last = si
+                while last + 1 < nsteps and obox[last + 1] == ob:
+                    last += 1
+                if direct:
+                    continue
+                sends, local = [], []
+                for idx, piece in out_pl.split(ob):
+                    dst = primary[idx]
+                    if dst == p:
+                        local.append(piece)
+                    else:
+                        sends.append((dst, piece))
+                        messages.append(Message(last, PARTIAL, self.out_name, p, dst, piece))
+                        add(dst, last, Reduce(last, p, piece))
+                add(p, last, Flush(last, ob, tuple(sends), tuple(local)))
+
+        # After the last step: finished blocks to the other replicas.
+        for idx, q in primary.items():
+            box = out_pl.block_box(idx)
+            if box_is_empty(box):
+                continue
+            for c in out_pl.replicas(idx):
+                r = _rank(out_pl.grid, c)
+                if r != q:
+                    messages.append(Message(nsteps, FINAL, self.out_name, q, r, box))
+                    add(q, nsteps, SendFinal(r, box))
+                    add(r, nsteps, RecvFinal(q, box))
+
+        programs = tuple(tuple(op for _, op in sorted(o, key=lambda x: x[0])) for o in ops)
+        order = {FETCH: 0, PARTIAL: 1, FINAL: 2}
+        messages.sort(key=lambda m: (m.step, order[m.kind], m.src, m.dst))
+        return Plan(
+            statement=self.st,
+            nprocs=self.nprocs,
+            nsteps=nsteps,
+            placements=self.placements,
+            inputs=self.inputs,
+            output=self.out_name,
+            programs=programs,
+            messages=tuple(messages),
+            primary=primary,
+        )
+
+    def _walk(self, p: int, base: dict[IndexVar, int], add, messages) -> list[Box | None]:
+        """Fetches and leaf of processor ``p`` at every step; returns its output box per step."""
+        held: dict[str, Box | None] = {}
+        obox: list[Box | None] = []
+        hulls: dict[tuple[int, ...], dict[IndexVar, tuple[int, int]]] = {}
+        lhs = self.st.lhs_vars
+
+        def hull_at(vals: tuple[int, ...]) -> dict[IndexVar, tuple[int, int]]:
+            if vals not in hulls:
+                pre = {**base, **dict(zip(self.step_loops, vals, strict=False))}
+                hulls[vals] = self.bounds.hull_box(pre)
+            return hulls[vals]
+
+        for si, vals in enumerate(self.steps):
+            for name in self.inputs:
+                box = self.needed(name, hull_at(vals[: self.depth[name]]))
+                if box != held.get(name, "unset"):
+                    held[name] = box
+                    self._fetch(p, si, name, box, add, messages)
+            h = hull_at(vals[: self.depth[self.out_name]])
+            ob: Box | None = tuple(h[v] for v in lhs)
+            obox.append(None if box_is_empty(ob) else ob)
+            boxes = self.bounds.exact_boxes({**base, **dict(zip(self.step_loops, vals, strict=False))})
+            if boxes:
+                add(p, si, Compute(si, tuple(boxes)))
+        return obox
+
+    def _fetch(self, p, si, name, box, add, messages) -> None:
+        """Emit the fetch of ``box`` of tensor ``name`` by processor ``p`` at step ``si``."""
+        if box is None:
+            add(p, si, Fetch(si, name, None, (), True))
+            return
+        pl = self.placements[name]
+        coord = self.coord_in(name, p)
+        own = pl.owned_box(coord)
+        view = own is not None and box_contains(own, box)
+        pieces = []
+        for idx, piece in pl.split(box):
+            src = _rank(pl.grid, pl.source_for(idx, coord))
+            pieces.append((src, piece))
+            if src != p:
+                messages.append(Message(si, FETCH, name, src, p, piece))
+        add(p, si, Fetch(si, name, box, tuple(pieces), view))
+
+
+def lower(s: Schedule) -> Plan:
+    """Compile a schedule into its exact per-processor plan."""
+    if not isinstance(s, Schedule):
+        raise ScheduleError(f"compile() takes a Schedule (from dl.schedule), got {s!r}")
+    return _Lowering(s).run()

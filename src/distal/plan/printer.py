@@ -1,0 +1,123 @@
+"""Human-readable reports: the scheduled loop nest, data movement and per-processor table."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from distal.lang.nodes import IndexVar
+from distal.plan.ir import FETCH, FINAL, PARTIAL, Plan
+from distal.plan.stats import Stats
+from distal.schedule.api import Schedule
+from distal.schedule.relations import Divide, Rotate, Split
+
+
+def relation_text(r: Divide | Split | Rotate, extent: dict[IndexVar, int]) -> str:
+    """One relation as its equation."""
+    if isinstance(r, Rotate):
+        by = " + ".join(b.name for b in r.by)
+        return f"{r.target} = ({r.result} + {by}) mod {extent[r.target]}"
+    stride = extent[r.inner] if isinstance(r, Divide) else r.size
+    return f"{r.parent} = {r.outer}*{stride} + {r.inner}   ({r.parent} < {extent[r.parent]})"
+
+
+def loop_nest(s: Schedule) -> list[str]:
+    """The scheduled loop nest, one line per loop, with processor / step / leaf roles."""
+    procs = s.processor_loops
+    comm: dict[IndexVar, list[str]] = defaultdict(list)
+    once = []
+    for name in s.tensors():
+        v = s.comm_var(name)
+        if v is None:
+            once.append(name)
+        else:
+            comm[v].append(name)
+    rest = [v for v in s.loops if v not in procs]
+    deepest = max((rest.index(v) + 1 for v in comm if v in rest), default=0)
+    lines = []
+    for depth, v in enumerate(s.loops):
+        if v in procs:
+            d = procs.index(v)
+            role = f"processor dim {d}"
+        elif rest.index(v) < deepest:
+            role = "step"
+        else:
+            role = "leaf"
+        if v in s.parallel:
+            role += ", threads"
+        notes = f"  communicate {', '.join(comm[v])}" if comm.get(v) else ""
+        lines.append(
+            f"{'  ' * depth}for {v} in 0..{s.extent[v] - 1}:".ljust(40) + f"# {role}{notes}"
+        )
+    body = f"{s.statement.assignment.lhs!r} = {s.statement.concrete_rhs!r}"
+    lines.append("  " * len(s.loops) + body)
+    if once:
+        lines.append(f"(fetched once per processor: {', '.join(once)})")
+    return lines
+
+
+def traffic_table(plan: Plan, st: Stats) -> list[str]:
+    """Per-processor words in/out, messages, iterations and peak words."""
+    head = (
+        f"{'proc':>5} {'words in':>12} {'words out':>12} {'msgs in':>8} "
+        f"{'iterations':>14} {'peak words':>12}"
+    )
+    lines = [head, "-" * len(head)]
+    for p in range(plan.nprocs):
+        lines.append(
+            f"{p:>5} {st.words_received[p]:>12} {st.words_sent[p]:>12} "
+            f"{st.messages_received[p]:>8} {st.iterations[p]:>14} {st.peak_words[p]:>12}"
+        )
+    lines.append("-" * len(head))
+    lines.append(
+        f"{'max':>5} {max(st.words_received):>12} {max(st.words_sent):>12} "
+        f"{max(st.messages_received):>8} {max(st.iterations):>14} {max(st.peak_words):>12}"
+    )
+    lines.append(f"total words moved: {st.total_words}")
+    return lines
+
+
+def movement(s: Schedule, plan: Plan) -> list[str]:
+    """Where each tensor lives and moves."""
+    words: dict[tuple[str, str], int] = defaultdict(int)
+    msgs: dict[tuple[str, str], int] = defaultdict(int)
+    for m in plan.messages:
+        words[m.tensor, m.kind] += m.words
+        msgs[m.tensor, m.kind] += 1
+    lines = []
+    for name, t in s.tensors().items():
+        where = (
+            f"{t.dist!r} on {t.machine!r}" if t.distribution is not None else "all on processor 0"
+        )
+        v = s.comm_var(name)
+        at = f"at each iteration of {v}" if v is not None else "once per processor"
+        role = "output" if name == plan.output else "input"
+        lines.append(f"{name} ({role}, {t.shape}): {where}; communicated {at}")
+        kinds = (PARTIAL, FINAL) if name == plan.output else (FETCH,)
+        for k in kinds:
+            if msgs[name, k]:
+                what = {
+                    FETCH: "fetched",
+                    PARTIAL: "partial sums sent to reducers",
+                    FINAL: "final blocks sent to replicas",
+                }[k]
+                lines.append(f"    {what}: {words[name, k]} words in {msgs[name, k]} messages")
+    return lines
+
+
+def explain(s: Schedule, plan: Plan, st: Stats) -> str:
+    """The full report of ``Kernel.explain()``."""
+    out = [
+        f"computation: {s.statement.assignment!r}",
+        f"machine: {s.machine!r}",
+        f"schedule: {s!r}",
+        "",
+        "loop nest:",
+    ]
+    out += ["  " + x for x in loop_nest(s)]
+    if s.relations:
+        out += ["", "where:"] + ["  " + relation_text(r, s.extent) for r in s.relations]
+    out += ["", f"data ({plan.nsteps} steps per processor):"] + [
+        "  " + x for x in movement(s, plan)
+    ]
+    out += ["", "per processor:"] + ["  " + x for x in traffic_table(plan, st)]
+    return "\n".join(out)

@@ -1,0 +1,181 @@
+"""The embedded reference runtime: every processor's store in one process.
+
+Each simulated processor has its own store holding exactly the blocks it owns
+and the buffers the plan gives it; every message is a real copy out of the
+sender's store, counted as it happens, so the measured ``Stats`` are honest.
+Processors run step by step in lockstep, one after another inside a step, so
+every BLAS call gets all of the machine's cores.
+
+This runtime is the correctness oracle the other runtimes are compared with.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from distal.errors import RuntimeFailure
+from distal.kernels.leaf import TermKernel, run_leaf
+from distal.plan.ir import (
+    Compute,
+    Fetch,
+    Flush,
+    OpenOutput,
+    Plan,
+    RecvFinal,
+    Reduce,
+    SendFinal,
+)
+from distal.plan.stats import Stats
+from distal.typing import Box, box_shape, box_volume
+
+
+def _sl(box: Box, origin: Box) -> tuple[Any, ...]:
+    """Index of ``box`` in an array holding ``origin`` (``...`` for scalars: a view, not a copy)."""
+    if not box:
+        return (Ellipsis,)
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
+
+
+class _Proc:
+    """One processor's store and counters."""
+
+    def __init__(self, p: int) -> None:
+        self.p = p
+        self.owned: dict[str, tuple[np.ndarray, Box]] = {}
+        self.buffers: dict[str, tuple[np.ndarray, Box]] = {}
+        self.partial: tuple[np.ndarray, Box] | None = None
+        self.direct = False
+        self.inbox: list[tuple[np.ndarray, Box]] = []
+        self.flushed = False
+
+    def held_words(self) -> int:
+        """Elements in the store right now (views of own blocks are not separate storage)."""
+        total = sum(a.size for a, _ in self.owned.values())
+        total += sum(a.size for a, _ in self.buffers.values() if a.base is None)
+        if self.partial is not None and not self.direct:
+            total += self.partial[0].size
+        return total + sum(a.size for a, _ in self.inbox)
+
+
+class LocalRuntime:
+    """Executes a plan in this process."""
+
+    def __init__(self, plan: Plan, kernels: tuple[TermKernel, ...], dtypes: dict[str, Any]) -> None:
+        self.plan = plan
+        self.kernels = kernels
+        self.dtypes = dtypes
+
+    def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
+        """Scatter the inputs, execute every step, gather the output."""
+        plan = self.plan
+        procs = [_Proc(p) for p in range(plan.nprocs)]
+        for name, pl in plan.placements.items():
+            for q in procs:
+                box = pl.owned_box(plan.coord_in(pl, q.p))
+                if box is None:
+                    continue
+                if name == plan.output:
+                    q.owned[name] = (np.zeros(box_shape(box), self.dtypes[name]), box)
+                else:
+                    q.owned[name] = (np.array(inputs[name][_sl(box, ((0, 0),) * len(box))]), box)
+        stats = Stats.zeros(plan.nprocs)
+        by_step = [[[] for _ in range(plan.nsteps + 1)] for _ in procs]
+        for p, prog in enumerate(plan.programs):
+            for op in prog:
+                by_step[p][getattr(op, "step", plan.nsteps)].append(op)
+        start = time.perf_counter()
+        for s in range(plan.nsteps):
+            for q in procs:
+                for op in by_step[q.p][s]:
+                    self._exec(q, op, procs, stats)
+            for q in procs:
+                stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
+                for arr, box in q.inbox:
+                    own, origin = q.owned[plan.output]
+                    own[_sl(box, origin)] += arr
+                q.inbox.clear()
+                if q.flushed:
+                    q.partial, q.flushed = None, False
+        for q in procs:
+            stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
+        finals = [(q, op) for q in procs for op in by_step[q.p][plan.nsteps]]
+        for q, op in finals:
+            if isinstance(op, RecvFinal):
+                self._exec(q, op, procs, stats)
+        seconds = time.perf_counter() - start
+        return self._gather(procs), stats, seconds
+
+    def _exec(self, q: _Proc, op: Any, procs: list[_Proc], stats: Stats) -> None:
+        plan = self.plan
+        try:
+            if isinstance(op, Fetch):
+                self._fetch(q, op, procs, stats)
+            elif isinstance(op, OpenOutput):
+                if op.direct:
+                    own, origin = q.owned[plan.output]
+                    q.partial, q.direct = (own, origin), True
+                else:
+                    arr = np.zeros(box_shape(op.box), self.dtypes[plan.output])
+                    q.partial, q.direct = (arr, op.box), False
+            elif isinstance(op, Compute):
+                out, origin = q.partial  # type: ignore[misc]
+                for box in op.boxes:
+                    run_leaf(self.kernels, box, q.buffers, out, origin)
+                    stats.iterations[q.p] += box_volume(box)
+            elif isinstance(op, Flush):
+                arr, origin = q.partial  # type: ignore[misc]
+                for box in op.local:
+                    own, oorigin = q.owned[plan.output]
+                    own[_sl(box, oorigin)] += arr[_sl(box, origin)]
+                for dst, box in op.sends:
+                    procs[dst].inbox.append((arr[_sl(box, origin)].copy(), box))
+                    self._count(stats, q.p, dst, box)
+                q.flushed = True
+            elif isinstance(op, Reduce | SendFinal):
+                pass  # the sender's Flush / the receiver's RecvFinal moves the data
+            elif isinstance(op, RecvFinal):
+                src_arr, sorigin = procs[op.src].owned[plan.output]
+                own, origin = q.owned[plan.output]
+                own[_sl(op.box, origin)] = src_arr[_sl(op.box, sorigin)].copy()
+                self._count(stats, op.src, q.p, op.box)
+        except Exception as e:
+            raise RuntimeFailure(f"processor {q.p} failed at {op}: {e}", processor=q.p) from e
+
+    def _fetch(self, q: _Proc, op: Fetch, procs: list[_Proc], stats: Stats) -> None:
+        q.buffers.pop(op.tensor, None)
+        if op.box is None:
+            return
+        if op.view:
+            own, origin = q.owned[op.tensor]
+            q.buffers[op.tensor] = (own[_sl(op.box, origin)], op.box)
+            return
+        buf = np.empty(box_shape(op.box), self.dtypes[op.tensor])
+        for src, piece in op.pieces:
+            sarr, sorigin = procs[src].owned[op.tensor]
+            buf[_sl(piece, op.box)] = sarr[_sl(piece, sorigin)]
+            if src != q.p:
+                self._count(stats, src, q.p, piece)
+        q.buffers[op.tensor] = (buf, op.box)
+
+    @staticmethod
+    def _count(stats: Stats, src: int, dst: int, box: Box) -> None:
+        w = box_volume(box)
+        stats.words_received[dst] += w
+        stats.words_sent[src] += w
+        stats.messages_received[dst] += 1
+        stats.messages_sent[src] += 1
+
+    def _gather(self, procs: list[_Proc]) -> np.ndarray:
+        plan = self.plan
+        pl = plan.placements[plan.output]
+        out = np.zeros(pl.shape, self.dtypes[plan.output])
+        for idx, q in plan.primary.items():
+            box = pl.block_box(idx)
+            if box_volume(box) == 0:
+                continue
+            arr, origin = procs[q].owned[plan.output]
+            out[_sl(box, ((0, 0),) * len(box))] = arr[_sl(box, origin)]
+        return out

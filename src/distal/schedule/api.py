@@ -1,0 +1,313 @@
+"""The scheduling language: a loop nest plus relations, changed by pure commands.
+
+Every command validates first, then returns a new :class:`Schedule`; the old one
+is unchanged (``dataclasses.replace``). ``repr(schedule)`` prints the commands
+as code that rebuilds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from distal.distribution.machine import Machine
+from distal.errors import NotSupportedYet, ScheduleError
+from distal.lang.concrete import Statement, concretize
+from distal.lang.nodes import IndexVar, Tensor
+from distal.schedule.relations import Divide, Relation, Rotate, Split
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Level:
+    """One ``distribute``: its outer (processor) and inner variables on a machine."""
+
+    vars: tuple[IndexVar, ...]
+    outers: tuple[IndexVar, ...]
+    inners: tuple[IndexVar, ...]
+    machine: Machine
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Schedule:
+    """A concrete loop nest for one tensor's computation.
+
+    Attributes:
+        statement: the concrete statement being scheduled.
+        loops: the nest, outermost first.
+        relations: how derived variables relate to their parents.
+        extent: iterations of every variable, original and derived.
+        levels: the ``distribute`` commands applied (outermost level first).
+        comm: ``(tensor name, loop variable)`` for each ``communicate``, latest last.
+        parallel: loops marked with ``parallelize``.
+        history: the commands, as code, for ``repr``.
+    """
+
+    statement: Statement
+    loops: tuple[IndexVar, ...]
+    relations: tuple[Relation, ...] = ()
+    extent: dict[IndexVar, int] = field(default_factory=dict)
+    levels: tuple[Level, ...] = ()
+    comm: tuple[tuple[str, IndexVar], ...] = ()
+    parallel: frozenset[IndexVar] = frozenset()
+    history: tuple[str, ...] = ()
+
+    replace = dataclasses.replace
+
+    # -- queries -----------------------------------------------------------------------------
+
+    @property
+    def tensor(self) -> Tensor:
+        """The output tensor."""
+        return self.statement.output
+
+    @property
+    def processor_loops(self) -> tuple[IndexVar, ...]:
+        """Outer variables of every ``distribute``, outermost first."""
+        return tuple(v for lvl in self.levels for v in lvl.outers)
+
+    @property
+    def machine(self) -> Machine:
+        """The processor grid the computation is distributed over."""
+        if self.levels:
+            return self.levels[0].machine
+        for t in (self.statement.output, *self.statement.inputs()):
+            if t.machine is not None:
+                return t.machine
+        return Machine(1)
+
+    @property
+    def distributions(self) -> dict[str, str | None]:
+        """Distribution string of every tensor of the statement (None: all on processor 0)."""
+        return {t.name: t.dist for t in (self.statement.output, *self.statement.inputs())}
+
+    def tensors(self) -> dict[str, Tensor]:
+        """Every tensor of the statement by name, output first."""
+        return {t.name: t for t in (self.statement.output, *self.statement.inputs())}
+
+    def comm_var(self, name: str) -> IndexVar | None:
+        """The loop at which tensor ``name`` is communicated (None: once per processor)."""
+        found = None
+        for t, v in self.comm:
+            if t == name:
+                found = v
+        return found
+
+    def __repr__(self) -> str:
+        body = "".join(f"\n    .{h}" for h in self.history)
+        return f"(dl.schedule({self.tensor.name}){body})"
+
+    # -- validation helpers ------------------------------------------------------------------
+
+    def _loop(self, v: Any, cmd: str, what: str = "variable") -> IndexVar:
+        if not isinstance(v, IndexVar):
+            raise ScheduleError(f"{cmd}: {what} {v!r} is not an index variable")
+        if v not in self.loops:
+            where = "is not a loop of this nest" if v in self.extent else "is unknown here"
+            raise ScheduleError(
+                f"{cmd}: {what} {v.name!r} {where}; loops are {[x.name for x in self.loops]}"
+            )
+        return v
+
+    def _fresh(self, v: Any, cmd: str, taken: set[IndexVar]) -> IndexVar:
+        if not isinstance(v, IndexVar):
+            raise ScheduleError(f"{cmd}: new variable {v!r} is not an index variable")
+        if v in self.extent or v in taken:
+            raise ScheduleError(f"{cmd}: variable {v.name!r} is already used in this schedule")
+        taken.add(v)
+        return v
+
+    def _serial(self, v: IndexVar, cmd: str) -> None:
+        if v in self.processor_loops:
+            raise ScheduleError(f"{cmd}: {v.name!r} is a processor loop made by distribute")
+
+    @staticmethod
+    def _positive(x: Any, cmd: str, what: str) -> int:
+        if isinstance(x, bool) or not isinstance(x, numbers.Integral) or x <= 0:
+            raise ScheduleError(f"{cmd}: {what} must be a positive integer, got {x!r}")
+        return int(x)
+
+    def _replace_loop(self, v: IndexVar, new: Sequence[IndexVar]) -> tuple[IndexVar, ...]:
+        k = self.loops.index(v)
+        return (*self.loops[:k], *new, *self.loops[k + 1 :])
+
+    # -- commands ----------------------------------------------------------------------------
+
+    def split(self, v: IndexVar, outer: IndexVar, inner: IndexVar, size: int) -> Schedule:
+        """Strip-mine ``v``: ``inner`` runs ``size`` iterations, ``outer`` ``ceil(N/size)``."""
+        cmd = "split"
+        self._loop(v, cmd)
+        self._serial(v, cmd)
+        size = self._positive(size, cmd, "size")
+        taken: set[IndexVar] = set()
+        self._fresh(outer, cmd, taken)
+        self._fresh(inner, cmd, taken)
+        n = self.extent[v]
+        ext = {**self.extent, outer: -(-n // size), inner: size}
+        return self.replace(
+            loops=self._replace_loop(v, (outer, inner)),
+            relations=(*self.relations, Split(v, outer, inner, size)),
+            extent=ext,
+            history=(*self.history, f"split({v}, {outer}, {inner}, {size})"),
+        )
+
+    def divide(self, v: IndexVar, outer: IndexVar, inner: IndexVar, parts: int) -> Schedule:
+        """Cut ``v`` into ``parts``: ``outer`` runs ``parts``, ``inner`` ``ceil(N/parts)``."""
+        cmd = "divide"
+        self._loop(v, cmd)
+        self._serial(v, cmd)
+        parts = self._positive(parts, cmd, "parts")
+        taken: set[IndexVar] = set()
+        self._fresh(outer, cmd, taken)
+        self._fresh(inner, cmd, taken)
+        n = self.extent[v]
+        ext = {**self.extent, outer: parts, inner: -(-n // parts)}
+        return self.replace(
+            loops=self._replace_loop(v, (outer, inner)),
+            relations=(*self.relations, Divide(v, outer, inner, parts)),
+            extent=ext,
+            history=(*self.history, f"divide({v}, {outer}, {inner}, {parts})"),
+        )
+
+    def reorder(self, vars: Sequence[IndexVar]) -> Schedule:
+        """Give the listed loops this order, in the positions they occupy now."""
+        cmd = "reorder"
+        if isinstance(vars, IndexVar) or not isinstance(vars, Sequence) or not vars:
+            raise ScheduleError(f"{cmd}: expected a non-empty list of loop variables, got {vars!r}")
+        for v in vars:
+            self._loop(v, cmd)
+            self._serial(v, cmd)
+        if len(set(vars)) != len(vars):
+            raise ScheduleError(f"{cmd}: a variable is listed twice in {list(vars)}")
+        slots = sorted(self.loops.index(v) for v in vars)
+        loops = list(self.loops)
+        for pos, v in zip(slots, vars, strict=True):
+            loops[pos] = v
+        names = ", ".join(v.name for v in vars)
+        return self.replace(loops=tuple(loops), history=(*self.history, f"reorder([{names}])"))
+
+    def distribute(
+        self,
+        vars: Sequence[IndexVar],
+        outers: Sequence[IndexVar],
+        inners: Sequence[IndexVar],
+        machine: Machine,
+    ) -> Schedule:
+        """Divide each ``vars[d]`` into ``machine.shape[d]`` parts, one per processor coordinate.
+
+        The nest becomes ``outers..., inners...``, then the other loops in their
+        previous order; iteration ``(outers...)`` runs on the processor with those
+        coordinates.
+        """
+        cmd = "distribute"
+        if not isinstance(machine, Machine):
+            raise ScheduleError(f"{cmd}: {machine!r} is not a dl.Machine")
+        for what, seq in (("vars", vars), ("outers", outers), ("inners", inners)):
+            if isinstance(seq, IndexVar) or not isinstance(seq, Sequence):
+                raise ScheduleError(f"{cmd}: {what} must be a list of index variables")
+            if len(seq) != machine.ndim:
+                raise ScheduleError(
+                    f"{cmd}: {len(seq)} {what} {list(seq)} for a machine of rank {machine.ndim} "
+                    f"{machine.shape}; give one per machine dimension"
+                )
+        if self.levels:
+            raise NotSupportedYet(f"{cmd}: a second distribute (hierarchical machines) on {vars}")
+        for v in vars:
+            self._loop(v, cmd)
+        if len(set(vars)) != len(vars):
+            raise ScheduleError(f"{cmd}: a variable is listed twice in {list(vars)}")
+        taken: set[IndexVar] = set()
+        for v in (*outers, *inners):
+            self._fresh(v, cmd, taken)
+        ext = dict(self.extent)
+        rels = list(self.relations)
+        for v, o, i, g in zip(vars, outers, inners, machine.shape, strict=True):
+            ext[o], ext[i] = g, -(-self.extent[v] // g)
+            rels.append(Divide(v, o, i, g))
+        rest = tuple(x for x in self.loops if x not in vars)
+        level = Level(tuple(vars), tuple(outers), tuple(inners), machine)
+        fmt = lambda xs: "[" + ", ".join(x.name for x in xs) + "]"  # noqa: E731
+        return self.replace(
+            loops=(*outers, *inners, *rest),
+            relations=tuple(rels),
+            extent=ext,
+            levels=(*self.levels, level),
+            history=(
+                *self.history,
+                f"distribute({fmt(vars)}, {fmt(outers)}, {fmt(inners)}, {machine!r})",
+            ),
+        )
+
+    def rotate(self, target: IndexVar, by: Sequence[IndexVar], result: IndexVar) -> Schedule:
+        """Replace ``target`` by ``result`` with ``target = (result + sum(by)) mod extent``."""
+        cmd = "rotate"
+        self._loop(target, cmd, "target")
+        self._serial(target, cmd)
+        if isinstance(by, IndexVar):
+            by = [by]
+        if not isinstance(by, Sequence) or not by:
+            raise ScheduleError(f"{cmd}: 'by' must be a non-empty list of processor loops")
+        for b in by:
+            self._loop(b, cmd, "'by' variable")
+            if b not in self.processor_loops:
+                raise ScheduleError(
+                    f"{cmd}: 'by' variable {b.name!r} is not a processor loop; rotate by the "
+                    "outer variables of distribute"
+                )
+        self._fresh(result, cmd, set())
+        ext = {**self.extent, result: self.extent[target]}
+        names = ", ".join(b.name for b in by)
+        return self.replace(
+            loops=self._replace_loop(target, (result,)),
+            relations=(*self.relations, Rotate(target, tuple(by), result)),
+            extent=ext,
+            history=(*self.history, f"rotate({target}, [{names}], {result})"),
+        )
+
+    def communicate(self, tensors: Tensor | str | Sequence[Tensor | str], v: IndexVar) -> Schedule:
+        """At each iteration of ``v``, fetch the box of each tensor that the loops inside touch."""
+        cmd = "communicate"
+        items = [tensors] if isinstance(tensors, Tensor | str) else tensors
+        if not isinstance(items, Sequence) or not items:
+            raise ScheduleError(f"{cmd}: expected a tensor or a list of tensors, got {tensors!r}")
+        known = self.tensors()
+        names = []
+        for t in items:
+            name = t.name if isinstance(t, Tensor) else t
+            if (
+                not isinstance(name, str)
+                or name not in known
+                or (isinstance(t, Tensor) and known[name] is not t)
+            ):
+                raise ScheduleError(
+                    f"{cmd}: tensor {getattr(t, 'name', t)!r} is not part of this computation; "
+                    f"its tensors are {list(known)}"
+                )
+            names.append(name)
+        self._loop(v, cmd)
+        listed = names[0] if len(names) == 1 else "[" + ", ".join(names) + "]"
+        return self.replace(
+            comm=(*self.comm, *((n, v) for n in names)),
+            history=(*self.history, f"communicate({listed}, {v})"),
+        )
+
+    def parallelize(self, v: IndexVar) -> Schedule:
+        """Run loop ``v`` with threads inside a processor (never changes results or traffic)."""
+        self._loop(v, "parallelize")
+        return self.replace(
+            parallel=self.parallel | {v}, history=(*self.history, f"parallelize({v})")
+        )
+
+
+def schedule(t: Tensor) -> Schedule:
+    """The default loop nest of ``t``'s computation (left-side variables first)."""
+    if not isinstance(t, Tensor):
+        raise ScheduleError(f"schedule() takes the output tensor, got {t!r}")
+    if t.assignment is None:
+        raise ScheduleError(
+            f"tensor {t.name!r} has no computation; define it first, e.g. {t.name}[i] = ..."
+        )
+    st = concretize(t.assignment)
+    return Schedule(st, st.variables, extent=dict(st.extent))
