@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from hypothesis import assume
 from hypothesis import strategies as st
 
 import distal as dl
@@ -22,6 +23,11 @@ TENSOR_NAMES = "BCDEFGH"
 OUTPUT_NAME = "A"
 STAT_FIELDS = ("words_received", "words_sent", "messages_received", "iterations", "peak_words")
 MAX_SERIAL_STEPS = 64
+
+
+def uniform(lo: int, hi: int) -> st.SearchStrategy[int]:
+    """Integers in [lo, hi], drawn uniformly (st.integers favours small values); shrinks to lo."""
+    return st.sampled_from(range(lo, hi + 1))
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,13 +324,13 @@ def assert_stats_sane(stats: Any, iteration_points: int | None = None) -> None:
 
 @st.composite
 def problems(draw: Any, max_vars: int = 5, max_extent: int = 7, allow_sum: bool = True) -> Problem:
-    nvars = draw(st.integers(0, max_vars))
+    nvars = draw(st.sampled_from([0, 1, 2, 2, 3, 3, 3, 4, 4, 5, 5][: 2 * max_vars + 1]))
     names = list(INDEX_NAMES[:nvars])
-    extent = {v: draw(st.integers(1, max_extent)) for v in names}
+    extent = {v: draw(uniform(1, max_extent)) for v in names}
     tensor_names = iter(TENSOR_NAMES)
 
     def operand(pool: list[str]) -> Operand:
-        order = draw(st.integers(0, min(4, len(pool))))
+        order = draw(uniform(0, min(4, len(pool))))
         idx = tuple(draw(st.permutations(pool))[:order]) if order else ()
         return Operand(next(tensor_names), idx)
 
@@ -332,11 +338,11 @@ def problems(draw: Any, max_vars: int = 5, max_extent: int = 7, allow_sum: bool 
         c = draw(st.sampled_from([1.0, 1.0, 1.0, 2.0, -1.0, 0.5, 3]))
         return c, draw(st.sampled_from(["left", "left", "right", "numpy"]))
 
-    ops1 = [operand(names) for _ in range(draw(st.integers(1, 3)))]
+    ops1 = [operand(names) for _ in range(draw(uniform(1, 3)))]
     used: list[str] = []
     for op in ops1:
         used.extend(v for v in op.indices if v not in used)
-    out_order = draw(st.integers(0, min(4, len(used))))
+    out_order = draw(uniform(0, min(4, len(used))))
     output = tuple(draw(st.permutations(used))[:out_order]) if out_order else ()
     summed = [v for v in used if v not in output]
     c1, s1 = coefficient()
@@ -344,7 +350,7 @@ def problems(draw: Any, max_vars: int = 5, max_extent: int = 7, allow_sum: bool 
     combine = "+"
     if allow_sum and draw(st.booleans()):
         pool = list(output) + summed
-        ops2 = [operand(pool) for _ in range(draw(st.integers(1, 2)))]
+        ops2 = [operand(pool) for _ in range(draw(uniform(1, 2)))]
         have = {v for op in ops2 for v in op.indices}
         missing = [v for v in summed if v not in have]
         while missing:
@@ -359,11 +365,11 @@ def problems(draw: Any, max_vars: int = 5, max_extent: int = 7, allow_sum: bool 
 
 @st.composite
 def machine_shapes(draw: Any, max_ndim: int = 3, max_size: int = 12) -> tuple[int, ...]:
-    ndim = draw(st.integers(1, max_ndim))
+    ndim = draw(uniform(1, max_ndim))
     shape: list[int] = []
     for _ in range(ndim):
         budget = max_size // math.prod(shape) if shape else max_size
-        shape.append(draw(st.integers(1, min(4, budget))))
+        shape.append(draw(uniform(1, min(4, budget))))
     return tuple(shape)
 
 
@@ -388,7 +394,7 @@ def distributions(draw: Any, order: int, machine_shape: tuple[int, ...]) -> str:
         elif kind == "star":
             rhs.append("*")
         elif kind == "int":
-            rhs.append(str(draw(st.integers(0, g - 1))))
+            rhs.append(str(draw(uniform(0, g - 1))))
         else:
             rhs.append(draw(st.sampled_from(spare)))
     if spaced:
@@ -406,10 +412,15 @@ class _Loop:
 
 @st.composite
 def schedule_ops(
-    draw: Any, problem: Problem, machine_shape: tuple[int, ...], allow_distribute: bool = True
+    draw: Any,
+    problem: Problem,
+    machine_shape: tuple[int, ...],
+    allow_distribute: bool = True,
+    eager: bool = False,
 ) -> list[tuple]:
     """A random legal sequence of schedule commands, as plain data.
 
+    ``eager``: always distribute when possible, and reorder / rotate more often.
     Tracks the loop nest: split/divide replace v by (outer, inner) in place; distribute puts
     outers, then inners, then the remaining loops; reorder permutes a subset of serial loops
     within the positions they occupy; rotate replaces its target by the result.
@@ -420,7 +431,8 @@ def schedule_ops(
     outers: list[str] = []
     ndim = len(machine_shape)
 
-    if allow_distribute and len(nest) >= ndim and draw(st.integers(0, 3)) > 0:
+    yes = uniform(0, 3).map(bool) if eager else st.booleans()
+    if allow_distribute and len(nest) >= ndim and (eager or draw(uniform(0, 4)) > 0):
         chosen = list(draw(st.permutations([lp.name for lp in nest]))[:ndim])
         outs = [f"{v}o" for v in chosen]
         ins = [f"{v}i" for v in chosen]
@@ -437,12 +449,12 @@ def schedule_ops(
     def serial() -> list[_Loop]:
         return [lp for lp in nest if not lp.proc]
 
-    for _ in range(draw(st.integers(0, 2))):
+    for _ in range(draw(uniform(0, 2))):
         if not serial():
             break
         target = draw(st.sampled_from(serial()))
         kind = draw(st.sampled_from(["divide", "split"]))
-        amount = draw(st.integers(1, 3))
+        amount = draw(uniform(1, 3))
         o, i = f"{target.name}o", f"{target.name}i"
         if kind == "divide":
             eo, ei = amount, -(-target.extent // amount)
@@ -452,9 +464,9 @@ def schedule_ops(
         pos = nest.index(target)
         nest[pos : pos + 1] = [_Loop(o, eo, False), _Loop(i, ei, False)]
 
-    if len(serial()) >= 2 and draw(st.booleans()):
+    if len(serial()) >= 2 and draw(yes):
         names = [lp.name for lp in serial()]
-        count = draw(st.integers(1, len(names)))
+        count = draw(uniform(1, len(names)))
         subset = list(draw(st.permutations(names))[:count])
         by_name = {lp.name: lp for lp in nest}
         positions = sorted(k for k, lp in enumerate(nest) if lp.name in subset)
@@ -462,15 +474,15 @@ def schedule_ops(
             nest[pos] = by_name[name]
         ops.append(("reorder", subset))
 
-    if outers and serial() and draw(st.booleans()):
+    if outers and serial() and draw(yes):
         target = draw(st.sampled_from(serial()))
-        k = draw(st.integers(1, len(outers)))
+        k = draw(uniform(1, len(outers)))
         by = list(draw(st.permutations(outers))[:k])
         result = f"{target.name}r"
         ops.append(("rotate", target.name, by, result))
         nest[nest.index(target)] = _Loop(result, target.extent, False)
 
-    if serial() and draw(st.integers(0, 5)) == 0:
+    if serial() and draw(uniform(0, 5)) == 0:
         ops.append(("parallelize", draw(st.sampled_from(serial())).name))
 
     # communicate: processor loops, or serial loops with few serial steps down to them
@@ -486,7 +498,7 @@ def schedule_ops(
     if candidates:
         placed: dict[str, list[str]] = {}
         for name in tensor_names:
-            if draw(st.booleans()):
+            if draw(yes):
                 placed.setdefault(draw(st.sampled_from(candidates)), []).append(name)
         for loop_name, names in placed.items():
             if len(names) > 1 and draw(st.booleans()):
@@ -558,18 +570,24 @@ def cases(
     with_schedule: bool = True,
     max_vars: int = 5,
     allow_sum: bool = True,
+    eager: bool = False,
 ) -> Case:
     problem = draw(problems(max_vars=max_vars, allow_sum=allow_sum))
-    mshape = draw(machine_shapes())
+    if eager:
+        # enough variables to distribute over
+        assume(len(problem.statement_vars()) >= 2)
+    # machines of rank <= the number of statement variables can be distributed over
+    nvars = len(problem.statement_vars())
+    mshape = draw(machine_shapes(max_ndim=draw(uniform(max(1, min(3, nvars)), 3))))
     dists: dict[str, str | None] = {}
     attach: dict[str, bool] = {}
     names = [(OUTPUT_NAME, problem.output)] + [(o.name, o.indices) for o in problem.operands()]
     for name, idx in names:
-        if draw(st.integers(0, 4)) == 0:
+        if draw(uniform(0, 4)) == 0:
             dists[name] = None
             attach[name] = draw(st.booleans())
         else:
             dists[name] = draw(distributions(len(idx), mshape))
             attach[name] = True
-    ops = draw(schedule_ops(problem, mshape)) if with_schedule else []
+    ops = draw(schedule_ops(problem, mshape, eager=eager)) if with_schedule else []
     return Case(problem, mshape, dists, attach, ops)

@@ -285,3 +285,28 @@ def test_grid_larger_than_extents() -> None:
     res = kernel.run({"B": b, "C": c})
     assert np.allclose(res.value, b @ c, rtol=1e-10, atol=1e-10)
     assert_stats_equal(res.stats, st)
+
+
+@pytest.mark.parametrize("mshape", [None, (2,), (2, 2)])
+def test_sum_with_broadcast_term(mshape: tuple | None) -> None:
+    """A term that lacks a left-side variable is broadcast along it (TACO / numpy semantics):
+    A[i, j] = B[i, j] + c[i] adds c[i] to every column."""
+    M = None if mshape is None else dl.Machine(*mshape)
+    dist = None if M is None else "xy -> " + "xy"[: M.ndim]
+    i, j = dl.index_vars("i j")
+    A = dl.Tensor("A", (3, 4), dist=dist, machine=M)
+    B = dl.Tensor("B", (3, 4), dist=dist, machine=M)
+    c = dl.Tensor("c", (3,), dist=None, machine=M)
+    s = dl.Tensor("s", ())
+    A[i, j] = B[i, j] + c[i] * 2.0 + s[()]
+    rng = np.random.default_rng(8)
+    b, cv, sv = rng.standard_normal((3, 4)), rng.standard_normal(3), rng.standard_normal(())
+    sched = dl.schedule(A)
+    if M is not None:
+        outs = list(dl.index_vars("io jo")[: M.ndim])
+        ins = list(dl.index_vars("ii ji")[: M.ndim])
+        sched = sched.distribute([i, j][: M.ndim], outs, ins, M)
+    kernel = dl.compile(sched)
+    res = kernel.run({"B": b, "c": cv, "s": sv})
+    assert np.allclose(res.value, b + 2.0 * cv[:, None] + sv, rtol=1e-10, atol=1e-10)
+    assert_stats_equal(res.stats, kernel.stats())

@@ -472,53 +472,56 @@ def check_message(e: Exception) -> None:
     assert str(e), f"{type(e).__name__} without a message"
 
 
-_FUZZ_NAMES = ["rho", "sig", "tau", "zeta", "a1", "a2", "a3", "a4", "a5", "a6"]
+_OLD = ["rho", "sig", "tau", "rho", "sig", "tau", "a1", "a2", "a3", "a4", "a5", "a6", "zeta"]
+_NEW = ["a1", "a2", "a3", "a4", "a5", "a6", "a1", "a2", "a3", "a4", "a5", "a6", "rho"]
 
 
 @st.composite
 def fuzz_commands(draw) -> list[tuple]:
+    """Commands mostly on plausible variables: many are legal, some are not."""
     cmds = []
-    name = st.sampled_from(_FUZZ_NAMES)
-    for _ in range(draw(st.integers(1, 6))):
+    old, new = st.sampled_from(_OLD), st.sampled_from(_NEW)
+    for _ in range(draw(st.integers(1, 7))):
         kind = draw(
             st.sampled_from(
                 ["split", "divide", "reorder", "distribute", "rotate", "communicate", "parallelize"]
             )
         )
         if kind in ("split", "divide"):
-            cmds.append((kind, draw(name), draw(name), draw(name), draw(st.integers(-1, 3))))
+            cmds.append(
+                (kind, draw(old), draw(new), draw(new), draw(st.sampled_from(range(-1, 4))))
+            )
         elif kind == "reorder":
-            cmds.append((kind, draw(st.lists(name, min_size=1, max_size=4))))
+            cmds.append((kind, draw(st.lists(old, min_size=1, max_size=4))))
         elif kind == "distribute":
-            n = draw(st.integers(1, 3))
+            n = draw(st.sampled_from([2, 2, 2, 1, 3]))
             cmds.append(
                 (
                     kind,
-                    draw(st.lists(name, min_size=n, max_size=n)),
-                    draw(st.lists(name, min_size=n, max_size=n)),
-                    draw(st.lists(name, min_size=n, max_size=n)),
-                    (2, 2),
+                    draw(st.lists(old, min_size=n, max_size=n)),
+                    draw(st.lists(new, min_size=n, max_size=n)),
+                    draw(st.lists(new, min_size=n, max_size=n)),
                 )
             )
         elif kind == "rotate":
-            cmds.append((kind, draw(name), draw(st.lists(name, max_size=2)), draw(name)))
+            cmds.append((kind, draw(old), draw(st.lists(old, max_size=2)), draw(new)))
         elif kind == "communicate":
             cmds.append(
                 (
                     kind,
                     draw(
                         st.lists(
-                            st.sampled_from(["Amat", "Bmat", "Cmat", "Zmat"]),
+                            st.sampled_from(["Amat", "Bmat", "Cmat", "Zmat", "Bmat", "Cmat"]),
                             min_size=1,
                             max_size=3,
                             unique=True,
                         )
                     ),
-                    draw(name),
+                    draw(old),
                 )
             )
         else:
-            cmds.append((kind, draw(name)))
+            cmds.append((kind, draw(old)))
     return cmds
 
 

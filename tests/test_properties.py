@@ -55,6 +55,12 @@ def test_random_schedule_matches_einsum(case: Case) -> None:
     check_case(case)
 
 
+@given(cases(with_schedule=True, eager=True))
+def test_random_distributed_schedule_matches_einsum(case: Case) -> None:
+    """Always distributed, with reorder / rotate / communicate more often."""
+    check_case(case)
+
+
 @given(cases(with_schedule=True, max_vars=3, allow_sum=False), st.integers(0, 2**16))
 def test_random_schedule_small_products(case: Case, seed: int) -> None:
     check_case(case, seed)

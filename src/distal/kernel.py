@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +17,7 @@ from distal.plan.ir import Plan
 from distal.plan.lower import lower
 from distal.plan.printer import explain
 from distal.plan.stats import Stats, plan_stats
+from distal.runtime.source import check_source, is_block_source
 from distal.schedule.api import Schedule
 
 RUNTIMES = ("local", "mpi", "dask")
@@ -54,8 +56,14 @@ class Kernel:
         """The scheduled loop nest, where each tensor moves, and the per-processor table."""
         return explain(self.schedule, self.plan, self._stats)
 
-    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-        """Validate and convert run inputs to the tensors' dtypes."""
+    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Validate run inputs; arrays are converted to the tensors' dtypes.
+
+        An input is a numpy array (or anything ``np.asarray`` takes) or a *block
+        source*: an object with a ``shape`` and ``read_block(box) -> array`` that
+        produces any box of the tensor on demand, so data never has to sit whole
+        on one host.
+        """
         if not isinstance(inputs, Mapping):
             raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
         tensors = self.schedule.tensors()
@@ -69,6 +77,9 @@ class Kernel:
             if name not in inputs:
                 raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
             t = tensors[name]
+            if is_block_source(inputs[name]):
+                out[name] = check_source(name, inputs[name], t.shape)
+                continue
             try:
                 arr = np.asarray(inputs[name])
             except Exception as e:
@@ -92,7 +103,15 @@ class Kernel:
             value, stats, _ = LocalRuntime(self.plan, self.kernels, self.dtypes).run(data)
             return Result(value, stats, time.perf_counter() - t0)
         if runtime in RUNTIMES:
-            raise NotSupportedYet(f"runtime {runtime!r} is not available in this version")
+            try:
+                mod = importlib.import_module(f"distal.runtime.{runtime}")
+            except ModuleNotFoundError as e:
+                if e.name and e.name.startswith("distal"):
+                    raise NotSupportedYet(f"runtime {runtime!r} is not in this version") from e
+                raise NotSupportedYet(
+                    f"runtime {runtime!r} needs {e.name!r}: pip install 'distal[{runtime}]'"
+                ) from e
+            return mod.run(self, data, **options)
         raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
 
     def __call__(self, **inputs: Any) -> np.ndarray:

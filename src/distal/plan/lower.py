@@ -34,7 +34,7 @@ import itertools
 from collections import defaultdict
 
 from distal.distribution.machine import Machine
-from distal.distribution.notation import whole_on_processor0
+from distal.distribution.notation import parse_distribution, whole_on_processor0
 from distal.distribution.partition import Placement
 from distal.errors import ScheduleError
 from distal.lang.nodes import IndexVar
@@ -64,23 +64,25 @@ _PHASE = {Fetch: 0, OpenOutput: 1, Compute: 2, Flush: 3, Reduce: 4, SendFinal: 5
 def placements_of(s: Schedule) -> dict[str, Placement]:
     """Where each tensor of the schedule lives, checked against the schedule's machine."""
     machine = s.machine
+    tensors = s.tensors()
     out = {}
-    for name, t in s.tensors().items():
-        if t.dist == "auto":
+    for name, (dist, m) in s.layouts().items():
+        t = tensors[name]
+        if dist == "auto":
             raise ScheduleError(
                 f"tensor {name!r} has dist='auto'; schedule it with dl.autoschedule"
             )
-        if t.distribution is None or t.machine is None:
+        if dist is None or m is None:
             out[name] = Placement(
                 t.shape, whole_on_processor0(t.ndim, machine.shape), machine.shape
             )
             continue
-        if t.machine.size != machine.size:
+        if m.size != machine.size:
             raise ScheduleError(
-                f"tensor {name!r} is distributed over {t.machine!r} with {t.machine.size} "
+                f"tensor {name!r} is distributed over {m!r} with {m.size} "
                 f"processors but the computation runs on {machine!r} with {machine.size}"
             )
-        out[name] = Placement(t.shape, t.distribution, t.machine.shape)
+        out[name] = Placement(t.shape, parse_distribution(dist, name, t.ndim, m.shape), m.shape)
     return out
 
 
@@ -254,7 +256,8 @@ class _Lowering:
             h = hull_at(vals[: self.depth[self.out_name]])
             ob: Box | None = tuple(h[v] for v in lhs)
             obox.append(None if box_is_empty(ob) else ob)
-            boxes = self.bounds.exact_boxes({**base, **dict(zip(self.step_loops, vals, strict=False))})
+            fixed = {**base, **dict(zip(self.step_loops, vals, strict=True))}
+            boxes = self.bounds.exact_boxes(fixed)
             if boxes:
                 add(p, si, Compute(si, tuple(boxes)))
         return obox

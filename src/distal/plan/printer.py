@@ -84,10 +84,10 @@ def movement(s: Schedule, plan: Plan) -> list[str]:
         words[m.tensor, m.kind] += m.words
         msgs[m.tensor, m.kind] += 1
     lines = []
+    layouts = s.layouts()
     for name, t in s.tensors().items():
-        where = (
-            f"{t.dist!r} on {t.machine!r}" if t.distribution is not None else "all on processor 0"
-        )
+        dist, m = layouts[name]
+        where = f"{dist!r} on {m!r}" if dist is not None and m is not None else "all on processor 0"
         v = s.comm_var(name)
         at = f"at each iteration of {v}" if v is not None else "once per processor"
         role = "output" if name == plan.output else "input"

@@ -29,6 +29,7 @@ from distal.plan.ir import (
     SendFinal,
 )
 from distal.plan.stats import Stats
+from distal.runtime.source import read_block
 from distal.typing import Box, box_shape, box_volume
 
 
@@ -80,7 +81,7 @@ class LocalRuntime:
                 if name == plan.output:
                     q.owned[name] = (np.zeros(box_shape(box), self.dtypes[name]), box)
                 else:
-                    q.owned[name] = (np.array(inputs[name][_sl(box, ((0, 0),) * len(box))]), box)
+                    q.owned[name] = (read_block(name, inputs[name], box, self.dtypes[name]), box)
         stats = Stats.zeros(plan.nprocs)
         by_step = [[[] for _ in range(plan.nsteps + 1)] for _ in procs]
         for p, prog in enumerate(plan.programs):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distal.distribution.machine import Machine
+from distal.distribution.notation import parse_distribution
 from distal.errors import NotSupportedYet, ScheduleError
 from distal.lang.concrete import Statement, concretize
 from distal.lang.nodes import IndexVar, Tensor
@@ -53,6 +54,7 @@ class Schedule:
     comm: tuple[tuple[str, IndexVar], ...] = ()
     parallel: frozenset[IndexVar] = frozenset()
     history: tuple[str, ...] = ()
+    placed: tuple[tuple[str, str, Machine], ...] = ()
 
     replace = dataclasses.replace
 
@@ -81,7 +83,14 @@ class Schedule:
     @property
     def distributions(self) -> dict[str, str | None]:
         """Distribution string of every tensor of the statement (None: all on processor 0)."""
-        return {t.name: t.dist for t in (self.statement.output, *self.statement.inputs())}
+        return {name: d for name, (d, _) in self.layouts().items()}
+
+    def layouts(self) -> dict[str, tuple[str | None, Machine | None]]:
+        """``(distribution string, machine)`` of every tensor, ``place`` overriding the tensor's."""
+        out = {t.name: (t.dist, t.machine) for t in self.tensors().values()}
+        for name, dist, machine in self.placed:
+            out[name] = (dist, machine)
+        return out
 
     def tensors(self) -> dict[str, Tensor]:
         """Every tensor of the statement by name, output first."""
@@ -291,6 +300,27 @@ class Schedule:
         return self.replace(
             comm=(*self.comm, *((n, v) for n in names)),
             history=(*self.history, f"communicate({listed}, {v})"),
+        )
+
+    def place(self, tensor: Tensor | str, dist: str, machine: Machine | None = None) -> Schedule:
+        """Use distribution ``dist`` on ``machine`` for ``tensor`` in this schedule.
+
+        This is how a schedule carries distributions it chose itself (e.g. for
+        tensors declared with ``dist="auto"``); ``machine`` defaults to the
+        schedule's machine.
+        """
+        cmd = "place"
+        name = tensor.name if isinstance(tensor, Tensor) else tensor
+        known = self.tensors()
+        if name not in known:
+            raise ScheduleError(f"{cmd}: tensor {name!r} is not part of this computation")
+        m = machine if machine is not None else self.machine
+        if not isinstance(m, Machine):
+            raise ScheduleError(f"{cmd}: {m!r} is not a dl.Machine")
+        parse_distribution(dist, name, known[name].ndim, m.shape)
+        return self.replace(
+            placed=(*self.placed, (name, dist, m)),
+            history=(*self.history, f"place({name}, {dist!r}, {m!r})"),
         )
 
     def parallelize(self, v: IndexVar) -> Schedule:

@@ -1,0 +1,1 @@
+"""Runtimes: adapters that carry out plans (local, mpi, dask)."""

@@ -1,0 +1,44 @@
+"""Block sources: inputs that produce any box of a tensor on demand.
+
+A block source has a ``shape`` and a method ``read_block(box) -> array`` where
+``box`` is a tuple of half-open ``(lo, hi)`` intervals. Runtimes call it only for
+the blocks a processor owns, so a tensor built from a function of the block's
+index box or from per-block files is never materialised whole on one host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError
+from distal.typing import Box, box_shape
+
+
+def is_block_source(x: Any) -> bool:
+    """True for objects following the block-source protocol."""
+    return hasattr(x, "read_block") and hasattr(x, "shape") and not isinstance(x, np.ndarray)
+
+
+def check_source(name: str, src: Any, shape: tuple[int, ...]) -> Any:
+    """Check a block source's shape against its tensor."""
+    if tuple(src.shape) != tuple(shape):
+        raise InputError(f"input {name!r} has shape {tuple(src.shape)}; tensor expects {shape}")
+    return src
+
+
+def read_block(name: str, data: Any, box: Box, dtype: np.dtype) -> np.ndarray:
+    """A fresh array holding ``box`` of input ``data`` (an array or a block source)."""
+    if is_block_source(data):
+        arr = np.asarray(data.read_block(box))
+        if arr.shape != box_shape(box):
+            raise InputError(
+                f"block source of {name!r} returned shape {arr.shape} for box {box}; "
+                f"expected {box_shape(box)}"
+            )
+        if arr.dtype.kind not in "biufc":
+            raise InputError(f"block source of {name!r} returned non-numeric dtype {arr.dtype}")
+        return np.array(arr, dtype=dtype)
+    index = tuple(slice(lo, hi) for lo, hi in box) if box else (Ellipsis,)
+    return np.array(data[index], dtype=dtype)
