@@ -473,6 +473,7 @@ def check_message(e: Exception) -> None:
 
 
 _OLD = ["rho", "sig", "tau", "rho", "sig", "tau", "a1", "a2", "a3", "a4", "a5", "a6", "zeta"]
+_OLD += ["p0", "p1", "l0", "l1"]
 _NEW = ["a1", "a2", "a3", "a4", "a5", "a6", "a1", "a2", "a3", "a4", "a5", "a6", "rho"]
 
 
@@ -493,6 +494,9 @@ def fuzz_commands(draw) -> list[tuple]:
             )
         elif kind == "reorder":
             cmds.append((kind, draw(st.lists(old, min_size=1, max_size=4))))
+        elif kind == "distribute" and draw(st.booleans()):
+            vs = draw(st.permutations(["rho", "sig", "tau"]))[:2]
+            cmds.append((kind, vs, ["p0", "p1"], ["l0", "l1"]))
         elif kind == "distribute":
             n = draw(st.sampled_from([2, 2, 2, 1, 3]))
             cmds.append(

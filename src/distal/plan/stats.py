@@ -58,32 +58,56 @@ class Stats:
 class MemoryTracker:
     """The memory model shared by the plan and the runtimes.
 
-    At the end of every step a processor holds its owned blocks, one buffer per
-    fetched tensor (none for a view of its own block), its partial output buffer
-    and the partial pieces received in that step; flushed buffers and received
-    pieces are released after that moment.
+    Runtimes overlap communication with computation: while step ``s`` computes,
+    the buffers of step ``s+1`` are already being filled. So at the end of step
+    ``s`` a processor holds its owned blocks, one buffer per fetched tensor (none
+    for a view of its own block), the buffers prefetched for step ``s+1``, its
+    partial output buffer and the partial pieces received in step ``s``; then the
+    prefetched buffers replace the old ones, and flushed buffers and received
+    pieces are released.
     """
 
     def __init__(self, owned: int) -> None:
         self.owned = owned
         self.buffers: dict[str, int] = {}
+        self.next: dict[str, int] = {}
         self.partial = 0
         self.flushed = False
         self.incoming = 0
         self.peak = owned
 
-    def fetch(self, op: Fetch) -> None:
-        self.buffers[op.tensor] = 0 if op.view or op.box is None else box_volume(op.box)
+    @staticmethod
+    def fetch_words(op: Fetch) -> int:
+        """Words of the buffer a fetch allocates."""
+        return 0 if op.view or op.box is None else box_volume(op.box)
+
+    def prefetch(self, op: Fetch) -> None:
+        """A fetch of the next step starts now (or, before step 0, completes now)."""
+        self.next[op.tensor] = self.fetch_words(op)
+
+    def swap(self) -> None:
+        """Prefetched buffers replace the old ones."""
+        self.buffers.update(self.next)
+        self.next = {}
 
     def open(self, op: OpenOutput) -> None:
         self.partial = 0 if op.direct else box_volume(op.box)
 
     def end_step(self) -> None:
-        now = self.owned + sum(self.buffers.values()) + self.partial + self.incoming
+        now = self.owned + sum(self.buffers.values()) + sum(self.next.values())
+        now += self.partial + self.incoming
         self.peak = max(self.peak, now)
         self.incoming = 0
         if self.flushed:
             self.partial, self.flushed = 0, False
+
+
+def ops_by_step(plan: Plan, p: int) -> list[list]:
+    """Processor ``p``'s instructions grouped by step (index ``nsteps``: after the last step)."""
+    out: list[list] = [[] for _ in range(plan.nsteps + 1)]
+    for op in plan.programs[p]:
+        out[getattr(op, "step", plan.nsteps)].append(op)
+    return out
 
 
 def plan_stats(plan: Plan) -> Stats:
@@ -94,16 +118,19 @@ def plan_stats(plan: Plan) -> Stats:
         st.words_sent[m.src] += m.words
         st.messages_received[m.dst] += 1
         st.messages_sent[m.src] += 1
-    for p, prog in enumerate(plan.programs):
+    for p in range(plan.nprocs):
         mem = MemoryTracker(plan.owned_words(p))
-        by_step: dict[int, list] = {}
-        for op in prog:
-            by_step.setdefault(getattr(op, "step", plan.nsteps), []).append(op)
+        steps = ops_by_step(plan, p)
+        for op in steps[0]:
+            if isinstance(op, Fetch):
+                mem.prefetch(op)
+        mem.swap()
         for s in range(plan.nsteps):
-            for op in by_step.get(s, ()):
+            for op in steps[s + 1] if s + 1 < plan.nsteps else ():
                 if isinstance(op, Fetch):
-                    mem.fetch(op)
-                elif isinstance(op, OpenOutput):
+                    mem.prefetch(op)
+            for op in steps[s]:
+                if isinstance(op, OpenOutput):
                     mem.open(op)
                 elif isinstance(op, Compute):
                     st.iterations[p] += sum(box_volume(b) for b in op.boxes)
@@ -112,5 +139,6 @@ def plan_stats(plan: Plan) -> Stats:
                 elif isinstance(op, Reduce):
                     mem.incoming += box_volume(op.box)
             mem.end_step()
+            mem.swap()
         st.peak_words[p] = mem.peak
     return st

@@ -28,7 +28,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
-from distal.plan.stats import Stats
+from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.source import read_block
 from distal.typing import Box, box_shape, box_volume
 
@@ -47,15 +47,26 @@ class _Proc:
         self.p = p
         self.owned: dict[str, tuple[np.ndarray, Box]] = {}
         self.buffers: dict[str, tuple[np.ndarray, Box]] = {}
+        self.next: dict[str, tuple[np.ndarray, Box] | None] = {}
         self.partial: tuple[np.ndarray, Box] | None = None
         self.direct = False
         self.inbox: list[tuple[np.ndarray, Box]] = []
         self.flushed = False
 
+    def swap(self) -> None:
+        """Buffers prefetched for the next step replace the current ones."""
+        for name, b in self.next.items():
+            if b is None:
+                self.buffers.pop(name, None)
+            else:
+                self.buffers[name] = b
+        self.next = {}
+
     def held_words(self) -> int:
         """Elements in the store right now (views of own blocks are not separate storage)."""
         total = sum(a.size for a, _ in self.owned.values())
         total += sum(a.size for a, _ in self.buffers.values() if a.base is None)
+        total += sum(b[0].size for b in self.next.values() if b is not None and b[0].base is None)
         if self.partial is not None and not self.direct:
             total += self.partial[0].size
         return total + sum(a.size for a, _ in self.inbox)
@@ -83,15 +94,18 @@ class LocalRuntime:
                 else:
                     q.owned[name] = (read_block(name, inputs[name], box, self.dtypes[name]), box)
         stats = Stats.zeros(plan.nprocs)
-        by_step = [[[] for _ in range(plan.nsteps + 1)] for _ in procs]
-        for p, prog in enumerate(plan.programs):
-            for op in prog:
-                by_step[p][getattr(op, "step", plan.nsteps)].append(op)
+        by_step = [ops_by_step(plan, q.p) for q in procs]
         start = time.perf_counter()
+        for q in procs:
+            self._prefetch(q, by_step[q.p][0], procs, stats)
+            q.swap()
         for s in range(plan.nsteps):
             for q in procs:
+                if s + 1 < plan.nsteps:
+                    self._prefetch(q, by_step[q.p][s + 1], procs, stats)
                 for op in by_step[q.p][s]:
-                    self._exec(q, op, procs, stats)
+                    if not isinstance(op, Fetch):
+                        self._exec(q, op, procs, stats)
             for q in procs:
                 stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
                 for arr, box in q.inbox:
@@ -100,6 +114,7 @@ class LocalRuntime:
                 q.inbox.clear()
                 if q.flushed:
                     q.partial, q.flushed = None, False
+                q.swap()
         for q in procs:
             stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
         finals = [(q, op) for q in procs for op in by_step[q.p][plan.nsteps]]
@@ -108,6 +123,12 @@ class LocalRuntime:
                 self._exec(q, op, procs, stats)
         seconds = time.perf_counter() - start
         return self._gather(procs), stats, seconds
+
+    def _prefetch(self, q: _Proc, ops: list[Any], procs: list[_Proc], stats: Stats) -> None:
+        """Carry out the next step's fetches now (overlap), or step 0's before the first."""
+        for op in ops:
+            if isinstance(op, Fetch):
+                self._exec(q, op, procs, stats)
 
     def _exec(self, q: _Proc, op: Any, procs: list[_Proc], stats: Stats) -> None:
         plan = self.plan
@@ -146,12 +167,12 @@ class LocalRuntime:
             raise RuntimeFailure(f"processor {q.p} failed at {op}: {e}", processor=q.p) from e
 
     def _fetch(self, q: _Proc, op: Fetch, procs: list[_Proc], stats: Stats) -> None:
-        q.buffers.pop(op.tensor, None)
         if op.box is None:
+            q.next[op.tensor] = None
             return
         if op.view:
             own, origin = q.owned[op.tensor]
-            q.buffers[op.tensor] = (own[_sl(op.box, origin)], op.box)
+            q.next[op.tensor] = (own[_sl(op.box, origin)], op.box)
             return
         buf = np.empty(box_shape(op.box), self.dtypes[op.tensor])
         for src, piece in op.pieces:
@@ -159,7 +180,7 @@ class LocalRuntime:
             buf[_sl(piece, op.box)] = sarr[_sl(piece, sorigin)]
             if src != q.p:
                 self._count(stats, src, q.p, piece)
-        q.buffers[op.tensor] = (buf, op.box)
+        q.next[op.tensor] = (buf, op.box)
 
     @staticmethod
     def _count(stats: Stats, src: int, dst: int, box: Box) -> None:
