@@ -50,7 +50,7 @@ class Kernel:
 
     def stats(self) -> Stats:
         """Exact predicted traffic, work and memory per processor (a fresh copy)."""
-        return Stats(**self._stats.as_dict())
+        return Stats(**self._stats.as_dict())  # a copy the caller may change
 
     def explain(self) -> str:
         """The scheduled loop nest, where each tensor moves, and the per-processor table."""

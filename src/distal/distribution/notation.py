@@ -125,3 +125,30 @@ def whole_on_processor0(order: int, machine_shape: tuple[int, ...]) -> Distribut
     lhs = tuple(f"d{n}" for n in range(order))
     text = f"{' '.join(lhs) or '_'} -> {' '.join('0' for _ in machine_shape)}"
     return Distribution(text, lhs, tuple(DimRule(RESTRICT, coord=0) for _ in machine_shape))
+
+
+def parse_layout(
+    dist: str | list[str] | tuple[str, ...], tensor: str, order: int, machine: object
+) -> Distribution | tuple[Distribution, ...]:
+    """Parse a tensor's distribution on a (possibly hierarchical) machine.
+
+    A string describes the whole grid (all levels' dimensions, outer level first);
+    a list gives one statement per machine level, each applied to the piece the
+    previous level gave.
+    """
+    levels: tuple[tuple[int, ...], ...] = machine.levels  # type: ignore[attr-defined]
+    shape: tuple[int, ...] = machine.shape  # type: ignore[attr-defined]
+    if isinstance(dist, str):
+        return parse_distribution(dist, tensor, order, shape)
+    if not isinstance(dist, list | tuple) or not all(isinstance(d, str) for d in dist):
+        raise NotationError(
+            f"distribution of tensor {tensor!r} must be a string or a list of strings, got {dist!r}"
+        )
+    if len(dist) != len(levels):
+        raise NotationError(
+            f"tensor {tensor!r} has {len(dist)} distribution statements but its machine has "
+            f"{len(levels)} levels {list(levels)}; give one per level"
+        )
+    return tuple(
+        parse_distribution(d, tensor, order, lv) for d, lv in zip(dist, levels, strict=True)
+    )

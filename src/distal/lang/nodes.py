@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from distal.distribution.machine import Machine
-from distal.distribution.notation import Distribution, parse_distribution
+from distal.distribution.notation import Distribution, parse_layout
 from distal.errors import NotationError, ShapeError
 
 
@@ -182,7 +182,7 @@ class Tensor:
         self,
         name: str,
         shape: tuple[int, ...] | list[int] | int,
-        dist: str | None = None,
+        dist: str | list[str] | None = None,
         machine: Machine | None = None,
         dtype: Any = np.float64,
     ) -> None:
@@ -211,14 +211,14 @@ class Tensor:
             raise NotationError(f"machine of tensor {name!r} must be a distal Machine")
         self.machine = machine
         self.dist = dist
-        self.distribution: Distribution | None = None
+        self.distribution: Distribution | tuple[Distribution, ...] | None = None
         if dist is not None and dist != "auto":
             if machine is None:
                 raise NotationError(
                     f"tensor {name!r} has distribution {dist!r} but no machine; "
                     "pass machine=dl.Machine(...)"
                 )
-            self.distribution = parse_distribution(dist, name, len(self.shape), machine.shape)
+            self.distribution = parse_layout(dist, name, len(self.shape), machine)
         elif dist == "auto" and machine is None:
             raise NotationError(f"tensor {name!r} has dist='auto' but no machine")
         self.assignment: Assignment | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from distal.distribution.machine import Machine
 from distal.distribution.partition import Placement
 from distal.lang.concrete import Statement
 from distal.typing import Box, box_volume
@@ -145,6 +146,11 @@ class Plan:
     programs: tuple[tuple[Op, ...], ...]
     messages: tuple[Message, ...]
     primary: dict[tuple[int, ...], int] = field(default_factory=dict)
+    machine: Machine | None = None
+
+    def level_of(self, src: int, dst: int) -> int:
+        """Machine level a message from ``src`` to ``dst`` crosses (0: between top-level nodes)."""
+        return 0 if self.machine is None else max(self.machine.split_level(src, dst), 0)
 
     def __hash__(self) -> int:
         return id(self)

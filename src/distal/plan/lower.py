@@ -34,7 +34,7 @@ import itertools
 from collections import defaultdict
 
 from distal.distribution.machine import Machine
-from distal.distribution.notation import parse_distribution, whole_on_processor0
+from distal.distribution.notation import parse_layout, whole_on_processor0
 from distal.distribution.partition import Placement
 from distal.errors import ScheduleError
 from distal.lang.nodes import IndexVar
@@ -82,7 +82,7 @@ def placements_of(s: Schedule) -> dict[str, Placement]:
                 f"tensor {name!r} is distributed over {m!r} with {m.size} "
                 f"processors but the computation runs on {machine!r} with {machine.size}"
             )
-        out[name] = Placement(t.shape, parse_distribution(dist, name, t.ndim, m.shape), m.shape)
+        out[name] = Placement(t.shape, parse_layout(dist, name, t.ndim, m), m.shape)
     return out
 
 
@@ -232,6 +232,7 @@ class _Lowering:
             programs=programs,
             messages=tuple(messages),
             primary=primary,
+            machine=self.machine,
         )
 
     def _walk(self, p: int, base: dict[IndexVar, int], add, messages) -> list[Box | None]:

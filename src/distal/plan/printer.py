@@ -56,21 +56,33 @@ def loop_nest(s: Schedule) -> list[str]:
 
 
 def traffic_table(plan: Plan, st: Stats) -> list[str]:
-    """Per-processor words in/out, messages, iterations and peak words."""
-    head = (
-        f"{'proc':>5} {'words in':>12} {'words out':>12} {'msgs in':>8} "
-        f"{'iterations':>14} {'peak words':>12}"
+    """Per-processor words in/out, messages, iterations and peak words.
+
+    On a hierarchical machine, ``in@L`` columns split the words received by the
+    machine level they cross (``in@0``: between top-level nodes).
+    """
+    levels = st.level_words_received if st.level_words_received else []
+    levels = levels if len(levels) > 1 else []
+    cols = [
+        ("words in", st.words_received),
+        *((f"in@{k}", lw) for k, lw in enumerate(levels)),
+        ("words out", st.words_sent),
+        ("msgs in", st.messages_received),
+        ("iterations", st.iterations),
+        ("peak words", st.peak_words),
+    ]
+    width = [max(len(name), 8) + 2 for name, _ in cols]
+    head = f"{'proc':>5}" + "".join(
+        f"{name:>{w}}" for (name, _), w in zip(cols, width, strict=True)
     )
     lines = [head, "-" * len(head)]
     for p in range(plan.nprocs):
         lines.append(
-            f"{p:>5} {st.words_received[p]:>12} {st.words_sent[p]:>12} "
-            f"{st.messages_received[p]:>8} {st.iterations[p]:>14} {st.peak_words[p]:>12}"
+            f"{p:>5}" + "".join(f"{v[p]:>{w}}" for (_, v), w in zip(cols, width, strict=True))
         )
     lines.append("-" * len(head))
     lines.append(
-        f"{'max':>5} {max(st.words_received):>12} {max(st.words_sent):>12} "
-        f"{max(st.messages_received):>8} {max(st.iterations):>14} {max(st.peak_words):>12}"
+        f"{'max':>5}" + "".join(f"{max(v):>{w}}" for (_, v), w in zip(cols, width, strict=True))
     )
     lines.append(f"total words moved: {st.total_words}")
     return lines

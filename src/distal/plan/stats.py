@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 from distal.plan.ir import Compute, Fetch, Flush, OpenOutput, Plan, Reduce
 from distal.typing import box_volume
@@ -24,6 +24,7 @@ class Stats:
     messages_sent: list[int]
     iterations: list[int]
     peak_words: list[int]
+    level_words_received: list[list[int]] | None = field(default=None, compare=False)
 
     @property
     def max_words_received(self) -> int:
@@ -45,14 +46,33 @@ class Stats:
         """Number of processors."""
         return len(self.words_received)
 
-    def as_dict(self) -> dict[str, list[int]]:
+    def as_dict(self) -> dict[str, list]:
         """Plain dictionary of the per-processor lists."""
-        return {f.name: list(getattr(self, f.name)) for f in fields(self)}
+        out = {f.name: list(getattr(self, f.name)) for f in fields(self) if f.compare}
+        if self.level_words_received is not None:
+            out["level_words_received"] = [list(x) for x in self.level_words_received]
+        return out
 
     @classmethod
-    def zeros(cls, nprocs: int) -> Stats:
+    def zeros(cls, nprocs: int, nlevels: int = 1) -> Stats:
         """All-zero stats for ``nprocs`` processors (runtimes fill these in)."""
-        return cls(*([0] * nprocs for _ in fields(cls)))
+        lists = [[0] * nprocs for f in fields(cls) if f.compare]
+        return cls(*lists, level_words_received=[[0] * nprocs for _ in range(nlevels)])
+
+    def record(self, src: int, dst: int, words: int, level: int = 0) -> None:
+        """Count one message of ``words`` from ``src`` to ``dst`` crossing machine ``level``."""
+        self.words_received[dst] += words
+        self.words_sent[src] += words
+        self.messages_received[dst] += 1
+        self.messages_sent[src] += 1
+        if self.level_words_received is not None:
+            self.level_words_received[level][dst] += words
+
+    @property
+    def inter_node_words_received(self) -> list[int]:
+        """Words each processor receives across the outermost machine level."""
+        lw = self.level_words_received
+        return list(lw[0]) if lw else list(self.words_received)
 
 
 class MemoryTracker:
@@ -112,12 +132,10 @@ def ops_by_step(plan: Plan, p: int) -> list[list]:
 
 def plan_stats(plan: Plan) -> Stats:
     """Exact predicted ``Stats`` of a plan."""
-    st = Stats.zeros(plan.nprocs)
+    nlevels = plan.machine.nlevels if plan.machine is not None else 1
+    st = Stats.zeros(plan.nprocs, nlevels)
     for m in plan.messages:
-        st.words_received[m.dst] += m.words
-        st.words_sent[m.src] += m.words
-        st.messages_received[m.dst] += 1
-        st.messages_sent[m.src] += 1
+        st.record(m.src, m.dst, m.words, plan.level_of(m.src, m.dst))
     for p in range(plan.nprocs):
         mem = MemoryTracker(plan.owned_words(p))
         steps = ops_by_step(plan, p)

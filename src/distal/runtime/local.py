@@ -93,7 +93,7 @@ class LocalRuntime:
                     q.owned[name] = (np.zeros(box_shape(box), self.dtypes[name]), box)
                 else:
                     q.owned[name] = (read_block(name, inputs[name], box, self.dtypes[name]), box)
-        stats = Stats.zeros(plan.nprocs)
+        stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
         by_step = [ops_by_step(plan, q.p) for q in procs]
         start = time.perf_counter()
         for q in procs:
@@ -182,13 +182,8 @@ class LocalRuntime:
                 self._count(stats, src, q.p, piece)
         q.next[op.tensor] = (buf, op.box)
 
-    @staticmethod
-    def _count(stats: Stats, src: int, dst: int, box: Box) -> None:
-        w = box_volume(box)
-        stats.words_received[dst] += w
-        stats.words_sent[src] += w
-        stats.messages_received[dst] += 1
-        stats.messages_sent[src] += 1
+    def _count(self, stats: Stats, src: int, dst: int, box: Box) -> None:
+        stats.record(src, dst, box_volume(box), self.plan.level_of(src, dst))
 
     def _gather(self, procs: list[_Proc]) -> np.ndarray:
         plan = self.plan

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distal.distribution.machine import Machine
-from distal.distribution.notation import parse_distribution
-from distal.errors import NotSupportedYet, ScheduleError
+from distal.distribution.notation import parse_layout
+from distal.errors import ScheduleError
 from distal.lang.concrete import Statement, concretize
 from distal.lang.nodes import IndexVar, Tensor
 from distal.schedule.relations import Divide, Relation, Rotate, Split
@@ -74,7 +74,10 @@ class Schedule:
     def machine(self) -> Machine:
         """The processor grid the computation is distributed over."""
         if self.levels:
-            return self.levels[0].machine
+            m = self.levels[0].machine
+            for lvl in self.levels[1:]:
+                m = m.nest(lvl.machine)
+            return m
         for t in (self.statement.output, *self.statement.inputs()):
             if t.machine is not None:
                 return t.machine
@@ -208,7 +211,9 @@ class Schedule:
 
         The nest becomes ``outers..., inners...``, then the other loops in their
         previous order; iteration ``(outers...)`` runs on the processor with those
-        coordinates.
+        coordinates. A second ``distribute`` (on loops below the first one's, onto
+        the next level of a hierarchical machine) nests a level: its outers follow
+        the first level's, and a processor's coordinates are all levels' outers.
         """
         cmd = "distribute"
         if not isinstance(machine, Machine):
@@ -221,10 +226,9 @@ class Schedule:
                     f"{cmd}: {len(seq)} {what} {list(seq)} for a machine of rank {machine.ndim} "
                     f"{machine.shape}; give one per machine dimension"
                 )
-        if self.levels:
-            raise NotSupportedYet(f"{cmd}: a second distribute (hierarchical machines) on {vars}")
         for v in vars:
             self._loop(v, cmd)
+            self._serial(v, cmd)
         if len(set(vars)) != len(vars):
             raise ScheduleError(f"{cmd}: a variable is listed twice in {list(vars)}")
         taken: set[IndexVar] = set()
@@ -235,11 +239,12 @@ class Schedule:
         for v, o, i, g in zip(vars, outers, inners, machine.shape, strict=True):
             ext[o], ext[i] = g, -(-self.extent[v] // g)
             rels.append(Divide(v, o, i, g))
-        rest = tuple(x for x in self.loops if x not in vars)
+        procs = self.processor_loops
+        rest = tuple(x for x in self.loops if x not in vars and x not in procs)
         level = Level(tuple(vars), tuple(outers), tuple(inners), machine)
         fmt = lambda xs: "[" + ", ".join(x.name for x in xs) + "]"  # noqa: E731
         return self.replace(
-            loops=(*outers, *inners, *rest),
+            loops=(*procs, *outers, *inners, *rest),
             relations=tuple(rels),
             extent=ext,
             levels=(*self.levels, level),
@@ -317,7 +322,7 @@ class Schedule:
         m = machine if machine is not None else self.machine
         if not isinstance(m, Machine):
             raise ScheduleError(f"{cmd}: {m!r} is not a dl.Machine")
-        parse_distribution(dist, name, known[name].ndim, m.shape)
+        parse_layout(dist, name, known[name].ndim, m)
         return self.replace(
             placed=(*self.placed, (name, dist, m)),
             history=(*self.history, f"place({name}, {dist!r}, {m!r})"),
