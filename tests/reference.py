@@ -313,6 +313,10 @@ def assert_stats_sane(stats: Any, iteration_points: int | None = None) -> None:
         assert len(s[f]) == n, f"{f} has {len(s[f])} entries, iterations has {n}"
         assert all(x >= 0 for x in s[f]), f"negative {f}: {s[f]}"
     assert sum(s["words_sent"]) == sum(s["words_received"])
+    assert stats.total_words == sum(s["words_received"])
+    assert stats.max_words_received == max(s["words_received"], default=0)
+    # a message carries at least one word
+    assert all(m <= w for m, w in zip(s["messages_received"], s["words_received"], strict=True))
     if iteration_points is not None:
         assert sum(s["iterations"]) == iteration_points
 

@@ -64,8 +64,7 @@ def test_matmul_correct_and_measured_equals_predicted(algorithm: str, n: int, g:
     assert res.seconds >= 0
 
 
-def test_kernel_call_shortcut() -> None:
-    rng = np.random.default_rng(3)
+def test_kernel_call_shortcut(rng: np.random.Generator) -> None:
     b, c = rng.standard_normal((5, 5)), rng.standard_normal((5, 5))
     kernel = matmul_kernel("cannon", 5, 2)
     assert np.allclose(kernel(B=b, C=c), b @ c, rtol=1e-10, atol=1e-10)
@@ -310,3 +309,139 @@ def test_sum_with_broadcast_term(mshape: tuple | None) -> None:
     res = kernel.run({"B": b, "c": cv, "s": sv})
     assert np.allclose(res.value, b + 2.0 * cv[:, None] + sv, rtol=1e-10, atol=1e-10)
     assert_stats_equal(res.stats, kernel.stats())
+
+
+# ---------------------------------------------------------------------------------------------
+# More exact traffic: owner-computes, 1-D and joint (2-D regime) distributions
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_textbook_messages(algorithm: str) -> None:
+    """Every remote block comes from one owner: 2*(g-1) messages per processor."""
+    g, n = 3, 12
+    st = matmul_kernel(algorithm, n, g).stats()
+    assert list(st.messages_received) == [2 * (g - 1)] * (g * g)
+
+
+def test_owner_computes_moves_nothing() -> None:
+    M = dl.Machine(2, 3)
+    i, j = dl.index_vars("i j")
+    A = dl.Tensor("A", (5, 7), dist="xy -> xy", machine=M)
+    B = dl.Tensor("B", (5, 7), dist="xy -> xy", machine=M)
+    C = dl.Tensor("C", (5, 7), dist="ab -> ab", machine=M)
+    D = dl.Tensor("D", (5,), dist="x -> x*", machine=M)
+    A[i, j] = B[i, j] * C[i, j] + D[i]
+    io, jo, ii, ji = dl.index_vars("io jo ii ji")
+    kernel = dl.compile(dl.schedule(A).distribute([i, j], [io, jo], [ii, ji], M))
+    st = kernel.stats()
+    assert sum(st.words_received) == 0
+    assert sum(st.messages_received) == 0
+    rng = np.random.default_rng(1)
+    b, c, d = rng.standard_normal((5, 7)), rng.standard_normal((5, 7)), rng.standard_normal(5)
+    res = kernel.run({"B": b, "C": c, "D": d})
+    assert np.allclose(res.value, b * c + d[:, None], rtol=1e-10, atol=1e-10)
+    assert_stats_equal(res.stats, st)
+
+
+@pytest.mark.parametrize("g", [2, 3, 4])
+def test_one_dimensional_regime(g: int) -> None:
+    """A "ij -> i", B "ik -> i", C "kj -> k": each processor fetches the C rows it lacks."""
+    n = 12
+    M = dl.Machine(g)
+    i, j, k = dl.index_vars("i j k")
+    A = dl.Tensor("A", (n, n), dist="ij -> i", machine=M)
+    B = dl.Tensor("B", (n, n), dist="ik -> i", machine=M)
+    C = dl.Tensor("C", (n, n), dist="kj -> k", machine=M)
+    A[i, j] = B[i, k] * C[k, j]
+    io, ii = dl.index_vars("io ii")
+    kernel = dl.compile(dl.schedule(A).distribute([i], [io], [ii], M))
+    st = kernel.stats()
+    assert list(st.words_received) == [(g - 1) * (n // g) * n] * g
+    assert list(st.messages_received) == [g - 1] * g
+    rng = np.random.default_rng(g)
+    b, c = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    res = kernel.run({"B": b, "C": c})
+    assert np.allclose(res.value, b @ c, rtol=1e-10, atol=1e-10)
+    assert_stats_equal(res.stats, st)
+
+
+@pytest.mark.parametrize("g", [2, 3])
+def test_joint_distribution_2d_regime(g: int) -> None:
+    """B "ik -> ii" cuts i jointly over the whole grid (first position most significant):
+    processor (x, y) owns rows [(x*g + y) * n/g^2, ...) of B, all columns."""
+    n = 36
+    M = dl.Machine(g, g)
+    i, j, k = dl.index_vars("i j k")
+    A = dl.Tensor("A", (n, n), dist="ij -> ij", machine=M)
+    B = dl.Tensor("B", (n, n), dist="ik -> ii", machine=M)
+    C = dl.Tensor("C", (n, n), dist="kj -> kj", machine=M)
+    A[i, j] = B[i, k] * C[k, j]
+    io, jo, ii, ji = dl.index_vars("io jo ii ji")
+    kernel = dl.compile(dl.schedule(A).distribute([i, j], [io, jo], [ii, ji], M))
+    st = kernel.stats()
+    b_words = (g - 1) * (n // (g * g)) * n  # the row block's other g-1 slices
+    c_words = (g - 1) * (n // g) ** 2  # the column block's other g-1 blocks
+    assert list(st.words_received) == [b_words + c_words] * (g * g)
+    rng = np.random.default_rng(g)
+    b, c = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    res = kernel.run({"B": b, "C": c})
+    assert np.allclose(res.value, b @ c, rtol=1e-10, atol=1e-10)
+    assert_stats_equal(res.stats, st)
+
+
+def test_communicate_at_processor_loop_equals_default() -> None:
+    """A tensor communicated at a distributed loop, or never named, is fetched once."""
+    M = dl.Machine(2, 2)
+    n = 6
+    i, j, k = dl.index_vars("i j k")
+    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
+    B = dl.Tensor("B", (n, n), dist="xy -> xy", machine=M)
+    C = dl.Tensor("C", (n, n), dist="xy -> xy", machine=M)
+    A[i, j] = B[i, k] * C[k, j]
+    io, jo, ii, ji = dl.index_vars("io jo ii ji")
+    base = dl.schedule(A).distribute([i, j], [io, jo], [ii, ji], M)
+    s0 = stats_fields(dl.compile(base).stats())
+    s1 = stats_fields(dl.compile(base.communicate([A, B, C], jo)).stats())
+    s2 = stats_fields(dl.compile(base.communicate(B, io).communicate(C, jo)).stats())
+    assert s0["words_received"] == s1["words_received"] == s2["words_received"]
+    # once per processor: the row block of B and the column block of C, minus what it owns
+    assert s0["words_received"] == [2 * (n // 2) * (n // 2)] * 4
+
+
+# ---------------------------------------------------------------------------------------------
+# Expression corner cases
+# ---------------------------------------------------------------------------------------------
+
+
+def test_same_tensor_used_twice() -> None:
+    M = dl.Machine(2, 2)
+    i, j, k = dl.index_vars("i j k")
+    A = dl.Tensor("A", (5, 5), dist="xy -> xy", machine=M)
+    B = dl.Tensor("B", (5, 5), dist="xy -> xy", machine=M)
+    io, jo, ii, ji = dl.index_vars("io jo ii ji")
+    b = np.random.default_rng(0).standard_normal((5, 5))
+    for rhs, expected in [
+        (lambda: B[i, k] * B[k, j], b @ b),
+        (lambda: B[j, i] * 0.5 - B[i, j], 0.5 * b.T - b),
+        (lambda: B[i, j] + 1.0, b + 1.0),
+    ]:
+        A[i, j] = rhs()
+        kernel = dl.compile(dl.schedule(A).distribute([i, j], [io, jo], [ii, ji], M))
+        res = kernel.run({"B": b})
+        assert np.allclose(res.value, expected, rtol=1e-10, atol=1e-10)
+        assert_stats_equal(res.stats, kernel.stats())
+
+
+def test_redefining_a_tensor_replaces_its_computation() -> None:
+    (i,) = dl.index_vars("i")
+    y = dl.Tensor("y", (4,))
+    x = dl.Tensor("x", (4,))
+    y[i] = x[i] * 2.0
+    old = dl.compile(dl.schedule(y))
+    y[i] = x[i] * 3.0
+    new = dl.compile(dl.schedule(y))
+    xv = np.arange(4.0)
+    assert np.allclose(new.run({"x": xv}).value, 3 * xv)
+    # an already compiled kernel is unaffected
+    assert np.allclose(old.run({"x": xv}).value, 2 * xv)

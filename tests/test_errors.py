@@ -314,6 +314,33 @@ def test_communicate_errors(mm: SimpleNamespace) -> None:
         mm.s.communicate(mm.B, v["zeta"])
 
 
+@pytest.mark.parametrize("command", ["split", "divide", "distribute", "rotate"])
+def test_communicate_then_transform_that_loop(mm: SimpleNamespace, command: str) -> None:
+    """Communicating at a loop and then replacing that loop must not crash: either a
+    ScheduleError (naming the loop) or a kernel that computes the right answer."""
+    v = mm.v
+    if command == "rotate":
+        s = distributed(mm).communicate(mm.B, v["tau"])
+        make = lambda: s.rotate(v["tau"], [v["prow"]], v["taur"])  # noqa: E731
+    elif command == "distribute":
+        s = mm.s.communicate(mm.B, v["rho"])
+        make = lambda: distributed(SimpleNamespace(M=mm.M, v=v, s=s))  # noqa: E731
+    else:
+        s = mm.s.communicate(mm.B, v["tau"])
+        make = lambda: getattr(s, command)(v["tau"], v["tauo"], v["taui"], 2)  # noqa: E731
+    try:
+        kernel = dl.compile(make())
+    except dl.ScheduleError as e:
+        message = str(e)
+    else:
+        ins = good_inputs()
+        res = kernel.run(ins)
+        assert np.allclose(res.value, ins["Bmat"] @ ins["Cmat"], rtol=1e-10, atol=1e-10)
+        assert_stats_equal(res.stats, kernel.stats())
+        return
+    assert re.search(r"tau|rho", message), message
+
+
 def test_parallelize_unknown(mm: SimpleNamespace) -> None:
     with pytest.raises(dl.ScheduleError, match="zeta"):
         mm.s.parallelize(mm.v["zeta"])
@@ -424,6 +451,11 @@ def test_ill_formed_input(kernel, bad: object) -> None:
     ins["Bmat"] = bad
     with pytest.raises(dl.InputError, match="Bmat"):
         kernel.run(ins)
+
+
+def test_unknown_runtime(kernel) -> None:
+    with pytest.raises(dl.DistalError, match="nonesuch"):
+        kernel.run(good_inputs(), runtime="nonesuch")
 
 
 def test_inputs_are_converted(kernel) -> None:

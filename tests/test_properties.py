@@ -33,6 +33,11 @@ def check_case(case: Case, seed: int = 0) -> None:
     assert_stats_sane(predicted, points)
     if any(op[0] == "distribute" for op in case.ops):
         assert len(predicted.iterations) == built.machine.size
+    elif all(d is None for d in case.dists.values()):
+        # everything lives and runs on processor 0: nothing moves
+        assert sum(predicted.words_received) == 0
+    if built.machine.size == 1:
+        assert sum(predicted.words_received) == 0
 
     inputs = case.problem.random_inputs(np.random.default_rng(seed))
     expected = case.problem.expected(inputs)

@@ -141,6 +141,14 @@ class Schedule:
             raise ScheduleError(f"{cmd}: {what} must be a positive integer, got {x!r}")
         return int(x)
 
+    def _moved_comm(self, old: dict[IndexVar, IndexVar]) -> tuple[tuple[str, IndexVar], ...]:
+        """Communication at a replaced loop moves to the loop that keeps its granularity.
+
+        A tensor communicated at ``v`` is fetched per iteration of ``v``; after ``v``
+        becomes ``(outer, inner)`` an iteration of ``v`` is one of ``inner``.
+        """
+        return tuple((t, old.get(v, v)) for t, v in self.comm)
+
     def _replace_loop(self, v: IndexVar, new: Sequence[IndexVar]) -> tuple[IndexVar, ...]:
         k = self.loops.index(v)
         return (*self.loops[:k], *new, *self.loops[k + 1 :])
@@ -162,6 +170,7 @@ class Schedule:
             loops=self._replace_loop(v, (outer, inner)),
             relations=(*self.relations, Split(v, outer, inner, size)),
             extent=ext,
+            comm=self._moved_comm({v: inner}),
             history=(*self.history, f"split({v}, {outer}, {inner}, {size})"),
         )
 
@@ -180,6 +189,7 @@ class Schedule:
             loops=self._replace_loop(v, (outer, inner)),
             relations=(*self.relations, Divide(v, outer, inner, parts)),
             extent=ext,
+            comm=self._moved_comm({v: inner}),
             history=(*self.history, f"divide({v}, {outer}, {inner}, {parts})"),
         )
 
@@ -248,6 +258,7 @@ class Schedule:
             relations=tuple(rels),
             extent=ext,
             levels=(*self.levels, level),
+            comm=self._moved_comm(dict(zip(vars, inners, strict=True))),
             history=(
                 *self.history,
                 f"distribute({fmt(vars)}, {fmt(outers)}, {fmt(inners)}, {machine!r})",
@@ -277,6 +288,7 @@ class Schedule:
             loops=self._replace_loop(target, (result,)),
             relations=(*self.relations, Rotate(target, tuple(by), result)),
             extent=ext,
+            comm=self._moved_comm({target: result}),
             history=(*self.history, f"rotate({target}, [{names}], {result})"),
         )
 
