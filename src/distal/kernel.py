@@ -18,6 +18,7 @@ from distal.plan.lower import lower
 from distal.plan.printer import explain
 from distal.plan.stats import Stats, plan_stats
 from distal.runtime.source import check_source, is_block_source
+from distal.runtime.trace import Event
 from distal.schedule.api import Schedule
 
 RUNTIMES = ("local", "mpi", "dask")
@@ -32,6 +33,7 @@ class Result:
     seconds: float
     tasks_executed: int = 0
     tasks_reused: int = 0
+    trace: list[Event] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -100,8 +102,9 @@ class Kernel:
             from distal.runtime.local import LocalRuntime
 
             t0 = time.perf_counter()
-            value, stats, _ = LocalRuntime(self.plan, self.kernels, self.dtypes).run(data)
-            return Result(value, stats, time.perf_counter() - t0)
+            rt = LocalRuntime(self.plan, self.kernels, self.dtypes)
+            value, stats, _ = rt.run(data)
+            return Result(value, stats, time.perf_counter() - t0, trace=rt.trace.events)
         if runtime in RUNTIMES:
             try:
                 mod = importlib.import_module(f"distal.runtime.{runtime}")

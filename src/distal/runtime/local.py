@@ -30,7 +30,10 @@ from distal.plan.ir import (
 )
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.source import read_block
+from distal.runtime.trace import COMPUTE, FETCH, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box, box_shape, box_volume
+
+_KIND = {Fetch: FETCH, Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
 
 
 def _sl(box: Box, origin: Box) -> tuple[Any, ...]:
@@ -79,6 +82,7 @@ class LocalRuntime:
         self.plan = plan
         self.kernels = kernels
         self.dtypes = dtypes
+        self.trace = Recorder()
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
@@ -96,6 +100,7 @@ class LocalRuntime:
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
         by_step = [ops_by_step(plan, q.p) for q in procs]
         start = time.perf_counter()
+        self.trace = Recorder()
         for q in procs:
             self._prefetch(q, by_step[q.p][0], procs, stats)
             q.swap()
@@ -108,9 +113,12 @@ class LocalRuntime:
                         self._exec(q, op, procs, stats)
             for q in procs:
                 stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
+                t = self.trace.now()
                 for arr, box in q.inbox:
                     own, origin = q.owned[plan.output]
                     own[_sl(box, origin)] += arr
+                if q.inbox:
+                    self.trace.add(q.p, REDUCE, s, t, sum(a.size for a, _ in q.inbox))
                 q.inbox.clear()
                 if q.flushed:
                     q.partial, q.flushed = None, False
@@ -132,6 +140,8 @@ class LocalRuntime:
 
     def _exec(self, q: _Proc, op: Any, procs: list[_Proc], stats: Stats) -> None:
         plan = self.plan
+        t = self.trace.now()
+        before = stats.words_received[q.p] + stats.words_sent[q.p]
         try:
             if isinstance(op, Fetch):
                 self._fetch(q, op, procs, stats)
@@ -165,6 +175,10 @@ class LocalRuntime:
                 self._count(stats, op.src, q.p, op.box)
         except Exception as e:
             raise RuntimeFailure(f"processor {q.p} failed at {op}: {e}", processor=q.p) from e
+        kind = _KIND.get(type(op))
+        if kind is not None:
+            words = stats.words_received[q.p] + stats.words_sent[q.p] - before
+            self.trace.add(q.p, kind, getattr(op, "step", plan.nsteps), t, words)
 
     def _fetch(self, q: _Proc, op: Fetch, procs: list[_Proc], stats: Stats) -> None:
         if op.box is None:
