@@ -36,6 +36,18 @@ class Result:
     trace: list[Event] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def plot_timeline(self, path: str | None = None, **options: Any) -> Any:
+        """Per-processor Gantt chart of the run's trace (see ``distal.viz``)."""
+        from distal.viz import plot_timeline
+
+        return plot_timeline(self, path, **options)
+
+    def to_chrome_trace(self, path: str | None = None) -> Any:
+        """The trace as Chrome trace JSON (viewable in Perfetto)."""
+        from distal.viz import to_chrome_trace
+
+        return to_chrome_trace(self, path)
+
 
 class Kernel:
     """A compiled computation: its plan, predicted stats and runtimes."""
@@ -116,6 +128,24 @@ class Kernel:
                 ) from e
             return mod.run(self, data, **options)
         raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+
+    def plot_distribution(self, tensor: Any, path: str | None = None, **options: Any) -> Any:
+        """Picture of ``tensor``'s blocks coloured by owner (see ``distal.viz``)."""
+        from distal.viz import plot_distribution
+
+        return plot_distribution(self, tensor, path, **options)
+
+    def plot_traffic(self, path: str | None = None, **options: Any) -> Any:
+        """Processor x processor words matrix and per-processor bars (see ``distal.viz``)."""
+        from distal.viz import plot_traffic
+
+        return plot_traffic(self, path, **options)
+
+    def simulate(self, network: Any = "local", **options: Any) -> Any:
+        """Discrete-event simulation of the plan on a network model (see ``distal.sim``)."""
+        from distal.sim import simulate
+
+        return simulate(self, network=network, **options)
 
     def __call__(self, **inputs: Any) -> np.ndarray:
         """Shortcut: run on the local runtime and return the output."""
