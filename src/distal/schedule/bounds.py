@@ -64,9 +64,39 @@ class Bounds:
         out = affine(self.values(r.outer, fixed), self.values(r.inner, fixed), stride)
         return clip(out, n)
 
+    def hull(self, v: IndexVar, fixed: dict[IndexVar, int]) -> tuple[int, int]:
+        """Interval arithmetic on bounding intervals: an interval holding ``values(v, fixed)``.
+
+        This is what data movement uses (one box per tensor); it equals the hull of
+        the exact set except when a reordered split's inner loop is fixed above its
+        outer one and the result is clipped or rotated, where it may be larger.
+        """
+        n = self.extent[v]
+        if v in self.loops:
+            if v in fixed:
+                x = fixed[v]
+                return (x, x + 1) if 0 <= x < n else (0, 0)
+            return (0, n)
+        r = self.defined_by[v]
+        if isinstance(r, Rotate):
+            lo, hi = self.hull(r.result, fixed)
+            if hi <= lo:
+                return (0, 0)
+            if hi - lo >= n:
+                return (0, n)
+            a = (lo + sum(fixed[b] for b in r.by)) % n
+            return (a, a + hi - lo) if a + hi - lo <= n else (0, n)
+        stride = self.extent[r.inner] if isinstance(r, Divide) else r.size
+        olo, ohi = self.hull(r.outer, fixed)
+        ilo, ihi = self.hull(r.inner, fixed)
+        if ohi <= olo or ihi <= ilo:
+            return (0, 0)
+        lo, hi = max(olo * stride + ilo, 0), min((ohi - 1) * stride + ihi, n)
+        return (lo, hi) if hi > lo else (0, 0)
+
     def hull_box(self, fixed: dict[IndexVar, int]) -> dict[IndexVar, tuple[int, int]]:
         """Bounding interval of every original variable."""
-        return {v: hull(self.values(v, fixed)) for v in self.variables}
+        return {v: self.hull(v, fixed) for v in self.variables}
 
     def exact_boxes(self, fixed: dict[IndexVar, int]) -> list[Box]:
         """Disjoint boxes over the statement variables covering exactly the iterations."""
