@@ -5,6 +5,7 @@ notation) and how the computation is mapped (a schedule); distal compiles the
 three into an exact per-processor plan and runs it.
 """
 
+from distal import algorithms
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import (
@@ -42,6 +43,7 @@ __all__ = [
     "ShapeError",
     "Stats",
     "Tensor",
+    "algorithms",
     "compile",
     "einsum",
     "index_vars",
