@@ -13,6 +13,7 @@ True
 """
 
 from distal.algorithms.base import Algorithm
+from distal.algorithms.hierarchical import hierarchical_cannon, hierarchical_summa
 from distal.algorithms.matmul import (
     cannon,
     cosma,
@@ -33,6 +34,8 @@ __all__ = [
     "cosma",
     "cosma_grid",
     "cosma_words",
+    "hierarchical_cannon",
+    "hierarchical_summa",
     "inner_product",
     "johnson_3d",
     "mttkrp",

@@ -39,6 +39,8 @@ class Algorithm:
         words: closed-form words received per processor (indexed by processor number).
         formula: the closed form in words, for documentation.
         params: the algorithm's choices (grid, steps, ...).
+        level_words: on a hierarchical machine, the closed-form words received per
+            processor across each machine level (``[0]``: between nodes), else None.
     """
 
     name: str
@@ -50,6 +52,7 @@ class Algorithm:
     words: tuple[int, ...]
     formula: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    level_words: tuple[tuple[int, ...], ...] | None = None
 
     @property
     def input_names(self) -> tuple[str, ...]:
