@@ -13,10 +13,11 @@ import numpy as np
 
 from distal.errors import InputError, NotSupportedYet
 from distal.kernels.leaf import term_kernels
+from distal.plan.fast import Summary, summarize
 from distal.plan.ir import Plan
-from distal.plan.lower import lower
+from distal.plan.lower import lower, placements_of
 from distal.plan.printer import explain
-from distal.plan.stats import Stats, plan_stats
+from distal.plan.stats import Stats
 from distal.runtime.source import check_source, is_block_source
 from distal.runtime.trace import Event
 from distal.schedule.api import Schedule
@@ -54,13 +55,23 @@ class Kernel:
 
     def __init__(self, schedule: Schedule) -> None:
         self.schedule = schedule
-        self.plan: Plan = lower(schedule)
+        placements_of(schedule)  # check every tensor's machine now, not at the first run
         self.kernels = term_kernels(schedule.statement)
         self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
 
     @cached_property
+    def plan(self) -> Plan:
+        """The exact per-processor plan (built on first use: runs need it, stats do not)."""
+        return lower(self.schedule)
+
+    @cached_property
+    def summary(self) -> Summary:
+        """Exact stats and per-tensor totals, computed without enumerating the plan."""
+        return summarize(self.schedule)
+
+    @property
     def _stats(self) -> Stats:
-        return plan_stats(self.plan)
+        return self.summary.stats
 
     def stats(self) -> Stats:
         """Exact predicted traffic, work and memory per processor (a fresh copy)."""
@@ -68,7 +79,7 @@ class Kernel:
 
     def explain(self) -> str:
         """The scheduled loop nest, where each tensor moves, and the per-processor table."""
-        return explain(self.schedule, self.plan, self._stats)
+        return explain(self.schedule, self.summary)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate run inputs; arrays are converted to the tensors' dtypes.

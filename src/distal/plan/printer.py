@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from distal.lang.nodes import IndexVar
-from distal.plan.ir import FETCH, FINAL, PARTIAL, Plan
+from distal.plan.fast import Summary
+from distal.plan.ir import FETCH, FINAL, PARTIAL
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Rotate, Split
@@ -55,7 +56,7 @@ def loop_nest(s: Schedule) -> list[str]:
     return lines
 
 
-def traffic_table(plan: Plan, st: Stats) -> list[str]:
+def traffic_table(st: Stats) -> list[str]:
     """Per-processor words in/out, messages, iterations and peak words.
 
     On a hierarchical machine, ``in@L`` columns split the words received by the
@@ -76,7 +77,7 @@ def traffic_table(plan: Plan, st: Stats) -> list[str]:
         f"{name:>{w}}" for (name, _), w in zip(cols, width, strict=True)
     )
     lines = [head, "-" * len(head)]
-    for p in range(plan.nprocs):
+    for p in range(st.nprocs):
         lines.append(
             f"{p:>5}" + "".join(f"{v[p]:>{w}}" for (_, v), w in zip(cols, width, strict=True))
         )
@@ -88,35 +89,32 @@ def traffic_table(plan: Plan, st: Stats) -> list[str]:
     return lines
 
 
-def movement(s: Schedule, plan: Plan) -> list[str]:
+def movement(s: Schedule, moved: dict[tuple[str, str], list[int]]) -> list[str]:
     """Where each tensor lives and moves."""
-    words: dict[tuple[str, str], int] = defaultdict(int)
-    msgs: dict[tuple[str, str], int] = defaultdict(int)
-    for m in plan.messages:
-        words[m.tensor, m.kind] += m.words
-        msgs[m.tensor, m.kind] += 1
-    lines = []
     layouts = s.layouts()
+    out_name = s.statement.output.name
+    lines = []
     for name, t in s.tensors().items():
         dist, m = layouts[name]
         where = f"{dist!r} on {m!r}" if dist is not None and m is not None else "all on processor 0"
         v = s.comm_var(name)
         at = f"at each iteration of {v}" if v is not None else "once per processor"
-        role = "output" if name == plan.output else "input"
+        role = "output" if name == out_name else "input"
         lines.append(f"{name} ({role}, {t.shape}): {where}; communicated {at}")
-        kinds = (PARTIAL, FINAL) if name == plan.output else (FETCH,)
+        kinds = (PARTIAL, FINAL) if name == out_name else (FETCH,)
         for k in kinds:
-            if msgs[name, k]:
+            words, msgs = moved.get((name, k), (0, 0))
+            if msgs:
                 what = {
                     FETCH: "fetched",
                     PARTIAL: "partial sums sent to reducers",
                     FINAL: "final blocks sent to replicas",
                 }[k]
-                lines.append(f"    {what}: {words[name, k]} words in {msgs[name, k]} messages")
+                lines.append(f"    {what}: {words} words in {msgs} messages")
     return lines
 
 
-def explain(s: Schedule, plan: Plan, st: Stats) -> str:
+def explain(s: Schedule, summary: Summary) -> str:
     """The full report of ``Kernel.explain()``."""
     out = [
         f"computation: {s.statement.assignment!r}",
@@ -128,8 +126,7 @@ def explain(s: Schedule, plan: Plan, st: Stats) -> str:
     out += ["  " + x for x in loop_nest(s)]
     if s.relations:
         out += ["", "where:"] + ["  " + relation_text(r, s.extent) for r in s.relations]
-    out += ["", f"data ({plan.nsteps} steps per processor):"] + [
-        "  " + x for x in movement(s, plan)
-    ]
-    out += ["", "per processor:"] + ["  " + x for x in traffic_table(plan, st)]
+    out += ["", f"data ({summary.nsteps} steps per processor):"]
+    out += ["  " + x for x in movement(s, summary.moved)]
+    out += ["", "per processor:"] + ["  " + x for x in traffic_table(summary.stats)]
     return "\n".join(out)
