@@ -419,8 +419,8 @@ def cosma(
 
     Closed form (:func:`cosma_words`); divisible and ``gx == gy`` (or ``gz == 1``) with
     ``steps = gy``: every processor receives
-    ``(m*k*(gy-1) + n*k*(gx-1) + m*n*(gz-1)) / P`` words — on a cube ``3*(n**2/P**(2/3))
-    - 3*n**2/P``, the tight lower bound. With ``gx != gy`` and ``gz > 1`` one of B, C
+    ``(m*k*(gy-1) + n*k*(gx-1) + m*n*(gz-1)) / P`` words — on a cube
+    ``3*n**2/P**(2/3) - 3*n**2/P``, the tight lower bound. With ``gx != gy`` and ``gz > 1`` one of B, C
     is not aligned with the chunks and moves somewhat more; the search weighs that.
     """
     name = "cosma"
