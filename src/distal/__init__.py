@@ -5,7 +5,8 @@ notation) and how the computation is mapped (a schedule); distal compiles the
 three into an exact per-processor plan and runs it.
 """
 
-from distal import algorithms
+from distal import algorithms, data
+from distal.data import from_box_function, from_function, from_npy_dir, from_zarr, write_npy_dir
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import (
@@ -45,7 +46,13 @@ __all__ = [
     "Tensor",
     "algorithms",
     "compile",
+    "data",
     "einsum",
+    "from_box_function",
+    "from_function",
+    "from_npy_dir",
+    "from_zarr",
     "index_vars",
     "schedule",
+    "write_npy_dir",
 ]

@@ -127,6 +127,38 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if ok and same else 1
 
 
+def find_mpiexec(explicit: str | None = None) -> str | None:
+    """The MPI launcher: ``--mpiexec``, ``$DISTAL_MPIEXEC``, the venv's (mpich wheel), PATH."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    for cand in (explicit, os.environ.get("DISTAL_MPIEXEC")):
+        if cand:
+            return shutil.which(cand) or (cand if Path(cand).is_file() else None)
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.is_file() else shutil.which("mpiexec")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Launch a script under ``mpiexec -n P``; returns the launcher's exit code."""
+    import subprocess
+
+    mpiexec = find_mpiexec(args.mpiexec)
+    if mpiexec is None:
+        print(
+            "error: no mpiexec found: pip install 'distal[mpi]' (mpi4py + the mpich wheel), "
+            "or pass --mpiexec / set DISTAL_MPIEXEC to your cluster's launcher",
+            file=sys.stderr,
+        )
+        return 2
+    cmd = [mpiexec, "-n", str(args.n), *args.mpi_arg, sys.executable]
+    cmd += ["-m", "distal.runtime._mpi_launch", args.script, *args.args]
+    if args.verbose:
+        print(" ".join(cmd), file=sys.stderr)
+    return subprocess.call(cmd)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser; one subcommand per verb (``demo`` now, ``run`` etc. later)."""
     parser = argparse.ArgumentParser(
@@ -144,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--repeat", type=positive_int, default=3, help="timed runs; the best counts (default 3)"
     )
     demo.set_defaults(func=cmd_demo)
+    run = sub.add_parser("run", help="run a script on P MPI ranks (mpiexec -n P python SCRIPT)")
+    run.add_argument("-n", "--np", dest="n", type=positive_int, required=True, help="ranks")
+    run.add_argument("--mpiexec", default=None, help="launcher to use (default: the venv's)")
+    run.add_argument(
+        "--mpi-arg", action="append", default=[], help="extra launcher argument (repeatable)"
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="print the launch command")
+    run.add_argument("script", help="the Python script every rank runs")
+    run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
+    run.set_defaults(func=cmd_run)
     return parser
 
 

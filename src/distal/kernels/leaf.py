@@ -19,7 +19,7 @@ import opt_einsum as oe
 from distal.lang.concrete import Statement
 from distal.typing import Box
 
-Contraction = Callable[[Sequence[np.ndarray], np.ndarray, complex | float], None]
+Contraction = Callable[[Sequence[np.ndarray], np.ndarray, complex | float, bool], None]
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -40,9 +40,13 @@ def _matmul(xa: str, ya: str, out: str) -> Contraction | None:
         return None
     tx, ty, tout = xa != x + k, ya != k + y, out != x + y
 
-    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: complex | float) -> None:
+    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: complex, fresh: bool) -> None:
         a = ops[0].T if tx else ops[0]
         b = ops[1].T if ty else ops[1]
+        if fresh and alpha == 1 and dst.dtype == np.result_type(a, b):
+            # first write: BLAS stores straight into the output, no temporary
+            np.matmul(b.T, a.T, out=dst) if tout else np.matmul(a, b, out=dst)
+            return
         r = a @ b
         if alpha != 1:
             r *= alpha
@@ -55,8 +59,9 @@ def _matmul(xa: str, ya: str, out: str) -> Contraction | None:
 def contraction(spec: str) -> Contraction:
     """The routine computing ``dst += alpha * einsum(spec, *ops)``.
 
-    Output letters that no operand carries (a term that does not depend on an
-    output variable) are broadcast.
+    With ``fresh`` the destination is known to be zero, so the routine may store
+    instead of adding. Output letters that no operand carries (a term that does
+    not depend on an output variable) are broadcast.
     """
     ins, out = spec.split("->")
     parts = ins.split(",") if ins else []
@@ -68,7 +73,7 @@ def contraction(spec: str) -> Contraction:
     missing = tuple(n for n, c in enumerate(out) if c not in ins)
     inner = f"{ins}->{kept}"
 
-    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: complex | float) -> None:
+    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: complex, fresh: bool) -> None:
         if not ops:
             dst += alpha
             return
@@ -77,7 +82,10 @@ def contraction(spec: str) -> Contraction:
             r = r * alpha
         if missing:
             r = np.expand_dims(r, missing)
-        dst += r
+        if fresh:
+            dst[...] = r
+        else:
+            dst += r
 
     return run
 
@@ -129,10 +137,12 @@ def run_leaf(
     operands: dict[str, tuple[np.ndarray, Box]],
     out: np.ndarray,
     out_origin: Box,
+    fresh: bool = False,
 ) -> None:
     """Add every term's contribution over iteration ``box`` into ``out`` (holding ``out_origin``).
 
-    ``operands`` maps tensor names to ``(array, box it holds)``.
+    ``operands`` maps tensor names to ``(array, box it holds)``. ``fresh`` says the
+    output region is still all zeros, so the first contributing term may store.
     """
     for tk in kernels:
         if any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
@@ -143,4 +153,5 @@ def run_leaf(
             arr, origin = operands[name]
             ops.append(_view(arr, tuple(box[i] for i in idx), origin))
         dst = _view(out, tuple(box[i] for i in tk.out), out_origin)
-        contraction(tk.spec)(ops, dst, alpha)
+        contraction(tk.spec)(ops, dst, alpha, fresh)
+        fresh = False

@@ -34,6 +34,7 @@ from distal.runtime.trace import COMPUTE, FETCH, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box, box_shape, box_volume
 
 _KIND = {Fetch: FETCH, Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
+_ORIGIN = [((0, 0),) * n for n in range(33)]
 
 
 def _sl(box: Box, origin: Box) -> tuple[Any, ...]:
@@ -55,6 +56,8 @@ class _Proc:
         self.direct = False
         self.inbox: list[tuple[np.ndarray, Box]] = []
         self.flushed = False
+        self.fresh = False  # the partial buffer is still all zeros
+        self.own_fresh = True  # the owned output block is still all zeros
 
     def swap(self) -> None:
         """Buffers prefetched for the next step replace the current ones."""
@@ -88,15 +91,24 @@ class LocalRuntime:
         """Scatter the inputs, execute every step, gather the output."""
         plan = self.plan
         procs = [_Proc(p) for p in range(plan.nprocs)]
+        out_pl = plan.placements[plan.output]
+        result = np.zeros(out_pl.shape, self.dtypes[plan.output])
         for name, pl in plan.placements.items():
             for q in procs:
-                box = pl.owned_box(plan.coord_in(pl, q.p))
-                if box is None:
+                idx = pl.block_index(plan.coord_in(pl, q.p))
+                if idx is None:
                     continue
+                box = pl.block_box(idx)
                 if name == plan.output:
-                    q.owned[name] = (np.zeros(box_shape(box), self.dtypes[name]), box)
+                    # the reducer's block is a view of the result: gathering is free
+                    arr = (
+                        result[_sl(box, _ORIGIN[len(box)])]
+                        if plan.primary.get(idx) == q.p
+                        else np.zeros(box_shape(box), self.dtypes[name])
+                    )
+                    q.owned[name] = (arr, box)
                 else:
-                    q.owned[name] = (read_block(name, inputs[name], box, self.dtypes[name]), box)
+                    q.owned[name] = (self._input_block(name, inputs[name], box), box)
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
         by_step = [ops_by_step(plan, q.p) for q in procs]
         start = time.perf_counter()
@@ -117,6 +129,7 @@ class LocalRuntime:
                 for arr, box in q.inbox:
                     own, origin = q.owned[plan.output]
                     own[_sl(box, origin)] += arr
+                    q.own_fresh = False
                 if q.inbox:
                     self.trace.add(q.p, REDUCE, s, t, sum(a.size for a, _ in q.inbox))
                 q.inbox.clear()
@@ -130,7 +143,7 @@ class LocalRuntime:
             if isinstance(op, RecvFinal):
                 self._exec(q, op, procs, stats)
         seconds = time.perf_counter() - start
-        return self._gather(procs), stats, seconds
+        return result, stats, seconds
 
     def _prefetch(self, q: _Proc, ops: list[Any], procs: list[_Proc], stats: Stats) -> None:
         """Carry out the next step's fetches now (overlap), or step 0's before the first."""
@@ -148,20 +161,23 @@ class LocalRuntime:
             elif isinstance(op, OpenOutput):
                 if op.direct:
                     own, origin = q.owned[plan.output]
-                    q.partial, q.direct = (own, origin), True
+                    q.partial, q.direct, q.fresh = (own, origin), True, q.own_fresh
                 else:
                     arr = np.zeros(box_shape(op.box), self.dtypes[plan.output])
-                    q.partial, q.direct = (arr, op.box), False
+                    q.partial, q.direct, q.fresh = (arr, op.box), False, True
             elif isinstance(op, Compute):
                 out, origin = q.partial  # type: ignore[misc]
                 for box in op.boxes:
-                    run_leaf(self.kernels, box, q.buffers, out, origin)
+                    run_leaf(self.kernels, box, q.buffers, out, origin, q.fresh)
+                    q.fresh = False
+                    q.own_fresh = q.own_fresh and not q.direct
                     stats.iterations[q.p] += box_volume(box)
             elif isinstance(op, Flush):
                 arr, origin = q.partial  # type: ignore[misc]
                 for box in op.local:
                     own, oorigin = q.owned[plan.output]
                     own[_sl(box, oorigin)] += arr[_sl(box, origin)]
+                    q.own_fresh = False
                 for dst, box in op.sends:
                     procs[dst].inbox.append((arr[_sl(box, origin)].copy(), box))
                     self._count(stats, q.p, dst, box)
@@ -199,14 +215,12 @@ class LocalRuntime:
     def _count(self, stats: Stats, src: int, dst: int, box: Box) -> None:
         stats.record(src, dst, box_volume(box), self.plan.level_of(src, dst))
 
-    def _gather(self, procs: list[_Proc]) -> np.ndarray:
-        plan = self.plan
-        pl = plan.placements[plan.output]
-        out = np.zeros(pl.shape, self.dtypes[plan.output])
-        for idx, q in plan.primary.items():
-            box = pl.block_box(idx)
-            if box_volume(box) == 0:
-                continue
-            arr, origin = procs[q].owned[plan.output]
-            out[_sl(box, ((0, 0),) * len(box))] = arr[_sl(box, origin)]
-        return out
+    def _input_block(self, name: str, data: Any, box: Box) -> np.ndarray:
+        """A processor's owned block of an input: a read-only view of the caller's array
+        (placing inputs is not traffic, and the caller's data can never be changed),
+        or a block read from a block source."""
+        if isinstance(data, np.ndarray) and data.dtype == self.dtypes[name]:
+            view = data[_sl(box, _ORIGIN[len(box)])]
+            view.flags.writeable = False
+            return view
+        return read_block(name, data, box, self.dtypes[name])
