@@ -1,0 +1,260 @@
+"""The MPI runtime under a real ``mpiexec``, at 1, 2, 4 and 8 ranks.
+
+Each test launches ``mpiexec -n P python _script.py MODE ...`` (the script asserts on every
+rank that values equal numpy and measured stats equal ``kernel.stats()``; rank 0 prints a
+JSON line per passed case) and checks the job's exit code and output. The failure tests
+check that a job whose rank fails ends within seconds, naming that rank.
+
+Without mpi4py or an ``mpiexec`` the tests are skipped with the reason -- except under CI
+(``CI`` set), where the ``mpi`` extra is installed and their absence is a failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "_script.py"
+SIZES = (1, 2, 4, 8)
+JOB_TIMEOUT = 90.0
+FAIL_WITHIN = 20.0
+
+pytestmark = pytest.mark.mpi
+
+
+def _mpiexec() -> str | None:
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.is_file() else shutil.which("mpiexec")
+
+
+def _require_mpi() -> str:
+    """The launcher, or skip (fail under CI) with the reason."""
+    reason = None
+    try:
+        import mpi4py  # noqa: F401
+    except ModuleNotFoundError:
+        reason = "mpi4py is not installed (pip install 'distal[mpi]')"
+    launcher = _mpiexec()
+    if reason is None and launcher is None:
+        reason = "no mpiexec found beside the Python interpreter or on PATH"
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(f"MPI tests cannot run in CI: {reason}")
+        pytest.skip(reason)
+    return launcher  # type: ignore[return-value]
+
+
+class Job:
+    def __init__(self, rc: int, out: str, err: str, seconds: float) -> None:
+        self.rc, self.out, self.err, self.seconds = rc, out, err, seconds
+
+    def lines(self) -> list[dict[str, Any]]:
+        """The JSON objects in stdout (ranks' lines may interleave, so objects are searched)."""
+        out = []
+        for m in re.finditer(r"\{\"[^{}]*\}", self.out):
+            try:
+                out.append(json.loads(m.group(0)))
+            except ValueError:
+                continue
+        return out
+
+    def __repr__(self) -> str:
+        head = f"rc={self.rc} after {self.seconds:.1f}s"
+        return f"{head}\n--stdout--\n{self.out}\n--stderr--\n{self.err}"
+
+
+def run_job(nprocs: int, *args: str, via_cli: bool = False, timeout: float = JOB_TIMEOUT) -> Job:
+    """Launch the script on ``nprocs`` ranks; kill the whole process group on a time-out."""
+    launcher = _require_mpi()
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env["PYTHONUNBUFFERED"] = "1"
+    if via_cli:
+        cmd = [sys.executable, "-m", "distal", "run", "-n", str(nprocs), "--mpiexec", launcher]
+        cmd += [str(SCRIPT), *args]
+    else:
+        cmd = [launcher, "-n", str(nprocs), sys.executable, str(SCRIPT), *args]
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"mpiexec -n {nprocs} {' '.join(args)} hung for {timeout}s\n{out}\n{err}")
+    return Job(proc.returncode, out, err, time.monotonic() - t0)
+
+
+# --------------------------------------------------------------------------------------------
+# Correctness: named algorithms, random schedules, distributed data
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nprocs", SIZES)
+def test_named_algorithms(nprocs: int) -> None:
+    from _mpi_cases import named_cases
+
+    job = run_job(nprocs, "named")
+    assert job.rc == 0, job
+    passed = {d["case"] for d in job.lines() if d.get("ok")}
+    assert passed == set(named_cases(nprocs)), job
+    assert {"done": "named"} in job.lines(), job
+
+
+@pytest.mark.parametrize("nprocs", SIZES)
+def test_algorithm_library(nprocs: int) -> None:
+    pytest.importorskip("distal.algorithms", reason="no algorithm library in this version")
+    from _mpi_cases import library_cases
+
+    job = run_job(nprocs, "library")
+    assert job.rc == 0, job
+    passed = {d["case"] for d in job.lines() if d.get("ok")}
+    assert passed == {f"library {name}" for name in library_cases(nprocs)}, job
+
+
+@pytest.fixture(scope="module")
+def random_case_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Cases from the reference generator (random problems, distributions, schedules)."""
+    from hypothesis import HealthCheck, given, settings
+
+    import distal as dl
+    from reference import apply_schedule, cases
+
+    per_size: dict[int, list[Any]] = {p: [] for p in SIZES}
+
+    @settings(
+        max_examples=300,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(cases(with_schedule=True))
+    def collect(case: Any) -> None:
+        if all(len(b) >= 5 for b in per_size.values()):
+            return
+        built = case.build()
+        kernel = dl.compile(apply_schedule(dl.schedule(built.output), case.ops, built))
+        bucket = per_size.get(kernel.plan.nprocs)
+        if bucket is not None and len(bucket) < 5 and case not in bucket:
+            bucket.append(case)
+
+    collect()
+    path = tmp_path_factory.mktemp("mpi") / "cases.pickle"
+    path.write_bytes(pickle.dumps(per_size))
+    return path
+
+
+@pytest.mark.parametrize("nprocs", SIZES)
+def test_random_schedules(nprocs: int, random_case_file: Path) -> None:
+    expect = len(pickle.loads(random_case_file.read_bytes())[nprocs])
+    assert expect >= 3, "the generator gave too few cases of this size"
+    job = run_job(nprocs, "random", str(random_case_file))
+    assert job.rc == 0, job
+    assert sum(1 for d in job.lines() if d.get("ok")) == expect, job
+
+
+def test_distributed_inputs_and_outputs(tmp_path: Path) -> None:
+    job = run_job(4, "dist", str(tmp_path))
+    assert job.rc == 0, job
+    passed = {d["case"]: d for d in job.lines() if d.get("ok")}
+    assert set(passed) == {
+        "from_function + gather none",
+        "write_npy_dir / from_npy_dir",
+        "npy-dir input, gather root",
+        "zarr write / read",
+    }, job
+    assert (tmp_path / "A_npy" / "distal.json").is_file()
+    if "skipped" in passed["zarr write / read"]:
+        pytest.skip(f"zarr part skipped: {passed['zarr write / read']['skipped']}")
+
+
+# --------------------------------------------------------------------------------------------
+# Failures: wrong size, an exception on one rank, a failing block source
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nprocs", [2, 8])
+def test_wrong_number_of_ranks_fails_on_every_rank(nprocs: int) -> None:
+    job = run_job(nprocs, "wrong-size", timeout=FAIL_WITHIN + 30)
+    assert job.rc != 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    for r in range(nprocs):
+        assert f"4 processors but this MPI job has {nprocs} ranks (this is rank {r})" in job.err, (
+            job
+        )
+    assert "MPISizeError" in job.err
+
+
+@pytest.mark.parametrize(
+    ("nprocs", "rank", "step"),
+    [(4, 2, 1), (8, 5, 0), (2, 1, -1), (4, 3, 2)],
+    ids=["4@step1", "8@step0", "2@placement", "4@after-last-step"],
+)
+def test_injected_failure_reaches_every_rank(nprocs: int, rank: int, step: int) -> None:
+    job = run_job(nprocs, "fail-catch", str(rank), str(step), timeout=FAIL_WITHIN + 30)
+    assert job.seconds < FAIL_WITHIN, job
+    assert job.rc == 0, job
+    reports = {d["rank"]: d for d in job.lines() if "rank" in d}
+    assert set(reports) == set(range(nprocs)), job
+    for d in reports.values():
+        assert d["processor"] == rank, job
+        assert f"processor {rank} (MPI rank {rank}) failed" in d["error"], job
+        assert "injected failure" in d["error"], job
+
+
+def test_uncaught_failure_ends_the_job_via_distal_run() -> None:
+    job = run_job(4, "fail-raise", "2", "1", via_cli=True, timeout=FAIL_WITHIN + 30)
+    assert job.rc != 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    assert "RuntimeFailure: processor 2 (MPI rank 2) failed" in job.err, job
+    assert "injected failure at step 1" in job.err, job
+
+
+def test_failing_block_source_names_its_rank() -> None:
+    job = run_job(4, "fail-source", "3", timeout=FAIL_WITHIN + 30)
+    assert job.rc != 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    assert "processor 3 (MPI rank 3) failed: OSError: disk on fire" in job.err, job
+
+
+def test_cli_run_without_launcher(tmp_path: Path) -> None:
+    script = tmp_path / "s.py"
+    script.write_text("print('hi')\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distal",
+            "run",
+            "-n",
+            "2",
+            "--mpiexec",
+            str(tmp_path / "nope"),
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "no mpiexec found" in proc.stderr
