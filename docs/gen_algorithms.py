@@ -129,10 +129,19 @@ def machine_code(M: dl.Machine) -> str:
     return repr(M).replace("Machine(", "dl.Machine(")
 
 
+def q(x: object) -> str:
+    """Python literal with double quotes (as ruff format writes it)."""
+    if isinstance(x, str):
+        return '"' + x + '"'
+    if isinstance(x, list | tuple):
+        return "[" + ", ".join(q(v) for v in x) + "]"
+    return repr(x)
+
+
 def distribution_code(alg: al.Algorithm) -> str:
     lines = [f"M = {machine_code(alg.machine)}"]
     for name, t in alg.tensors.items():
-        lines.append(f"{name} = dl.Tensor({name!r}, {t.shape}, dist={t.dist!r}, machine=M)")
+        lines.append(f"{name} = dl.Tensor({q(name)}, {t.shape}, dist={q(t.dist)}, machine=M)")
     return "\n".join(lines)
 
 
@@ -142,7 +151,8 @@ def schedule_code(alg: al.Algorithm) -> str:
         text = text.replace(f", {lvl!r})", f", {machine_code(lvl)})")
     derived = [v.name for v in alg.schedule.extent if v not in alg.schedule.statement.variables]
     names = ", ".join(derived)
-    return f"{names} = dl.index_vars({' '.join(derived)!r})\ns = {text}"
+    body = text[1:-1] if text.startswith("(") and text.endswith(")") else text
+    return f"{names} = dl.index_vars({q(' '.join(derived))})\ns = (\n    {body}\n)"
 
 
 def docstring(fn: Callable[..., object]) -> str:
@@ -279,8 +289,8 @@ import distal as dl
 alg = dl.algorithms.cannon(1024, machine=dl.Machine(4, 4))
 kernel = alg.compile()
 assert list(kernel.stats().words_received) == list(alg.words)
-inputs = alg.inputs(rng=0)                       # random B, C of the right shapes
-res = kernel.run(inputs)                         # local runtime
+inputs = alg.inputs(rng=0)  # random B, C of the right shapes
+res = kernel.run(inputs)  # local runtime
 assert abs(res.value - alg.reference(inputs)).max() < 1e-8
 ```
 
@@ -308,7 +318,7 @@ def section(e: Entry) -> str:
         "",
         "# computation",
         f"{', '.join(v.name for v in alg.schedule.statement.variables)} = "
-        f"dl.index_vars({' '.join(v.name for v in alg.schedule.statement.variables)!r})",
+        f"dl.index_vars({q(' '.join(v.name for v in alg.schedule.statement.variables))})",
         e.computation,
         "",
         "# schedule",

@@ -188,11 +188,14 @@ def cannon(
     SUMMA's schedule plus ``rotate(ko, [io, jo], kos)``: processor ``(x, y)`` visits the
     k-chunks starting at ``x + y``, so at each step the processors of one grid row
     (column) read different chunks — Cannon's skew without explicit shifts. On a
-    non-square grid ``k`` is divided into ``lcm(gx, gy)`` chunks (as DISTAL does for
-    ``gx != gy``): each chunk lies in one B block (k cut by ``gy``) and one C block (k
-    cut by ``gx``), and the rotation runs over all of them.
+    non-square grid ``k`` is divided into ``lcm(gx, gy)`` chunks by default: each chunk
+    lies in one B block (k cut by ``gy``) and one C block (k cut by ``gx``), and the
+    rotation runs over all of them. ``steps=gx`` (DISTAL's ``divide(k, ko, ki, gx)``)
+    is also correct and moves the same words, but a chunk may straddle two owners'
+    blocks (more messages).
 
-    Closed form: the rotation only reorders the chunks, so the words are SUMMA's:
+    Closed form (any ``steps``): the rotation only reorders the chunks, so the words are
+    SUMMA's:
     ``|I_x|*(k - |K^gy_y|) + |J_y|*(k - |K^gx_x|)``; ``2*(g-1)*(n/g)**2`` square.
     """
     return _two_d("cannon", "ij", m, n, k, machine, steps)
@@ -420,8 +423,9 @@ def cosma(
     Closed form (:func:`cosma_words`); divisible and ``gx == gy`` (or ``gz == 1``) with
     ``steps = gy``: every processor receives
     ``(m*k*(gy-1) + n*k*(gx-1) + m*n*(gz-1)) / P`` words — on a cube
-    ``3*n**2/P**(2/3) - 3*n**2/P``, the tight lower bound. With ``gx != gy`` and ``gz > 1`` one of B, C
-    is not aligned with the chunks and moves somewhat more; the search weighs that.
+    ``3*n**2/P**(2/3) - 3*n**2/P``, the tight lower bound. With ``gx != gy`` and
+    ``gz > 1`` one of B, C is not aligned with the chunks and moves somewhat more; the
+    search weighs that.
     """
     name = "cosma"
     m, n, k = _extents(m, n, k, name)
