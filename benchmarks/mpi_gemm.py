@@ -82,7 +82,9 @@ def worker(n: int, algorithm: str, repeat: int) -> None:
     """One rank: run the kernel ``repeat`` times, measure, report through rank 0."""
     import distal as dl
     from distal.cli import gemm_kernel
+    from distal.runtime.mpi import world
 
+    world()  # MPI_Init (and its shared-memory segments) before anything is measured
     kernel = gemm_kernel(n, (2, 2), algorithm)
     B = dl.from_function((n, n), fb)
     C = dl.from_function((n, n), fc)

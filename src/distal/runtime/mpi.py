@@ -222,6 +222,8 @@ class _Rank:
         self.partial: tuple[np.ndarray, Box] | None = None
         self.direct = False
         self.flushed = False
+        self.fresh = False  # the partial buffer is still all zeros (leaf kernels may store)
+        self.own_fresh = True  # the owned output block is still all zeros
         self.inbox: list[tuple[np.ndarray, Box]] = []
         self.step_reqs: list[Any] = []
         self.fetch_sends: list[Any] = []
@@ -348,6 +350,7 @@ class _Rank:
             own, origin = self.owned.get(plan.output, (None, None))
             for arr, box in self.inbox:
                 own[_sl(box, origin)] += arr  # type: ignore[index]
+                self.own_fresh = False
             self.inbox.clear()
             if self.flushed:
                 self.partial, self.flushed = None, False
@@ -407,14 +410,17 @@ class _Rank:
         if isinstance(op, OpenOutput):
             if op.direct:
                 self.partial, self.direct = self.owned[plan.output], True
+                self.fresh = self.own_fresh
             else:
                 arr = np.zeros(box_shape(op.box), self.dtypes[plan.output])
-                self.partial, self.direct = (arr, op.box), False
+                self.partial, self.direct, self.fresh = (arr, op.box), False, True
         elif isinstance(op, Compute):
             out, origin = self.partial  # type: ignore[misc]
             t0 = time.perf_counter()
             for box in op.boxes:
-                run_leaf(self.kernel.kernels, box, self.buffers, out, origin)
+                run_leaf(self.kernel.kernels, box, self.buffers, out, origin, self.fresh)
+                self.fresh = False
+                self.own_fresh = self.own_fresh and not self.direct
                 self.counts["iterations"] += box_volume(box)
             self.compute_seconds += time.perf_counter() - t0
         elif isinstance(op, Flush):
@@ -422,6 +428,7 @@ class _Rank:
             for box in op.local:
                 own, oorigin = self.owned[plan.output]
                 own[_sl(box, oorigin)] += arr[_sl(box, origin)]
+                self.own_fresh = False
             for dst, box in op.sends:
                 tag = self.send_tags[(op.step, PARTIAL, dst, box)].popleft()
                 self.step_reqs.append(self._send(arr, box, origin, dst, tag))
