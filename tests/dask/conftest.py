@@ -1,0 +1,39 @@
+"""Dask test fixtures: tiny loopback clusters (the CI machine has two shared cores)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    """Two in-process workers, one thread each: fast to start, enough for most tests."""
+    with (
+        distributed.LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=False,
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+def trace_lines(path: Any) -> list[tuple[str, str, str]]:
+    """(event, task, status) lines a run's ``_trace`` hook wrote."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split(" ")
+        if len(parts) >= 2:
+            out.append((parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
+    return out

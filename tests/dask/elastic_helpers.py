@@ -1,0 +1,72 @@
+"""Kernels and inputs shared by the Dask runtime tests and the driver-kill subprocess.
+
+Inputs are small integers stored as float64, so every sum is exact whatever order Dask
+finishes tasks in: results are compared with ``np.array_equal``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import distal as dl
+
+
+def ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
+    """Small integer-valued float64 data: exact sums in any order."""
+    return np.random.default_rng(seed).integers(-3, 4, shape).astype(np.float64)
+
+
+def gemm(n: int = 32, grid: tuple[int, int] = (4, 4), algorithm: str = "cannon") -> Any:
+    """``A = B @ C`` over a grid of virtual processors (over-decomposed on purpose)."""
+    M = dl.Machine(*grid)
+    i, j, k = dl.index_vars("i j k")
+    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
+    B = dl.Tensor("B", (n, n), dist="xy -> xy", machine=M)
+    C = dl.Tensor("C", (n, n), dist="xy -> xy", machine=M)
+    A[i, j] = B[i, k] * C[k, j]
+    io, jo, ii, ji, ko, ki, kos = dl.index_vars("io jo ii ji ko ki kos")
+    s = (
+        dl.schedule(A)
+        .distribute([i, j], [io, jo], [ii, ji], M)
+        .divide(k, ko, ki, M.shape[0])
+        .reorder([ko, ii, ji])
+    )
+    if algorithm == "cannon":
+        s = s.rotate(ko, [io, jo], kos).communicate(A, jo).communicate([B, C], kos)
+    else:  # summa
+        s = s.communicate(A, jo).communicate([B, C], ko)
+    return dl.compile(s)
+
+
+def gemm_inputs(n: int = 32, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"B": ints((n, n), seed), "C": ints((n, n), seed + 1)}
+
+
+def mttkrp(n: int = 12, r: int = 5, grid: tuple[int, int] = (2, 2)) -> Any:
+    """``A(i,l) = B(i,j,k) C(j,l) D(k,l)``: j is split over the grid, so partial sums flow."""
+    M = dl.Machine(*grid)
+    i, j, k, l = dl.index_vars("i j k l")  # noqa: E741
+    A = dl.Tensor("A", (n, r), dist="il -> i0", machine=M)
+    B = dl.Tensor("B", (n, n, n), dist="ijk -> ij", machine=M)
+    C = dl.Tensor("C", (n, r), dist="jl -> *j", machine=M)
+    D = dl.Tensor("D", (n, r), dist="kl -> **", machine=M)
+    A[i, l] = B[i, j, k] * C[j, l] * D[k, l]
+    io, jo, ii, ji, ko, ki = dl.index_vars("io jo ii ji ko ki")
+    s = (
+        dl.schedule(A)
+        .distribute([i, j], [io, jo], [ii, ji], M)
+        .divide(k, ko, ki, 3)
+        .reorder([ko, ii, ji])
+        .communicate([B, C, D], ko)
+    )
+    return dl.compile(s)
+
+
+def mttkrp_inputs(n: int = 12, r: int = 5, seed: int = 0) -> dict[str, np.ndarray]:
+    return {"B": ints((n, n, n), seed), "C": ints((n, r), seed + 1), "D": ints((n, r), seed + 2)}
+
+
+def mttkrp_expected(x: dict[str, np.ndarray]) -> np.ndarray:
+    return np.einsum("ijk,jl,kl->il", x["B"], x["C"], x["D"])

@@ -1,0 +1,152 @@
+"""Fault tests: hard-killed workers, a hard-killed driver, both on loopback, bounded in time."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_expected, mttkrp_inputs
+
+import distal as dl
+from conftest import trace_lines
+
+pytestmark = [pytest.mark.dask, pytest.mark.timeout(150)]
+
+HERE = Path(__file__).resolve().parent
+
+
+def _wait_for(pred: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _done(trace: Path) -> int:
+    return sum(e == "done" for e, _, _ in trace_lines(trace))
+
+
+def test_killing_two_of_four_workers_keeps_the_result_exact(tmp_path: Path) -> None:
+    from distributed import Client, LocalCluster
+
+    k, x = gemm(), gemm_inputs()
+    trace = tmp_path / "trace"
+    with (
+        LocalCluster(
+            n_workers=4,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        out: dict[str, Any] = {}
+
+        def go() -> None:
+            try:
+                out["res"] = k.run(
+                    x,
+                    runtime="dask",
+                    client=c,
+                    checkpoint=tmp_path / "ck",
+                    _delay=0.3,
+                    _trace=str(trace),
+                )
+            except BaseException as e:  # surfaced below
+                out["err"] = e
+
+        pids = c.run(os.getpid)
+        t = threading.Thread(target=go)
+        t.start()
+        victims = sorted(pids)[:2]
+        _wait_for(lambda: _done(trace) >= 4, 60, "first tasks")
+        os.kill(pids[victims[0]], signal.SIGKILL)
+        _wait_for(lambda: _done(trace) >= 10, 60, "more tasks")
+        os.kill(pids[victims[1]], signal.SIGKILL)
+        t.join(120)
+        assert not t.is_alive()
+    assert "err" not in out, out.get("err")
+    res = out["res"]
+    assert np.array_equal(res.value, x["B"] @ x["C"])
+    s = res.extra["summary"]
+    print(s)
+    # Finished work was checkpointed, so only what ran on the victims at the kill is redone.
+    assert 1 <= s.recomputed <= len(victims), str(s)
+    assert set(victims) <= set(s.workers_lost)
+    assert res.tasks_executed + res.tasks_reused == s.tasks_total
+
+
+def test_killing_the_driver_recomputes_at_most_the_tasks_in_flight(tmp_path: Path) -> None:
+    ck_dir, t1, t2 = tmp_path / "ck", tmp_path / "trace1", tmp_path / "trace2"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    )
+    cmd = [sys.executable, str(HERE / "elastic_driver.py"), str(ck_dir), str(t1), "0.25"]
+    proc = subprocess.Popen(
+        cmd, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        _wait_for(lambda: _done(t1) >= 6, 90, "the first run's checkpoints")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    lines = trace_lines(t1)
+    started = {n for e, n, _ in lines if e == "start"}
+    finished = {n for e, n, _ in lines if e == "done"}
+    in_flight = started - finished
+    assert finished, "nothing was checkpointed before the kill"
+    assert len(in_flight) <= 2  # two single-threaded workers
+
+    # Rerun (another driver, here in-process) with the same checkpoint location.
+    proc2 = subprocess.run(
+        [sys.executable, str(HERE / "elastic_driver.py"), str(ck_dir), str(t2), "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert proc2.returncode == 0, proc2.stderr[-3000:]
+    assert "exact True" in proc2.stdout
+    computed2 = {n for e, n, st in trace_lines(t2) if e == "done" and st == "computed"}
+    recomputed = computed2 & started
+    assert len(recomputed) <= len(in_flight), (recomputed, in_flight)
+    assert not finished & computed2  # finished work is loaded (or not needed), never redone
+    executed, reused = (int(v) for v in proc2.stdout.split("tasks")[1].split()[:2])
+    assert reused >= len(finished)
+    assert executed + reused == 16  # one task per output block (see fuse())
+
+
+def test_corrupt_block_on_a_process_pool_mttkrp(tmp_path: Path) -> None:
+    """MTTKRP over a process pool: a damaged block file; memory:// is refused there."""
+    from distributed import Client, LocalCluster
+
+    k, x = mttkrp(), mttkrp_inputs()
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as c,
+    ):
+        r1 = k.run(x, runtime="dask", client=c, checkpoint=f"file://{tmp_path}")
+        run = Path(r1.extra["checkpoint"])
+        (run / "block-1-0.ck").write_bytes(b"DISTALCK\x01{}\n")
+        r2 = k.run(x, runtime="dask", client=c, checkpoint=f"file://{tmp_path}")
+        with pytest.raises(dl.InputError, match="memory://"):
+            k.run(x, runtime="dask", client=c, checkpoint="memory://elsewhere")
+    assert np.array_equal(r2.value, mttkrp_expected(x))
+    assert r2.extra["summary"].corrupt == 1
+    assert r2.tasks_executed == 3  # two partials (deleted after run 1) and the block
