@@ -6,6 +6,7 @@ three into an exact per-processor plan and runs it.
 """
 
 from distal import algorithms, data
+from distal.cost.autoschedule import autoschedule
 from distal.data import from_box_function, from_function, from_npy_dir, from_zarr, write_npy_dir
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
@@ -45,6 +46,7 @@ __all__ = [
     "Stats",
     "Tensor",
     "algorithms",
+    "autoschedule",
     "compile",
     "data",
     "einsum",

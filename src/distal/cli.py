@@ -165,6 +165,15 @@ def build_parser() -> argparse.ArgumentParser:
         prog="distal", description="distal: distributed tensor algebra compiler and runtime."
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    cal = sub.add_parser("calibrate", help="measure alpha/beta/gamma of this computer")
+    cal.add_argument(
+        "--output",
+        default=None,
+        help="JSON path (default: $DISTAL_CONFIG or ~/.config/distal/machine.json)",
+    )
+    cal.add_argument("--quick", action="store_true", help="smaller, faster measurements")
+    cal.add_argument("--dry-run", action="store_true", help="print only, do not store")
+    cal.set_defaults(func=cmd_calibrate)
     demo = sub.add_parser("demo", help="compile, run and check a distributed GEMM")
     demo.add_argument("--n", type=positive_int, default=1024, help="matrix size (default 1024)")
     demo.add_argument("--grid", type=parse_grid, default=(2, 2), help="GXxGY (default 2x2)")
@@ -201,3 +210,20 @@ def main(argv: list[str] | None = None) -> int:
     except dl.DistalError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1 if isinstance(e, dl.RuntimeFailure) else 2
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Measure the cost model's constants (ping-pong, GEMM) and store them as JSON."""
+    from distal.cost.model import calibrate, save_params
+
+    params, raw = calibrate(quick=args.quick)
+    print(f"alpha (latency)     : {params.alpha * 1e6:10.3f} us per message")
+    gbs, gflops = raw["bandwidth_bytes_per_s"] / 1e9, raw["gemm_gflops"]
+    print(f"beta  (1/bandwidth) : {params.beta * 1e9:10.4f} ns per 8-byte word ({gbs:.2f} GB/s)")
+    print(
+        f"gamma (1/flop rate) : {params.gamma * 1e12:10.4f} ps per flop "
+        f"({gflops:.1f} GFLOP/s numpy GEMM n={raw['gemm_n']})"
+    )
+    if not args.dry_run:
+        print(f"stored in {save_params(params, args.output, raw)}")
+    return 0

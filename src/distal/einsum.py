@@ -36,6 +36,9 @@ def einsum(
     Without a schedule, the first statement variables (output ones first) are
     distributed over the machine, owner-computes: inputs are replicated where a
     distributed variable does not index them, the output has one copy.
+    ``schedule="auto"``: every tensor gets a one-copy distribution and a schedule
+    chosen by the cost model (``distal.cost``); more than two operands run as one
+    fused kernel or a sequence of pairwise kernels, whichever the model prefers.
     """
     try:
         arrays = [np.asarray(x) for x in operands]
@@ -54,6 +57,10 @@ def einsum(
     m = machine if machine is not None else default_machine()
     if not isinstance(m, Machine):
         raise ScheduleError(f"machine must be a dl.Machine, got {m!r}")
+    if schedule == "auto":
+        from distal.cost.einsum_auto import einsum_auto
+
+        return einsum_auto(ins, out, arrays, m)
     order = list(dict.fromkeys(out + "".join(ins)))
     grid = m if len(order) >= m.ndim else Machine(m.size)
     placed_letters = order[: grid.ndim] if len(order) >= grid.ndim else []

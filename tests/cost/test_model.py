@@ -1,0 +1,83 @@
+"""The cost model, parameter files and ``distal calibrate``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import distal as dl
+from distal.cli import main
+from distal.cost.model import (
+    CLUSTERS,
+    CostModelError,
+    MachineParams,
+    calibrate,
+    load_params,
+    plan_cost,
+    save_params,
+)
+
+
+def _summa(n=16, g=2):
+    M = dl.Machine(g, g)
+    i, j, k = dl.index_vars("i j k")
+    A, B, C = (dl.Tensor(x, (n, n), dist="xy -> xy", machine=M) for x in "ABC")
+    A[i, j] = B[i, k] * C[k, j]
+    io, jo, ii, ji, ko, ki = dl.index_vars("io jo ii ji ko ki")
+    s = (
+        dl.schedule(A)
+        .distribute([i, j], [io, jo], [ii, ji], M)
+        .divide(k, ko, ki, g)
+        .reorder([ko, ii, ji])
+        .communicate([B, C], ko)
+    )
+    return dl.compile(s)
+
+
+def test_cost_by_hand():
+    kern = _summa()
+    st = kern.stats()
+    p = MachineParams(alpha=1.0, beta=0.5, gamma=0.25)
+    c = plan_cost(kern, p)
+    per = [
+        1.0 * max(st.messages_received[q], st.messages_sent[q])
+        + 0.5 * max(st.words_received[q], st.words_sent[q])
+        + 0.25 * 2 * st.iterations[q]
+        for q in range(4)
+    ]
+    assert c.per_processor == tuple(per)
+    assert c.seconds == max(per)
+    assert c.peak_words == st.max_peak_words
+    assert c.peak_bytes == 8 * st.max_peak_words
+    assert c.max_words == st.max_words_received
+
+
+def test_params_files(tmp_path, monkeypatch):
+    assert load_params() == CLUSTERS["hdr"]  # conftest points DISTAL_CONFIG at a missing file
+    path = save_params(MachineParams(1e-6, 2e-9, 3e-11), tmp_path / "m.json", {"note": 1})
+    got = load_params(path)
+    assert (got.alpha, got.beta, got.gamma) == (1e-6, 2e-9, 3e-11)
+    monkeypatch.setenv("DISTAL_CONFIG", str(path))
+    assert load_params().alpha == 1e-6
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(CostModelError, match=r"bad\.json"):
+        load_params(tmp_path / "bad.json")
+    with pytest.raises(CostModelError, match="beta"):
+        MachineParams(1.0, -1.0, 1.0)
+
+
+def test_calibrate_measures_something():
+    params, raw = calibrate(quick=True)
+    assert 0 < params.alpha < 1e-2
+    assert 0 < params.beta < 1e-6
+    assert 0 < params.gamma < 1e-6
+    assert raw["gemm_gflops"] > 0
+
+
+def test_cli_calibrate(tmp_path, capsys):
+    out = tmp_path / "sub" / "machine.json"
+    assert main(["calibrate", "--quick", "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert {"alpha", "beta", "gamma"} <= set(data)
+    assert "stored in" in capsys.readouterr().out
