@@ -29,7 +29,7 @@ RUNTIMES = ("local", "mpi", "dask")
 class Result:
     """What a run returns: the output, the measured stats and the wall time."""
 
-    value: np.ndarray
+    value: np.ndarray | None
     stats: Stats
     seconds: float
     tasks_executed: int = 0

@@ -123,11 +123,6 @@ def test_empty_blocks_correct(make) -> None:
     assert res.stats.as_dict() == kernel.stats().as_dict()
 
 
-@pytest.mark.xfail(
-    reason="compiler: a processor with an empty iteration space still fetches inputs and "
-    "sends zero partial sums (reported to the lead)",
-    strict=False,
-)
 @pytest.mark.parametrize("make", EMPTY_BLOCKS)
 def test_empty_blocks_move_nothing(make) -> None:
     alg = make()

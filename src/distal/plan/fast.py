@@ -258,14 +258,23 @@ class _Summarizer:
         fixed.update(zip(self.step_loops, vals, strict=False))
         return fixed, {}
 
+    def alive(self, fixed: dict, memo: dict) -> Arr:
+        """Processors with at least one iteration below the fixed loops."""
+        ok = np.ones(self.A, bool)
+        for v in self.st.variables:
+            lo, hi = self.hull(v, fixed, memo)
+            ok &= hi > lo
+        return ok
+
     def needed(self, name: str, fixed: dict, memo: dict) -> tuple[Arr, Arr, Arr]:
         """``(has, lo, hi)`` of the box of input ``name`` every active processor needs."""
         order = self.blocks[name].order
         has = np.zeros(self.A, bool)
+        alive = self.alive(fixed, memo)
         lo = np.full((self.A, order), np.iinfo(np.int64).max, np.int64)
         hi = np.full((self.A, order), np.iinfo(np.int64).min, np.int64)
         for term, gate in zip(self.st.terms, self.gates, strict=True):
-            ok = np.ones(self.A, bool)
+            ok = alive.copy()
             for v in gate:
                 glo, ghi = self.hull(v, fixed, memo)
                 ok &= (glo <= 0) & (0 < ghi)
@@ -373,6 +382,8 @@ class _Summarizer:
             for k, v in enumerate(lhs):
                 lo[:, k], hi[:, k] = self.hull(v, fixed, memo)
             has = np.all(hi > lo, axis=1) if blk.order else np.ones(A, bool)
+            has &= self.alive(fixed, memo)
+            lo, hi = np.where(has[:, None], lo, 0), np.where(has[:, None], hi, 0)
             boxes.append((has, lo, hi))
         # flush records: (row, open step, flush step, lo, hi)
         rec_rows, rec_open, rec_flush, rec_lo, rec_hi = [], [], [], [], []

@@ -137,7 +137,13 @@ class _Lowering:
         return dict(zip(self.s.processor_loops, coord, strict=True))
 
     def needed(self, name: str, hull: dict[IndexVar, tuple[int, int]]) -> Box | None:
-        """Hull of the boxes of tensor ``name`` that the iterations in ``hull`` read."""
+        """Hull of the boxes of tensor ``name`` that the iterations in ``hull`` read.
+
+        None when there is no iteration at all (some variable has an empty range):
+        an idle processor fetches nothing.
+        """
+        if any(hi <= lo for lo, hi in hull.values()):
+            return None
         boxes = []
         for term, gate in zip(self.st.terms, self.gates, strict=True):
             if any(not hull[v][0] <= 0 < hull[v][1] for v in gate):
@@ -256,7 +262,8 @@ class _Lowering:
                     self._fetch(p, si, name, box, add, messages)
             h = hull_at(vals[: self.depth[self.out_name]])
             ob: Box | None = tuple(h[v] for v in lhs)
-            obox.append(None if box_is_empty(ob) else ob)
+            idle = any(hi <= lo for lo, hi in h.values())
+            obox.append(None if idle or box_is_empty(ob) else ob)
             fixed = {**base, **dict(zip(self.step_loops, vals, strict=True))}
             boxes = self.bounds.exact_boxes(fixed)
             if boxes:
