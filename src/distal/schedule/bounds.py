@@ -22,7 +22,6 @@ from distal.schedule.relations import (
     Split,
     affine,
     clip,
-    hull,
     shift_mod,
 )
 from distal.typing import Box
