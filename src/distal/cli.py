@@ -195,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("script", help="the Python script every rank runs")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     run.set_defaults(func=cmd_run)
+    from distal.viz.cli_support import add_subcommands  # explain, plot, simulate
+
+    add_subcommands(sub)
     return parser
 
 

@@ -1,0 +1,280 @@
+"""The discrete-event simulation of a plan.
+
+Each processor is a generator that walks its program exactly as the MPI runtime
+does (``docs/internals.md``): before step 0 it posts and waits for step 0's
+fetches; at the start of step ``s`` it posts step ``s+1``'s fetches (sends of
+the blocks it owns, receives of the pieces it needs, local copies), posts the
+receives of step ``s``'s partial sums, computes, flushes (local adds, partial
+sends), waits for its partial messages, reduces, and waits for step ``s+1``'s
+fetches; after the last step finished blocks go to other replicas and the
+processor waits until everything it sent has arrived. It yields ``(BUSY, dt)``
+(the CPU is busy) or ``(WAIT, messages)``; the engine resumes it in time order.
+
+A message leaves when both sides have posted it (or when the sender posts it, up
+to ``eager_bytes``), first come first served on its sender's injection port and
+its receiver's ejection port, occupying both for ``bytes / bandwidth`` and
+arriving ``latency`` later. Because every post happens at the global clock and
+the clock only moves forward, first-come order is the order of posting.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from distal.plan.ir import FETCH, FINAL, PARTIAL, Compute, Fetch, Flush, Plan, Reduce
+from distal.plan.stats import ops_by_step
+from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
+from distal.runtime.trace import FETCH as EV_FETCH
+from distal.runtime.trace import FINAL as EV_FINAL
+from distal.typing import box_volume
+
+BUSY, WAITING = 0, 1
+Request = tuple[int, object]
+
+
+@dataclass
+class StepCosts:
+    """CPU seconds of one processor's steps (index ``nsteps`` is the final phase)."""
+
+    copy: list[float]  # local copies of the fetches of step s (done when they are posted)
+    compute: list[float]
+    flush: list[float]
+    reduce: list[float]
+    iterations: list[int]
+
+
+@dataclass
+class Wire:
+    """The messages of a plan as flat arrays, and who sends / receives what when."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    nbytes: np.ndarray
+    intra: np.ndarray
+    sends: dict[tuple[int, int, str], list[int]]  # (proc, step, kind) -> message ids
+    recvs: dict[tuple[int, int, str], list[int]]
+
+
+def wire_of(plan: Plan, itemsize: Callable[[str], int]) -> Wire:
+    """Index ``plan.messages`` by sender and receiver."""
+    n = len(plan.messages)
+    src, dst = np.empty(n, np.int64), np.empty(n, np.int64)
+    nbytes, intra = np.empty(n, np.float64), np.zeros(n, bool)
+    sends: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    recvs: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    for i, m in enumerate(plan.messages):
+        src[i], dst[i] = m.src, m.dst
+        nbytes[i] = m.words * itemsize(m.tensor)
+        intra[i] = plan.machine is not None and plan.level_of(m.src, m.dst) > 0
+        sends[(m.src, m.step, m.kind)].append(i)
+        recvs[(m.dst, m.step, m.kind)].append(i)
+    return Wire(src, dst, nbytes, intra, dict(sends), dict(recvs))
+
+
+class Engine:
+    """Event loop: processors (generators), message transfers and arrivals."""
+
+    def __init__(
+        self,
+        wire: Wire,
+        bandwidth: np.ndarray,
+        latency: float,
+        intra_bandwidth: float,
+        intra_latency: float,
+        eager_bytes: int,
+    ) -> None:
+        self.wire = wire
+        n, nprocs = len(wire.src), len(bandwidth)
+        self.bw = [float(b) for b in bandwidth]
+        self.latency, self.intra_bw, self.intra_lat = latency, intra_bandwidth, intra_latency
+        self.eager = eager_bytes
+        self.now = 0.0
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = itertools.count()
+        self.inj_free = [0.0] * nprocs
+        self.ej_free = [0.0] * nprocs
+        self.src_posted = bytearray(n)
+        self.dst_posted = bytearray(n)
+        self.started = bytearray(n)
+        self.arrival = [-1.0] * n
+        self.waited_dst = bytearray(n)  # the receiver waits for this message's arrival
+        self.waited_src = bytearray(n)  # the sender waits for it (its send to complete)
+        self.pending = [0] * nprocs
+        self.done = [0.0] * nprocs
+        self.port_busy = [0.0] * nprocs  # seconds each processor's ejection port carried data
+        self.gens: list[Generator[Request, None, None]] = []
+        self._src = wire.src.tolist()
+        self._dst = wire.dst.tolist()
+        self._bytes = wire.nbytes.tolist()
+        self._intra = wire.intra.tolist()
+
+    # -- messages ------------------------------------------------------------------------
+    def post_send(self, ids: Sequence[int]) -> None:
+        for m in ids:
+            self.src_posted[m] = 1
+            if not self.started[m] and (self.dst_posted[m] or self._bytes[m] <= self.eager):
+                self._start(m)
+
+    def post_recv(self, ids: Sequence[int]) -> None:
+        for m in ids:
+            self.dst_posted[m] = 1
+            if self.src_posted[m] and not self.started[m]:
+                self._start(m)
+
+    def _start(self, m: int) -> None:
+        self.started[m] = 1
+        s, d, b = self._src[m], self._dst[m], self._bytes[m]
+        if self._intra[m]:
+            t, arrive = self.now, self.now + b / self.intra_bw + self.intra_lat
+        else:
+            t = max(self.now, self.inj_free[s], self.ej_free[d])
+            dur = b / min(self.bw[s], self.bw[d])
+            self.inj_free[s] = self.ej_free[d] = t + dur
+            self.port_busy[d] += dur
+            arrive = t + dur + self.latency
+        heapq.heappush(self.heap, (arrive, next(self.seq), 1, m))
+
+    # -- processors ----------------------------------------------------------------------
+    def _resume(self, p: int) -> None:
+        gen = self.gens[p]
+        while True:
+            try:
+                kind, arg = next(gen)
+            except StopIteration:
+                self.done[p] = self.now
+                return
+            if kind == BUSY:
+                if arg > 0:  # type: ignore[operator]
+                    heapq.heappush(self.heap, (self.now + arg, next(self.seq), 0, p))  # type: ignore[operator]
+                    return
+                continue
+            count = 0
+            for m in arg:  # type: ignore[attr-defined]
+                if self.arrival[m] < 0:
+                    if self._dst[m] == p:
+                        self.waited_dst[m] = 1
+                    else:
+                        self.waited_src[m] = 1
+                    count += 1
+            if count:
+                self.pending[p] = count
+                return
+
+    def run(self, gens: list[Generator[Request, None, None]]) -> float:
+        """Run every processor to its end; the time the last event happened."""
+        self.gens = gens
+        for p in range(len(gens)):
+            heapq.heappush(self.heap, (0.0, next(self.seq), 0, p))
+        heap, end = self.heap, 0.0
+        while heap:
+            t, _, kind, x = heapq.heappop(heap)
+            self.now = end = t
+            if kind == 0:
+                self._resume(x)
+                continue
+            self.arrival[x] = t
+            for flags, who in ((self.waited_dst, self._dst), (self.waited_src, self._src)):
+                if flags[x]:
+                    flags[x] = 0
+                    q = who[x]
+                    self.pending[q] -= 1
+                    if self.pending[q] == 0:
+                        self._resume(q)
+        return end
+
+
+def step_costs(
+    plan: Plan,
+    p: int,
+    compute_seconds: Callable[[tuple], float],
+    mem_bandwidth: float,
+    itemsize: Callable[[str], int],
+    overhead: float,
+    copy_remote: bool,
+) -> StepCosts:
+    """CPU seconds of each step of processor ``p`` (``copy_remote``: the local runtime copies
+    remote pieces itself)."""
+    steps = ops_by_step(plan, p)
+    n = plan.nsteps + 1
+    c = StepCosts([0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0] * n)
+    out_b = itemsize(plan.output)
+    for s, ops in enumerate(steps):
+        for op in ops:
+            if isinstance(op, Fetch):
+                c.copy[s] += overhead
+                if op.box is None or op.view:
+                    continue
+                w = sum(box_volume(pc) for src, pc in op.pieces if copy_remote or src == p)
+                c.copy[s] += 2 * w * itemsize(op.tensor) / mem_bandwidth
+            elif isinstance(op, Compute):
+                for box in op.boxes:
+                    c.compute[s] += compute_seconds(box) + overhead
+                    c.iterations[s] += box_volume(box)
+            elif isinstance(op, Flush):
+                w = sum(box_volume(b) for b in op.local)
+                sent = sum(box_volume(b) for _, b in op.sends)
+                c.flush[s] += overhead * (1 + len(op.sends)) + 3 * w * out_b / mem_bandwidth
+                if copy_remote:
+                    c.flush[s] += 2 * sent * out_b / mem_bandwidth
+            elif isinstance(op, Reduce):
+                c.reduce[s] += overhead + 3 * box_volume(op.box) * out_b / mem_bandwidth
+            elif s == plan.nsteps:  # SendFinal / RecvFinal
+                c.reduce[s] += overhead + 2 * box_volume(op.box) * out_b / mem_bandwidth
+            else:
+                c.compute[s] += overhead  # OpenOutput
+    return c
+
+
+def processor(
+    eng: Engine, p: int, nsteps: int, costs: StepCosts, events: list[Event]
+) -> Generator[Request, None, None]:
+    """Processor ``p``'s program as the MPI runtime runs it (see the module docstring)."""
+    sends, recvs = eng.wire.sends, eng.wire.recvs
+    none: list[int] = []
+
+    def ids(table: dict, s: int, kind: str) -> list[int]:
+        return table.get((p, s, kind), none)
+
+    def waited(msgs: list[int], s: int) -> Generator[Request, None, None]:
+        t = eng.now
+        yield WAITING, msgs
+        if eng.now > t:
+            events.append(Event(p, WAIT, s, t, eng.now))
+
+    def busy(kind: str, s: int, dt: float, words: int = 0) -> Generator[Request, None, None]:
+        t = eng.now
+        yield BUSY, dt
+        if dt > 0:
+            events.append(Event(p, kind, s, t, eng.now, words))
+
+    def post_fetches(s: int) -> Generator[Request, None, None]:
+        eng.post_send(ids(sends, s, FETCH))
+        eng.post_recv(ids(recvs, s, FETCH))
+        yield from busy(EV_FETCH, s, costs.copy[s])
+
+    if nsteps:
+        yield from post_fetches(0)
+        yield from waited(ids(recvs, 0, FETCH), 0)
+    for s in range(nsteps):
+        if s + 1 < nsteps:
+            yield from post_fetches(s + 1)
+        eng.post_recv(ids(recvs, s, PARTIAL))
+        yield from busy(COMPUTE, s, costs.compute[s], costs.iterations[s])
+        yield from busy(FLUSH, s, costs.flush[s])
+        eng.post_send(ids(sends, s, PARTIAL))
+        yield from waited(ids(recvs, s, PARTIAL) + ids(sends, s, PARTIAL), s)
+        yield from busy(REDUCE, s, costs.reduce[s])
+        if s + 1 < nsteps:
+            yield from waited(ids(recvs, s + 1, FETCH), s + 1)
+    eng.post_send(ids(sends, nsteps, FINAL))
+    eng.post_recv(ids(recvs, nsteps, FINAL))
+    yield from waited(ids(recvs, nsteps, FINAL) + ids(sends, nsteps, FINAL), nsteps)
+    yield from busy(EV_FINAL, nsteps, costs.reduce[nsteps])
+    mine = [m for s in range(nsteps) for m in ids(sends, s, FETCH)]
+    yield from waited(mine, nsteps)

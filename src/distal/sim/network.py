@@ -1,0 +1,244 @@
+"""Network and machine models for the simulator: alpha-beta links, NICs and compute rates.
+
+A :class:`Network` describes one node type and the fabric between nodes. Every
+processor of a plan is one node with one network interface: an *injection* port
+(sends) and an *ejection* port (receives), each of ``bandwidth`` bytes/s. A
+message of ``b`` bytes occupies both its sender's injection port and its
+receiver's ejection port for ``b / bandwidth`` seconds (first come, first served
+per port) and arrives ``latency`` seconds after it leaves: contention is modelled
+at the endpoints only, as on a full-bisection fat tree.
+
+Presets (:data:`PRESETS`):
+
+* ``"local"``: this computer, calibrated in a fraction of a second (memcpy
+  bandwidth, numpy GEMM rate; the leaf kernels of a plan are timed on it too). All
+  processors share its cores, as ``mpiexec -n P`` on one host does.
+* ``"fat-tree-edr"`` / ``"fat-tree-hdr"``: a CPU cluster on InfiniBand EDR
+  (12.5 GB/s, 1 us) / HDR (25 GB/s, 0.6 us), 1.5 TFLOP/s per node at 70% of peak
+  for BLAS-3 (a dual-socket node of the Lassen class reaches about 0.7 TFLOP/s in
+  COSMA; that figure is ``Network.lassen()``).
+* ``"volunteer-wan"``: a wide-area pool of volunteer machines: 50 ms latency,
+  10-100 Mbit/s links and 20-200 GFLOP/s machines, both log-uniform per machine
+  (seeded, so runs repeat).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from distal.errors import DistalUserError
+
+
+class NetworkError(DistalUserError):
+    """An unknown network preset or a non-positive rate in a :class:`Network`."""
+
+
+@dataclass(frozen=True)
+class Network:
+    """One node type and the fabric between nodes (rates in bytes/s, flop/s and seconds).
+
+    Attributes:
+        name: label shown in reports.
+        bandwidth: bytes/s of each node's injection and of its ejection port (the fastest
+            node's when ``bandwidth_spread > 1``).
+        latency: seconds from a message leaving its sender to its arrival.
+        flops: flop/s of one node on the leaf kernels (the fastest node's when
+            ``speed_spread > 1``).
+        memory_bandwidth: bytes/s of local copies and reductions on one node.
+        intra_bandwidth, intra_latency: messages between processors of the same node on a
+            hierarchical machine (``plan.level_of(src, dst) > 0``); default: memory speed.
+        bandwidth_spread, speed_spread: ratio fastest / slowest node; per-node values are
+            log-uniform in between, drawn with ``seed``.
+        op_overhead: seconds of runtime bookkeeping per instruction (Python, MPI calls).
+        shared_cores: the nodes are processes sharing one host (``"local"``): its flop and
+            memory rates are divided among the processors.
+        measure_kernels: time the plan's leaf kernels on this computer instead of using
+            ``flops`` (only meaningful for this computer).
+        eager_bytes: messages up to this size leave when the sender posts them; larger ones
+            wait for the receiver to post its receive too (MPI's rendezvous protocol).
+        seed: random seed of the per-node spreads.
+    """
+
+    name: str
+    bandwidth: float
+    latency: float
+    flops: float
+    memory_bandwidth: float
+    intra_bandwidth: float | None = None
+    intra_latency: float | None = None
+    bandwidth_spread: float = 1.0
+    speed_spread: float = 1.0
+    op_overhead: float = 5e-6
+    shared_cores: bool = False
+    measure_kernels: bool = False
+    eager_bytes: int = 65536
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for f in ("bandwidth", "flops", "memory_bandwidth", "bandwidth_spread", "speed_spread"):
+            v = getattr(self, f)
+            if not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
+                raise NetworkError(f"Network {self.name!r}: {f} must be positive, not {v!r}")
+        for f in ("latency", "op_overhead"):
+            v = getattr(self, f)
+            if not (isinstance(v, int | float) and v >= 0 and math.isfinite(v)):
+                raise NetworkError(f"Network {self.name!r}: {f} must be >= 0, not {v!r}")
+        for f in ("bandwidth_spread", "speed_spread"):
+            if getattr(self, f) < 1:
+                raise NetworkError(f"Network {self.name!r}: {f} is max/min and must be >= 1")
+
+    def with_(self, **changes: object) -> Network:
+        """A copy with some fields changed, e.g. ``net.with_(bandwidth=2 * net.bandwidth)``."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def node_rates(self, nprocs: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-node ``(bandwidth, flops)`` arrays: log-uniform spreads below the maxima."""
+        rng = np.random.default_rng(self.seed)
+        u_bw, u_fl = rng.random(nprocs), rng.random(nprocs)
+        bw = self.bandwidth / self.bandwidth_spread**u_bw
+        fl = self.flops / self.speed_spread**u_fl
+        if self.bandwidth_spread == 1:
+            bw = np.full(nprocs, float(self.bandwidth))
+        if self.speed_spread == 1:
+            fl = np.full(nprocs, float(self.flops))
+        return bw, fl
+
+    @staticmethod
+    def lassen() -> Network:
+        """A Lassen CPU node (2 x Power9) on EDR InfiniBand, at COSMA's 670 GFLOP/s per node."""
+        return Network("lassen-cpu", 12.5e9, 1.0e-6, 670e9, 120e9, op_overhead=5e-6)
+
+
+CALIBRATION_FILE = Path(
+    os.environ.get("DISTAL_SIM_CALIBRATION", Path.home() / ".cache" / "distal" / "sim-local.json")
+)
+
+
+def _measure_memcpy(nbytes: int = 32 << 20, repeat: int = 5) -> float:
+    src = np.ones(nbytes // 8)
+    dst = np.empty_like(src)
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * nbytes / best  # read + write
+
+
+def _measure_gemm(n: int = 1024, repeat: int = 3) -> float:
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    a @ b
+    best = math.inf
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best
+
+
+def _from_cost_model() -> dict[str, float] | None:
+    """What ``distal calibrate`` measured (``distal.cost.model``), when it has been run here.
+
+    Its ``alpha`` / ``beta`` come from a ping-pong between two processes of this computer
+    and its ``gamma`` from a numpy GEMM: exactly this preset's latency, link and flop rate.
+    """
+    try:
+        from distal.cost import model
+    except ImportError:
+        return None
+    try:
+        params = model.load_params()
+    except Exception:
+        return None
+    if not str(getattr(params, "source", "")).startswith("calibrated"):
+        return None
+    if not (params.alpha >= 0 and params.beta > 0 and params.gamma > 0):
+        return None
+    return {
+        "flops": 1 / params.gamma,
+        "bandwidth": params.word_bytes / params.beta,
+        "latency": params.alpha,
+    }
+
+
+@lru_cache(maxsize=1)
+def calibrate_local(refresh: bool = False) -> dict[str, float]:
+    """This computer's GEMM rate (flop/s) and memcpy bandwidth (bytes/s).
+
+    Read from ``CALIBRATION_FILE`` (younger than a day), else measured (about 0.3 s) and
+    cached there. ``distal calibrate``'s figures, when present, override the GEMM rate and
+    add the link bandwidth and latency (see :func:`local_network`).
+    """
+    if not refresh:
+        try:
+            data = json.loads(CALIBRATION_FILE.read_text())
+            if time.time() - data["when"] < 86400 and data.get("cpus") == os.cpu_count():
+                return {"flops": data["flops"], "memory_bandwidth": data["memory_bandwidth"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    cal = {"flops": _measure_gemm(), "memory_bandwidth": _measure_memcpy()}
+    try:
+        CALIBRATION_FILE.parent.mkdir(parents=True, exist_ok=True)
+        stamp = {"when": time.time(), "cpus": os.cpu_count()}
+        CALIBRATION_FILE.write_text(json.dumps({**cal, **stamp}))
+    except OSError:
+        pass
+    return cal
+
+
+def local_network() -> Network:
+    """This computer as a network of processes sharing its cores (calibrated)."""
+    cal = calibrate_local()
+    mem = cal["memory_bandwidth"]
+    link = _from_cost_model() or {}
+    return Network(
+        "local",
+        bandwidth=link.get("bandwidth", mem / 2),  # shared-memory MPI copies twice
+        latency=link.get("latency", 5e-6),
+        flops=link.get("flops", cal["flops"]),
+        memory_bandwidth=mem,
+        op_overhead=20e-6,
+        shared_cores=True,
+        measure_kernels=True,
+    )
+
+
+def _fat_tree(name: str, bandwidth: float, latency: float) -> Network:
+    return Network(name, bandwidth, latency, flops=0.7 * 1.5e12, memory_bandwidth=150e9)
+
+
+PRESETS = {
+    "local": local_network,
+    "fat-tree-edr": lambda: _fat_tree("fat-tree-edr", 12.5e9, 1.0e-6),
+    "fat-tree-hdr": lambda: _fat_tree("fat-tree-hdr", 25e9, 0.6e-6),
+    "volunteer-wan": lambda: Network(
+        "volunteer-wan",
+        bandwidth=100e6 / 8,
+        latency=50e-3,
+        flops=200e9,
+        memory_bandwidth=20e9,
+        bandwidth_spread=10.0,
+        speed_spread=10.0,
+        op_overhead=20e-6,
+        eager_bytes=0,
+    ),
+    "lassen": Network.lassen,
+}
+
+
+def get_network(network: str | Network) -> Network:
+    """A :class:`Network` from a preset name or an instance (``NetworkError`` otherwise)."""
+    if isinstance(network, Network):
+        return network
+    if isinstance(network, str) and network in PRESETS:
+        return PRESETS[network]()
+    raise NetworkError(f"unknown network {network!r}; presets are {sorted(PRESETS)}")

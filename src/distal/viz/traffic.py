@@ -1,0 +1,96 @@
+"""``plot_traffic``: who sends how many words to whom, from ``plan.messages``.
+
+Left: the processor x processor matrix of words (rows send, columns receive), for
+one step or the whole run. Right: words received per processor, with the
+communication lower bound of the busiest processor as a line when
+``distal.cost.bounds`` knows one for this computation (matrix products, MTTKRP);
+otherwise a note says why there is no line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distal.viz._mpl import VizError, figure, save
+
+
+def traffic_matrix(plan: Any, step: int | None = None) -> np.ndarray:
+    """Words from processor ``src`` (row) to ``dst`` (column), at ``step`` or in all."""
+    w = np.zeros((plan.nprocs, plan.nprocs), dtype=np.int64)
+    for m in plan.messages:
+        if step is None or m.step == step:
+            w[m.src, m.dst] += m.words
+    return w
+
+
+def lower_bound(kernel: Any) -> tuple[float | None, str]:
+    """``(words, description)`` of the busiest processor's lower bound, or ``(None, why)``."""
+    try:
+        from distal.cost import bounds
+    except ImportError:
+        return None, "no lower bound: distal.cost.bounds is not available"
+    try:
+        b = bounds.statement_bound(kernel.schedule, kernel.plan.nprocs)
+    except Exception as e:  # a bound the cost module cannot form is not a picture error
+        return None, f"no lower bound: {e}"
+    if b is None:
+        return None, "no lower bound known for this computation (matrix products, MTTKRP only)"
+    return float(b.words), f"lower bound ({b.kind}): {b.words:,.0f} words"
+
+
+def plot_traffic(
+    kernel: Any, path: str | None = None, step: int | None = None, *, title: str | None = None
+) -> Any:
+    """Processor x processor words matrix and per-processor words received.
+
+    Args:
+        kernel: a compiled :class:`~distal.Kernel`.
+        path: save as PNG / SVG / PDF when given.
+        step: one step's messages (``plan.nsteps`` is the final phase); None: all.
+        title: figure title.
+
+    Returns the matplotlib Figure.
+    """
+    from matplotlib.colors import LogNorm, Normalize
+
+    plan = kernel.plan
+    if step is not None and not (isinstance(step, int) and 0 <= step <= plan.nsteps):
+        raise VizError(f"step {step!r} is not in 0..{plan.nsteps} (the plan's steps and final)")
+    w = traffic_matrix(plan, step)
+    recv = w.sum(axis=0)
+    fig = figure(10.5, 4.2)
+    ax, bx = fig.subplots(1, 2, width_ratios=[1, 1.3])
+    if w.any():
+        lo, hi = int(w[w > 0].min()), int(w.max())
+        log = hi > 20 * lo
+        norm = LogNorm(vmin=lo, vmax=hi) if log else Normalize(vmin=0, vmax=hi)
+        im = ax.imshow(np.ma.masked_equal(w, 0), cmap="viridis", norm=norm)
+        label = "words (log scale)" if log else "words"
+        fig.colorbar(im, ax=ax, label=f"{label}; blank: none", shrink=0.85)
+    else:
+        ax.imshow(w, cmap="Greys", vmin=0, vmax=1)
+        ax.text(0.5, 0.5, "no messages", transform=ax.transAxes, ha="center")
+    ax.set_xlabel("receiver")
+    ax.set_ylabel("sender")
+    which = "all steps" if step is None else f"step {step}"
+    ax.set_title(f"words sent, {which}", fontsize=9)
+
+    procs = np.arange(plan.nprocs)
+    bx.bar(procs, recv, color="tab:blue", width=0.8 if plan.nprocs < 64 else 1.0)
+    bx.set_xlabel("processor")
+    bx.set_ylabel("words received")
+    bound, note = lower_bound(kernel) if step is None else (None, "bound: whole run only")
+    if bound is not None:
+        bx.axhline(bound, color="tab:red", linestyle="--", label=note)
+        bx.legend(loc="lower right", fontsize=8)
+    else:
+        bx.text(0.02, 0.97, note, transform=bx.transAxes, va="top", fontsize=8)
+    bx.set_title(
+        f"words received ({which}): max {int(recv.max(initial=0)):,}, total {int(recv.sum()):,}",
+        fontsize=9,
+    )
+    what = plan.statement.assignment
+    fig.suptitle(title or f"traffic of {what} on {plan.nprocs} processors", fontsize=10)
+    return save(fig, path)

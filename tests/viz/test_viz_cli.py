@@ -1,0 +1,71 @@
+"""``distal explain | plot | simulate`` on small cases."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("matplotlib")
+
+from distal.cli import main
+from distal.viz.cli_support import canonical, parse_expression, product_form
+
+GEMM = "A(i,j) = B(i,k) * C(k,j)"
+
+
+def test_parse_index_notation_and_einsum():
+    p = parse_expression("A(i,j) = B(i,k) * C(k,j) + 2 * D(i,j)")
+    assert p.out == "A"
+    assert p.out_vars == ["i", "j"]
+    assert p.tensors == {"A": ["i", "j"], "B": ["i", "k"], "C": ["k", "j"], "D": ["i", "j"]}
+    assert product_form(p) is None
+    q = parse_expression("ik,kj->ij")
+    assert canonical(product_form(q))[0] == "ab,bc->ac"
+    assert canonical(product_form(parse_expression(GEMM)))[0] == "ab,bc->ac"
+
+
+def test_explain(capsys):
+    pytest.importorskip("distal.algorithms")
+    assert main(["explain", GEMM, "--n", "32", "--machine", "2x2", "--algorithm", "cannon"]) == 0
+    out = capsys.readouterr().out
+    assert "rotate" in out
+    assert "per processor" in out
+
+
+@pytest.mark.parametrize("kind", ["distribution", "traffic", "timeline", "simulated"])
+def test_plot(tmp_path, capsys, kind):
+    pytest.importorskip("distal.algorithms")
+    path = tmp_path / f"{kind}.png"
+    argv = ["plot", "ik,kj->ij", "--n", "32", "--machine", "2x2", "--algorithm", "summa"]
+    assert main([*argv, "--kind", kind, "--tensor", "B", "-o", str(path)]) == 0
+    assert path.stat().st_size > 5000
+
+
+def test_simulate(tmp_path, capsys):
+    pytest.importorskip("distal.algorithms")
+    argv = ["simulate", "ijk,jl,kl->il", "--n", "16", "--machine", "2x2x2", "--algorithm"]
+    trace = tmp_path / "sim.json"
+    assert main([*argv, "mttkrp", "--network", "fat-tree-hdr", "--chrome-trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert "simulated on fat-tree-hdr" in out
+    assert trace.is_file()
+
+
+def test_auto(capsys):
+    pytest.importorskip("distal.cost.autoschedule")
+    assert main(["explain", GEMM, "--n", "32", "--machine", "4", "--algorithm", "auto"]) == 0
+    assert "per processor" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["explain", "ik,kj->ij", "--algorithm", "nope"], "unknown algorithm 'nope'"),
+        (["explain", "A(i,j) = B(i,k) * C(k,j) + D(i,j)", "--algorithm", "cannon"], "a sum"),
+        (["explain", "A(i,j) = B(i,k) *", "--algorithm", "cannon"], "expected"),
+        (["explain", GEMM, "--sizes", "q=4", "--algorithm", "cannon"], "'q'"),
+    ],
+)
+def test_errors_name_the_culprit(capsys, argv, needle):
+    pytest.importorskip("distal.algorithms")
+    assert main(argv) == 2
+    assert needle in capsys.readouterr().err
