@@ -647,13 +647,5 @@ def autoschedule(
 
 
 def schedule_code(s: Schedule) -> str:
-    """Pasteable code for a schedule: its derived index variables, then ``repr``."""
-    st = s.statement
-    orig = set(st.variables)
-    derived = [v for v in s.extent if v not in orig]
-    lines = ["Machine = dl.Machine"]
-    if derived:
-        names = " ".join(v.name for v in derived)
-        lines.append(f"{', '.join(v.name for v in derived)}, = dl.index_vars({names!r})")
-    lines.append(f"s = {s!r}")
-    return "\n".join(lines)
+    """Pasteable code for a schedule, assigned to ``s`` (``repr`` declares its variables)."""
+    return repr(s).replace("(dl.schedule(", "s = (dl.schedule(", 1)

@@ -114,12 +114,25 @@ def movement(s: Schedule, moved: dict[tuple[str, str], list[int]]) -> list[str]:
     return lines
 
 
+def bound_lines(s: Schedule, st: Stats) -> list[str]:
+    """Max words received against the communication lower bound, where one is known."""
+    from distal.cost.bounds import statement_bound
+
+    b = statement_bound(s, st.nprocs)
+    if b is None:
+        return []
+    w = st.max_words_received
+    ratio = f"{w / b.words:.3f}" if b.words > 0 else ("1.000" if w == 0 else "inf")
+    return [f"lower bound: {b.words:.1f} words per processor ({b.detail}); max / bound = {ratio}"]
+
+
 def explain(s: Schedule, summary: Summary) -> str:
     """The full report of ``Kernel.explain()``."""
     out = [
         f"computation: {s.statement.assignment!r}",
         f"machine: {s.machine!r}",
-        f"schedule: {s!r}",
+        "schedule:",
+        *("  " + line for line in repr(s).splitlines()),
         "",
         "loop nest:",
     ]
@@ -129,4 +142,5 @@ def explain(s: Schedule, summary: Summary) -> str:
     out += ["", f"data ({summary.nsteps} steps per processor):"]
     out += ["  " + x for x in movement(s, summary.moved)]
     out += ["", "per processor:"] + ["  " + x for x in traffic_table(summary.stats)]
+    out += bound_lines(s, summary.stats)
     return "\n".join(out)

@@ -108,8 +108,18 @@ class Schedule:
         return found
 
     def __repr__(self) -> str:
+        """Code that rebuilds this schedule, given the tensors and their index variables.
+
+        The variables the commands introduce are declared first, so the text can be
+        pasted after the computation's definition and edited.
+        """
+        new = [v for v in self.extent if v not in self.statement.extent]
         body = "".join(f"\n    .{h}" for h in self.history)
-        return f"(dl.schedule({self.tensor.name}){body})"
+        head = ""
+        if new:
+            names = " ".join(v.name for v in new)
+            head = f"{', '.join(v.name for v in new)}, = dl.index_vars({names!r})\n"
+        return f"{head}(dl.schedule({self.tensor.name}){body})"
 
     # -- validation helpers ------------------------------------------------------------------
 
@@ -246,8 +256,10 @@ class Schedule:
             self._fresh(v, cmd, taken)
         ext = dict(self.extent)
         rels = list(self.relations)
+        for o, g in zip(outers, machine.shape, strict=True):
+            ext[o] = g
         for v, o, i, g in zip(vars, outers, inners, machine.shape, strict=True):
-            ext[o], ext[i] = g, -(-self.extent[v] // g)
+            ext[i] = -(-self.extent[v] // g)
             rels.append(Divide(v, o, i, g))
         procs = self.processor_loops
         rest = tuple(x for x in self.loops if x not in vars and x not in procs)
@@ -261,7 +273,7 @@ class Schedule:
             comm=self._moved_comm(dict(zip(vars, inners, strict=True))),
             history=(
                 *self.history,
-                f"distribute({fmt(vars)}, {fmt(outers)}, {fmt(inners)}, {machine!r})",
+                f"distribute({fmt(vars)}, {fmt(outers)}, {fmt(inners)}, {_code(machine)})",
             ),
         )
 
@@ -337,7 +349,7 @@ class Schedule:
         parse_layout(dist, name, known[name].ndim, m)
         return self.replace(
             placed=(*self.placed, (name, dist, m)),
-            history=(*self.history, f"place({name}, {dist!r}, {m!r})"),
+            history=(*self.history, f"place({name}, {dist!r}, {_code(m)})"),
         )
 
     def parallelize(self, v: IndexVar) -> Schedule:
@@ -346,6 +358,11 @@ class Schedule:
         return self.replace(
             parallel=self.parallel | {v}, history=(*self.history, f"parallelize({v})")
         )
+
+
+def _code(m: Machine) -> str:
+    """A machine as code: ``dl.Machine(2, 2).nest(dl.Machine(2))``."""
+    return "dl." + repr(m).replace(".nest(Machine", ".nest(dl.Machine")
 
 
 def schedule(t: Tensor) -> Schedule:
