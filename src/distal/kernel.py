@@ -124,8 +124,14 @@ class Kernel:
         if runtime == "local":
             from distal.runtime.local import LocalRuntime
 
+            unknown = set(options) - {"trace", "progress"}
+            if unknown:
+                raise InputError(
+                    f"unknown option(s) {sorted(unknown)} for the local runtime; "
+                    "valid options are ['progress', 'trace']"
+                )
             t0 = time.perf_counter()
-            rt = LocalRuntime(self.plan, self.kernels, self.dtypes)
+            rt = LocalRuntime(self.plan, self.kernels, self.dtypes, **options)
             value, stats, _ = rt.run(data)
             return Result(value, stats, time.perf_counter() - t0, trace=rt.trace.events)
         if runtime in RUNTIMES:

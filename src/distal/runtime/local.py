@@ -11,6 +11,7 @@ This runtime is the correctness oracle the other runtimes are compared with.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -32,6 +33,7 @@ from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.source import read_block
 from distal.runtime.trace import COMPUTE, FETCH, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box, box_shape, box_volume
+from distal.viz.progress import Progress
 
 _KIND = {Fetch: FETCH, Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
 _ORIGIN = [((0, 0),) * n for n in range(33)]
@@ -81,10 +83,22 @@ class _Proc:
 class LocalRuntime:
     """Executes a plan in this process."""
 
-    def __init__(self, plan: Plan, kernels: tuple[TermKernel, ...], dtypes: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        kernels: tuple[TermKernel, ...],
+        dtypes: dict[str, Any],
+        *,
+        trace: bool | None = None,
+        progress: bool | None = None,
+    ) -> None:
         self.plan = plan
         self.kernels = kernels
         self.dtypes = dtypes
+        if trace is None:
+            trace = os.environ.get("DISTAL_TRACE", "1") != "0"
+        self.tracing = trace
+        self.progress = progress
         self.trace = Recorder()
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
@@ -116,26 +130,12 @@ class LocalRuntime:
         for q in procs:
             self._prefetch(q, by_step[q.p][0], procs, stats)
             q.swap()
-        for s in range(plan.nsteps):
-            for q in procs:
-                if s + 1 < plan.nsteps:
-                    self._prefetch(q, by_step[q.p][s + 1], procs, stats)
-                for op in by_step[q.p][s]:
-                    if not isinstance(op, Fetch):
-                        self._exec(q, op, procs, stats)
-            for q in procs:
-                stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
-                t = self.trace.now()
-                for arr, box in q.inbox:
-                    own, origin = q.owned[plan.output]
-                    own[_sl(box, origin)] += arr
-                    q.own_fresh = False
-                if q.inbox:
-                    self.trace.add(q.p, REDUCE, s, t, sum(a.size for a, _ in q.inbox))
-                q.inbox.clear()
-                if q.flushed:
-                    q.partial, q.flushed = None, False
-                q.swap()
+        bar = Progress(plan.nsteps, plan.nprocs, enabled=self.progress)
+        try:
+            for s in range(plan.nsteps):
+                self._step(s, procs, by_step, stats, bar)
+        finally:
+            bar.close()
         for q in procs:
             stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
         finals = [(q, op) for q in procs for op in by_step[q.p][plan.nsteps]]
@@ -144,6 +144,30 @@ class LocalRuntime:
                 self._exec(q, op, procs, stats)
         seconds = time.perf_counter() - start
         return result, stats, seconds
+
+    def _step(self, s: int, procs: list[_Proc], by_step: list, stats: Stats, bar: Progress) -> None:
+        """Step ``s`` of every processor: prefetch ``s+1``, compute, flush, then reduce."""
+        plan = self.plan
+        for q in procs:
+            if s + 1 < plan.nsteps:
+                self._prefetch(q, by_step[q.p][s + 1], procs, stats)
+            for op in by_step[q.p][s]:
+                if not isinstance(op, Fetch):
+                    self._exec(q, op, procs, stats)
+            bar.advance(q.p, s)
+        for q in procs:
+            stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
+            t = self.trace.now()
+            for arr, box in q.inbox:
+                own, origin = q.owned[plan.output]
+                own[_sl(box, origin)] += arr
+                q.own_fresh = False
+            if q.inbox and self.tracing:
+                self.trace.add(q.p, REDUCE, s, t, sum(a.size for a, _ in q.inbox))
+            q.inbox.clear()
+            if q.flushed:
+                q.partial, q.flushed = None, False
+            q.swap()
 
     def _prefetch(self, q: _Proc, ops: list[Any], procs: list[_Proc], stats: Stats) -> None:
         """Carry out the next step's fetches now (overlap), or step 0's before the first."""
@@ -192,7 +216,7 @@ class LocalRuntime:
         except Exception as e:
             raise RuntimeFailure(f"processor {q.p} failed at {op}: {e}", processor=q.p) from e
         kind = _KIND.get(type(op))
-        if kind is not None:
+        if kind is not None and self.tracing:
             words = stats.words_received[q.p] + stats.words_sent[q.p] - before
             self.trace.add(q.p, kind, getattr(op, "step", plan.nsteps), t, words)
 
