@@ -132,16 +132,30 @@ class _Channel:
         text = buf.decode("utf-8", "replace")
         raise PeerFailure(f"processor {src} (MPI rank {src}) failed: {text}", processor=src)
 
-    def wait(self, reqs: Sequence[Any]) -> None:
-        """Wait for all ``reqs`` while watching the error channel."""
+    def wait(self, reqs: Sequence[Any], keep: tuple[Any, ...] = ()) -> None:
+        """Wait for all ``reqs`` while watching the error channel.
+
+        If a peer fails meanwhile, the requests are withdrawn where MPI allows and they,
+        with the buffers in ``keep``, are kept alive for good: MPI may still write into a
+        receive buffer after the wait is abandoned, so freeing it would corrupt the heap.
+        """
         if not reqs:
             return
         spins = 0
-        while not MPI.Request.Testall(list(reqs)):
-            self.check()
-            spins += 1
-            if spins > 100:
-                time.sleep(min(2e-3, 2e-6 * spins))
+        try:
+            while not MPI.Request.Testall(list(reqs)):
+                self.check()
+                spins += 1
+                if spins > 100:
+                    time.sleep(min(2e-3, 2e-6 * spins))
+        except BaseException:
+            for r in reqs:
+                try:
+                    r.Cancel()
+                except Exception:
+                    pass
+            _GRAVEYARD.append((list(reqs), keep))
+            raise
 
     def barrier(self) -> None:
         """A barrier that still notices failures (non-blocking barrier, polled)."""
@@ -151,7 +165,7 @@ class _Channel:
         """All ranks' ``row`` (float64) stacked, via a polled ``Iallgather``."""
         row = np.ascontiguousarray(row, dtype=np.float64)
         out = np.empty((self.size, row.size), np.float64)
-        self.wait([self.data.Iallgather([row, MPI.DOUBLE], [out, MPI.DOUBLE])])
+        self.wait([self.data.Iallgather([row, MPI.DOUBLE], [out, MPI.DOUBLE])], keep=(row, out))
         return out
 
     def notify(self, text: str, grace: float = 2.0) -> None:
@@ -162,6 +176,7 @@ class _Channel:
             for r in range(self.size)
             if r != self.rank
         ]
+        _GRAVEYARD.append((reqs, buf))  # a send still in flight must keep its buffer
         deadline = time.monotonic() + grace
         while reqs and not MPI.Request.Testall(reqs) and time.monotonic() < deadline:
             time.sleep(1e-3)
@@ -472,7 +487,7 @@ class _Rank:
             elif value is not None:
                 spec = self._spec(value, box, zero)
                 reqs.append(self.chan.data.Irecv(spec, source=q, tag=tag))
-        self.chan.wait(reqs)
+        self.chan.wait(reqs, keep=(value,))
         return value
 
     def abandon(self) -> None:
