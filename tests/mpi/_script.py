@@ -49,6 +49,10 @@ def check(name: str, kernel: dl.Kernel, inputs: dict, expected: np.ndarray, **op
     value = np.asarray(res.value)
     assert value.shape == expected.shape, (name, value.shape, expected.shape)
     assert np.allclose(value, expected, rtol=1e-10, atol=1e-10), f"{name}: wrong value"
+    computing = {p for p, it in enumerate(predicted.iterations) if it}
+    traced = {e.proc for e in res.trace if e.kind == "compute"}
+    assert traced == computing, f"{name}: compute events from {traced}, expected {computing}"
+    assert all(e.end >= e.start for e in res.trace), f"{name}: event ends before it starts"
     report(case=name, ok=True, words=res.stats.total_words, steps=kernel.plan.nsteps)
 
 

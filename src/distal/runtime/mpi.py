@@ -58,6 +58,14 @@ from distal.plan.ir import (
 )
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.source import read_block
+from distal.runtime.trace import (
+    COMPUTE,
+    FLUSH,
+    REDUCE,
+    WAIT,
+    Event,
+    Recorder,
+)  # FETCH, FINAL: same words as the plan's
 from distal.typing import Box, box_shape, box_volume
 
 GATHER_MODES = ("all", "root", "none")
@@ -249,6 +257,7 @@ class _Rank:
         self.mpitypes: dict[str, Any] = {}
         self.compute_seconds = 0.0
         self.where = "setup"
+        self.trace = Recorder()
         self._index_messages()
 
     # -- tags -----------------------------------------------------------------------------
@@ -357,27 +366,41 @@ class _Rank:
             for op in steps[s]:
                 if not isinstance(op, Fetch | Reduce):
                     self.where = f"step {s}: {op}"
+                    t = self.trace.now()
                     self._exec(op)
+                    kind = COMPUTE if isinstance(op, Compute) else FLUSH
+                    if isinstance(op, Compute | Flush):
+                        words = sum(box_volume(b) for _, b in op.sends) if kind == FLUSH else 0
+                        self.trace.add(self.p, kind, s, t, words)
             self.where = f"step {s}: waiting for partial sums"
+            t = self.trace.now()
             self.chan.wait(self.step_reqs)
+            if self.step_reqs:
+                self.trace.add(self.p, WAIT, s, t)
             self.step_reqs = []
             self._peak()
             own, origin = self.owned.get(plan.output, (None, None))
+            t = self.trace.now()
             for arr, box in self.inbox:
                 own[_sl(box, origin)] += arr  # type: ignore[index]
                 self.own_fresh = False
+            if self.inbox:
+                self.trace.add(self.p, REDUCE, s, t, sum(a.size for a, _ in self.inbox))
             self.inbox.clear()
             if self.flushed:
                 self.partial, self.flushed = None, False
             self.fetch_sends = [r for r in self.fetch_sends if not r.Test()]
             self.where = f"step {s}: waiting for the fetches of step {s + 1}"
-            self._finish_fetches()
+            self._finish_fetches(s + 1)
         if fail_at is not None and fail_at >= plan.nsteps:
             self.where = "after the last step"
             raise RuntimeError(f"injected failure after step {plan.nsteps - 1}")
         self._peak()
         self.where = "final phase"
+        t = self.trace.now()
         self._finals(steps[plan.nsteps])
+        if steps[plan.nsteps]:
+            self.trace.add(self.p, FINAL, plan.nsteps, t)
         self.where = "final phase: waiting for fetch sends"
         self.chan.wait(self.fetch_sends)
         self.fetch_sends = []
@@ -409,9 +432,13 @@ class _Rank:
                 self.next_reqs.append(self._recv(buf, piece, op.box, src, tag))
         self.next[op.tensor] = (buf, op.box)
 
-    def _finish_fetches(self) -> None:
+    def _finish_fetches(self, step: int = 0) -> None:
         """The prefetched buffers are complete: they replace the old ones."""
+        t = self.trace.now()
+        pending = len(self.next_reqs)
         self.chan.wait(self.next_reqs)
+        if pending:
+            self.trace.add(self.p, FETCH, step, t)
         self.next_reqs = []
         for name, b in self.next.items():
             if b is None:
@@ -592,6 +619,7 @@ def run(
         row = [me.counts[f] for f in STAT_FIELDS]
         row += [exec_seconds, me.compute_seconds, gather_seconds, *me.level_words]
         table = chan.allgather(np.array(row, np.float64))
+        trace = _gather_trace(chan, me.trace.events)
     except PeerFailure:
         if me is not None:
             me.abandon()
@@ -615,6 +643,7 @@ def run(
     return DistributedResult(
         value=value,  # type: ignore[arg-type]
         stats=stats,
+        trace=trace,
         seconds=time.perf_counter() - t_start,
         extra={
             "execute_seconds": float(table[:, nf].max()),
@@ -631,6 +660,27 @@ def run(
         chunks=chunks_for(pl.bounds, pl.shape),
         barrier=chan.barrier,
     )
+
+
+_KINDS = (FETCH, COMPUTE, FLUSH, REDUCE, FINAL, WAIT)
+
+
+def _gather_trace(chan: _Channel, events: list[Event]) -> list[Event]:
+    """Every rank's trace events on every rank (times from each rank's own start, which the
+    collective before execution lines up to within a message latency)."""
+    n = int(chan.allgather(np.array([len(events)], np.float64)).max())
+    rows = np.zeros((max(n, 1), 6), np.float64)
+    for r, e in enumerate(events):
+        rows[r] = (e.proc, _KINDS.index(e.kind), e.step, e.start, e.end, e.words)
+    rows[len(events) :, 0] = -1
+    table = chan.allgather(rows.ravel()).reshape(chan.size, -1, 6)
+    out = [
+        Event(int(p), _KINDS[int(k)], int(st), float(a), float(b), int(w))
+        for per_rank in table
+        for p, k, st, a, b, w in per_rank
+        if p >= 0
+    ]
+    return sorted(out, key=lambda e: (e.start, e.proc))
 
 
 def world() -> tuple[int, int]:
