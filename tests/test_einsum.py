@@ -70,3 +70,16 @@ def test_einsum_errors(subscripts: str, shapes: list) -> None:
     operands = [np.ones(s) for s in shapes]
     with pytest.raises(dl.DistalError):
         dl.einsum(subscripts, *operands, machine=dl.Machine(2, 2))
+
+
+@pytest.mark.parametrize("schedule", ["owner", "auto", None])
+def test_einsum_schedules_agree(schedule) -> None:
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((7, 5)), rng.standard_normal((5, 6))
+    got = dl.einsum("ij,jk->ik", a, b, machine=dl.Machine(2, 2), schedule=schedule)
+    np.testing.assert_allclose(got, a @ b, rtol=1e-10, atol=1e-10)
+
+
+def test_einsum_unknown_schedule_names_it() -> None:
+    with pytest.raises(dl.ScheduleError, match="'fastest'"):
+        dl.einsum("ij,jk->ik", np.ones((2, 2)), np.ones((2, 2)), schedule="fastest")

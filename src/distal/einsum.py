@@ -33,12 +33,13 @@ def einsum(
 ) -> np.ndarray:
     """Evaluate ``np.einsum(subscripts, *operands)`` as a distributed computation.
 
-    Without a schedule, the first statement variables (output ones first) are
-    distributed over the machine, owner-computes: inputs are replicated where a
-    distributed variable does not index them, the output has one copy.
-    ``schedule="auto"``: every tensor gets a one-copy distribution and a schedule
-    chosen by the cost model (``distal.cost``); more than two operands run as one
-    fused kernel or a sequence of pairwise kernels, whichever the model prefers.
+    ``schedule="auto"`` (the default, also ``None``): every tensor gets a one-copy
+    distribution and a schedule chosen by the cost model (``distal.cost``); more
+    than two operands run as one fused kernel or a sequence of pairwise kernels,
+    whichever the model prefers. ``schedule="owner"``: the first statement
+    variables (output ones first) are distributed over the machine,
+    owner-computes, inputs replicated where a distributed variable does not index
+    them, the output in one copy.
     """
     try:
         arrays = [np.asarray(x) for x in operands]
@@ -57,10 +58,12 @@ def einsum(
     m = machine if machine is not None else default_machine()
     if not isinstance(m, Machine):
         raise ScheduleError(f"machine must be a dl.Machine, got {m!r}")
-    if schedule == "auto":
+    if schedule is None or schedule == "auto":
         from distal.cost.einsum_auto import einsum_auto
 
         return einsum_auto(ins, out, arrays, m)
+    if schedule != "owner":
+        raise ScheduleError(f"einsum schedule must be 'auto' or 'owner', got {schedule!r}")
     order = list(dict.fromkeys(out + "".join(ins)))
     grid = m if len(order) >= m.ndim else Machine(m.size)
     placed_letters = order[: grid.ndim] if len(order) >= grid.ndim else []
@@ -77,8 +80,6 @@ def einsum(
         rhs = rhs * t[tuple(var[c] for c in spec)]
     result[tuple(oidx)] = rhs
     s: Schedule = default_nest(result)
-    if schedule not in (None, "auto"):
-        raise ScheduleError(f"einsum schedule must be None or 'auto', got {schedule!r}")
     if placed_letters:
         outers = [IndexVar(f"{c}o") for c in placed_letters]
         inners = [IndexVar(f"{c}i") for c in placed_letters]
