@@ -1,79 +1,308 @@
 """Leaf kernels: one term of the statement over one box, on local numpy blocks.
 
-Each term compiles once to an einsum specification and a contraction routine:
-a BLAS matrix product (with the transposes folded into the operands' strides)
-when the term is one, otherwise an opt_einsum contraction path, which reaches
-BLAS through ``tensordot`` for pairwise contractions.
+Each term compiles once (per einsum specification) to a routine that reaches BLAS with as
+few copies as the blocks' memory layout allows. The choice is made at compile time from
+the letters alone; at run time only cheap stride checks pick between a view and a copy.
+
+* **A contraction of two operands without batch letters** is a matrix product: the letters
+  split into rows ``M`` (first operand and output), columns ``N`` (second operand and
+  output) and summed ``K`` (both operands). Each operand is viewed as a matrix without a
+  copy when its strides allow (a block of a larger array is fine: the leading dimension
+  carries the row stride), and one ``gemm`` (``gemv`` when ``M`` or ``N`` is empty) runs on
+  the views, with ``beta=1`` when the destination already holds a partial sum, so
+  accumulating costs no temporary. When the rows do not merge (a block cut along an inner
+  dimension, e.g. TTM's ``(i, j)`` rows of a 2-D-cut tensor) the kernel loops over the
+  outermost row letter: a batch of matrix products on views. Only when no view exists
+  (the 4-D contraction's interleaved letters) is an operand packed into a buffer, which is
+  reused from call to call.
+* **MTTKRP-shaped terms** (``T(..p..q..) * F(p, r) * G(q, r)``) form the Khatri-Rao
+  product ``W(p, q, r)`` once per call in a reused buffer and run one GEMM against ``T``.
+* **Inner products** (same letters in both operands, scalar out) stream both blocks once
+  through numpy's einsum loop; GEMV-shaped terms whose rows don't merge (TTV on a block
+  cut along ``j``) do the same in one slab per BLAS thread.
+* Everything else goes through an ``opt_einsum`` path (``tensordot`` reaches BLAS for the
+  pairwise steps).
+
+BLAS is called directly (:mod:`distal.kernels.blas`) when numpy's OpenBLAS is found, else
+through numpy with the same layouts (then accumulation costs a temporary).
 """
 
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 import opt_einsum as oe
 
+from distal.kernels import blas
 from distal.lang.concrete import Statement
 from distal.typing import Box
 
 Contraction = Callable[[Sequence[np.ndarray], np.ndarray, complex | float, bool], None]
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LOCAL = threading.local()  # packing buffers: per thread (the Dask runtime runs leaves in threads)
 
 
-def _matmul(xa: str, ya: str, out: str) -> Contraction | None:
-    """A BLAS fast path when ``xa,ya->out`` is a matrix product, else None."""
-    if len(xa) != 2 or len(ya) != 2 or len(out) != 2 or len(set(xa + ya)) != 3:
-        return None
-    shared = set(xa) & set(ya)
-    if len(shared) != 1:
-        return None
-    (k,) = shared
-    if k in out or len(set(xa)) != 2 or len(set(ya)) != 2:
-        return None
-    x = xa.replace(k, "")
-    y = ya.replace(k, "")
-    if {x, y} != set(out):
-        return None
-    tx, ty, tout = xa != x + k, ya != k + y, out != x + y
+def _buffer(role: str, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A scratch array reused across calls (one per role and thread; replaced on a new shape)."""
+    bufs = getattr(_LOCAL, "bufs", None)
+    if bufs is None:
+        bufs = _LOCAL.bufs = {}
+    b = bufs.get(role)
+    if b is None or b.shape != shape or b.dtype != dtype:
+        b = bufs[role] = np.empty(shape, dtype)
+    return b
 
-    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: complex, fresh: bool) -> None:
-        a = ops[0].T if tx else ops[0]
-        b = ops[1].T if ty else ops[1]
-        if fresh and alpha == 1 and dst.dtype == np.result_type(a, b):
-            # first write: BLAS stores straight into the output, no temporary
-            np.matmul(b.T, a.T, out=dst) if tout else np.matmul(a, b, out=dst)
+
+def release_buffers() -> None:
+    """Drop this thread's scratch buffers (memory measurements call it between runs)."""
+    _LOCAL.bufs = {}
+
+
+def _matrix(x: np.ndarray, rows: Sequence[int], cols: Sequence[int]) -> np.ndarray | None:
+    """``x`` with axes ``rows`` merged into one dimension and ``cols`` into another, as a
+    view; None when that needs a copy."""
+    t = x.transpose((*rows, *cols))
+    shape = (math.prod(t.shape[: len(rows)]), math.prod(t.shape[len(rows) :]))
+    try:
+        return np.reshape(t, shape, copy=False)
+    except ValueError:
+        return None
+    except TypeError:  # numpy < 2.1 has no ``copy=``: assigning a shape never copies
+        v = t.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            return None
+        return v
+
+
+def _real(alpha: complex | float) -> float | None:
+    if isinstance(alpha, complex):
+        return alpha.real if alpha.imag == 0 else None
+    return float(alpha)
+
+
+def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex | float, beta: int) -> None:
+    """``c = alpha*a@b + beta*c`` (beta 0 or 1): BLAS in place, numpy as the fallback."""
+    ra = _real(alpha)
+    if ra is not None:
+        if b.shape[1] == 1 and blas.gemv(a, b[:, 0], c[:, 0], ra, beta):
             return
-        r = a @ b
-        if alpha != 1:
-            r *= alpha
-        dst += r.T if tout else r
+        if a.shape[0] == 1 and blas.gemv(b.T, a[0], c[0], ra, beta):
+            return
+        if blas.gemm(a, b, c, ra, beta):
+            return
+    if beta == 0 and alpha == 1:
+        np.matmul(a, b, out=c)
+        return
+    r = a @ b
+    if alpha != 1:
+        r = r * alpha
+    if beta == 0:
+        c[...] = r
+    else:
+        c += r
+
+
+class _MatMul:
+    """A two-operand contraction without batch letters, as (batched) GEMM on views."""
+
+    def __init__(self, xa: str, ya: str, out: str) -> None:
+        m = [c for c in out if c in xa]
+        n = [c for c in out if c in ya]
+        k = [c for c in xa if c in ya]
+        self.xm, self.xk = [xa.index(c) for c in m], [xa.index(c) for c in k]
+        self.yk, self.yn = [ya.index(c) for c in k], [ya.index(c) for c in n]
+        self.om, self.on = [out.index(c) for c in m], [out.index(c) for c in n]
+        self.tag = f"{xa},{ya}->{out}"
+
+    def __call__(self, ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
+        x, y = ops
+        if not self.on and x.ndim >= 2 and _matrix(x, self.xm, self.xk) is None:
+            # GEMV over rows that don't merge (TTV on a block cut along j): memory-bound, so
+            # one einsum pass per thread over row slabs beats a GEMV per row
+            _slabs(self.tag, x, y, dst, self.xm[0], self.om[0], alpha, fresh)
+            return
+        y2 = _matrix(y, self.yk, self.yn)
+        if y2 is None:  # pack once: the second operand is reused by every row batch
+            t = y.transpose((*self.yk, *self.yn))
+            y2 = _buffer(self.tag + "/y", t.shape, y.dtype)
+            np.copyto(y2, t)
+            y2 = y2.reshape(math.prod(t.shape[: len(self.yk)]), -1)
+        self._rows(x, self.xm, self.xk, y2, dst, self.om, self.on, alpha, 0 if fresh else 1)
+
+    def _rows(
+        self,
+        x: np.ndarray,
+        xm: list[int],
+        xk: list[int],
+        y2: np.ndarray,
+        dst: np.ndarray,
+        om: list[int],
+        on: list[int],
+        alpha: Any,
+        beta: int,
+    ) -> None:
+        x2, o2 = _matrix(x, xm, xk), _matrix(dst, om, on)
+        if x2 is not None and o2 is not None:
+            _gemm(x2, y2, o2, alpha, beta)
+            return
+        if len(xm) >= 2 and x.shape[xm[0]] > 0:
+            # a batch over the outermost row letter, if that makes views of both sides
+            sxm = [a - (a > xm[0]) for a in xm[1:]]
+            sxk = [a - (a > xm[0]) for a in xk]
+            som = [a - (a > om[0]) for a in om[1:]]
+            son = [a - (a > om[0]) for a in on]
+            xs = x[(slice(None),) * xm[0] + (0,)]
+            ds = dst[(slice(None),) * om[0] + (0,)]
+            if _matrix(xs, sxm, sxk) is not None and _matrix(ds, som, son) is not None:
+                xi = [slice(None)] * x.ndim
+                di = [slice(None)] * dst.ndim
+                for r in range(x.shape[xm[0]]):
+                    xi[xm[0]], di[om[0]] = r, r
+                    self._rows(x[tuple(xi)], sxm, sxk, y2, dst[tuple(di)], som, son, alpha, beta)
+                return
+        if x2 is None:
+            t = x.transpose((*xm, *xk))
+            buf = _buffer(self.tag + "/x", t.shape, x.dtype)
+            np.copyto(buf, t)
+            x2 = buf.reshape(math.prod(t.shape[: len(xm)]), -1)
+        if o2 is not None:
+            _gemm(x2, y2, o2, alpha, beta)
+            return
+        t = dst.transpose((*om, *on))
+        tmp = _buffer(self.tag + "/o", t.shape, np.result_type(x2, y2))
+        _gemm(x2, y2, tmp.reshape(x2.shape[0], y2.shape[1]), alpha, 0)
+        if beta == 0:
+            np.copyto(t, tmp, casting="unsafe")
+        else:
+            t += tmp
+
+
+_POOL: list[Any] = []
+
+
+def _slabs(
+    spec: str,
+    x: np.ndarray,
+    y: np.ndarray,
+    dst: np.ndarray,
+    xa: int,
+    oa: int,
+    alpha: Any,
+    fresh: bool,
+) -> None:
+    """``einsum(spec)`` split along x's axis ``xa`` / dst's axis ``oa`` over the BLAS threads."""
+    n = x.shape[xa]
+    parts = max(1, min(blas.threads(), n))
+
+    def one(lo: int, hi: int) -> None:
+        xs = x[(slice(None),) * xa + (slice(lo, hi),)]
+        ds = dst[(slice(None),) * oa + (slice(lo, hi),)]
+        if fresh and alpha == 1:
+            np.einsum(spec, xs, y, out=ds)
+        else:
+            r = np.einsum(spec, xs, y)
+            if alpha != 1:
+                r = r * alpha
+            if fresh:
+                ds[...] = r
+            else:
+                ds += r
+
+    cuts = [n * t // parts for t in range(parts + 1)]
+    if parts == 1:
+        one(0, n)
+        return
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(max(2, blas.threads()), thread_name_prefix="distal-leaf"))
+    futs = [_POOL[0].submit(one, cuts[t], cuts[t + 1]) for t in range(parts)]
+    for f in futs:
+        f.result()
+
+
+def _inner(xa: str, ya: str) -> Contraction:
+    """A full contraction: numpy's einsum loop streams both blocks once, strided or not
+    (a BLAS dot per contiguous run was slower on cut blocks: one call per row)."""
+    spec = f"{xa},{ya}->"
+
+    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
+        r = np.einsum(spec, ops[0], ops[1]) * alpha
+        if fresh:
+            dst[...] = r
+        else:
+            dst += r
 
     return run
 
 
-@lru_cache(maxsize=4096)
-def contraction(spec: str) -> Contraction:
-    """The routine computing ``dst += alpha * einsum(spec, *ops)``.
+def _khatri_rao(parts: list[str], out: str) -> Contraction | None:
+    """``T(..p..q..) * F(p, r) * G(q, r) -> O(.., r)`` as ``W = F (.) G`` then one GEMM."""
+    for b in range(3):
+        big = parts[b]
+        fi, gi = (t for t in range(3) if t != b)
+        f, g = parts[fi], parts[gi]
+        if len(f) != 2 or len(g) != 2 or len(set(f) & set(g)) != 1:
+            continue
+        (r,) = set(f) & set(g)
+        p, q = f.replace(r, ""), g.replace(r, "")
+        if (
+            p == q
+            or p == r
+            or q == r
+            or r not in out
+            or r in big
+            or p not in big
+            or q not in big
+            or p in out
+            or q in out
+            or len(set(big)) != len(big)
+            or not set(big) - {p, q} <= set(out)
+            or not set(out) <= set(big) | {r}
+        ):
+            continue
+        gemm = _MatMul(big, p + q + r, out)
+        tf, tg = f != p + r, g != q + r
 
-    With ``fresh`` the destination is known to be zero, so the routine may store
-    instead of adding. Output letters that no operand carries (a term that does
-    not depend on an output variable) are broadcast.
-    """
-    ins, out = spec.split("->")
-    parts = ins.split(",") if ins else []
-    if len(parts) == 2:
-        fast = _matmul(parts[0], parts[1], out)
-        if fast is not None:
-            return fast
+        def run(
+            ops: Sequence[np.ndarray],
+            dst: np.ndarray,
+            alpha: Any,
+            fresh: bool,
+            b: int = b,
+            fi: int = fi,
+            gi: int = gi,
+            tf: bool = tf,
+            tg: bool = tg,
+            gemm: _MatMul = gemm,
+        ) -> None:
+            fa = ops[fi].T if tf else ops[fi]
+            ga = ops[gi].T if tg else ops[gi]
+            w = _buffer(gemm.tag + "/kr", (fa.shape[0], ga.shape[0], fa.shape[1]),
+                        np.result_type(fa, ga))  # fmt: skip
+            np.multiply(fa[:, None, :], ga[None, :, :], out=w)
+            gemm([ops[b], w], dst, alpha, fresh)
+
+        return run
+    return None
+
+
+def _einsum(ins: str, out: str) -> Contraction:
+    """The general path: opt_einsum (tensordot for pairwise steps), broadcast as needed."""
     kept = "".join(c for c in out if c in ins)
     missing = tuple(n for n, c in enumerate(out) if c not in ins)
     inner = f"{ins}->{kept}"
 
-    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: complex, fresh: bool) -> None:
+    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
         if not ops:
             dst += alpha
             return
@@ -90,6 +319,44 @@ def contraction(spec: str) -> Contraction:
     return run
 
 
+def plan_kind(spec: str) -> str:
+    """Which routine ``contraction(spec)`` uses: gemm, khatri-rao, dot or einsum."""
+    return getattr(contraction(spec), "kind", "einsum")
+
+
+@lru_cache(maxsize=4096)
+def contraction(spec: str) -> Contraction:
+    """The routine computing ``dst += alpha * einsum(spec, *ops)``.
+
+    With ``fresh`` the destination is known to be zero, so the routine may store
+    instead of adding. Output letters that no operand carries (a term that does
+    not depend on an output variable) are broadcast.
+    """
+    ins, out = spec.split("->")
+    parts = ins.split(",") if ins else []
+    distinct = all(len(set(p)) == len(p) for p in parts) and len(set(out)) == len(out)
+    run: Any = None
+    kind = "einsum"
+    if distinct and len(parts) == 2 and set(out) <= set(ins):
+        x, y = parts
+        both = set(x) & set(y)
+        alone = (set(x) ^ set(y)) - set(out)
+        if not out and set(x) == set(y):
+            run, kind = _inner(x, y), "dot"
+        elif not both & set(out) and not alone:
+            run, kind = _MatMul(x, y, out), "gemm"
+    elif distinct and len(parts) == 3:
+        run = _khatri_rao(parts, out)
+        kind = "khatri-rao" if run is not None else kind
+    if run is None:
+        run = _einsum(ins, out)
+    try:
+        run.kind = kind
+    except AttributeError:  # bound methods / instances without a __dict__ slot
+        pass
+    return run
+
+
 @dataclass(frozen=True, slots=True)
 class TermKernel:
     """One term, ready to run on boxes of the iteration space."""
@@ -103,7 +370,7 @@ class TermKernel:
 
 
 def term_kernels(st: Statement) -> tuple[TermKernel, ...]:
-    """Compile every term of a statement."""
+    """Compile every term of a statement (and its leaf routine, so runs find it cached)."""
     pos = {v: n for n, v in enumerate(st.variables)}
     letter = {v: _LETTERS[n] for n, v in enumerate(st.variables)}
     lhs = set(st.lhs_vars)
@@ -112,6 +379,7 @@ def term_kernels(st: Statement) -> tuple[TermKernel, ...]:
         used = t.used()
         ins = ",".join("".join(letter[v] for v in f.indices) for f in t.factors)
         spec = f"{ins}->{''.join(letter[v] for v in st.lhs_vars)}"
+        contraction(spec)
         out.append(
             TermKernel(
                 coeff=t.coeff,
@@ -145,9 +413,11 @@ def run_leaf(
     output region is still all zeros, so the first contributing term may store.
     """
     for tk in kernels:
-        if any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
+        if tk.gates and any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
             continue
-        alpha = tk.coeff * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
+        alpha = tk.coeff
+        if tk.multipliers:
+            alpha = alpha * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
         ops = []
         for name, idx in tk.factors:
             arr, origin = operands[name]

@@ -1,0 +1,1 @@
+"""Peer systems of the benchmark suite: each module times the suite's problems on one peer."""
