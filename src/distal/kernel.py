@@ -11,11 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from distal.errors import InputError, NotSupportedYet
+from distal.errors import InputError, NotSupportedYet, ScheduleError
 from distal.kernels.leaf import term_kernels
 from distal.plan.fast import Summary, summarize
 from distal.plan.ir import Plan
 from distal.plan.lower import lower, placements_of
+from distal.plan.passes.routing import ROUTINGS
 from distal.plan.printer import explain
 from distal.plan.stats import Stats
 from distal.runtime.source import check_source, is_block_source
@@ -53,21 +54,40 @@ class Result:
 class Kernel:
     """A compiled computation: its plan, predicted stats and runtimes."""
 
-    def __init__(self, schedule: Schedule) -> None:
+    def __init__(self, schedule: Schedule, routing: str = "auto") -> None:
         self.schedule = schedule
         placements_of(schedule)  # check every tensor's machine now, not at the first run
         self.kernels = term_kernels(schedule.statement)
         self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
+        if routing not in (*ROUTINGS, "auto"):
+            raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
+        self._summaries: dict[str, Summary] = {}
+        self.routing = routing if routing != "auto" else self._cheapest_routing()
+
+    def _summary(self, routing: str) -> Summary:
+        if routing not in self._summaries:
+            self._summaries[routing] = summarize(self.schedule, routing)
+        return self._summaries[routing]
+
+    def _cheapest_routing(self) -> str:
+        """The routing the cost model predicts faster (direct on a tie: fewer hops)."""
+        from distal.cost.model import flops_per_iteration, load_params, stats_cost
+
+        params = load_params()
+        fpi = flops_per_iteration(self.schedule.statement)
+        direct = stats_cost(self._summary("direct").stats, fpi, params).seconds
+        tree = stats_cost(self._summary("tree").stats, fpi, params).seconds
+        return "tree" if tree < direct * (1 - 1e-9) else "direct"
 
     @cached_property
     def plan(self) -> Plan:
         """The exact per-processor plan (built on first use: runs need it, stats do not)."""
-        return lower(self.schedule)
+        return lower(self.schedule, self.routing)
 
-    @cached_property
+    @property
     def summary(self) -> Summary:
         """Exact stats and per-tensor totals, computed without enumerating the plan."""
-        return summarize(self.schedule)
+        return self._summary(self.routing)
 
     @property
     def _stats(self) -> Stats:
@@ -79,7 +99,7 @@ class Kernel:
 
     def explain(self) -> str:
         """The scheduled loop nest, where each tensor moves, and the per-processor table."""
-        return explain(self.schedule, self.summary)
+        return explain(self.schedule, self.summary, self.routing)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate run inputs; arrays are converted to the tensors' dtypes.
@@ -172,6 +192,12 @@ class Kernel:
         return f"Kernel({self.schedule!r})"
 
 
-def compile(schedule: Schedule) -> Kernel:
-    """Compile a schedule into a :class:`Kernel`."""
-    return Kernel(schedule)
+def compile(schedule: Schedule, routing: str = "auto") -> Kernel:
+    """Compile a schedule into a :class:`Kernel`.
+
+    ``routing`` says how messages travel: ``"direct"`` (each piece from its owner, each
+    partial sum straight to its reducer), ``"tree"`` (binomial-tree broadcasts and
+    reductions, see ``distal.plan.passes.routing``) or ``"auto"``, the one the cost model
+    predicts faster.
+    """
+    return Kernel(schedule, routing)

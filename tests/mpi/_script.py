@@ -64,13 +64,14 @@ def named() -> None:
         check(name, kernel, inputs, expected)
 
 
-def library() -> None:
+def library(routing: str = "auto") -> None:
     from _mpi_cases import library_cases
 
     for name, build in library_cases(SIZE).items():
         alg = build()
         inputs = alg.inputs(0)
-        check(f"library {name}", alg.compile(), inputs, alg.reference(inputs))
+        kernel = dl.compile(alg.schedule, routing=routing)
+        check(f"library {name}", kernel, inputs, alg.reference(inputs))
 
 
 def random_cases(path: str) -> None:
@@ -187,6 +188,8 @@ if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "named":
         named()
+    elif mode == "library-tree":
+        library("tree")
     elif mode == "library":
         library()
     elif mode == "random":

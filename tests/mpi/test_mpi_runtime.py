@@ -109,6 +109,18 @@ def run_job(nprocs: int, *args: str, via_cli: bool = False, timeout: float = JOB
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("nprocs", [4, 8])
+def test_library_with_tree_routing(nprocs: int) -> None:
+    """Broadcast trees forward pieces from relays' buffers and reduction trees combine
+    partial sums on the way: still exact, measured == predicted."""
+    from _mpi_cases import library_cases
+
+    job = run_job(nprocs, "library-tree")
+    assert job.rc == 0, job
+    passed = {d["case"] for d in job.lines() if d.get("ok")}
+    assert passed == {f"library {n}" for n in library_cases(nprocs)}, job
+
+
 @pytest.mark.parametrize("nprocs", SIZES)
 def test_named_algorithms(nprocs: int) -> None:
     from _mpi_cases import named_cases

@@ -64,9 +64,14 @@ class Algorithm:
         """Closed-form largest number of words any processor receives."""
         return max(self.words, default=0)
 
-    def compile(self) -> Kernel:
-        """Compile the schedule (``dl.compile``)."""
-        return compile(self.schedule)
+    def compile(self, routing: str = "direct") -> Kernel:
+        """Compile the schedule (``dl.compile``).
+
+        Direct routing by default: the closed forms in ``words`` count each piece from its
+        owner and each partial sum straight to its reducer, as the textbooks do. Pass
+        ``routing="auto"`` or ``"tree"`` for the routed plan.
+        """
+        return compile(self.schedule, routing=routing)
 
     def inputs(self, rng: np.random.Generator | int | None = 0) -> dict[str, np.ndarray]:
         """Random standard-normal inputs of the right shapes (reproducible from ``rng``)."""

@@ -138,6 +138,29 @@ class _Blocks:
         return rows, blk, plo, phi
 
 
+def _tree_parents(root: Arr, member: Arr, key: Arr) -> Arr:
+    """Parent of each member in the binomial tree of its group (see ``passes.routing``).
+
+    Rows with equal ``key`` form a group rooted at ``root``; members are ordered by
+    processor number, node ``i`` (1-based) hangs under node ``i - 2**floor(log2(i))``.
+    """
+    n = len(member)
+    if n == 0:
+        return root.copy()
+    order = np.lexsort((member, *key.T[::-1]))
+    ks = key[order]
+    first = np.ones(n, bool)
+    first[1:] = np.any(ks[1:] != ks[:-1], axis=1)
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    i = np.arange(n) - start + 1
+    parent = i - (1 << (np.floor(np.log2(i)).astype(np.int64)))
+    ms = member[order]
+    sorted_parent = np.where(parent == 0, root[order], ms[np.maximum(start + parent - 1, 0)])
+    out = np.empty(n, np.int64)
+    out[order] = sorted_parent
+    return out
+
+
 def _vol(lo: Arr, hi: Arr) -> Arr:
     return np.prod(np.maximum(hi - lo, 0), axis=1) if lo.shape[1] else np.ones(len(lo), np.int64)
 
@@ -187,8 +210,9 @@ class _VecHull:
 
 
 class _Summarizer:
-    def __init__(self, s: Schedule) -> None:
+    def __init__(self, s: Schedule, routing: str = "direct") -> None:
         self.s = s
+        self.routing = routing
         st = self.st = s.statement
         self.machine = s.machine
         self.P = self.machine.size
@@ -338,9 +362,10 @@ class _Summarizer:
                     recv = self.active[go][rows]
                     src = blk.rank(blk.source(bk, self.recv_coords(name)[go][rows]))
                     remote = src != recv
-                    self.record(
-                        name, FETCH, src[remote], recv[remote], _vol(plo[remote], phi[remote])
-                    )
+                    src, recv, plo, phi = src[remote], recv[remote], plo[remote], phi[remote]
+                    if self.routing == "tree":
+                        src = _tree_parents(src, recv, np.column_stack([src, plo, phi]))
+                    self.record(name, FETCH, src, recv, _vol(plo, phi))
             total = sum(v[3] for v in cur.values()) if cur else np.zeros(A, np.int64)
             if prev_sum is not None:
                 self.load[si - 1, self.active] += prev_sum + fetched
@@ -445,9 +470,13 @@ class _Summarizer:
         send = nd[prow]
         dst = primary[lin]
         remote = send & (dst != ranks[prow])
-        pw = _vol(plo, phi)
-        self.record(name, PARTIAL, ranks[prow][remote], dst[remote], pw[remote])
-        np.add.at(self.load, (flushed[prow][remote], dst[remote]), pw[remote])
+        pw = _vol(plo, phi)[remote]
+        senders, dst, at = ranks[prow][remote], dst[remote], flushed[prow][remote]
+        if self.routing == "tree":
+            key = np.column_stack([at, dst, plo[remote], phi[remote]])
+            dst = _tree_parents(dst, senders, key)
+        self.record(name, PARTIAL, senders, dst, pw)
+        np.add.at(self.load, (at, dst), pw)
         # finished blocks to the other replicas
         bvol = np.ones(nb, np.int64)
         for k in range(blk.order):
@@ -523,6 +552,6 @@ class _Summarizer:
         return Summary(st, dict(self.moved), self.S)
 
 
-def summarize(s: Schedule) -> Summary:
-    """Exact stats of ``s``'s plan, computed without building it."""
-    return _Summarizer(s).run()
+def summarize(s: Schedule, routing: str = "direct") -> Summary:
+    """Exact stats of ``s``'s plan (routed by ``routing``), computed without building it."""
+    return _Summarizer(s, routing).run()

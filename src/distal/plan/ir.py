@@ -39,6 +39,8 @@ class Message:
     src: int
     dst: int
     box: Box
+    hop: int = 0  # position of ``dst`` (fetch) / ``src`` (partial) in its routing tree; 0: direct
+    relay: bool = False  # ``src`` forwards from its fetch buffer / ``dst`` combines and passes on
 
     @property
     def words(self) -> int:
@@ -93,6 +95,33 @@ class Flush:
 
 
 @dataclass(frozen=True, slots=True)
+class Forward:
+    """Routing: once this processor's own fetch of ``piece`` (of ``tensor``, for ``step``)
+    has arrived, send it on to ``dst`` from the fetch buffer::
+
+        owner --piece--> [ buffer ] this --piece--> dst
+    """
+
+    step: int
+    tensor: str
+    piece: Box
+    dst: int
+
+
+@dataclass(frozen=True, slots=True)
+class Combine:
+    """Routing: before flushing, receive ``src``'s partial sum of ``box`` and add it into the
+    partial buffer, so one message carries both on towards the reducer::
+
+        src --partial--> (+) this --partial(sum)--> parent
+    """
+
+    step: int
+    src: int
+    box: Box
+
+
+@dataclass(frozen=True, slots=True)
 class Reduce:
     """Receive a partial output piece from ``src`` at ``step`` and add it to the own block."""
 
@@ -117,7 +146,7 @@ class RecvFinal:
     box: Box
 
 
-Op = Fetch | Compute | OpenOutput | Flush | Reduce | SendFinal | RecvFinal
+Op = Fetch | Forward | Compute | OpenOutput | Combine | Flush | Reduce | SendFinal | RecvFinal
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +176,7 @@ class Plan:
     messages: tuple[Message, ...]
     primary: dict[tuple[int, ...], int] = field(default_factory=dict)
     machine: Machine | None = None
+    routing: str = "direct"
 
     def level_of(self, src: int, dst: int) -> int:
         """Machine level a message from ``src`` to ``dst`` crosses (0: between top-level nodes)."""

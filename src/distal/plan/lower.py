@@ -288,8 +288,10 @@ class _Lowering:
         add(p, si, Fetch(si, name, box, tuple(pieces), view))
 
 
-def lower(s: Schedule) -> Plan:
-    """Compile a schedule into its exact per-processor plan."""
+def lower(s: Schedule, routing: str = "direct") -> Plan:
+    """Compile a schedule into its exact per-processor plan, routed by ``routing``."""
     if not isinstance(s, Schedule):
         raise ScheduleError(f"compile() takes a Schedule (from dl.schedule), got {s!r}")
-    return _Lowering(s).run()
+    from distal.plan.passes.routing import route
+
+    return route(_Lowering(s).run(), routing)

@@ -126,11 +126,18 @@ def bound_lines(s: Schedule, st: Stats) -> list[str]:
     return [f"lower bound: {b.words:.1f} words per processor ({b.detail}); max / bound = {ratio}"]
 
 
-def explain(s: Schedule, summary: Summary) -> str:
+_ROUTING_TEXT = {
+    "direct": "direct (each piece from its owner, each partial sum straight to its reducer)",
+    "tree": "tree (binomial-tree broadcasts of shared pieces and reductions of partial sums)",
+}
+
+
+def explain(s: Schedule, summary: Summary, routing: str = "direct") -> str:
     """The full report of ``Kernel.explain()``."""
     out = [
         f"computation: {s.statement.assignment!r}",
         f"machine: {s.machine!r}",
+        f"routing: {_ROUTING_TEXT.get(routing, routing)}",
         "schedule:",
         *("  " + line for line in repr(s).splitlines()),
         "",

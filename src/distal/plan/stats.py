@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from distal.plan.ir import Compute, Fetch, Flush, OpenOutput, Plan, Reduce
+from distal.plan.ir import Combine, Compute, Fetch, Flush, OpenOutput, Plan, Reduce
 from distal.typing import box_volume
 
 
@@ -154,7 +154,7 @@ def plan_stats(plan: Plan) -> Stats:
                     st.iterations[p] += sum(box_volume(b) for b in op.boxes)
                 elif isinstance(op, Flush):
                     mem.flushed = True
-                elif isinstance(op, Reduce):
+                elif isinstance(op, Reduce | Combine):
                     mem.incoming += box_volume(op.box)
             mem.end_step()
             mem.swap()

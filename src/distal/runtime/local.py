@@ -20,9 +20,13 @@ import numpy as np
 from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, run_leaf
 from distal.plan.ir import (
+    FETCH,
+    PARTIAL,
+    Combine,
     Compute,
     Fetch,
     Flush,
+    Forward,
     OpenOutput,
     Plan,
     RecvFinal,
@@ -31,7 +35,7 @@ from distal.plan.ir import (
 )
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.source import read_block
-from distal.runtime.trace import COMPUTE, FETCH, FINAL, FLUSH, REDUCE, Recorder
+from distal.runtime.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box, box_shape, box_volume
 from distal.viz.progress import Progress
 
@@ -57,6 +61,7 @@ class _Proc:
         self.partial: tuple[np.ndarray, Box] | None = None
         self.direct = False
         self.inbox: list[tuple[np.ndarray, Box]] = []
+        self.combined: list[tuple[np.ndarray, Box]] = []  # children's partials, this step
         self.flushed = False
         self.fresh = False  # the partial buffer is still all zeros
         self.own_fresh = True  # the owned output block is still all zeros
@@ -77,7 +82,7 @@ class _Proc:
         total += sum(b[0].size for b in self.next.values() if b is not None and b[0].base is None)
         if self.partial is not None and not self.direct:
             total += self.partial[0].size
-        return total + sum(a.size for a, _ in self.inbox)
+        return total + sum(a.size for a, _ in self.inbox) + sum(a.size for a, _ in self.combined)
 
 
 class LocalRuntime:
@@ -100,6 +105,18 @@ class LocalRuntime:
         self.tracing = trace
         self.progress = progress
         self.trace = Recorder()
+        # routing (plan.passes.routing): pieces a processor gets from a relay's fetch buffer,
+        # and the tree position of every partial-sum message
+        self.relayed = {
+            (m.step, m.tensor, m.dst, m.box): m.hop
+            for m in plan.messages
+            if m.kind == FETCH and m.relay
+        }
+        self.partial_route = {
+            (m.step, m.src, m.box): (m.hop, m.relay) for m in plan.messages if m.kind == PARTIAL
+        }
+        self.pending_fetch: list[tuple] = []
+        self.pending_partial: list[tuple] = []
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
@@ -129,6 +146,8 @@ class LocalRuntime:
         self.trace = Recorder()
         for q in procs:
             self._prefetch(q, by_step[q.p][0], procs, stats)
+        self._relay_fetches(procs, stats)
+        for q in procs:
             q.swap()
         bar = Progress(plan.nsteps, plan.nprocs, enabled=self.progress)
         try:
@@ -155,8 +174,11 @@ class LocalRuntime:
                 if not isinstance(op, Fetch):
                     self._exec(q, op, procs, stats)
             bar.advance(q.p, s)
+        self._relay_fetches(procs, stats)
+        self._send_partials(procs, stats)
         for q in procs:
             stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
+            q.combined.clear()
             t = self.trace.now()
             for arr, box in q.inbox:
                 own, origin = q.owned[plan.output]
@@ -203,11 +225,11 @@ class LocalRuntime:
                     own[_sl(box, oorigin)] += arr[_sl(box, origin)]
                     q.own_fresh = False
                 for dst, box in op.sends:
-                    procs[dst].inbox.append((arr[_sl(box, origin)].copy(), box))
-                    self._count(stats, q.p, dst, box)
+                    hop, relay = self.partial_route[op.step, q.p, box]
+                    self.pending_partial.append((hop, q.p, dst, box, relay))
                 q.flushed = True
-            elif isinstance(op, Reduce | SendFinal):
-                pass  # the sender's Flush / the receiver's RecvFinal moves the data
+            elif isinstance(op, Reduce | SendFinal | Forward | Combine):
+                pass  # the sender's Flush / the receiver's copy moves the data
             elif isinstance(op, RecvFinal):
                 src_arr, sorigin = procs[op.src].owned[plan.output]
                 own, origin = q.owned[plan.output]
@@ -230,11 +252,39 @@ class LocalRuntime:
             return
         buf = np.empty(box_shape(op.box), self.dtypes[op.tensor])
         for src, piece in op.pieces:
+            hop = self.relayed.get((op.step, op.tensor, q.p, piece))
+            if hop is not None:  # from the relay's fetch buffer, once it has its copy
+                self.pending_fetch.append((hop, q.p, op.tensor, piece, src))
+                continue
             sarr, sorigin = procs[src].owned[op.tensor]
             buf[_sl(piece, op.box)] = sarr[_sl(piece, sorigin)]
             if src != q.p:
                 self._count(stats, src, q.p, piece)
         q.next[op.tensor] = (buf, op.box)
+
+    def _relay_fetches(self, procs: list[_Proc], stats: Stats) -> None:
+        """Copies of routed pieces out of relays' buffers, nearest the owner first."""
+        for _, dst, tensor, piece, src in sorted(self.pending_fetch, key=lambda x: x[:2]):
+            sbuf, sbox = procs[src].next[tensor]  # type: ignore[misc]
+            dbuf, dbox = procs[dst].next[tensor]  # type: ignore[misc]
+            dbuf[_sl(piece, dbox)] = sbuf[_sl(piece, sbox)]
+            self._count(stats, src, dst, piece)
+        self.pending_fetch.clear()
+
+    def _send_partials(self, procs: list[_Proc], stats: Stats) -> None:
+        """Partial sums of this step: deepest tree nodes first, so a relay's message
+        carries its children's sums (``Combine``) along with its own."""
+        for _, src, dst, box, relay in sorted(self.pending_partial, key=lambda x: (-x[0], x[1])):
+            arr, origin = procs[src].partial  # type: ignore[misc]
+            piece = arr[_sl(box, origin)].copy()
+            self._count(stats, src, dst, box)
+            if relay:
+                parr, porigin = procs[dst].partial  # type: ignore[misc]
+                parr[_sl(box, porigin)] += piece
+                procs[dst].combined.append((piece, box))
+            else:
+                procs[dst].inbox.append((piece, box))
+        self.pending_partial.clear()
 
     def _count(self, stats: Stats, src: int, dst: int, box: Box) -> None:
         stats.record(src, dst, box_volume(box), self.plan.level_of(src, dst))

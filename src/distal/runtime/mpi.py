@@ -46,9 +46,11 @@ from distal.plan.ir import (
     FETCH,
     FINAL,
     PARTIAL,
+    Combine,
     Compute,
     Fetch,
     Flush,
+    Forward,
     Message,
     OpenOutput,
     Plan,
@@ -242,6 +244,9 @@ class _Rank:
         self.buffers: dict[str, tuple[np.ndarray, Box]] = {}
         self.next: dict[str, tuple[np.ndarray, Box] | None] = {}
         self.next_reqs: list[Any] = []
+        self.next_keys: list[tuple] = []  # (step, tensor, piece) of each posted fetch receive
+        self.combine_reqs: list[Any] = []
+        self.combined: list[tuple[np.ndarray, Box]] = []  # children's partial sums (routing)
         self.partial: tuple[np.ndarray, Box] | None = None
         self.direct = False
         self.flushed = False
@@ -268,12 +273,16 @@ class _Rank:
         self.send_tags: dict[tuple, deque[int]] = defaultdict(deque)
         self.recv_tags: dict[tuple, deque[int]] = defaultdict(deque)
         self.fetch_out: list[list[tuple[Message, int]]] = [[] for _ in range(self.plan.nsteps)]
+        # routing: pieces this rank passes on once its own copy has arrived
+        self.forwards: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
         for m in self.plan.messages:
             pair = (m.src, m.dst)
             tag = self.chan.tag(seq[pair])
             seq[pair] += 1
             if m.src == self.p:
-                if m.kind == FETCH:
+                if m.kind == FETCH and m.relay:
+                    self.forwards[(m.step, m.tensor, m.box)].append((m.dst, tag))
+                elif m.kind == FETCH:
                     self.fetch_out[m.step].append((m, tag))
                 else:
                     self.send_tags[(m.step, m.kind, m.dst, m.box)].append(tag)
@@ -322,6 +331,7 @@ class _Rank:
         total += sum(b[0].size for b in self.next.values() if b is not None and b[0].base is None)
         if self.partial is not None and not self.direct:
             total += self.partial[0].size
+        total += sum(a.size for a, _ in self.combined)
         return total + sum(a.size for a, _ in self.inbox)
 
     def _peak(self) -> None:
@@ -358,13 +368,18 @@ class _Rank:
             if s + 1 < plan.nsteps:
                 self._start_fetches(steps, s + 1)
             for op in steps[s]:
+                if isinstance(op, Combine):
+                    arr = np.empty(box_shape(op.box), self.dtypes[plan.output])
+                    tag = self._recv_tag(s, PARTIAL, plan.output, op.src, op.box)
+                    self.combine_reqs.append(self._recv(arr, op.box, op.box, op.src, tag))
+                    self.combined.append((arr, op.box))
                 if isinstance(op, Reduce):
                     arr = np.empty(box_shape(op.box), self.dtypes[plan.output])
                     tag = self._recv_tag(s, PARTIAL, plan.output, op.src, op.box)
                     self.step_reqs.append(self._recv(arr, op.box, op.box, op.src, tag))
                     self.inbox.append((arr, op.box))
             for op in steps[s]:
-                if not isinstance(op, Fetch | Reduce):
+                if not isinstance(op, Fetch | Reduce | Combine | Forward):
                     self.where = f"step {s}: {op}"
                     t = self.trace.now()
                     self._exec(op)
@@ -379,6 +394,7 @@ class _Rank:
                 self.trace.add(self.p, WAIT, s, t)
             self.step_reqs = []
             self._peak()
+            self.combined.clear()
             own, origin = self.owned.get(plan.output, (None, None))
             t = self.trace.now()
             for arr, box in self.inbox:
@@ -430,22 +446,46 @@ class _Rank:
             else:
                 tag = self._recv_tag(op.step, FETCH, op.tensor, src, piece)
                 self.next_reqs.append(self._recv(buf, piece, op.box, src, tag))
+                self.next_keys.append((op.step, op.tensor, piece))
         self.next[op.tensor] = (buf, op.box)
 
     def _finish_fetches(self, step: int = 0) -> None:
         """The prefetched buffers are complete: they replace the old ones."""
         t = self.trace.now()
         pending = len(self.next_reqs)
+        if self.forwards:
+            self._forward_as_they_arrive()
         self.chan.wait(self.next_reqs)
         if pending:
             self.trace.add(self.p, FETCH, step, t)
-        self.next_reqs = []
+        self.next_reqs, self.next_keys = [], []
         for name, b in self.next.items():
             if b is None:
                 self.buffers.pop(name, None)
             else:
                 self.buffers[name] = b
         self.next = {}
+
+    def _forward_as_they_arrive(self) -> None:
+        """Routing: pass each relayed piece on as soon as this rank's own copy is complete
+        (one piece at a time, so trees that cross never wait on each other)."""
+        todo = {
+            n: self.forwards.pop(key)
+            for n, key in enumerate(self.next_keys)
+            if key in self.forwards
+        }
+        spins = 0
+        while todo:
+            for n in [n for n in todo if self.next_reqs[n].Test()]:
+                _, tensor, piece = self.next_keys[n]
+                buf, box = self.next[tensor]  # type: ignore[misc]
+                for dst, tag in todo.pop(n):
+                    self.fetch_sends.append(self._send(buf, piece, box, dst, tag))
+            if todo:
+                self.chan.check()
+                spins += 1
+                if spins > 100:
+                    time.sleep(min(2e-3, 2e-6 * spins))
 
     def _exec(self, op: Any) -> None:
         plan = self.plan
@@ -467,6 +507,11 @@ class _Rank:
             self.compute_seconds += time.perf_counter() - t0
         elif isinstance(op, Flush):
             arr, origin = self.partial  # type: ignore[misc]
+            if self.combine_reqs:  # routing: children's partial sums ride along
+                self.chan.wait(self.combine_reqs, keep=tuple(a for a, _ in self.combined))
+                self.combine_reqs = []
+                for part, box in self.combined:
+                    arr[_sl(box, origin)] += part
             for box in op.local:
                 own, oorigin = self.owned[plan.output]
                 own[_sl(box, oorigin)] += arr[_sl(box, origin)]
@@ -524,7 +569,8 @@ class _Rank:
         pending request refers to may be freed: the whole store goes to a graveyard.
         """
         pending = [r for r in self.next_reqs + self.step_reqs + self.fetch_sends if r]
-        for r in self.next_reqs + self.step_reqs:
+        pending += self.combine_reqs
+        for r in self.next_reqs + self.step_reqs + self.combine_reqs:
             try:
                 r.Cancel()
             except Exception:
