@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import RuntimeFailure
-from distal.kernels.leaf import TermKernel, run_leaf
+from distal.kernels.leaf import TermKernel
 from distal.plan.ir import (
     FETCH,
     PARTIAL,
@@ -35,54 +35,13 @@ from distal.plan.ir import (
 )
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.source import read_block
+from distal.runtime.store import Store, box_index
 from distal.runtime.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box, box_shape, box_volume
 from distal.viz.progress import Progress
 
 _KIND = {Fetch: FETCH, Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
 _ORIGIN = [((0, 0),) * n for n in range(33)]
-
-
-def _sl(box: Box, origin: Box) -> tuple[Any, ...]:
-    """Index of ``box`` in an array holding ``origin`` (``...`` for scalars: a view, not a copy)."""
-    if not box:
-        return (Ellipsis,)
-    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
-
-
-class _Proc:
-    """One processor's store and counters."""
-
-    def __init__(self, p: int) -> None:
-        self.p = p
-        self.owned: dict[str, tuple[np.ndarray, Box]] = {}
-        self.buffers: dict[str, tuple[np.ndarray, Box]] = {}
-        self.next: dict[str, tuple[np.ndarray, Box] | None] = {}
-        self.partial: tuple[np.ndarray, Box] | None = None
-        self.direct = False
-        self.inbox: list[tuple[np.ndarray, Box]] = []
-        self.combined: list[tuple[np.ndarray, Box]] = []  # children's partials, this step
-        self.flushed = False
-        self.fresh = False  # the partial buffer is still all zeros
-        self.own_fresh = True  # the owned output block is still all zeros
-
-    def swap(self) -> None:
-        """Buffers prefetched for the next step replace the current ones."""
-        for name, b in self.next.items():
-            if b is None:
-                self.buffers.pop(name, None)
-            else:
-                self.buffers[name] = b
-        self.next = {}
-
-    def held_words(self) -> int:
-        """Elements in the store right now (views of own blocks are not separate storage)."""
-        total = sum(a.size for a, _ in self.owned.values())
-        total += sum(a.size for a, _ in self.buffers.values() if a.base is None)
-        total += sum(b[0].size for b in self.next.values() if b is not None and b[0].base is None)
-        if self.partial is not None and not self.direct:
-            total += self.partial[0].size
-        return total + sum(a.size for a, _ in self.inbox) + sum(a.size for a, _ in self.combined)
 
 
 class LocalRuntime:
@@ -121,7 +80,7 @@ class LocalRuntime:
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
         plan = self.plan
-        procs = [_Proc(p) for p in range(plan.nprocs)]
+        procs = [Store(p, plan.output, self.dtypes[plan.output]) for p in range(plan.nprocs)]
         out_pl = plan.placements[plan.output]
         result = np.zeros(out_pl.shape, self.dtypes[plan.output])
         for name, pl in plan.placements.items():
@@ -133,7 +92,7 @@ class LocalRuntime:
                 if name == plan.output:
                     # the reducer's block is a view of the result: gathering is free
                     arr = (
-                        result[_sl(box, _ORIGIN[len(box)])]
+                        result[box_index(box, _ORIGIN[len(box)])]
                         if plan.primary.get(idx) == q.p
                         else np.zeros(box_shape(box), self.dtypes[name])
                     )
@@ -164,7 +123,7 @@ class LocalRuntime:
         seconds = time.perf_counter() - start
         return result, stats, seconds
 
-    def _step(self, s: int, procs: list[_Proc], by_step: list, stats: Stats, bar: Progress) -> None:
+    def _step(self, s: int, procs: list[Store], by_step: list, stats: Stats, bar: Progress) -> None:
         """Step ``s`` of every processor: prefetch ``s+1``, compute, flush, then reduce."""
         plan = self.plan
         for q in procs:
@@ -178,26 +137,20 @@ class LocalRuntime:
         self._send_partials(procs, stats)
         for q in procs:
             stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
-            q.combined.clear()
             t = self.trace.now()
-            for arr, box in q.inbox:
-                own, origin = q.owned[plan.output]
-                own[_sl(box, origin)] += arr
-                q.own_fresh = False
-            if q.inbox and self.tracing:
-                self.trace.add(q.p, REDUCE, s, t, sum(a.size for a, _ in q.inbox))
-            q.inbox.clear()
-            if q.flushed:
-                q.partial, q.flushed = None, False
+            words = q.reduce_inbox()
+            if words and self.tracing:
+                self.trace.add(q.p, REDUCE, s, t, words)
+            q.end_step()
             q.swap()
 
-    def _prefetch(self, q: _Proc, ops: list[Any], procs: list[_Proc], stats: Stats) -> None:
+    def _prefetch(self, q: Store, ops: list[Any], procs: list[Store], stats: Stats) -> None:
         """Carry out the next step's fetches now (overlap), or step 0's before the first."""
         for op in ops:
             if isinstance(op, Fetch):
                 self._exec(q, op, procs, stats)
 
-    def _exec(self, q: _Proc, op: Any, procs: list[_Proc], stats: Stats) -> None:
+    def _exec(self, q: Store, op: Any, procs: list[Store], stats: Stats) -> None:
         plan = self.plan
         t = self.trace.now()
         before = stats.words_received[q.p] + stats.words_sent[q.p]
@@ -205,35 +158,20 @@ class LocalRuntime:
             if isinstance(op, Fetch):
                 self._fetch(q, op, procs, stats)
             elif isinstance(op, OpenOutput):
-                if op.direct:
-                    own, origin = q.owned[plan.output]
-                    q.partial, q.direct, q.fresh = (own, origin), True, q.own_fresh
-                else:
-                    arr = np.zeros(box_shape(op.box), self.dtypes[plan.output])
-                    q.partial, q.direct, q.fresh = (arr, op.box), False, True
+                q.open_output(op)
             elif isinstance(op, Compute):
-                out, origin = q.partial  # type: ignore[misc]
-                for box in op.boxes:
-                    run_leaf(self.kernels, box, q.buffers, out, origin, q.fresh)
-                    q.fresh = False
-                    q.own_fresh = q.own_fresh and not q.direct
-                    stats.iterations[q.p] += box_volume(box)
+                stats.iterations[q.p] += q.compute(op, self.kernels)
             elif isinstance(op, Flush):
-                arr, origin = q.partial  # type: ignore[misc]
-                for box in op.local:
-                    own, oorigin = q.owned[plan.output]
-                    own[_sl(box, oorigin)] += arr[_sl(box, origin)]
-                    q.own_fresh = False
+                q.flush_local(op)
                 for dst, box in op.sends:
                     hop, relay = self.partial_route[op.step, q.p, box]
                     self.pending_partial.append((hop, q.p, dst, box, relay))
-                q.flushed = True
             elif isinstance(op, Reduce | SendFinal | Forward | Combine):
                 pass  # the sender's Flush / the receiver's copy moves the data
             elif isinstance(op, RecvFinal):
                 src_arr, sorigin = procs[op.src].owned[plan.output]
                 own, origin = q.owned[plan.output]
-                own[_sl(op.box, origin)] = src_arr[_sl(op.box, sorigin)].copy()
+                own[box_index(op.box, origin)] = src_arr[box_index(op.box, sorigin)].copy()
                 self._count(stats, op.src, q.p, op.box)
         except Exception as e:
             raise RuntimeFailure(f"processor {q.p} failed at {op}: {e}", processor=q.p) from e
@@ -242,13 +180,13 @@ class LocalRuntime:
             words = stats.words_received[q.p] + stats.words_sent[q.p] - before
             self.trace.add(q.p, kind, getattr(op, "step", plan.nsteps), t, words)
 
-    def _fetch(self, q: _Proc, op: Fetch, procs: list[_Proc], stats: Stats) -> None:
+    def _fetch(self, q: Store, op: Fetch, procs: list[Store], stats: Stats) -> None:
         if op.box is None:
             q.next[op.tensor] = None
             return
         if op.view:
             own, origin = q.owned[op.tensor]
-            q.next[op.tensor] = (own[_sl(op.box, origin)], op.box)
+            q.next[op.tensor] = (own[box_index(op.box, origin)], op.box)
             return
         buf = np.empty(box_shape(op.box), self.dtypes[op.tensor])
         for src, piece in op.pieces:
@@ -257,30 +195,30 @@ class LocalRuntime:
                 self.pending_fetch.append((hop, q.p, op.tensor, piece, src))
                 continue
             sarr, sorigin = procs[src].owned[op.tensor]
-            buf[_sl(piece, op.box)] = sarr[_sl(piece, sorigin)]
+            buf[box_index(piece, op.box)] = sarr[box_index(piece, sorigin)]
             if src != q.p:
                 self._count(stats, src, q.p, piece)
         q.next[op.tensor] = (buf, op.box)
 
-    def _relay_fetches(self, procs: list[_Proc], stats: Stats) -> None:
+    def _relay_fetches(self, procs: list[Store], stats: Stats) -> None:
         """Copies of routed pieces out of relays' buffers, nearest the owner first."""
         for _, dst, tensor, piece, src in sorted(self.pending_fetch, key=lambda x: x[:2]):
             sbuf, sbox = procs[src].next[tensor]  # type: ignore[misc]
             dbuf, dbox = procs[dst].next[tensor]  # type: ignore[misc]
-            dbuf[_sl(piece, dbox)] = sbuf[_sl(piece, sbox)]
+            dbuf[box_index(piece, dbox)] = sbuf[box_index(piece, sbox)]
             self._count(stats, src, dst, piece)
         self.pending_fetch.clear()
 
-    def _send_partials(self, procs: list[_Proc], stats: Stats) -> None:
+    def _send_partials(self, procs: list[Store], stats: Stats) -> None:
         """Partial sums of this step: deepest tree nodes first, so a relay's message
         carries its children's sums (``Combine``) along with its own."""
         for _, src, dst, box, relay in sorted(self.pending_partial, key=lambda x: (-x[0], x[1])):
             arr, origin = procs[src].partial  # type: ignore[misc]
-            piece = arr[_sl(box, origin)].copy()
+            piece = arr[box_index(box, origin)].copy()
             self._count(stats, src, dst, box)
             if relay:
                 parr, porigin = procs[dst].partial  # type: ignore[misc]
-                parr[_sl(box, porigin)] += piece
+                parr[box_index(box, porigin)] += piece
                 procs[dst].combined.append((piece, box))
             else:
                 procs[dst].inbox.append((piece, box))
@@ -294,7 +232,7 @@ class LocalRuntime:
         (placing inputs is not traffic, and the caller's data can never be changed),
         or a block read from a block source."""
         if isinstance(data, np.ndarray) and data.dtype == self.dtypes[name]:
-            view = data[_sl(box, _ORIGIN[len(box)])]
+            view = data[box_index(box, _ORIGIN[len(box)])]
             view.flags.writeable = False
             return view
         return read_block(name, data, box, self.dtypes[name])

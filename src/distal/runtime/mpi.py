@@ -41,7 +41,6 @@ from mpi4py.util.dtlib import from_numpy_dtype
 
 from distal.data import DistributedResult, chunks_for
 from distal.errors import DistalUserError, InputError, RuntimeFailure
-from distal.kernels.leaf import run_leaf
 from distal.plan.ir import (
     FETCH,
     FINAL,
@@ -60,6 +59,7 @@ from distal.plan.ir import (
 )
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.source import read_block
+from distal.runtime.store import Store, box_index
 from distal.runtime.trace import (
     COMPUTE,
     FLUSH,
@@ -91,13 +91,6 @@ class MPISizeError(DistalUserError):
     """Raised identically on every rank, so no rank needs to abort the others."""
 
     collective = True
-
-
-def _sl(box: Box, origin: Box) -> tuple[Any, ...]:
-    """Index of ``box`` in an array holding ``origin`` (``...`` for scalars: a view)."""
-    if not box:
-        return (Ellipsis,)
-    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,29 +223,20 @@ def install_excepthook() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-class _Rank:
-    """One rank's store, requests and counters while executing its program."""
+class _Rank(Store):
+    """One rank's store (see ``runtime/store.py``), requests and counters."""
 
     def __init__(self, kernel: Any, data: dict[str, Any], chan: _Channel) -> None:
+        plan: Plan = kernel.plan
+        super().__init__(chan.rank, plan.output, kernel.dtypes[plan.output])
         self.kernel = kernel
-        self.plan: Plan = kernel.plan
+        self.plan = plan
         self.dtypes: dict[str, Any] = kernel.dtypes
         self.chan = chan
-        self.p = chan.rank
         self.data = data
-        self.owned: dict[str, tuple[np.ndarray, Box]] = {}
-        self.buffers: dict[str, tuple[np.ndarray, Box]] = {}
-        self.next: dict[str, tuple[np.ndarray, Box] | None] = {}
         self.next_reqs: list[Any] = []
         self.next_keys: list[tuple] = []  # (step, tensor, piece) of each posted fetch receive
         self.combine_reqs: list[Any] = []
-        self.combined: list[tuple[np.ndarray, Box]] = []  # children's partial sums (routing)
-        self.partial: tuple[np.ndarray, Box] | None = None
-        self.direct = False
-        self.flushed = False
-        self.fresh = False  # the partial buffer is still all zeros (leaf kernels may store)
-        self.own_fresh = True  # the owned output block is still all zeros
-        self.inbox: list[tuple[np.ndarray, Box]] = []
         self.step_reqs: list[Any] = []
         self.fetch_sends: list[Any] = []
         self.counts = dict.fromkeys(STAT_FIELDS, 0)
@@ -302,7 +286,7 @@ class _Rank:
         base = self.mpitypes[key]
         if box_volume(box) == 0:
             return [arr, 0, base]
-        view = arr[_sl(box, origin)]
+        view = arr[box_index(box, origin)]
         if view.flags.c_contiguous:
             return [view, base]
         starts = tuple(lo - o for (lo, _), (o, _) in zip(box, origin, strict=True))
@@ -323,16 +307,6 @@ class _Rank:
         self.counts["messages_received"] += 1
         self.level_words[self.plan.level_of(src, self.p)] += box_volume(box)
         return self.chan.data.Irecv(self._spec(arr, box, origin), source=src, tag=tag)
-
-    def held_words(self) -> int:
-        """Elements held right now, by the plan's memory model (views are free)."""
-        total = sum(a.size for a, _ in self.owned.values())
-        total += sum(a.size for a, _ in self.buffers.values() if a.base is None)
-        total += sum(b[0].size for b in self.next.values() if b is not None and b[0].base is None)
-        if self.partial is not None and not self.direct:
-            total += self.partial[0].size
-        total += sum(a.size for a, _ in self.combined)
-        return total + sum(a.size for a, _ in self.inbox)
 
     def _peak(self) -> None:
         self.counts["peak_words"] = max(self.counts["peak_words"], self.held_words())
@@ -394,17 +368,11 @@ class _Rank:
                 self.trace.add(self.p, WAIT, s, t)
             self.step_reqs = []
             self._peak()
-            self.combined.clear()
-            own, origin = self.owned.get(plan.output, (None, None))
             t = self.trace.now()
-            for arr, box in self.inbox:
-                own[_sl(box, origin)] += arr  # type: ignore[index]
-                self.own_fresh = False
-            if self.inbox:
-                self.trace.add(self.p, REDUCE, s, t, sum(a.size for a, _ in self.inbox))
-            self.inbox.clear()
-            if self.flushed:
-                self.partial, self.flushed = None, False
+            words = self.reduce_inbox()
+            if words:
+                self.trace.add(self.p, REDUCE, s, t, words)
+            self.end_step()
             self.fetch_sends = [r for r in self.fetch_sends if not r.Test()]
             self.where = f"step {s}: waiting for the fetches of step {s + 1}"
             self._finish_fetches(s + 1)
@@ -436,13 +404,13 @@ class _Rank:
             return
         if op.view:
             own, origin = self.owned[op.tensor]
-            self.next[op.tensor] = (own[_sl(op.box, origin)], op.box)
+            self.next[op.tensor] = (own[box_index(op.box, origin)], op.box)
             return
         buf = np.empty(box_shape(op.box), self.dtypes[op.tensor])
         for src, piece in op.pieces:
             if src == self.p:
                 own, origin = self.owned[op.tensor]
-                buf[_sl(piece, op.box)] = own[_sl(piece, origin)]
+                buf[box_index(piece, op.box)] = own[box_index(piece, origin)]
             else:
                 tag = self._recv_tag(op.step, FETCH, op.tensor, src, piece)
                 self.next_reqs.append(self._recv(buf, piece, op.box, src, tag))
@@ -459,12 +427,7 @@ class _Rank:
         if pending:
             self.trace.add(self.p, FETCH, step, t)
         self.next_reqs, self.next_keys = [], []
-        for name, b in self.next.items():
-            if b is None:
-                self.buffers.pop(name, None)
-            else:
-                self.buffers[name] = b
-        self.next = {}
+        self.swap()
 
     def _forward_as_they_arrive(self) -> None:
         """Routing: pass each relayed piece on as soon as this rank's own copy is complete
@@ -488,38 +451,21 @@ class _Rank:
                     time.sleep(min(2e-3, 2e-6 * spins))
 
     def _exec(self, op: Any) -> None:
-        plan = self.plan
         if isinstance(op, OpenOutput):
-            if op.direct:
-                self.partial, self.direct = self.owned[plan.output], True
-                self.fresh = self.own_fresh
-            else:
-                arr = np.zeros(box_shape(op.box), self.dtypes[plan.output])
-                self.partial, self.direct, self.fresh = (arr, op.box), False, True
+            self.open_output(op)
         elif isinstance(op, Compute):
-            out, origin = self.partial  # type: ignore[misc]
             t0 = time.perf_counter()
-            for box in op.boxes:
-                run_leaf(self.kernel.kernels, box, self.buffers, out, origin, self.fresh)
-                self.fresh = False
-                self.own_fresh = self.own_fresh and not self.direct
-                self.counts["iterations"] += box_volume(box)
+            self.counts["iterations"] += self.compute(op, self.kernel.kernels)
             self.compute_seconds += time.perf_counter() - t0
         elif isinstance(op, Flush):
-            arr, origin = self.partial  # type: ignore[misc]
             if self.combine_reqs:  # routing: children's partial sums ride along
                 self.chan.wait(self.combine_reqs, keep=tuple(a for a, _ in self.combined))
                 self.combine_reqs = []
-                for part, box in self.combined:
-                    arr[_sl(box, origin)] += part
-            for box in op.local:
-                own, oorigin = self.owned[plan.output]
-                own[_sl(box, oorigin)] += arr[_sl(box, origin)]
-                self.own_fresh = False
+                self.combine()
+            arr, origin = self.flush_local(op)
             for dst, box in op.sends:
                 tag = self.send_tags[(op.step, PARTIAL, dst, box)].popleft()
                 self.step_reqs.append(self._send(arr, box, origin, dst, tag))
-            self.flushed = True
 
     def _finals(self, ops: list[Any]) -> None:
         """Finished blocks go from their reducers to the other replicas."""
@@ -552,7 +498,7 @@ class _Rank:
                 own, origin = self.owned[plan.output]
                 for t in targets:
                     if t == self.p:
-                        value[_sl(box, zero)] = own[_sl(box, origin)]  # type: ignore[index]
+                        value[box_index(box, zero)] = own[box_index(box, origin)]  # type: ignore[index]
                     else:
                         spec = self._spec(own, box, origin)
                         reqs.append(self.chan.data.Isend(spec, dest=t, tag=tag))
