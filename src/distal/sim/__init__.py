@@ -93,20 +93,23 @@ def simulate(
     P = plan.nprocs
     itemsize = _itemsizes(kernel)
     bw, fl = net.node_rates(P)
-    share = P if net.shared_cores and not sequential else 1
-    mem = net.memory_bandwidth / share
     fpi = flops_per_iteration(kernel)
-    compute = _compute_model(kernel, net, fl, fpi, share)
+    compute = _compute_model(kernel, net, fl, fpi, sequential)
+    mem = net.memory_bandwidth
     costs = [
         step_costs(plan, p, compute(p), mem, itemsize, net.op_overhead, copy_remote=sequential)
         for p in range(P)
     ]
     iterations = sum(sum(c.iterations) for c in costs)
     events: list[Event] = []
+    sent: list[float] = []
+    arrived: list[float] = []
     if sequential:
         seconds, finish = _sequential(plan.nsteps, costs, events)
     else:
-        seconds, finish = _parallel(kernel, net, bw, itemsize, costs, events)
+        eng = _parallel(kernel, net, bw, itemsize, costs, events)
+        seconds, finish = eng.end, list(eng.done)
+        sent, arrived = eng.sent_at, eng.arrival
     wire_bytes = float(sum(m.words * itemsize(m.tensor) for m in plan.messages))
     return SimResult(
         network=net,
@@ -118,6 +121,8 @@ def simulate(
         messages=len(plan.messages),
         bytes=wire_bytes,
         finish=finish,
+        departures=sent,
+        arrivals=arrived,
     )
 
 
@@ -126,10 +131,13 @@ def _itemsizes(kernel: Any) -> Any:
     return lambda name: sizes.get(name, 8)
 
 
-def _compute_model(kernel: Any, net: Network, fl: np.ndarray, fpi: int, share: int) -> Any:
-    """``compute(p)(box) -> seconds`` for processor ``p``."""
+def _compute_model(kernel: Any, net: Network, fl: np.ndarray, fpi: int, sequential: bool) -> Any:
+    """``compute(p)(box) -> seconds`` for processor ``p`` running alone on its CPU (shared
+    cores slow it down in the engine). The local runtime (``sequential``) is one process
+    with numpy's default BLAS threads, i.e. every core."""
+    threads = None if sequential else net.kernel_threads
     if net.measure_kernels:
-        timer = KernelTimer(kernel)
+        timer = KernelTimer(kernel, threads)
         shapes: dict[tuple[int, ...], int] = defaultdict(int)
         for prog in kernel.plan.programs:
             for op in prog:
@@ -140,8 +148,10 @@ def _compute_model(kernel: Any, net: Network, fl: np.ndarray, fpi: int, share: i
         if shapes:
             timer.prepare(shapes)
         slow = float(net.flops) / fl  # heterogeneous speeds scale the measured rate
-        return lambda p: lambda box: timer.seconds(box_shape_of(box)) * share * slow[p]
-    return lambda p: lambda box: math.prod(hi - lo for lo, hi in box) * fpi * share / fl[p]
+        return lambda p: lambda box: timer.seconds(box_shape_of(box)) * slow[p]
+    if sequential and net.cores:
+        fl = fl * net.cores
+    return lambda p: lambda box: math.prod(hi - lo for lo, hi in box) * fpi / fl[p]
 
 
 def _sequential(nsteps: int, costs: list[StepCosts], events: list[Event]) -> tuple[float, list]:
@@ -175,15 +185,15 @@ def _sequential(nsteps: int, costs: list[StepCosts], events: list[Event]) -> tup
 
 def _parallel(
     kernel: Any, net: Network, bw: np.ndarray, itemsize: Any, costs: list, events: list[Event]
-) -> tuple[float, list]:
+) -> Engine:
     plan = kernel.plan
     wire = wire_of(plan, itemsize)
     intra_bw = net.intra_bandwidth or net.memory_bandwidth / 2
     intra_lat = net.intra_latency if net.intra_latency is not None else net.latency / 4
-    eng = Engine(wire, bw, net.latency, intra_bw, intra_lat, net.eager_bytes)
+    eng = Engine(wire, bw, net.latency, intra_bw, intra_lat, net.eager_bytes, net.cores)
     gens = [processor(eng, p, plan.nsteps, costs[p], events) for p in range(plan.nprocs)]
-    end = eng.run(gens)
+    eng.run(gens)
     if any(eng.pending):
         stuck = [p for p, n in enumerate(eng.pending) if n]
         raise SimulationError(f"simulation deadlocked: processors {stuck[:8]} wait forever")
-    return end, list(eng.done)
+    return eng

@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from distal.kernels import blas
 from distal.kernels.leaf import run_leaf
 from distal.plan.ir import Plan
+from distal.sim.network import blas_threads
 
 MEASURE_ITERATIONS = 1 << 30
 MAX_MEASURED_SHAPES = 6
@@ -41,10 +43,15 @@ def _shrink(shape: Sequence[int], limit: int) -> tuple[int, ...]:
 
 
 class KernelTimer:
-    """Seconds per iteration of a kernel's leaf computation on this computer, by box shape."""
+    """Seconds per iteration of a kernel's leaf computation on this computer, by box shape.
 
-    def __init__(self, kernel: Any) -> None:
+    ``threads``: BLAS threads while timing (1 for an MPI rank run with
+    ``OPENBLAS_NUM_THREADS=1``; None: numpy's default, as the local runtime has it).
+    """
+
+    def __init__(self, kernel: Any, threads: int | None = None) -> None:
         self.kernel = kernel
+        self.threads = threads
         self.cache: dict[tuple[int, ...], float] = {}
 
     def _measure(self, shape: tuple[int, ...]) -> float:
@@ -66,13 +73,16 @@ class KernelTimer:
         out_ext = tuple(small[i] for i in out_idx)
         out = np.zeros(out_ext, self.kernel.dtypes.get(plan.output, np.float64))
         origin = tuple((0, e) for e in out_ext)
-        run_leaf(self.kernel.kernels, box, operands, out, origin)  # warm-up: page faults
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            run_leaf(self.kernel.kernels, box, operands, out, origin)
-            times.append(time.perf_counter() - t0)
+        with blas_threads(self.threads) as limited:
+            run_leaf(self.kernel.kernels, box, operands, out, origin)  # warm-up: page faults
+            times = []
+            for _ in range(3):
+                t0 = time.perf_counter()
+                run_leaf(self.kernel.kernels, box, operands, out, origin)
+                times.append(time.perf_counter() - t0)
         best = sorted(times)[1]  # the median: what a run meets on a shared machine
+        if not limited:  # threadpoolctl missing: assume the default threads scaled perfectly
+            best *= max(1, blas.threads() // (self.threads or 1))
         return best / max(math.prod(small), 1)
 
     def prepare(self, shapes: dict[tuple[int, ...], int]) -> None:

@@ -10,6 +10,13 @@ fetches; after the last step finished blocks go to other replicas and the
 processor waits until everything it sent has arrived. It yields ``(BUSY, dt)``
 (the CPU is busy) or ``(WAIT, messages)``; the engine resumes it in time order.
 
+Routed plans (``plan/passes/routing.py``) add two dependencies, as the MPI runtime
+has them. A relayed fetch (``Message.relay``, the relay's ``Forward``) is sent from
+the relay's fetch buffer, so it is posted only while the relay waits for that
+step's fetches *and* its own copy of the piece has arrived (the runtime forwards
+inside that wait, never while it computes). A relay's partial-sum send (its
+``Flush``) first waits for its children's sums (``Combine``) and adds them in.
+
 A message leaves when both sides have posted it (or when the sender posts it, up
 to ``eager_bytes``), first come first served on its sender's injection port and
 its receiver's ejection port, occupying both for ``bytes / bandwidth`` and
@@ -27,7 +34,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from distal.plan.ir import FETCH, FINAL, PARTIAL, Compute, Fetch, Flush, Plan, Reduce
+from distal.plan.ir import (
+    FETCH,
+    FINAL,
+    PARTIAL,
+    Combine,
+    Compute,
+    Fetch,
+    Flush,
+    Forward,
+    Plan,
+    Reduce,
+)
 from distal.plan.stats import ops_by_step
 from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.runtime.trace import FETCH as EV_FETCH
@@ -57,8 +75,11 @@ class Wire:
     dst: np.ndarray
     nbytes: np.ndarray
     intra: np.ndarray
-    sends: dict[tuple[int, int, str], list[int]]  # (proc, step, kind) -> message ids
+    sends: dict[tuple[int, int, str], list[int]]  # (proc, step, kind) -> ids (no relayed fetch)
     recvs: dict[tuple[int, int, str], list[int]]
+    forwards: dict[tuple[int, int], list[int]]  # (relay, step) -> relayed fetches it sends
+    after: dict[int, int]  # relayed fetch -> the message bringing the relay its own copy
+    combines: dict[tuple[int, int], list[int]]  # (relay, step) -> children's partial sums
 
 
 def wire_of(plan: Plan, itemsize: Callable[[str], int]) -> Wire:
@@ -68,13 +89,34 @@ def wire_of(plan: Plan, itemsize: Callable[[str], int]) -> Wire:
     nbytes, intra = np.empty(n, np.float64), np.zeros(n, bool)
     sends: dict[tuple[int, int, str], list[int]] = defaultdict(list)
     recvs: dict[tuple[int, int, str], list[int]] = defaultdict(list)
+    forwards: dict[tuple[int, int], list[int]] = defaultdict(list)
+    combines: dict[tuple[int, int], list[int]] = defaultdict(list)
+    arrives: dict[tuple, int] = {}  # (receiver, step, tensor, piece) -> fetch message
+    relayed: list[int] = []
     for i, m in enumerate(plan.messages):
         src[i], dst[i] = m.src, m.dst
         nbytes[i] = m.words * itemsize(m.tensor)
         intra[i] = plan.machine is not None and plan.level_of(m.src, m.dst) > 0
-        sends[(m.src, m.step, m.kind)].append(i)
+        if m.kind == FETCH:
+            arrives[(m.dst, m.step, m.tensor, m.box)] = i
+        if m.kind == FETCH and m.relay:
+            forwards[(m.src, m.step)].append(i)
+            relayed.append(i)
+        else:
+            sends[(m.src, m.step, m.kind)].append(i)
+        if m.kind == PARTIAL and m.relay:
+            combines[(m.dst, m.step)].append(i)
         recvs[(m.dst, m.step, m.kind)].append(i)
-    return Wire(src, dst, nbytes, intra, dict(sends), dict(recvs))
+    after = {}
+    for i in relayed:
+        m = plan.messages[i]
+        own = arrives.get((m.src, m.step, m.tensor, m.box))
+        if own is None:
+            raise ValueError(f"relay {m.src} forwards {m.tensor}{m.box} it never receives")
+        after[i] = own
+    return Wire(
+        src, dst, nbytes, intra, dict(sends), dict(recvs), dict(forwards), after, dict(combines)
+    )
 
 
 class Engine:
@@ -88,13 +130,19 @@ class Engine:
         intra_bandwidth: float,
         intra_latency: float,
         eager_bytes: int,
+        cores: float | None = None,
     ) -> None:
         self.wire = wire
+        self.cores = cores
+        self.busy_left: dict[int, float] = {}  # processor sharing: CPU seconds still to run
+        self.busy_token: dict[int, int] = {}  # the heap entry of each busy processor's end
+        self.busy_since = 0.0
         n, nprocs = len(wire.src), len(bandwidth)
         self.bw = [float(b) for b in bandwidth]
         self.latency, self.intra_bw, self.intra_lat = latency, intra_bandwidth, intra_latency
         self.eager = eager_bytes
         self.now = 0.0
+        self.end = 0.0  # when the last event happened (set by ``run``)
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = itertools.count()
         self.inj_free = [0.0] * nprocs
@@ -103,11 +151,13 @@ class Engine:
         self.dst_posted = bytearray(n)
         self.started = bytearray(n)
         self.arrival = [-1.0] * n
+        self.sent_at = [-1.0] * n  # when the message started to occupy its ports
         self.waited_dst = bytearray(n)  # the receiver waits for this message's arrival
         self.waited_src = bytearray(n)  # the sender waits for it (its send to complete)
         self.pending = [0] * nprocs
         self.done = [0.0] * nprocs
         self.port_busy = [0.0] * nprocs  # seconds each processor's ejection port carried data
+        self.on_arrival: dict[int, list[int]] = {}  # message -> relayed sends posted then
         self.gens: list[Generator[Request, None, None]] = []
         self._src = wire.src.tolist()
         self._dst = wire.dst.tolist()
@@ -127,17 +177,28 @@ class Engine:
             if self.src_posted[m] and not self.started[m]:
                 self._start(m)
 
+    def post_forward(self, ids: Sequence[int]) -> None:
+        """Relayed fetches: each is posted once the relay's own copy has arrived (now or later)."""
+        for m in ids:
+            own = self.wire.after[m]
+            if self.arrival[own] >= 0:
+                self.post_send((m,))
+            else:
+                self.on_arrival.setdefault(own, []).append(m)
+
     def _start(self, m: int) -> None:
         self.started[m] = 1
         s, d, b = self._src[m], self._dst[m], self._bytes[m]
         if self._intra[m]:
-            t, arrive = self.now, self.now + b / self.intra_bw + self.intra_lat
+            t = self.now
+            arrive = t + b / self.intra_bw + self.intra_lat
         else:
             t = max(self.now, self.inj_free[s], self.ej_free[d])
             dur = b / min(self.bw[s], self.bw[d])
             self.inj_free[s] = self.ej_free[d] = t + dur
             self.port_busy[d] += dur
             arrive = t + dur + self.latency
+        self.sent_at[m] = t
         heapq.heappush(self.heap, (arrive, next(self.seq), 1, m))
 
     # -- processors ----------------------------------------------------------------------
@@ -151,7 +212,10 @@ class Engine:
                 return
             if kind == BUSY:
                 if arg > 0:  # type: ignore[operator]
-                    heapq.heappush(self.heap, (self.now + arg, next(self.seq), 0, p))  # type: ignore[operator]
+                    if self.cores is None:
+                        heapq.heappush(self.heap, (self.now + arg, next(self.seq), 0, p))  # type: ignore[operator]
+                    else:
+                        self._share(p, arg)  # type: ignore[arg-type]
                     return
                 continue
             count = 0
@@ -166,6 +230,28 @@ class Engine:
                 self.pending[p] = count
                 return
 
+    def _share(self, p: int, work: float | None) -> None:
+        """Processor sharing of ``cores``: ``p`` starts ``work`` CPU seconds (None: it ended);
+        every busy processor runs at ``min(1, cores / busy)`` and its end is rescheduled."""
+        busy = self.busy_left
+        if busy:
+            rate = min(1.0, self.cores / len(busy))  # type: ignore[operator]
+            done = (self.now - self.busy_since) * rate
+            for q in busy:
+                busy[q] -= done
+        self.busy_since = self.now
+        if work is None:
+            busy.pop(p, None)
+            self.busy_token.pop(p, None)
+        else:
+            busy[p] = work
+        if busy:
+            rate = min(1.0, self.cores / len(busy))  # type: ignore[operator]
+            for q, left in busy.items():
+                token = next(self.seq)
+                self.busy_token[q] = token
+                heapq.heappush(self.heap, (self.now + max(left, 0.0) / rate, token, 2, q))
+
     def run(self, gens: list[Generator[Request, None, None]]) -> float:
         """Run every processor to its end; the time the last event happened."""
         self.gens = gens
@@ -173,12 +259,21 @@ class Engine:
             heapq.heappush(self.heap, (0.0, next(self.seq), 0, p))
         heap, end = self.heap, 0.0
         while heap:
-            t, _, kind, x = heapq.heappop(heap)
+            t, token, kind, x = heapq.heappop(heap)
+            if kind == 2:  # a shared-core processor's work ends (unless rescheduled since)
+                if self.busy_token.get(x) != token:
+                    continue
+                self.now = end = t
+                self._share(x, None)
+                self._resume(x)
+                continue
             self.now = end = t
             if kind == 0:
                 self._resume(x)
                 continue
             self.arrival[x] = t
+            if x in self.on_arrival:
+                self.post_send(self.on_arrival.pop(x))
             for flags, who in ((self.waited_dst, self._dst), (self.waited_src, self._src)):
                 if flags[x]:
                     flags[x] = 0
@@ -186,6 +281,7 @@ class Engine:
                     self.pending[q] -= 1
                     if self.pending[q] == 0:
                         self._resume(q)
+        self.end = end
         return end
 
 
@@ -224,6 +320,10 @@ def step_costs(
                     c.flush[s] += 2 * sent * out_b / mem_bandwidth
             elif isinstance(op, Reduce):
                 c.reduce[s] += overhead + 3 * box_volume(op.box) * out_b / mem_bandwidth
+            elif isinstance(op, Combine):  # a child's sum added into the partial buffer
+                c.flush[s] += overhead + 3 * box_volume(op.box) * out_b / mem_bandwidth
+            elif isinstance(op, Forward):  # one more send call while the fetches are posted
+                c.copy[s] += overhead
             elif s == plan.nsteps:  # SendFinal / RecvFinal
                 c.reduce[s] += overhead + 2 * box_volume(op.box) * out_b / mem_bandwidth
             else:
@@ -236,6 +336,7 @@ def processor(
 ) -> Generator[Request, None, None]:
     """Processor ``p``'s program as the MPI runtime runs it (see the module docstring)."""
     sends, recvs = eng.wire.sends, eng.wire.recvs
+    forwards, combines = eng.wire.forwards, eng.wire.combines
     none: list[int] = []
 
     def ids(table: dict, s: int, kind: str) -> list[int]:
@@ -258,23 +359,28 @@ def processor(
         eng.post_recv(ids(recvs, s, FETCH))
         yield from busy(EV_FETCH, s, costs.copy[s])
 
+    def fetched(s: int) -> Generator[Request, None, None]:
+        eng.post_forward(forwards.get((p, s), none))  # the runtime forwards inside this wait
+        yield from waited(ids(recvs, s, FETCH), s)
+
     if nsteps:
         yield from post_fetches(0)
-        yield from waited(ids(recvs, 0, FETCH), 0)
+        yield from fetched(0)
     for s in range(nsteps):
         if s + 1 < nsteps:
             yield from post_fetches(s + 1)
         eng.post_recv(ids(recvs, s, PARTIAL))
         yield from busy(COMPUTE, s, costs.compute[s], costs.iterations[s])
+        yield from waited(combines.get((p, s), none), s)  # the relay's Flush adds them first
         yield from busy(FLUSH, s, costs.flush[s])
         eng.post_send(ids(sends, s, PARTIAL))
         yield from waited(ids(recvs, s, PARTIAL) + ids(sends, s, PARTIAL), s)
         yield from busy(REDUCE, s, costs.reduce[s])
         if s + 1 < nsteps:
-            yield from waited(ids(recvs, s + 1, FETCH), s + 1)
+            yield from fetched(s + 1)
     eng.post_send(ids(sends, nsteps, FINAL))
     eng.post_recv(ids(recvs, nsteps, FINAL))
     yield from waited(ids(recvs, nsteps, FINAL) + ids(sends, nsteps, FINAL), nsteps)
     yield from busy(EV_FINAL, nsteps, costs.reduce[nsteps])
-    mine = [m for s in range(nsteps) for m in ids(sends, s, FETCH)]
+    mine = [m for s in range(nsteps) for m in ids(sends, s, FETCH) + forwards.get((p, s), none)]
     yield from waited(mine, nsteps)

@@ -11,8 +11,11 @@ at the endpoints only, as on a full-bisection fat tree.
 Presets (:data:`PRESETS`):
 
 * ``"local"``: this computer, calibrated in a fraction of a second (memcpy
-  bandwidth, numpy GEMM rate; the leaf kernels of a plan are timed on it too). All
-  processors share its cores, as ``mpiexec -n P`` on one host does.
+  bandwidth, single-threaded GEMM rate; the leaf kernels of a plan are timed on it
+  too, with one BLAS thread). The processors are ``mpiexec -n P`` ranks of one BLAS
+  thread each sharing its ``cores``: while ``b`` of them are busy each runs at
+  ``min(1, cores / b)`` of a core (4 ranks on 2 cores: half a core each while all
+  compute, a whole one for a rank computing while the others wait).
 * ``"fat-tree-edr"`` / ``"fat-tree-hdr"``: a CPU cluster on InfiniBand EDR
   (12.5 GB/s, 1 us) / HDR (25 GB/s, 0.6 us), 1.5 TFLOP/s per node at 70% of peak
   for BLAS-3 (a dual-socket node of the Lassen class reaches about 0.7 TFLOP/s in
@@ -28,6 +31,8 @@ import json
 import math
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
@@ -58,10 +63,15 @@ class Network:
         bandwidth_spread, speed_spread: ratio fastest / slowest node; per-node values are
             log-uniform in between, drawn with ``seed``.
         op_overhead: seconds of runtime bookkeeping per instruction (Python, MPI calls).
-        shared_cores: the nodes are processes sharing one host (``"local"``): its flop and
-            memory rates are divided among the processors.
+        cores: the nodes are processes sharing one host with this many cores (``"local"``);
+            ``flops`` and ``memory_bandwidth`` are then one core's, and a busy processor runs
+            at ``min(1, cores / busy processors)`` of them (processor sharing: the runtime's
+            waits sleep, so waiting processors leave their core to the others). None: every
+            node has its own CPU.
         measure_kernels: time the plan's leaf kernels on this computer instead of using
-            ``flops`` (only meaningful for this computer).
+            ``flops`` (only meaningful for this computer), with ``kernel_threads`` BLAS
+            threads (1: an MPI rank run with ``OPENBLAS_NUM_THREADS=1``).
+        kernel_threads: BLAS threads of one processor when its kernels are measured.
         eager_bytes: messages up to this size leave when the sender posts them; larger ones
             wait for the receiver to post its receive too (MPI's rendezvous protocol).
         seed: random seed of the per-node spreads.
@@ -77,8 +87,9 @@ class Network:
     bandwidth_spread: float = 1.0
     speed_spread: float = 1.0
     op_overhead: float = 5e-6
-    shared_cores: bool = False
+    cores: int | None = None
     measure_kernels: bool = False
+    kernel_threads: int = 1
     eager_bytes: int = 65536
     seed: int = 0
 
@@ -91,6 +102,10 @@ class Network:
             v = getattr(self, f)
             if not (isinstance(v, int | float) and v >= 0 and math.isfinite(v)):
                 raise NetworkError(f"Network {self.name!r}: {f} must be >= 0, not {v!r}")
+        if self.cores is not None and not (isinstance(self.cores, int) and self.cores >= 1):
+            raise NetworkError(f"Network {self.name!r}: cores must be None or >= 1")
+        if not (isinstance(self.kernel_threads, int) and self.kernel_threads >= 1):
+            raise NetworkError(f"Network {self.name!r}: kernel_threads must be >= 1")
         for f in ("bandwidth_spread", "speed_spread"):
             if getattr(self, f) < 1:
                 raise NetworkError(f"Network {self.name!r}: {f} is max/min and must be >= 1")
@@ -117,6 +132,7 @@ class Network:
         return Network("lassen-cpu", 12.5e9, 1.0e-6, 670e9, 120e9, op_overhead=5e-6)
 
 
+CALIBRATION_VERSION = 2  # 2: one BLAS thread's GEMM rate (1: every thread's)
 CALIBRATION_FILE = Path(
     os.environ.get("DISTAL_SIM_CALIBRATION", Path.home() / ".cache" / "distal" / "sim-local.json")
 )
@@ -133,23 +149,51 @@ def _measure_memcpy(nbytes: int = 32 << 20, repeat: int = 5) -> float:
     return 2 * nbytes / best  # read + write
 
 
+def host_cores() -> int:
+    """Cores this process may run on (its affinity mask; ``os.cpu_count()`` elsewhere)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@contextmanager
+def blas_threads(threads: int | None) -> Iterator[bool]:
+    """Run the block with ``threads`` BLAS threads (None: leave them); yields whether the
+    limit holds (threadpoolctl, an optional dependency, is what sets it)."""
+    if threads is None:
+        yield True
+        return
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        yield False
+        return
+    with threadpool_limits(limits=threads, user_api="blas"):
+        yield True
+
+
 def _measure_gemm(n: int = 1024, repeat: int = 3) -> float:
+    """One BLAS thread's GEMM rate (flop/s): what one ``mpiexec`` rank of the runtime gets."""
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    a @ b
-    best = math.inf
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+    with blas_threads(1) as limited:
         a @ b
-        best = min(best, time.perf_counter() - t0)
-    return 2 * n**3 / best
+        best = math.inf
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            a @ b
+            best = min(best, time.perf_counter() - t0)
+    rate = 2 * n**3 / best
+    return rate if limited else rate / host_cores()  # no limit: assume the threads scaled
 
 
 def _from_cost_model() -> dict[str, float] | None:
     """What ``distal calibrate`` measured (``distal.cost.model``), when it has been run here.
 
-    Its ``alpha`` / ``beta`` come from a ping-pong between two processes of this computer
-    and its ``gamma`` from a numpy GEMM: exactly this preset's latency, link and flop rate.
+    Its ``alpha`` / ``beta`` come from a ping-pong between two processes of this computer:
+    exactly this preset's latency and link. Its ``gamma`` (a numpy GEMM with every BLAS
+    thread) is not one core's rate, so it is not used here.
     """
     try:
         from distal.cost import model
@@ -164,7 +208,6 @@ def _from_cost_model() -> dict[str, float] | None:
     if not (params.alpha >= 0 and params.beta > 0 and params.gamma > 0):
         return None
     return {
-        "flops": 1 / params.gamma,
         "bandwidth": params.word_bytes / params.beta,
         "latency": params.alpha,
     }
@@ -172,23 +215,25 @@ def _from_cost_model() -> dict[str, float] | None:
 
 @lru_cache(maxsize=1)
 def calibrate_local(refresh: bool = False) -> dict[str, float]:
-    """This computer's GEMM rate (flop/s) and memcpy bandwidth (bytes/s).
+    """One core's GEMM rate (flop/s, one BLAS thread) and memcpy bandwidth (bytes/s).
 
-    Read from ``CALIBRATION_FILE`` (younger than a day), else measured (about 0.3 s) and
-    cached there. ``distal calibrate``'s figures, when present, override the GEMM rate and
-    add the link bandwidth and latency (see :func:`local_network`).
+    Read from ``CALIBRATION_FILE`` (younger than a day), else measured (about 0.5 s) and
+    cached there. ``distal calibrate``'s figures, when present, add the link bandwidth and
+    latency (see :func:`local_network`). Measure on a quiet machine: other jobs' load
+    lowers both rates.
     """
     if not refresh:
         try:
             data = json.loads(CALIBRATION_FILE.read_text())
-            if time.time() - data["when"] < 86400 and data.get("cpus") == os.cpu_count():
+            fresh = time.time() - data["when"] < 86400 and data.get("cpus") == os.cpu_count()
+            if fresh and data.get("version") == CALIBRATION_VERSION:
                 return {"flops": data["flops"], "memory_bandwidth": data["memory_bandwidth"]}
         except (OSError, ValueError, KeyError, TypeError):
             pass
     cal = {"flops": _measure_gemm(), "memory_bandwidth": _measure_memcpy()}
     try:
         CALIBRATION_FILE.parent.mkdir(parents=True, exist_ok=True)
-        stamp = {"when": time.time(), "cpus": os.cpu_count()}
+        stamp = {"when": time.time(), "cpus": os.cpu_count(), "version": CALIBRATION_VERSION}
         CALIBRATION_FILE.write_text(json.dumps({**cal, **stamp}))
     except OSError:
         pass
@@ -196,7 +241,7 @@ def calibrate_local(refresh: bool = False) -> dict[str, float]:
 
 
 def local_network() -> Network:
-    """This computer as a network of processes sharing its cores (calibrated)."""
+    """This computer as ``mpiexec`` ranks of one BLAS thread sharing its cores (calibrated)."""
     cal = calibrate_local()
     mem = cal["memory_bandwidth"]
     link = _from_cost_model() or {}
@@ -204,10 +249,10 @@ def local_network() -> Network:
         "local",
         bandwidth=link.get("bandwidth", mem / 2),  # shared-memory MPI copies twice
         latency=link.get("latency", 5e-6),
-        flops=link.get("flops", cal["flops"]),
+        flops=cal["flops"],
         memory_bandwidth=mem,
         op_overhead=20e-6,
-        shared_cores=True,
+        cores=host_cores(),
         measure_kernels=True,
     )
 

@@ -27,6 +27,9 @@ class SimResult:
         sequential: processors were simulated one after another (the local runtime).
         messages, bytes: traffic between processors.
         finish: the time each processor finished.
+        departures, arrivals: per message of ``plan.messages`` (same order), when it started
+            to occupy its ports and when it arrived (empty in sequential mode): which
+            messages waited for what, e.g. a relay's forward for its own copy.
     """
 
     network: Network
@@ -38,6 +41,8 @@ class SimResult:
     messages: int = 0
     bytes: float = 0.0
     finish: list[float] = field(default_factory=list)
+    departures: list[float] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
 
     @property
     def gflops(self) -> float:
