@@ -18,7 +18,9 @@ def ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(-3, 4, shape).astype(np.float64)
 
 
-def gemm(n: int = 32, grid: tuple[int, int] = (4, 4), algorithm: str = "cannon") -> Any:
+def gemm(
+    n: int = 32, grid: tuple[int, int] = (4, 4), algorithm: str = "cannon", routing: str = "auto"
+) -> Any:
     """``A = B @ C`` over a grid of virtual processors (over-decomposed on purpose)."""
     M = dl.Machine(*grid)
     i, j, k = dl.index_vars("i j k")
@@ -37,14 +39,14 @@ def gemm(n: int = 32, grid: tuple[int, int] = (4, 4), algorithm: str = "cannon")
         s = s.rotate(ko, [io, jo], kos).communicate(A, jo).communicate([B, C], kos)
     else:  # summa
         s = s.communicate(A, jo).communicate([B, C], ko)
-    return dl.compile(s)
+    return dl.compile(s, routing=routing)
 
 
 def gemm_inputs(n: int = 32, seed: int = 0) -> dict[str, np.ndarray]:
     return {"B": ints((n, n), seed), "C": ints((n, n), seed + 1)}
 
 
-def mttkrp(n: int = 12, r: int = 5, grid: tuple[int, int] = (2, 2)) -> Any:
+def mttkrp(n: int = 12, r: int = 5, grid: tuple[int, int] = (2, 2), routing: str = "auto") -> Any:
     """``A(i,l) = B(i,j,k) C(j,l) D(k,l)``: j is split over the grid, so partial sums flow."""
     M = dl.Machine(*grid)
     i, j, k, l = dl.index_vars("i j k l")  # noqa: E741
@@ -61,7 +63,7 @@ def mttkrp(n: int = 12, r: int = 5, grid: tuple[int, int] = (2, 2)) -> Any:
         .reorder([ko, ii, ji])
         .communicate([B, C, D], ko)
     )
-    return dl.compile(s)
+    return dl.compile(s, routing=routing)
 
 
 def mttkrp_inputs(n: int = 12, r: int = 5, seed: int = 0) -> dict[str, np.ndarray]:

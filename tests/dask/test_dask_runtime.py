@@ -229,3 +229,26 @@ def test_workers_joining_mid_run_get_tasks(tmp_path: Path) -> None:
     assert joined
     assert s.workers_joined
     assert sum(s.per_worker[w] for w in joined) >= 2
+
+
+@pytest.mark.parametrize("kind", ["summa", "mttkrp"])
+def test_tree_routed_plans_run_unchanged(client: Any, kind: str) -> None:
+    """Routing (Forward / Combine, relay messages) is how processors talk; units ignore it."""
+    from distal.plan.ir import Combine, Forward
+
+    if kind == "summa":
+        k, x = gemm(algorithm="summa", routing="tree"), gemm_inputs()
+        want = x["B"] @ x["C"]
+        direct = gemm(algorithm="summa", routing="direct")
+        routed_op = Forward
+    else:
+        k, x = mttkrp(grid=(2, 4), routing="tree"), mttkrp_inputs()
+        want = mttkrp_expected(x)
+        direct = mttkrp(grid=(2, 4), routing="direct")
+        routed_op = Combine
+    assert any(isinstance(op, routed_op) for prog in k.plan.programs for op in prog)
+    assert any(m.relay for m in k.plan.messages)
+    assert decompose(k.plan) == decompose(direct.plan)
+    res = k.run(x, runtime="dask", client=client, granularity="step")
+    assert np.array_equal(res.value, want)
+    assert res.stats.as_dict() == k.stats().as_dict()

@@ -1,0 +1,344 @@
+"""One elastic run: build the tasks, hand them to Dask, collect blocks and the summary.
+
+The driver gets the Dask client and ``as_completed`` from :mod:`distal.runtime.dask` (the
+only module importing ``distributed``); it never places or retries a task itself.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError, RuntimeFailure
+from distal.plan.ir import Plan
+from distal.runtime.checkpoint import (
+    CORRUPT,
+    CheckpointStore,
+    combine,
+    describe,
+    input_fingerprints,
+    run_key,
+)
+from distal.runtime.elastic.feeder import Feeder
+from distal.runtime.elastic.options import Options
+from distal.runtime.elastic.summary import Events, Progress, summarize
+from distal.runtime.elastic.tasks import (
+    Ctx,
+    agree_task,
+    hash_block,
+    input_block,
+    sl,
+    source_block,
+    unit_task,
+)
+from distal.runtime.elastic.units import Unit, block_name, decompose, fuse
+from distal.runtime.source import is_block_source
+from distal.typing import Box, box_is_empty
+
+STATS_NOTE = (
+    "dask runtime: Result.stats are the plan's logical traffic between virtual processors; "
+    "the bytes Dask moves between workers depend on its placement and are not counted"
+)
+
+
+def workers(client: Any) -> dict[str, Any]:
+    """The pool's workers, by address, as the scheduler sees them now."""
+    return dict(client.scheduler_info(n_workers=-1).get("workers", {}))
+
+
+class Driver:
+    """One run: build the tasks, hand them to Dask, collect blocks and the summary.
+
+    ``client`` is a ``distributed.Client``; ``as_completed`` and ``get_worker`` are Dask's.
+    """
+
+    def __init__(
+        self,
+        kernel: Any,
+        data: dict[str, Any],
+        opts: Options,
+        client: Any,
+        as_completed: Callable[[Iterable[Any]], Any],
+        get_worker: Callable[[], Any],
+    ) -> None:
+        self.kernel, self.data, self.opts, self.client = kernel, data, opts, client
+        self.as_completed, self.get_worker = as_completed, get_worker
+        self.plan: Plan = kernel.plan
+        self.nonce = uuid.uuid4().hex[:12]
+        self.out_pl = self.plan.placements[self.plan.output]
+        self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
+        self.inputs_f: dict[tuple[str, tuple[int, ...]], Any] = {}
+
+    # the input blocks, submitted on demand and shared by every unit that reads them
+    def _block_future(self, t: str, idx: tuple[int, ...]) -> Any:
+        key = (t, idx)
+        if key not in self.inputs_f:
+            pl = self.plan.placements[t]
+            box = pl.block_box(idx)
+            dtype = np.dtype(self.kernel.dtypes[t])
+            name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}"
+            x = self.data[t]
+            if is_block_source(x):
+                f = self.client.submit(source_block, t, x, box, dtype, key=name, pure=False)
+            else:
+                block = np.ascontiguousarray(x[sl(box, ((0, 0),) * len(box))], dtype=dtype)
+                f = self.client.submit(input_block, block, key=name, pure=False)
+            self.inputs_f[key] = f
+        return self.inputs_f[key]
+
+    def _fingerprints(self, units: list[Unit]) -> dict[str, str]:
+        """Input fingerprints; block sources without ``fingerprint()`` hash the blocks read."""
+        fps = input_fingerprints(self.data)
+        for t, fp in fps.items():
+            if fp is not None:
+                continue
+            idxs = sorted({idx for u in units for (tt, idx) in u.needs if tt == t})
+            hashes = self.client.gather(
+                [self.client.submit(hash_block, self._block_future(t, i), pure=False) for i in idxs]
+            )
+            fps[t] = combine({str(i): h for i, h in zip(idxs, hashes, strict=True)})
+        return {t: str(fp) for t, fp in fps.items()}
+
+    def run(self) -> Any:
+        """Carry out the plan on the pool; the ``Result`` with the summary in ``extra``."""
+        from distal.kernel import Result
+
+        opts, plan, client = self.opts, self.plan, self.client
+        t0 = time.perf_counter()
+        units = decompose(plan, opts.granularity)
+        blocks = {
+            idx: self.out_pl.block_box(idx)
+            for idx in sorted(plan.primary)
+            if not (self.out_pl.block_box(idx) and box_is_empty(self.out_pl.block_box(idx)))
+        }
+        units = fuse(units, blocks)
+        finals = {u.pieces[0][0]: u for u in units if u.final}
+        total = len(units) + len(blocks) - len(finals)
+        store = self._store(units)
+        value = np.zeros(self.out_pl.shape, self.out_dtype)
+        origin = tuple((0, n) for n in self.out_pl.shape)
+
+        # Finished blocks come straight from the checkpoint (checksummed) on the driver.
+        present = store.names() if store is not None else set()
+        corrupt_blocks = 0
+        pending: dict[tuple[int, ...], Box] = {}
+        for idx, box in blocks.items():
+            arr = None
+            if store is not None and block_name(idx) in present:
+                arr, status = store.load(block_name(idx))
+                corrupt_blocks += status == CORRUPT
+            if arr is None:
+                pending[idx] = box
+            else:
+                value[sl(box, origin)] = arr
+        needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
+        reused_direct = total - len(needed) - len(set(pending) - set(finals))
+
+        topic = f"distal-{self.nonce}"
+        events = Events(client, topic)
+        ctx = Ctx(
+            topic=topic,
+            kernels=self.kernel.kernels,
+            out_dtype=self.out_dtype,
+            store=store,
+            worker=self.get_worker,
+            delay=float(opts._delay),
+            slow=dict(opts._slow),
+            trace=opts._trace,
+            lie=frozenset(opts._lie),
+        )
+        workers_before = set(workers(client))
+        bar = Progress(total, opts.progress)
+        try:
+            feeder = Feeder(self, ctx, needed, pending, present, set(finals))
+            self._collect(feeder, pending, value, origin, bar, events, reused_direct)
+            events.sync()
+        except BaseException:
+            client.cancel(list(self.inputs_f.values()))
+            raise
+        finally:
+            bar.close()
+            events.close()
+        self.inputs_f.clear()
+        summary = summarize(
+            events,
+            total,
+            logical={u.name for u in needed} | {block_name(i) for i in pending},
+            verify=opts.verify,
+            reused_direct=reused_direct,
+            corrupt_blocks=corrupt_blocks,
+            workers_before=workers_before,
+            workers_after=set(workers(client)),
+            checkpoint=store.root if store is not None else None,
+        )
+        summary.seconds = time.perf_counter() - t0
+        if store is not None:
+            self._finish_checkpoint(store, units, blocks)
+        return Result(
+            value,
+            self.kernel.stats(),
+            summary.seconds,
+            tasks_executed=summary.tasks_executed,
+            tasks_reused=summary.tasks_reused,
+            extra={
+                "summary": summary,
+                "stats_note": STATS_NOTE,
+                "checkpoint": store.root if store is not None else None,
+            },
+        )
+
+    def _store(self, units: list[Unit]) -> CheckpointStore | None:
+        opts = self.opts
+        if opts.checkpoint is None:
+            return None
+        if not isinstance(opts.checkpoint, str | os.PathLike):
+            raise InputError(f"checkpoint must be a directory or URL, got {opts.checkpoint!r}")
+        fps = self._fingerprints(units)
+        gran = str(opts.granularity)
+        store = CheckpointStore(opts.checkpoint, run_key(self.kernel, fps, gran), opts.fsync)
+        if store.protocol == "memory":
+            pids = set(self.client.run(os.getpid).values())
+            if pids - {os.getpid()}:
+                raise InputError(
+                    f"checkpoint {opts.checkpoint!r}: memory:// is private to each process, and "
+                    "this pool's workers run in other processes; use a directory or shared URL"
+                )
+        if store.read_manifest() is None:
+            store.write_manifest(
+                describe(self.kernel, fps, gran) | {"run": store.run, "complete": False}
+            )
+        return store
+
+    def submit_unit(self, ctx: Ctx, u: Unit, n: int, present: set[str]) -> Any:
+        """One unit (or, with ``verify=k``, k pinned copies and their agreement)."""
+        client, opts = self.client, self.opts
+        k, save = opts.verify, ctx.store is not None
+        blocks = [
+            (t, self.plan.placements[t].block_box(idx), self._block_future(t, idx))
+            for t, idx in u.needs
+        ]
+        key = f"distal-unit-{self.nonce}-{n}"
+        if k == 1 or u.name in present:
+            # Always look in the checkpoint first: when Dask re-runs a unit after losing
+            # the worker that held its result, the saved partial is loaded, not redone.
+            return client.submit(unit_task, ctx, u, blocks, save, save, key=key, pure=False)
+        pool = sorted(workers(client))
+        if len(pool) < k:
+            raise InputError(f"verify={k} needs at least {k} workers; the pool has {len(pool)}")
+        copies = [
+            client.submit(
+                unit_task,
+                ctx,
+                u,
+                blocks,
+                False,
+                False,
+                r,
+                key=f"distal-copy-{self.nonce}-{n}-{r}",
+                workers=[pool[(n + r) % len(pool)]],
+                allow_other_workers=True,
+                pure=False,
+            )
+            for r in range(k)
+        ]
+        return client.submit(
+            agree_task, ctx, u, copies, opts.verify_rtol, opts.verify_atol, key=key, pure=False
+        )
+
+    def _window(self) -> int:
+        if self.opts.window is not None:
+            return self.opts.window
+        threads = sum(w.get("nthreads", 1) for w in workers(self.client).values())
+        return max(2 * threads, 2)
+
+    def _collect(
+        self,
+        feeder: Feeder,
+        pending: dict[tuple[int, ...], Box],
+        value: np.ndarray,
+        origin: Box,
+        bar: Progress,
+        events: Events,
+        reused_direct: int,
+    ) -> int:
+        """Feed Dask, wait for every task; copy finished blocks into the result as they arrive."""
+        opts = self.opts
+        deadline = None if opts.timeout is None else time.monotonic() + opts.timeout
+        window = self._window()
+        ac = self.as_completed(feeder.feed(window))
+        done = reused_direct
+        idle_since: float | None = None
+        checked = time.monotonic()
+
+        def tick(force: bool = False) -> None:
+            if bar.on:
+                bar.update(done, events.reused_now(reused_direct), events.recomputed(), force)
+
+        tick(True)
+        while not ac.is_empty():
+            batch = ac.next_batch(block=False)
+            if not batch:
+                time.sleep(0.01)
+                now = time.monotonic()
+                if deadline is not None and now > deadline:
+                    raise RuntimeFailure(f"dask run exceeded timeout={opts.timeout}s")
+                if now - checked > 1.0:
+                    checked = now
+                    window = self._window()
+                    if window <= 2 and not workers(self.client):
+                        idle_since = idle_since or now
+                        if now - idle_since > 120:
+                            raise RuntimeFailure("no Dask workers for 120s; the pool is gone")
+                    else:
+                        idle_since = None
+                    ac.update(feeder.feed(window))
+                tick()
+                continue
+            for f in batch:
+                # "lost" is fine: a worker holding the result died after it finished; Dask
+                # recomputes it for the tasks that still need it.
+                if f.status in ("error", "cancelled"):
+                    self._fail(f)
+                if f.key in feeder.block_of:
+                    idx = feeder.block_of[f.key]
+                    value[sl(pending[idx], origin)] = f.result()
+                feeder.finished(f.key)
+                done += 1
+            ac.update(feeder.feed(window))
+            tick()
+        tick(True)
+        return done
+
+    def _fail(self, f: Any) -> None:
+        try:
+            exc = f.exception(timeout=10)
+        except Exception as e:  # cancelled or lost
+            exc = e
+        if isinstance(exc, RuntimeFailure):
+            raise exc
+        kind = str(f.key).split("-")[1] if "-" in str(f.key) else str(f.key)
+        raise RuntimeFailure(
+            f"dask task {f.key!r} ({kind}) failed: {type(exc).__name__}: {exc}"
+        ) from exc
+
+    def _finish_checkpoint(
+        self, store: CheckpointStore, units: list[Unit], blocks: dict[tuple[int, ...], Box]
+    ) -> None:
+        """Mark the run complete; partial sums are no longer needed once blocks exist."""
+        manifest = store.read_manifest() or {}
+        manifest.update(
+            {"run": store.run, "complete": True, "blocks": [block_name(i) for i in blocks]}
+        )
+        store.write_manifest(manifest)
+        if not self.opts.keep_partials:
+            for u in units:
+                if not u.final:
+                    store.remove(u.name)
+
+
+__all__ = ["STATS_NOTE", "Driver", "workers"]

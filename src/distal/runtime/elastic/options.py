@@ -1,0 +1,58 @@
+"""The options of ``runtime="dask"``, checked up front so a typo is an ``InputError``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from distal.errors import InputError
+from distal.runtime.elastic.units import GRANULARITIES
+
+
+@dataclass
+class Options:
+    """Run options (``docs/elastic.md`` has the table); ``_``-prefixed ones are test hooks."""
+
+    client: Any = None
+    checkpoint: Any = None
+    granularity: str | int = "flush"
+    verify: int = 1
+    verify_rtol: float = 1e-9
+    verify_atol: float = 0.0
+    progress: bool | None = None
+    n_workers: int = 2
+    processes: bool = True
+    timeout: float | None = None
+    window: int | None = None
+    keep_partials: bool = False
+    fsync: bool = True
+    _delay: float = 0.0
+    _slow: Mapping[Any, float] = field(default_factory=dict)
+    _trace: str | None = None
+    _lie: Any = ()
+
+    @classmethod
+    def parse(cls, options: Mapping[str, Any]) -> Options:
+        """Options from ``kernel.run``'s keywords; unknown or invalid ones name themselves."""
+        known = cls.__dataclass_fields__
+        for k in options:
+            if k not in known:
+                public = [n for n in known if not n.startswith("_")]
+                raise InputError(f"unknown option {k!r} for runtime 'dask'; options are {public}")
+        o = cls(**options)
+        g = o.granularity
+        if not (g in GRANULARITIES or (isinstance(g, int) and not isinstance(g, bool) and g > 0)):
+            raise InputError(
+                f"granularity {g!r} is not valid; use 'flush', 'step' or a positive integer"
+            )
+        if not isinstance(o.verify, int) or isinstance(o.verify, bool) or o.verify < 1:
+            raise InputError(f"verify must be a positive integer, got {o.verify!r}")
+        if o.window is not None and (not isinstance(o.window, int) or o.window < 1):
+            raise InputError(f"window must be a positive integer or None, got {o.window!r}")
+        if o.n_workers < 1:
+            raise InputError(f"n_workers must be positive, got {o.n_workers!r}")
+        return o
+
+
+__all__ = ["Options"]

@@ -1,0 +1,240 @@
+"""What a run tells its user: the workers' event log, the progress bar and the summary.
+
+Workers log ``start``/``done`` events (see :mod:`.tasks`) on a per-run topic of the
+scheduler's event log; the driver subscribes to it. Everything the summary reports —
+recomputations after failures, lost work, per-worker counts — is derived from those events,
+not from Dask internals, so it reads the same whatever Dask version places the tasks.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Summary:
+    """What happened in one elastic run (``Result.extra["summary"]``).
+
+    ``recomputed`` counts task executions beyond the first that did the work again (Dask
+    re-runs a task after losing the worker that ran it or held its result; with a checkpoint
+    a re-run of a finished unit loads its saved partial instead and is not counted);
+    ``lost_seconds`` estimates the compute time the lost executions had spent. ``corrupt``
+    counts checkpoint entries that failed their checksum and were recomputed.
+    ``per_worker`` is the number of tasks each worker finished (checkpoint loads included).
+    """
+
+    tasks_total: int
+    tasks_executed: int
+    tasks_reused: int
+    recomputed: int = 0
+    lost_seconds: float = 0.0
+    corrupt: int = 0
+    per_worker: dict[str, int] = field(default_factory=dict)
+    workers_joined: list[str] = field(default_factory=list)
+    workers_lost: list[str] = field(default_factory=list)
+    verified: int = 0
+    verify_same_worker: int = 0
+    checkpoint: str | None = None
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain dictionary (JSON-friendly)."""
+        return asdict(self)
+
+    def __str__(self) -> str:
+        lines = [
+            f"tasks: {self.tasks_total} ({self.tasks_executed} computed, "
+            f"{self.tasks_reused} from checkpoint)",
+            f"failures: {self.recomputed} task(s) recomputed, ~{self.lost_seconds:.2f}s of work "
+            f"lost, {len(self.workers_lost)} worker(s) lost, {len(self.workers_joined)} joined",
+        ]
+        if self.corrupt:
+            lines.append(f"checkpoint: {self.corrupt} corrupt entr(y/ies) recomputed")
+        if self.verified:
+            lines.append(f"verify: {self.verified} task(s) accepted by agreement")
+        for w, n in sorted(self.per_worker.items()):
+            lines.append(f"  {w}: {n} task(s)")
+        return "\n".join(lines)
+
+
+class Progress:
+    """A progress bar on a terminal (tqdm, else rich, else plain text); silent otherwise."""
+
+    def __init__(self, total: int, enabled: bool | None) -> None:
+        self.total = total
+        self.on = sys.stderr.isatty() if enabled is None else bool(enabled)
+        self.kind = ""
+        self.bar: Any = None
+        self.last = 0.0
+        if not self.on:
+            return
+        try:
+            from tqdm import tqdm
+
+            self.bar, self.kind = tqdm(total=total, desc="distal", unit="task"), "tqdm"
+            return
+        except ImportError:
+            pass
+        try:
+            from rich.progress import Progress as RichProgress
+
+            self.bar, self.kind = RichProgress(transient=False), "rich"
+            self.bar.start()
+            self.task = self.bar.add_task("distal", total=total)
+            return
+        except ImportError:
+            self.kind = "plain"
+
+    def update(self, done: int, reused: int, recomputed: int, force: bool = False) -> None:
+        """Redraw (at most every 0.2 s unless ``force``)."""
+        if not self.on:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < 0.2:
+            return
+        self.last = now
+        note = f"checkpointed {reused}, recomputed {recomputed}"
+        if self.kind == "tqdm":
+            self.bar.n = done
+            self.bar.set_postfix_str(note, refresh=True)
+        elif self.kind == "rich":
+            self.bar.update(self.task, completed=done, description=f"distal ({note})")
+        else:
+            sys.stderr.write(f"\rdistal: {done}/{self.total} tasks ({note})")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        """Leave the finished bar on screen."""
+        if not self.on:
+            return
+        if self.kind == "tqdm":
+            self.bar.close()
+        elif self.kind == "rich":
+            self.bar.stop()
+        else:
+            sys.stderr.write("\n")
+
+
+class Events:
+    """Task events of one run, as the workers logged them (``client``: a Dask client)."""
+
+    def __init__(self, client: Any, topic: str) -> None:
+        self.client, self.topic = client, topic
+        self.lock = threading.Lock()
+        self.seen: dict[tuple, dict[str, Any]] = {}
+        client.subscribe_topic(topic, self._add)
+
+    def _add(self, event: tuple[float, dict[str, Any]]) -> None:
+        msg = event[1]
+        with self.lock:
+            self.seen[(msg["kind"], msg["name"], msg["worker"], msg["t"])] = msg
+
+    def sync(self) -> None:
+        """Pull the scheduler's copy too (in case a subscription message raced)."""
+        try:
+            for ev in self.client.get_events(self.topic):
+                self._add(ev)
+        except Exception:  # pragma: no cover - best effort
+            pass
+
+    def close(self) -> None:
+        """Stop listening."""
+        try:
+            self.client.unsubscribe_topic(self.topic)
+        except Exception:  # pragma: no cover - best effort
+            pass
+
+    def by_name(self) -> dict[str, list[dict[str, Any]]]:
+        """Events grouped by task label, in time order."""
+        with self.lock:
+            msgs = sorted(self.seen.values(), key=lambda m: m["t"])
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for m in msgs:
+            out[m["name"]].append(m)
+        return out
+
+    def recomputed(self) -> int:
+        """Executions beyond the first that did the work again (loads do not count)."""
+        n = 0
+        for ms in self.by_name().values():
+            starts = sum(m["kind"] == "start" for m in ms)
+            dones = [m for m in ms if m["kind"] == "done"]
+            work = sum(d.get("status") != "reused" for d in dones) + starts - len(dones)
+            n += max(work - 1, 0)
+        return n
+
+    def reused_now(self, reused_direct: int) -> int:
+        """Tasks taken from the checkpoint so far (for the progress bar)."""
+        n = 0
+        for ms in self.by_name().values():
+            dones = [m.get("status") for m in ms if m["kind"] == "done"]
+            n += bool(dones) and all(st == "reused" for st in dones)
+        return reused_direct + n
+
+
+def summarize(
+    events: Events,
+    total: int,
+    logical: set[str],
+    verify: int,
+    reused_direct: int,
+    corrupt_blocks: int,
+    workers_before: set[str],
+    workers_after: set[str],
+    checkpoint: str | None,
+) -> Summary:
+    """The run's summary from its events (``logical``: the task names this run needed)."""
+    byname = events.by_name()
+    reused = computed = corrupt = recomputed = verified = same = 0
+    lost = 0.0
+    per_worker: dict[str, int] = defaultdict(int)
+    seen_workers: set[str] = set()
+    for name, ms in byname.items():
+        starts = [m for m in ms if m["kind"] == "start"]
+        dones = [m for m in ms if m["kind"] == "done"]
+        work = sum(d.get("status") != "reused" for d in dones) + len(starts) - len(dones)
+        recomputed += max(work - 1, 0)
+        for m in ms:
+            seen_workers.add(m["worker"])
+        for m in dones:
+            per_worker[m["worker"]] += 1
+        # lost work: results computed more than once, and attempts cut short by a failure
+        worked = [d for d in dones if d.get("status") != "reused"]
+        lost += sum(d.get("seconds", 0.0) for d in worked[:-1])
+        for n, st in enumerate(starts[:-1]):
+            if not any(d["worker"] == st["worker"] and d["t"] >= st["t"] for d in dones):
+                lost += starts[n + 1]["t"] - st["t"]
+        if name in logical and dones:
+            status = worked[-1].get("status") if worked else "reused"
+            reused += status == "reused"
+            computed += status != "reused"
+            corrupt += any(d.get("corrupt") for d in dones)
+            if status == "verified":
+                verified += 1
+                same += dones[-1].get("distinct", 0) < verify
+    # tasks whose events did not reach us (should not happen) count as computed
+    computed += len(logical) - sum(
+        1 for n in logical if any(m["kind"] == "done" for m in byname.get(n, []))
+    )
+    return Summary(
+        tasks_total=total,
+        tasks_executed=computed,
+        tasks_reused=reused + reused_direct,
+        recomputed=recomputed,
+        lost_seconds=lost,
+        corrupt=corrupt + corrupt_blocks,
+        per_worker=dict(per_worker),
+        workers_joined=sorted((seen_workers | workers_after) - workers_before),
+        workers_lost=sorted((workers_before | seen_workers) - workers_after),
+        verified=verified,
+        verify_same_worker=same,
+        checkpoint=checkpoint,
+    )
+
+
+__all__ = ["Events", "Progress", "Summary", "summarize"]

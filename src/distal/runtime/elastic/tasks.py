@@ -1,0 +1,207 @@
+"""What runs on the workers: input blocks, units, agreement of copies, block reductions.
+
+These functions are pickled into Dask tasks. They reach the worker they run on through
+``ctx.worker`` (Dask's ``get_worker``, handed over by :mod:`distal.runtime.dask`), so this
+module needs no ``distributed`` import and stays testable without a pool.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from distal.errors import RuntimeFailure
+from distal.kernels.leaf import TermKernel, run_leaf
+from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
+from distal.runtime.elastic.units import Unit
+from distal.runtime.source import read_block
+from distal.typing import Box, box_contains, box_intersect, box_is_empty, box_shape
+
+
+class VerificationFailed(RuntimeFailure):
+    """Copies of one task computed on different workers disagree (``verify=k``)."""
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """Everything a task needs besides its data (small; pickled with each task).
+
+    ``worker`` returns the Dask worker running the task (``distributed.get_worker``).
+    ``delay``, ``slow``, ``trace`` and ``lie`` are test hooks (see ``docs/elastic.md``).
+    """
+
+    topic: str
+    kernels: tuple[TermKernel, ...]
+    out_dtype: np.dtype
+    store: CheckpointStore | None
+    worker: Callable[[], Any]
+    delay: float = 0.0
+    slow: Mapping[Any, float] = field(default_factory=dict)
+    trace: str | None = None
+    lie: frozenset[Any] = frozenset()
+
+
+def sl(box: Box, origin: Box) -> tuple[Any, ...]:
+    """Index of ``box`` inside an array holding ``origin``."""
+    if not box:
+        return (Ellipsis,)
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
+
+
+def event(ctx: Ctx, kind: str, label: str, **more: Any) -> Any:
+    """Tell the driver (through the scheduler's event log) what this task is doing."""
+    w = ctx.worker()
+    msg = {"kind": kind, "name": label, "worker": w.address, "t": time.time(), **more}
+    w.log_event(ctx.topic, msg)
+    if ctx.trace:
+        with open(ctx.trace, "a") as f:
+            f.write(f"{kind} {label} {more.get('status', '')}\n")
+    return w
+
+
+def _stall(ctx: Ctx, worker: Any, seconds: float) -> None:
+    """Test hooks: a fixed delay per task, scaled on workers marked slow."""
+    factor = float(ctx.slow.get(worker.name, 1.0))
+    extra = ctx.delay * factor + (factor - 1.0) * seconds
+    if extra > 0:
+        time.sleep(extra)
+
+
+def input_block(arr: np.ndarray) -> np.ndarray:
+    """An array block travels inside its task, so Dask can always rebuild it."""
+    return arr
+
+
+def source_block(name: str, src: Any, box: Box, dtype: np.dtype) -> np.ndarray:
+    """A block source is read on the worker."""
+    return read_block(name, src, box, dtype)
+
+
+def hash_block(arr: np.ndarray) -> str:
+    """Fingerprint of one input block (block sources without ``fingerprint()``)."""
+    return fingerprint_array(arr)
+
+
+def _assemble(box: Box, blocks: list[tuple[Box, np.ndarray]], dtype: np.dtype) -> np.ndarray:
+    """The fetch buffer ``box`` cut from the input blocks (a view when one block holds it)."""
+    if box and box_is_empty(box):
+        return np.zeros(box_shape(box), dtype)
+    for bbox, arr in blocks:
+        if box_contains(bbox, box):
+            return arr[sl(box, bbox)]
+    buf = np.empty(box_shape(box), dtype)
+    for bbox, arr in blocks:
+        inter = box_intersect(bbox, box)
+        if not box_is_empty(inter):
+            buf[sl(inter, box)] = arr[sl(inter, bbox)]
+    return buf
+
+
+def _compute(ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]) -> np.ndarray:
+    by_tensor: dict[str, list[tuple[Box, np.ndarray]]] = defaultdict(list)
+    for t, bbox, arr in blocks:
+        by_tensor[t].append((bbox, arr))
+    out = np.zeros(box_shape(unit.out_box), ctx.out_dtype)
+    cache: dict[tuple[str, Box], tuple[np.ndarray, Box]] = {}
+    for bufs, boxes in unit.steps:
+        operands = {}
+        for t, b in bufs:
+            if (t, b) not in cache:
+                dtype = by_tensor[t][0][1].dtype if by_tensor[t] else ctx.out_dtype
+                cache[(t, b)] = (_assemble(b, by_tensor[t], dtype), b)
+            operands[t] = cache[(t, b)]
+        for box in boxes:
+            run_leaf(ctx.kernels, box, operands, out, unit.out_box)
+    return out
+
+
+def unit_task(
+    ctx: Ctx,
+    unit: Unit,
+    blocks: list[tuple[str, Box, np.ndarray]],
+    try_load: bool,
+    save: bool,
+    replica: int | None = None,
+) -> Any:
+    """Load the unit's partial from the checkpoint, or compute (and save) it."""
+    label = unit.name if replica is None else f"{unit.name}#v{replica}"
+    w = event(ctx, "start", label)
+    t0 = time.perf_counter()
+    corrupt = False
+    if try_load and ctx.store is not None:
+        arr, status = ctx.store.load(unit.name)
+        if arr is not None:
+            event(ctx, "done", label, status="reused", seconds=time.perf_counter() - t0)
+            return arr
+        corrupt = status == CORRUPT
+    out = _compute(ctx, unit, blocks)
+    _stall(ctx, w, time.perf_counter() - t0)
+    if w.name in ctx.lie:
+        out = out + 1
+    if save and ctx.store is not None:
+        ctx.store.save(unit.name, out)
+    seconds = time.perf_counter() - t0
+    event(ctx, "done", label, status="computed", corrupt=corrupt, seconds=seconds)
+    return out if replica is None else (out, w.address)
+
+
+def agree_task(
+    ctx: Ctx, unit: Unit, copies: list[tuple[np.ndarray, str]], rtol: float, atol: float
+) -> np.ndarray:
+    """Accept a unit computed on several workers only when every copy agrees."""
+    event(ctx, "start", unit.name)
+    first, where = copies[0]
+    for arr, other in copies[1:]:
+        if not np.allclose(arr, first, rtol=rtol, atol=atol):
+            raise VerificationFailed(
+                f"task {unit.name} (virtual processor {unit.proc}) disagrees between workers "
+                f"{where} and {other} (rtol={rtol}, atol={atol})",
+                processor=unit.proc,
+            )
+    distinct = len({a for _, a in copies})
+    if ctx.store is not None:
+        ctx.store.save(unit.name, first)
+    event(ctx, "done", unit.name, status="verified", distinct=distinct, seconds=0.0)
+    return first
+
+
+def reduce_task(
+    ctx: Ctx, name: str, box: Box, contribs: list[tuple[np.ndarray, Box, Box]]
+) -> np.ndarray:
+    """Sum the unit partials' pieces of one output block; checkpoint the finished block.
+
+    A re-run (after the worker holding the block died) loads the block it already saved.
+    """
+    event(ctx, "start", name)
+    t0 = time.perf_counter()
+    if ctx.store is not None:
+        saved, _ = ctx.store.load(name)
+        if saved is not None:
+            event(ctx, "done", name, status="reused", seconds=time.perf_counter() - t0)
+            return saved
+    block = np.zeros(box_shape(box), ctx.out_dtype)
+    for arr, out_box, piece in contribs:
+        block[sl(piece, box)] += arr[sl(piece, out_box)]
+    if ctx.store is not None:
+        ctx.store.save(name, block)
+    event(ctx, "done", name, status="computed", seconds=time.perf_counter() - t0)
+    return block
+
+
+__all__ = [
+    "Ctx",
+    "VerificationFailed",
+    "agree_task",
+    "event",
+    "hash_block",
+    "input_block",
+    "reduce_task",
+    "sl",
+    "source_block",
+    "unit_task",
+]
