@@ -48,6 +48,7 @@ def _inputs(p: Any) -> list[Any]:
 
 def time_problem(p: Any, repeat: int, client: Any = None) -> dict[str, Any]:
     import dask.array as da
+    from dask.graph_manipulation import clone
     from threadpoolctl import threadpool_limits
 
     import dask
@@ -70,7 +71,9 @@ def time_problem(p: Any, repeat: int, client: Any = None) -> dict[str, Any]:
         times, check = [], 0.0
         for r in range(repeat + 1):
             t0 = time.perf_counter()
-            res = wait(da.einsum(p.subscripts, *args, optimize=True).persist())
+            # fresh keys every repeat: a cluster would otherwise hand back the last result
+            expr = clone(da.einsum(p.subscripts, *args, optimize=True), omit=args, seed=r)
+            res = wait(expr.persist())
             dt = time.perf_counter() - t0
             if r == 0:
                 check = float(res.sum().compute())

@@ -68,6 +68,10 @@ class _Blas:
         self.get_threads = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
         if self.get_threads is not None:
             self.get_threads.argtypes, self.get_threads.restype = [], ctypes.c_int
+        # per-calling-thread thread count (OpenBLAS >= 0.3.27), unprefixed in numpy's build
+        self.set_local = getattr(lib, "openblas_set_num_threads_local", None)
+        if self.set_local is not None:
+            self.set_local.argtypes, self.set_local.restype = [ctypes.c_int], ctypes.c_int
         self.gemv = {
             np.dtype(np.float64): fn(
                 "cblas_dgemv",
@@ -229,6 +233,22 @@ def threads() -> int:
         return max(1, int(_LIB.get_threads()))
     except Exception:
         return 1
+
+
+def has_local_threads() -> bool:
+    """Whether a thread can make its own BLAS calls single-threaded."""
+    return _LIB is not None and _LIB.set_local is not None
+
+
+def single_threaded_here() -> bool:
+    """Make BLAS calls from the calling thread use one thread; False when BLAS can't."""
+    if _LIB is None or _LIB.set_local is None:
+        return False
+    try:
+        _LIB.set_local(1)
+    except Exception:
+        return False
+    return True
 
 
 def available() -> bool:

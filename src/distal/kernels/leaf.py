@@ -163,11 +163,18 @@ class _MatMul:
             xs = x[(slice(None),) * xm[0] + (0,)]
             ds = dst[(slice(None),) * om[0] + (0,)]
             if _matrix(xs, sxm, sxk) is not None and _matrix(ds, som, son) is not None:
-                xi = [slice(None)] * x.ndim
-                di = [slice(None)] * dst.ndim
-                for r in range(x.shape[xm[0]]):
-                    xi[xm[0]], di[om[0]] = r, r
-                    self._rows(x[tuple(xi)], sxm, sxk, y2, dst[tuple(di)], som, son, alpha, beta)
+
+                def rows(lo: int, hi: int) -> None:
+                    xi = [slice(None)] * x.ndim
+                    di = [slice(None)] * dst.ndim
+                    for r in range(lo, hi):
+                        xi[xm[0]], di[om[0]] = r, r
+                        xs, ds = x[tuple(xi)], dst[tuple(di)]
+                        self._rows(xs, sxm, sxk, y2, ds, som, son, alpha, beta)
+
+                # many small GEMMs: one slab of rows per thread, each BLAS call on one
+                # thread (waking every BLAS thread for each small call costs more than it gains)
+                _parallel(rows, x.shape[xm[0]], calls_blas=True)
                 return
         if x2 is None:
             t = x.transpose((*xm, *xk))
@@ -189,6 +196,34 @@ class _MatMul:
 _POOL: list[Any] = []
 
 
+def _pool() -> Any:
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(
+            ThreadPoolExecutor(
+                max(2, blas.threads()),
+                thread_name_prefix="distal-leaf",
+                initializer=blas.single_threaded_here,
+            )
+        )
+    return _POOL[0]
+
+
+def _parallel(fn: Callable[[int, int], None], n: int, calls_blas: bool = False) -> None:
+    """``fn(lo, hi)`` over ``range(n)`` in one slab per BLAS thread (inline when one, when
+    already on a slab thread, or when BLAS calls can't be made single-threaded per thread)."""
+    parts = max(1, min(blas.threads(), n))
+    nested = threading.current_thread().name.startswith("distal-leaf")
+    if parts == 1 or nested or (calls_blas and not blas.has_local_threads()):
+        fn(0, n)
+        return
+    cuts = [n * t // parts for t in range(parts + 1)]
+    futs = [_pool().submit(fn, cuts[t], cuts[t + 1]) for t in range(parts)]
+    for f in futs:
+        f.result()
+
+
 def _slabs(
     spec: str,
     x: np.ndarray,
@@ -201,7 +236,6 @@ def _slabs(
 ) -> None:
     """``einsum(spec)`` split along x's axis ``xa`` / dst's axis ``oa`` over the BLAS threads."""
     n = x.shape[xa]
-    parts = max(1, min(blas.threads(), n))
 
     def one(lo: int, hi: int) -> None:
         xs = x[(slice(None),) * xa + (slice(lo, hi),)]
@@ -217,17 +251,7 @@ def _slabs(
             else:
                 ds += r
 
-    cuts = [n * t // parts for t in range(parts + 1)]
-    if parts == 1:
-        one(0, n)
-        return
-    if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL.append(ThreadPoolExecutor(max(2, blas.threads()), thread_name_prefix="distal-leaf"))
-    futs = [_POOL[0].submit(one, cuts[t], cuts[t + 1]) for t in range(parts)]
-    for f in futs:
-        f.result()
+    _parallel(one, n)
 
 
 def _inner(xa: str, ya: str) -> Contraction:
