@@ -98,7 +98,9 @@ def mpi_worker(names: list[str], quick: bool, n: int | None, repeat: int) -> Non
             continue
         kernel = dl.compile(p.schedule())
         predicted = kernel.stats()
-        src = p.sources()
+        # whole arrays, made before measuring: block sources would put their own
+        # temporaries (evaluating the data function per block) into the peak
+        src = p.arrays()
         release_buffers()
         tracemalloc.start()
         times, peaks, exact = [], [], True
