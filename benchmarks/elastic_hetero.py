@@ -13,6 +13,9 @@ speed-weighted split of the same work: ``units * delay / (3 + 1/4)``. Because a 
 loaded 2-core machine adds a per-task overhead of its own, the run on an equal pool is
 measured too, and a second ideal uses that measured per-unit cost (the slow worker paying
 ``(slow - 1) * delay`` more per unit). The slow worker should get about 1/13 of the units.
+
+The heterogeneous pool runs with speculative tail duplication (the default) and, for
+comparison, without (``speculate=False``); ``--no-compare`` skips the latter.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ def main() -> None:
     ap.add_argument("--slow", type=float, default=4.0)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--window", type=int, default=None, help="units in flight (default: auto)")
+    ap.add_argument("--no-compare", action="store_true", help="skip the speculate=False runs")
     args = ap.parse_args()
 
     kernel = gemm(args.n, args.grid)
@@ -74,24 +78,28 @@ def main() -> None:
         slow_addr = next(a for a, nm in names.items() if nm == 0)
         kernel.run(x, runtime="dask", client=client)  # warm up imports and the pool
 
-        def timed(slow: dict[int, float]) -> tuple[float, int]:
+        def timed(slow: dict[int, float], speculate: bool = True) -> tuple[float, int, int, int]:
+            time.sleep(1.5 * args.slow * args.delay)  # a losing copy from the last run ends
             t0 = time.perf_counter()
             res = kernel.run(
                 x,
                 runtime="dask",
                 client=client,
                 window=args.window,
+                speculate=speculate,
                 _delay=args.delay,
                 _slow=slow,
             )
             dt = time.perf_counter() - t0
             assert np.allclose(res.value, x["B"] @ x["C"])
-            return dt, res.extra["summary"].per_worker.get(slow_addr, 0)
+            s = res.extra["summary"]
+            return dt, s.per_worker.get(slow_addr, 0), s.speculative, s.speculative_won
 
         equal = [timed({})[0] for _ in range(args.reps)]
         hetero = [timed({0: args.slow}) for _ in range(args.reps)]
+        plain = [] if args.no_compare else [timed({0: args.slow}, False) for _ in range(args.reps)]
     t_eq = statistics.median(equal)
-    t = statistics.median(v for v, _ in hetero)
+    t = statistics.median(h[0] for h in hetero)
     # The per-unit cost on this machine, overheads included, measured on the equal pool;
     # the slow worker pays the same overhead plus (slow - 1) x delay more per unit.
     cost = t_eq * 4 / units
@@ -108,10 +116,20 @@ def main() -> None:
         "hetero_median_s": round(t, 3),
         "ratio_to_ideal": round(t / ideal, 3),
         "ratio_to_ideal_with_overhead": round(t / ideal_measured, 3),
-        "hetero_times_s": [round(v, 3) for v, _ in hetero],
-        "slow_worker_tasks": [n for _, n in hetero],
+        "hetero_times_s": [round(h[0], 3) for h in hetero],
+        "slow_worker_tasks": [h[1] for h in hetero],
+        "speculative_copies": [h[2] for h in hetero],
+        "speculative_won": [h[3] for h in hetero],
         "ideal_slow_worker_units": round(units * speeds[0] / sum(speeds), 1),
     }
+    if plain:
+        t_plain = statistics.median(h[0] for h in plain)
+        report |= {
+            "no_speculation_median_s": round(t_plain, 3),
+            "no_speculation_ratio_to_ideal": round(t_plain / ideal, 3),
+            "no_speculation_ratio_to_ideal_with_overhead": round(t_plain / ideal_measured, 3),
+            "no_speculation_times_s": [round(h[0], 3) for h in plain],
+        }
     print(json.dumps(report, indent=1))
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -155,7 +156,9 @@ class Driver:
         workers_before = set(workers(client))
         bar = Progress(total, opts.progress)
         try:
-            feeder = Feeder(self, ctx, needed, pending, present, set(finals))
+            # speculation: only with single copies (verify=k pins its copies on purpose)
+            spec = opts.speculate and opts.verify == 1
+            feeder = Feeder(self, ctx, needed, pending, present, set(finals), spec)
             self._collect(feeder, pending, value, origin, bar, events, reused_direct)
             events.sync()
         except BaseException:
@@ -175,6 +178,8 @@ class Driver:
             workers_before=workers_before,
             workers_after=set(workers(client)),
             checkpoint=store.root if store is not None else None,
+            speculative=feeder.n_dups,
+            speculative_won=len(feeder.won),
         )
         summary.seconds = time.perf_counter() - t0
         if store is not None:
@@ -250,6 +255,34 @@ class Driver:
             agree_task, ctx, u, copies, opts.verify_rtol, opts.verify_atol, key=key, pure=False
         )
 
+    def submit_copy(self, ctx: Ctx, u: Unit, key: str, n: int, worker: str) -> Any:
+        """A speculative duplicate of unit ``u``, pinned to ``worker``.
+
+        Same function, same inputs, same checkpoint entry as the original (it first looks
+        in the checkpoint too, so a copy started after the original saved just loads).
+        """
+        save = ctx.store is not None
+        blocks = [
+            (t, self.plan.placements[t].block_box(idx), self._block_future(t, idx))
+            for t, idx in u.needs
+        ]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "large graph": array blocks travel in their tasks
+            return self.client.submit(
+                unit_task,
+                ctx,
+                u,
+                blocks,
+                save,
+                save,
+                None,
+                n,
+                key=key,
+                workers=[worker],
+                allow_other_workers=False,
+                pure=False,
+            )
+
     def _window(self) -> int:
         if self.opts.window is not None:
             return self.opts.window
@@ -297,19 +330,26 @@ class Driver:
                     else:
                         idle_since = None
                     ac.update(feeder.feed(window))
+                ac.update(feeder.speculate(events))
                 tick()
                 continue
             for f in batch:
+                if feeder.ignored(f.key):
+                    continue  # a losing copy, cancelled (or too late)
                 # "lost" is fine: a worker holding the result died after it finished; Dask
                 # recomputes it for the tasks that still need it.
                 if f.status in ("error", "cancelled"):
+                    if feeder.is_dup(f.key):
+                        feeder.drop(f.key)  # a failed copy; the original still runs
+                        continue
                     self._fail(f)
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
                     value[sl(pending[idx], origin)] = f.result()
-                feeder.finished(f.key)
+                feeder.finished(f)
                 done += 1
             ac.update(feeder.feed(window))
+            ac.update(feeder.speculate(events))
             tick()
         tick(True)
         return done

@@ -1,17 +1,34 @@
-"""Hands units to Dask a window at a time, and each block's reduction once it can."""
+"""Hands units to Dask a window at a time, reductions once their units are done, and
+speculative copies of stragglers in the tail."""
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from distal.runtime.elastic import speculate
+from distal.runtime.elastic.summary import Events
 from distal.runtime.elastic.tasks import Ctx, reduce_task
 from distal.runtime.elastic.units import Unit, block_name
 from distal.typing import Box
 
 if TYPE_CHECKING:
     from distal.runtime.elastic.driver import Driver
+
+PROBE_EVERY = 0.05
+"""Seconds between looks for stragglers (each look may ask the scheduler who is idle)."""
+
+
+@dataclass
+class _Copies:
+    """A submitted unit: its future and any speculative duplicates, until one finishes."""
+
+    unit: Unit
+    original: Any
+    dups: list[Any] = field(default_factory=list)
 
 
 class Feeder:
@@ -23,6 +40,11 @@ class Feeder:
     Keeping only ``window`` units submitted (default: twice the pool's threads, re-read as
     workers join or leave) restores that pull behaviour; Dask still chooses the worker.
     Units go in block order, so blocks finish (and are checkpointed) progressively.
+
+    A block's reduction is submitted once every unit it sums has *finished*, with the future
+    of the copy that finished first: with speculation a unit may exist twice, and the
+    reduction must add exactly one of them (Dask cannot re-point a submitted task's
+    dependency from the losing copy to the winner).
     """
 
     def __init__(
@@ -33,6 +55,7 @@ class Feeder:
         pending: dict[tuple[int, ...], Box],
         present: set[str],
         finals: set[tuple[int, ...]],
+        speculative: bool = False,
     ) -> None:
         self.driver, self.ctx, self.present = driver, ctx, present
         contrib: dict[tuple[int, ...], list[tuple[Unit, Box]]] = defaultdict(list)
@@ -51,6 +74,7 @@ class Feeder:
         self.reduces = {idx: box for idx, box in pending.items() if idx not in finals}
         self.contrib = contrib
         self.waiting = {idx: len({u.name for u, _ in contrib[idx]}) for idx in self.reduces}
+        self.ready = [idx for idx, w in self.waiting.items() if w == 0]
         self.unit_f: dict[str, Any] = {}
         self.users: dict[str, int] = defaultdict(int)
         for idx in self.reduces:
@@ -59,29 +83,32 @@ class Feeder:
         self.block_of: dict[str, tuple[int, ...]] = {}
         self.inflight: set[str] = set()
         self.count = 0
+        # speculation
+        self.speculative = speculative
+        self.copies: dict[str, _Copies] = {}  # unit name -> its copies, until one finishes
+        self.unit_of: dict[str, str] = {}  # future key -> unit name
+        self.dup_keys: set[str] = set()
+        self.dropped: set[str] = set()  # keys of losing copies (ignored when they report)
+        self.n_dups = 0
+        self.won: set[str] = set()  # units whose duplicate finished first
+        self.probed = 0.0
 
     def feed(self, window: int) -> list[Any]:
-        """Submit units up to the window, and every reduction whose units are all submitted."""
+        """Submit units up to the window, and every reduction whose units are all done."""
         out: list[Any] = []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "large graph": array blocks travel in their tasks
-            ready = [idx for idx, w in self.waiting.items() if w == 0]
             while self.queue and len(self.inflight) < window:
                 u = self.queue.pop()
                 f = self.driver.submit_unit(self.ctx, u, self.count, self.present)
                 self.count += 1
-                if self.users[u.name]:
-                    self.unit_f[u.name] = f
+                self.copies[u.name] = _Copies(u, f)
+                self.unit_of[f.key] = u.name
                 self.inflight.add(f.key)
                 out.append(f)
                 if u.final:
                     self.block_of[f.key] = u.pieces[0][0]
-                for idx, _ in u.pieces:
-                    if idx in self.waiting:
-                        self.waiting[idx] -= 1
-                        if self.waiting[idx] == 0:
-                            ready.append(idx)
-            for idx in ready:
+            for idx in self.ready:
                 del self.waiting[idx]
                 contribs = [
                     (self.unit_f[u.name], u.out_box, piece) for u, piece in self.contrib[idx]
@@ -103,11 +130,86 @@ class Feeder:
                     self.users[u.name] -= 1
                     if self.users[u.name] == 0:
                         del self.unit_f[u.name]
+            self.ready = []
         return out
 
-    def finished(self, key: str) -> None:
-        """A task is done: its slot in the window is free."""
-        self.inflight.discard(key)
+    def ignored(self, key: str) -> bool:
+        """A losing copy (cancelled, or finished after the winner): not the run's business."""
+        return key in self.dropped
+
+    def is_dup(self, key: str) -> bool:
+        """A speculative copy (its failure is not the run's: the original still runs)."""
+        return key in self.dup_keys
+
+    def drop(self, key: str) -> None:
+        """Forget a failed speculative copy; the unit's other copies carry on."""
+        self.dropped.add(key)
+        c = self.copies.get(self.unit_of.get(key, ""))
+        if c is not None:
+            c.dups = [d for d in c.dups if d.key != key]
+
+    def finished(self, f: Any) -> None:
+        """A task is done. For a unit: the first copy wins, the others are cancelled."""
+        self.inflight.discard(f.key)
+        name = self.unit_of.get(f.key)
+        c = self.copies.pop(name, None) if name is not None else None
+        if c is None:
+            return
+        losers = [g for g in (c.original, *c.dups) if g.key != f.key]
+        if losers:
+            self.dropped.update(g.key for g in losers)
+            self.driver.client.cancel(losers)
+        if f.key != c.original.key:
+            self.won.add(c.unit.name)
+        self.inflight.discard(c.original.key)
+        if self.users[c.unit.name]:
+            self.unit_f[c.unit.name] = f
+        for idx, _ in c.unit.pieces:
+            if idx in self.waiting:
+                self.waiting[idx] -= 1
+                if self.waiting[idx] == 0:
+                    self.ready.append(idx)
+
+    def speculate(self, events: Events) -> list[Any]:
+        """Duplicates of stragglers onto idle workers, once no unit is left to hand out.
+
+        A unit qualifies when its original copy has run longer than the median unit time
+        on the fast workers (and at least ``speculate.MIN_AGE``); it gets at most one copy,
+        pinned to an idle worker (``workers=[w], allow_other_workers=False``: Dask would
+        otherwise be free to queue it behind the straggler). See :mod:`.speculate`.
+        """
+        now = time.monotonic()
+        if not self.speculative or self.queue or not self.copies or now - self.probed < PROBE_EVERY:
+            return []
+        self.probed = now
+        by_name = events.by_name()
+        times = speculate.unit_times(by_name)
+        ref = speculate.reference(times)
+        if ref is None:
+            return []
+        threshold = max(ref, speculate.MIN_AGE)
+        candidates = [
+            (name, where, age)
+            for name, (where, age) in speculate.running(by_name, now).items()
+            if name in self.copies and not self.copies[name].dups and age > threshold
+        ]
+        if not candidates:
+            return []
+        busy = self.driver.client.processing()
+        idle = [w for w, keys in busy.items() if not keys]
+        out = []
+        for name, worker in speculate.pair(candidates, idle, times):
+            c = self.copies[name]
+            n = len(c.dups) + 1
+            d = self.driver.submit_copy(self.ctx, c.unit, f"{c.original.key}-dup-{n}", n, worker)
+            c.dups.append(d)
+            self.unit_of[d.key] = name
+            self.dup_keys.add(d.key)
+            if c.unit.final:
+                self.block_of[d.key] = c.unit.pieces[0][0]
+            self.n_dups += 1
+            out.append(d)
+        return out
 
 
-__all__ = ["Feeder"]
+__all__ = ["PROBE_EVERY", "Feeder"]

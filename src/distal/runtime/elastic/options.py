@@ -27,6 +27,7 @@ class Options:
     window: int | None = None
     keep_partials: bool = False
     fsync: bool = True
+    speculate: bool = True
     _delay: float = 0.0
     _slow: Mapping[Any, float] = field(default_factory=dict)
     _trace: str | None = None
@@ -50,6 +51,8 @@ class Options:
             raise InputError(f"verify must be a positive integer, got {o.verify!r}")
         if o.window is not None and (not isinstance(o.window, int) or o.window < 1):
             raise InputError(f"window must be a positive integer or None, got {o.window!r}")
+        if not isinstance(o.speculate, bool):
+            raise InputError(f"speculate must be True or False, got {o.speculate!r}")
         if o.n_workers < 1:
             raise InputError(f"n_workers must be positive, got {o.n_workers!r}")
         return o

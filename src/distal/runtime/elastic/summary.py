@@ -26,6 +26,10 @@ class Summary:
     ``lost_seconds`` estimates the compute time the lost executions had spent. ``corrupt``
     counts checkpoint entries that failed their checksum and were recomputed.
     ``per_worker`` is the number of tasks each worker finished (checkpoint loads included).
+    ``speculative`` counts duplicates of straggling units submitted in the tail (see
+    :mod:`.speculate`), ``speculative_won`` those that finished first and were used; the
+    losing copies are neither recomputations nor lost work, and ``per_worker`` counts only
+    the copy that was used.
     """
 
     tasks_total: int
@@ -39,6 +43,8 @@ class Summary:
     workers_lost: list[str] = field(default_factory=list)
     verified: int = 0
     verify_same_worker: int = 0
+    speculative: int = 0
+    speculative_won: int = 0
     checkpoint: str | None = None
     seconds: float = 0.0
 
@@ -57,6 +63,11 @@ class Summary:
             lines.append(f"checkpoint: {self.corrupt} corrupt entr(y/ies) recomputed")
         if self.verified:
             lines.append(f"verify: {self.verified} task(s) accepted by agreement")
+        if self.speculative:
+            lines.append(
+                f"speculation: {self.speculative} duplicate(s) of straggling tasks, "
+                f"{self.speculative_won} finished first"
+            )
         for w, n in sorted(self.per_worker.items()):
             lines.append(f"  {w}: {n} task(s)")
         return "\n".join(lines)
@@ -131,8 +142,10 @@ class Events:
 
     def _add(self, event: tuple[float, dict[str, Any]]) -> None:
         msg = event[1]
+        key = (msg["kind"], msg["name"], msg["worker"], msg["t"])
         with self.lock:
-            self.seen[(msg["kind"], msg["name"], msg["worker"], msg["t"])] = msg
+            # ``recv``: the driver's clock when it first heard (ages without clock skew)
+            self.seen.setdefault(key, {**msg, "recv": time.monotonic()})
 
     def sync(self) -> None:
         """Pull the scheduler's copy too (in case a subscription message raced)."""
@@ -160,13 +173,7 @@ class Events:
 
     def recomputed(self) -> int:
         """Executions beyond the first that did the work again (loads do not count)."""
-        n = 0
-        for ms in self.by_name().values():
-            starts = sum(m["kind"] == "start" for m in ms)
-            dones = [m for m in ms if m["kind"] == "done"]
-            work = sum(d.get("status") != "reused" for d in dones) + starts - len(dones)
-            n += max(work - 1, 0)
-        return n
+        return sum(_attempts(ms, None).redone for ms in self.by_name().values())
 
     def reused_now(self, reused_direct: int) -> int:
         """Tasks taken from the checkpoint so far (for the progress bar)."""
@@ -175,6 +182,48 @@ class Events:
             dones = [m.get("status") for m in ms if m["kind"] == "done"]
             n += bool(dones) and all(st == "reused" for st in dones)
         return reused_direct + n
+
+
+@dataclass
+class _Attempts:
+    """One task's executions, sorted out (see :func:`_attempts`)."""
+
+    used: list[dict[str, Any]]  # completions that count (a race's losers left out)
+    worked: list[dict[str, Any]]  # the used completions that computed (not loads)
+    cut: list[tuple[dict[str, Any], float]]  # (start, seconds) of attempts a failure cut short
+
+    @property
+    def redone(self) -> int:
+        """Executions beyond the first that did the work again."""
+        return max(len(self.worked) + len(self.cut) - 1, 0)
+
+
+def _attempts(ms: list[dict[str, Any]], alive: set[str] | None) -> _Attempts:
+    """Sort one task's events into used completions and attempts lost to failures.
+
+    A start without a completion is an attempt cut short when its worker is gone
+    (``alive``: the pool at the end of the run; ``None`` mid-run, where every unfinished
+    non-speculative start counts, as it may yet be lost). On a live worker it is a losing
+    speculative copy still running. Once a copy has started (``spec``), only the first
+    completion after it is used: the other copy lost the race, which is neither a
+    recomputation nor lost work.
+    """
+    starts = [m for m in ms if m["kind"] == "start"]
+    dones = [m for m in ms if m["kind"] == "done"]
+    race = min((m["t"] for m in starts if m.get("spec")), default=None)
+    used = dones
+    if race is not None:
+        used = [d for d in dones if d["t"] < race] + [d for d in dones if d["t"] >= race][:1]
+    cut = []
+    for n, st in enumerate(starts):
+        if any(d["worker"] == st["worker"] and d["t"] >= st["t"] for d in dones):
+            continue
+        if (st["worker"] in alive) if alive is not None else st.get("spec"):
+            continue
+        later = [m["t"] for m in starts[n + 1 :]]
+        cut.append((st, later[0] - st["t"] if later else 0.0))
+    worked = [d for d in used if d.get("status") != "reused"]
+    return _Attempts(used, worked, cut)
 
 
 def summarize(
@@ -187,6 +236,8 @@ def summarize(
     workers_before: set[str],
     workers_after: set[str],
     checkpoint: str | None,
+    speculative: int = 0,
+    speculative_won: int = 0,
 ) -> Summary:
     """The run's summary from its events (``logical``: the task names this run needed)."""
     byname = events.by_name()
@@ -195,20 +246,16 @@ def summarize(
     per_worker: dict[str, int] = defaultdict(int)
     seen_workers: set[str] = set()
     for name, ms in byname.items():
-        starts = [m for m in ms if m["kind"] == "start"]
-        dones = [m for m in ms if m["kind"] == "done"]
-        work = sum(d.get("status") != "reused" for d in dones) + len(starts) - len(dones)
-        recomputed += max(work - 1, 0)
+        a = _attempts(ms, workers_after)
+        recomputed += a.redone
         for m in ms:
             seen_workers.add(m["worker"])
-        for m in dones:
+        for m in a.used:
             per_worker[m["worker"]] += 1
         # lost work: results computed more than once, and attempts cut short by a failure
-        worked = [d for d in dones if d.get("status") != "reused"]
-        lost += sum(d.get("seconds", 0.0) for d in worked[:-1])
-        for n, st in enumerate(starts[:-1]):
-            if not any(d["worker"] == st["worker"] and d["t"] >= st["t"] for d in dones):
-                lost += starts[n + 1]["t"] - st["t"]
+        lost += sum(d.get("seconds", 0.0) for d in a.worked[:-1])
+        lost += sum(seconds for _, seconds in a.cut)
+        dones, worked = a.used, a.worked
         if name in logical and dones:
             status = worked[-1].get("status") if worked else "reused"
             reused += status == "reused"
@@ -233,6 +280,8 @@ def summarize(
         workers_lost=sorted((workers_before | seen_workers) - workers_after),
         verified=verified,
         verify_same_worker=same,
+        speculative=speculative,
+        speculative_won=speculative_won,
         checkpoint=checkpoint,
     )
 

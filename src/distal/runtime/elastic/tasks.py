@@ -127,16 +127,23 @@ def unit_task(
     try_load: bool,
     save: bool,
     replica: int | None = None,
+    spec: int = 0,
 ) -> Any:
-    """Load the unit's partial from the checkpoint, or compute (and save) it."""
+    """Load the unit's partial from the checkpoint, or compute (and save) it.
+
+    ``spec > 0`` marks a speculative duplicate: it logs under the unit's own name (one
+    task, two copies) with ``spec`` set, and writes the very same checkpoint entry — same
+    name, same bytes, atomically — so whichever copy lands last changes nothing.
+    """
     label = unit.name if replica is None else f"{unit.name}#v{replica}"
-    w = event(ctx, "start", label)
+    tags: dict[str, Any] = {"unit": True} | ({"spec": spec} if spec else {})
+    w = event(ctx, "start", label, **tags)
     t0 = time.perf_counter()
     corrupt = False
     if try_load and ctx.store is not None:
         arr, status = ctx.store.load(unit.name)
         if arr is not None:
-            event(ctx, "done", label, status="reused", seconds=time.perf_counter() - t0)
+            event(ctx, "done", label, status="reused", seconds=time.perf_counter() - t0, **tags)
             return arr
         corrupt = status == CORRUPT
     out = _compute(ctx, unit, blocks)
@@ -146,7 +153,7 @@ def unit_task(
     if save and ctx.store is not None:
         ctx.store.save(unit.name, out)
     seconds = time.perf_counter() - t0
-    event(ctx, "done", label, status="computed", corrupt=corrupt, seconds=seconds)
+    event(ctx, "done", label, status="computed", corrupt=corrupt, seconds=seconds, **tags)
     return out if replica is None else (out, w.address)
 
 

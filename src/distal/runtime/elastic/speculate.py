@@ -1,0 +1,98 @@
+"""Speculative tail duplication: when to copy a straggling unit onto an idle worker.
+
+Dask balances a pool by pulling work (our window) and stealing queued tasks, but it cannot
+move a task that is already *running*: when the queue runs dry while a slow worker has just
+started a long unit, the fast workers wait for it, and that tail dominates an otherwise
+well-balanced run. MapReduce's backup tasks (and Spark's ``spark.speculation``) fix it the
+same way as here: once nothing is left to hand out, a unit that has run longer than a
+typical unit on the fast workers gets a duplicate pinned to an idle worker, the first copy
+to finish is taken and the other cancelled.
+
+This module is the policy only (pure functions of the workers' events); the feeder submits
+and resolves the copies with Dask's own primitives.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MIN_AGE = 0.1
+"""Units younger than this are never duplicated: below ~0.1 s a copy's scheduler round
+trip and input transfers cost about what it could save."""
+
+FAST = 1.5
+"""Workers whose median unit time is within this factor of the fastest worker's are the
+"fast" workers whose median sets the threshold (so a slow worker's own units do not raise
+it)."""
+
+
+def unit_times(by_name: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
+    """Seconds each worker took per computed unit (checkpoint loads and reductions excluded)."""
+    out: dict[str, list[float]] = {}
+    for ms in by_name.values():
+        for m in ms:
+            if m["kind"] == "done" and m.get("unit") and m.get("status") == "computed":
+                out.setdefault(m["worker"], []).append(float(m.get("seconds", 0.0)))
+    return out
+
+
+def reference(times: Mapping[str, Sequence[float]]) -> float | None:
+    """Median unit time on the fast workers, or None before any unit has finished."""
+    medians = {w: statistics.median(v) for w, v in times.items() if v}
+    if not medians:
+        return None
+    fastest = min(medians.values())
+    fast = [t for w, v in times.items() if w in medians and medians[w] <= FAST * fastest for t in v]
+    return statistics.median(fast)
+
+
+def running(
+    by_name: Mapping[str, list[dict[str, Any]]], now: float
+) -> dict[str, tuple[str, float]]:
+    """Units whose original copy is running: name -> (worker, seconds since it started).
+
+    Ages use the driver's clock at the start event's arrival (``recv``), so they are immune
+    to clock skew between machines and err on the young side.
+    """
+    out: dict[str, tuple[str, float]] = {}
+    for name, ms in by_name.items():
+        own = [m for m in ms if not m.get("spec")]
+        starts = [m for m in own if m["kind"] == "start" and m.get("unit")]
+        dones = [m for m in own if m["kind"] == "done"]
+        if starts and len(starts) > len(dones):
+            last = starts[-1]
+            out[name] = (last["worker"], now - float(last.get("recv", now)))
+    return out
+
+
+def pair(
+    candidates: Sequence[tuple[str, str, float]],
+    idle: Sequence[str],
+    times: Mapping[str, Sequence[float]],
+) -> list[tuple[str, str]]:
+    """Match the oldest stragglers with the fastest idle workers, never the straggler's own.
+
+    Only fast workers (or ones without a finished unit yet, e.g. just joined) get copies: a
+    copy on a slow worker would rarely beat the original. ``candidates``: ``(unit name,
+    worker running it, age)``. Returns ``(unit name, worker)``.
+    """
+    speed = {w: statistics.median(v) for w, v in times.items() if v}
+    fastest = min(speed.values(), default=0.0)
+    unknown = max(speed.values(), default=0.0)
+    free = sorted(
+        (w for w in idle if speed.get(w, fastest) <= FAST * fastest),
+        key=lambda w: (speed.get(w, unknown), w),
+    )
+    out = []
+    for name, where, _ in sorted(candidates, key=lambda c: -c[2]):
+        for w in free:
+            if w != where:
+                out.append((name, w))
+                free.remove(w)
+                break
+    return out
+
+
+__all__ = ["FAST", "MIN_AGE", "pair", "reference", "running", "unit_times"]

@@ -1,0 +1,96 @@
+"""Speculative tail duplication: a straggler's unit is copied onto an idle worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_expected, mttkrp_inputs
+
+from distal.runtime import checkpoint as ck
+from distal.runtime.elastic import speculate
+
+pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
+
+
+def _slow_worker(client: Any) -> Any:
+    """The name of one pool worker, to be made slow with the ``_slow`` test hook."""
+    return sorted(w["name"] for w in client.scheduler_info()["workers"].values())[0]
+
+
+def test_slow_worker_tail_is_duplicated_and_result_exact(client: Any) -> None:
+    k, x = gemm(), gemm_inputs()
+    slow = {_slow_worker(client): 10.0}  # 1 s per unit there, 0.1 s on the other worker
+    res = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, timeout=60)
+    assert np.array_equal(res.value, x["B"] @ x["C"])
+    s = res.extra["summary"]
+    print(s)
+    assert s.speculative >= 1
+    assert 1 <= s.speculative_won <= s.speculative
+    # the losing copies are neither recomputations nor extra completed tasks
+    assert s.recomputed == 0
+    assert res.tasks_executed == s.tasks_total == 16
+    assert sum(s.per_worker.values()) == s.tasks_total
+    assert "speculation:" in str(s)
+
+    off = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, speculate=False)
+    assert np.array_equal(off.value, x["B"] @ x["C"])
+    assert off.extra["summary"].speculative == 0
+
+
+def test_duplicated_partials_are_checkpointed_once_and_summed_once(
+    client: Any, tmp_path: Path
+) -> None:
+    """Partial sums (MTTKRP, one unit per step): a reduction adds exactly one copy."""
+    k, x = mttkrp(), mttkrp_inputs()
+    want = mttkrp_expected(x)
+    slow = {_slow_worker(client): 10.0}
+    opts: dict[str, Any] = {"granularity": "step", "checkpoint": tmp_path, "keep_partials": True}
+    res = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, timeout=60, **opts)
+    assert np.array_equal(res.value, want)
+    s = res.extra["summary"]
+    assert s.speculative >= 1
+    assert s.speculative_won >= 1
+    assert res.tasks_executed == s.tasks_total
+    # every entry is whole and checksummed; a rerun from the partials alone is exact
+    run = Path(res.extra["checkpoint"])
+    store = ck.CheckpointStore(tmp_path, run.name)
+    names = store.names()
+    assert not [p for p in run.iterdir() if ".tmp-" in p.name]
+    assert all(store.load(n)[1] == ck.OK for n in names)
+    for n in names:
+        if n.startswith("block"):
+            store.remove(n)
+    again = k.run(x, runtime="dask", client=client, speculate=False, **opts)
+    assert np.array_equal(again.value, want)
+    blocks = sum(n.startswith("block") for n in names)
+    assert again.tasks_executed == blocks  # only the reductions; every unit was loaded
+
+
+def test_the_policy() -> None:
+    times = {"slow": [1.2, 1.3], "a": [0.3, 0.31, 0.29], "b": [0.32]}
+    assert speculate.reference(times) == pytest.approx(0.305)
+    assert speculate.reference({}) is None
+    ev = {
+        "u1": [
+            {"kind": "start", "worker": "slow", "unit": True, "recv": 10.0},
+        ],
+        "u2": [
+            {"kind": "start", "worker": "a", "unit": True, "recv": 10.5},
+            {"kind": "done", "worker": "a", "unit": True, "status": "computed", "seconds": 0.3},
+        ],
+        "u3": [
+            {"kind": "start", "worker": "b", "unit": True, "recv": 10.8},
+            {"kind": "start", "worker": "a", "unit": True, "recv": 10.9, "spec": 1},
+        ],
+    }
+    run = speculate.running(ev, 11.0)
+    assert set(run) == {"u1", "u3"}
+    assert run["u1"] == ("slow", pytest.approx(1.0))
+    cands = [("u1", "slow", 1.0), ("u3", "b", 0.2)]
+    # the oldest straggler gets the fastest idle worker; never its own, never a slow one
+    assert speculate.pair(cands, ["b", "a"], times) == [("u1", "a")]
+    assert speculate.pair(cands, ["b", "slow"], times) == [("u1", "b")]
+    assert speculate.pair(cands, ["new", "a"], times) == [("u1", "a"), ("u3", "new")]
