@@ -168,3 +168,23 @@ def test_cores_must_be_positive():
     with pytest.raises(NetworkError, match="kernel_threads"):
         EDR.with_(kernel_threads=0)
     assert get_network("local").cores == host_cores()
+
+
+@pytest.mark.parametrize(("efficiency", "share"), [(1.0, 2.0), (0.8, 2.5), (0.5, 4.0)])
+def test_core_efficiency_slows_cores_busy_together(efficiency, share):
+    """All 4 processors busy on 2 cores, each core at ``efficiency`` of one core alone."""
+    k = ttm_replicated(32)
+    net = EDR.with_(op_overhead=0.0, latency=0.0)
+    alone = simulate(k, net).seconds
+    shared = simulate(k, net.with_(cores=2, core_efficiency=efficiency)).seconds
+    assert shared == pytest.approx(share * alone)
+
+
+def test_efficiency_applies_to_cores_busy_together():
+    """4 processors on 4 cores: a core each, all busy, so each at ``core_efficiency``."""
+    k = ttm_replicated(32)
+    net = EDR.with_(op_overhead=0.0, latency=0.0)
+    alone = simulate(k, net).seconds
+    assert simulate(k, net.with_(cores=4, core_efficiency=0.5)).seconds == pytest.approx(2 * alone)
+    with pytest.raises(NetworkError, match="core_efficiency"):
+        net.with_(core_efficiency=0.0)

@@ -190,7 +190,9 @@ def _parallel(
     wire = wire_of(plan, itemsize)
     intra_bw = net.intra_bandwidth or net.memory_bandwidth / 2
     intra_lat = net.intra_latency if net.intra_latency is not None else net.latency / 4
-    eng = Engine(wire, bw, net.latency, intra_bw, intra_lat, net.eager_bytes, net.cores)
+    eng = Engine(
+        wire, bw, net.latency, intra_bw, intra_lat, net.eager_bytes, net.cores, net.core_efficiency
+    )
     gens = [processor(eng, p, plan.nsteps, costs[p], events) for p in range(plan.nprocs)]
     eng.run(gens)
     if any(eng.pending):

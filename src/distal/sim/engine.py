@@ -131,9 +131,11 @@ class Engine:
         intra_latency: float,
         eager_bytes: int,
         cores: float | None = None,
+        core_efficiency: float = 1.0,
     ) -> None:
         self.wire = wire
         self.cores = cores
+        self.core_eff = core_efficiency
         self.busy_left: dict[int, float] = {}  # processor sharing: CPU seconds still to run
         self.busy_token: dict[int, int] = {}  # the heap entry of each busy processor's end
         self.busy_since = 0.0
@@ -230,12 +232,19 @@ class Engine:
                 self.pending[p] = count
                 return
 
+    def _rate(self, busy: int) -> float:
+        """Speed of each of ``busy`` processors sharing ``cores`` (1: a core of its own)."""
+        cores = self.cores or 1
+        active = min(busy, cores)
+        slow = (1 - self.core_eff) * (active - 1) / (cores - 1) if cores > 1 else 0.0
+        return min(1.0, cores / busy) * (1 - slow)
+
     def _share(self, p: int, work: float | None) -> None:
         """Processor sharing of ``cores``: ``p`` starts ``work`` CPU seconds (None: it ended);
-        every busy processor runs at ``min(1, cores / busy)`` and its end is rescheduled."""
+        every busy processor runs at :meth:`_rate` and its end is rescheduled."""
         busy = self.busy_left
         if busy:
-            rate = min(1.0, self.cores / len(busy))  # type: ignore[operator]
+            rate = self._rate(len(busy))
             done = (self.now - self.busy_since) * rate
             for q in busy:
                 busy[q] -= done
@@ -246,7 +255,7 @@ class Engine:
         else:
             busy[p] = work
         if busy:
-            rate = min(1.0, self.cores / len(busy))  # type: ignore[operator]
+            rate = self._rate(len(busy))
             for q, left in busy.items():
                 token = next(self.seq)
                 self.busy_token[q] = token

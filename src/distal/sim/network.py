@@ -30,6 +30,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -68,6 +70,12 @@ class Network:
             at ``min(1, cores / busy processors)`` of them (processor sharing: the runtime's
             waits sleep, so waiting processors leave their core to the others). None: every
             node has its own CPU.
+        core_efficiency: with ``cores``, the speed of each core while all of them are busy
+            relative to one core alone (shared caches and memory bandwidth, time slicing
+            between more processes than cores); interpolated linearly in the number of busy
+            cores below ``cores``. ``local`` measures it with ``2 * cores`` independent
+            one-thread GEMM processes at once (4 ranks on 2 cores here): their total rate /
+            (cores x one process alone).
         measure_kernels: time the plan's leaf kernels on this computer instead of using
             ``flops`` (only meaningful for this computer), with ``kernel_threads`` BLAS
             threads (1: an MPI rank run with ``OPENBLAS_NUM_THREADS=1``).
@@ -88,6 +96,7 @@ class Network:
     speed_spread: float = 1.0
     op_overhead: float = 5e-6
     cores: int | None = None
+    core_efficiency: float = 1.0
     measure_kernels: bool = False
     kernel_threads: int = 1
     eager_bytes: int = 65536
@@ -104,6 +113,8 @@ class Network:
                 raise NetworkError(f"Network {self.name!r}: {f} must be >= 0, not {v!r}")
         if self.cores is not None and not (isinstance(self.cores, int) and self.cores >= 1):
             raise NetworkError(f"Network {self.name!r}: cores must be None or >= 1")
+        if not (isinstance(self.core_efficiency, int | float) and 0 < self.core_efficiency <= 1):
+            raise NetworkError(f"Network {self.name!r}: core_efficiency must be in (0, 1]")
         if not (isinstance(self.kernel_threads, int) and self.kernel_threads >= 1):
             raise NetworkError(f"Network {self.name!r}: kernel_threads must be >= 1")
         for f in ("bandwidth_spread", "speed_spread"):
@@ -132,7 +143,7 @@ class Network:
         return Network("lassen-cpu", 12.5e9, 1.0e-6, 670e9, 120e9, op_overhead=5e-6)
 
 
-CALIBRATION_VERSION = 2  # 2: one BLAS thread's GEMM rate (1: every thread's)
+CALIBRATION_VERSION = 4  # 4: one BLAS thread's GEMM rate and oversubscribed core_efficiency
 CALIBRATION_FILE = Path(
     os.environ.get("DISTAL_SIM_CALIBRATION", Path.home() / ".cache" / "distal" / "sim-local.json")
 )
@@ -173,11 +184,12 @@ def blas_threads(threads: int | None) -> Iterator[bool]:
         yield True
 
 
-def _measure_gemm(n: int = 1024, repeat: int = 3) -> float:
-    """One BLAS thread's GEMM rate (flop/s): what one ``mpiexec`` rank of the runtime gets."""
+def _measure_gemm(n: int = 1024, repeat: int = 3, threads: int | None = 1) -> float:
+    """Best GEMM rate (flop/s) on ``threads`` BLAS threads (1: what one ``mpiexec`` rank
+    gets alone; None: numpy's default, every core)."""
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((n, n)), rng.standard_normal((n, n))
-    with blas_threads(1) as limited:
+    with blas_threads(threads) as limited:
         a @ b
         best = math.inf
         for _ in range(repeat):
@@ -186,6 +198,33 @@ def _measure_gemm(n: int = 1024, repeat: int = 3) -> float:
             best = min(best, time.perf_counter() - t0)
     rate = 2 * n**3 / best
     return rate if limited else rate / host_cores()  # no limit: assume the threads scaled
+
+
+_GEMM_LOOP = """
+import sys, time
+import numpy as np
+n, start, span = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+a = np.random.default_rng(0).standard_normal((n, n)); b = a.T.copy()
+a @ b
+while time.time() < start:
+    time.sleep(1e-3)
+done, t0 = 0, time.perf_counter()
+while time.perf_counter() - t0 < span:
+    a @ b
+    done += 1
+print(done * 2 * n**3 / (time.perf_counter() - t0))
+"""
+
+
+def _measure_oversubscribed(procs: int, n: int = 1024, span: float = 1.0) -> float:
+    """Total GEMM rate (flop/s) of ``procs`` independent one-thread processes running at once
+    on this host: what ``mpiexec -n procs`` ranks get together, cache thrashing and time
+    slicing included."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    start = time.time() + 1.5  # every process has imported numpy and warmed up by then
+    cmd = [sys.executable, "-c", _GEMM_LOOP, str(n), str(start), str(span)]
+    runs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) for _ in range(procs)]
+    return sum(float(r.communicate()[0]) for r in runs)
 
 
 def _from_cost_model() -> dict[str, float] | None:
@@ -215,9 +254,10 @@ def _from_cost_model() -> dict[str, float] | None:
 
 @lru_cache(maxsize=1)
 def calibrate_local(refresh: bool = False) -> dict[str, float]:
-    """One core's GEMM rate (flop/s, one BLAS thread) and memcpy bandwidth (bytes/s).
+    """One core's GEMM rate (flop/s, one BLAS thread), memcpy bandwidth (bytes/s) and
+    ``core_efficiency`` (see :class:`Network`).
 
-    Read from ``CALIBRATION_FILE`` (younger than a day), else measured (about 0.5 s) and
+    Read from ``CALIBRATION_FILE`` (younger than a day), else measured (about 3 s) and
     cached there. ``distal calibrate``'s figures, when present, add the link bandwidth and
     latency (see :func:`local_network`). Measure on a quiet machine: other jobs' load
     lowers both rates.
@@ -227,10 +267,14 @@ def calibrate_local(refresh: bool = False) -> dict[str, float]:
             data = json.loads(CALIBRATION_FILE.read_text())
             fresh = time.time() - data["when"] < 86400 and data.get("cpus") == os.cpu_count()
             if fresh and data.get("version") == CALIBRATION_VERSION:
-                return {"flops": data["flops"], "memory_bandwidth": data["memory_bandwidth"]}
+                return {k: data[k] for k in ("flops", "memory_bandwidth", "core_efficiency")}
         except (OSError, ValueError, KeyError, TypeError):
             pass
-    cal = {"flops": _measure_gemm(), "memory_bandwidth": _measure_memcpy()}
+    one = _measure_gemm(repeat=5)
+    cores = host_cores()
+    every = _measure_oversubscribed(2 * cores)
+    eff = min(1.0, every / (cores * one))
+    cal = {"flops": one, "memory_bandwidth": _measure_memcpy(), "core_efficiency": eff}
     try:
         CALIBRATION_FILE.parent.mkdir(parents=True, exist_ok=True)
         stamp = {"when": time.time(), "cpus": os.cpu_count(), "version": CALIBRATION_VERSION}
@@ -253,6 +297,7 @@ def local_network() -> Network:
         memory_bandwidth=mem,
         op_overhead=20e-6,
         cores=host_cores(),
+        core_efficiency=cal["core_efficiency"],
         measure_kernels=True,
     )
 
