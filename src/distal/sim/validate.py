@@ -115,6 +115,18 @@ def measure_mpi(cases: dict[str, Callable[[], Any]], repeat: int) -> dict[str, A
         return json.loads(out.read_text())
 
 
+def in_fresh_process(phase: str, cases: dict[str, Callable[[], Any]], repeat: int) -> Any:
+    """Run a phase in its own interpreter: BLAS thread settings a run leaves behind (the
+    leaf kernels' slab threads set OpenBLAS's count) must not leak into the next phase."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / f"{phase}.json"
+        cmd = [sys.executable, "-m", "distal.sim.validate", "--phase", phase]
+        cmd += ["--worker", str(out), "--repeat", str(repeat)]
+        cmd += ["--small"] if cases is SMALL else []
+        subprocess.run(cmd, check=True)
+        return json.loads(out.read_text())
+
+
 def measure_local(cases: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
     """Median ``Result.seconds`` of the local runtime per case (after a warm-up)."""
     out = {}
@@ -178,8 +190,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--small", action="store_true", help="tiny cases: a smoke test")
     ap.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--phase", choices=("local", "sim"), default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     cases = SMALL if args.small else FULL
+    if args.worker is not None and args.phase is not None:
+        fn = measure_local if args.phase == "local" else lambda c, _: simulated(c)
+        args.worker.write_text(json.dumps(fn(cases, args.repeat)))
+        return
     if args.worker is not None:
         worker(cases, args.repeat, args.worker)
         return
@@ -189,10 +206,8 @@ def main(argv: list[str] | None = None) -> None:
         loads[phase] = wait_quiet(args.max_load, args.timeout)
         if phase == "mpi":
             results[phase] = measure_mpi(cases, args.repeat)
-        elif phase == "local":
-            results[phase] = measure_local(cases, args.repeat)
         else:
-            results[phase] = simulated(cases)
+            results[phase] = in_fresh_process(phase, cases, args.repeat)
         loads[phase + " (after)"] = load1()
     print(table(results))
     if args.json is not None:
