@@ -22,7 +22,7 @@ def _slow_worker(client: Any) -> Any:
 
 def test_slow_worker_tail_is_duplicated_and_result_exact(client: Any) -> None:
     k, x = gemm(), gemm_inputs()
-    slow = {_slow_worker(client): 10.0}  # 1 s per unit there, 0.1 s on the other worker
+    slow = {_slow_worker(client): 20.0}  # 2 s per unit there, 0.1 s on the other worker
     res = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, timeout=60)
     assert np.array_equal(res.value, x["B"] @ x["C"])
     s = res.extra["summary"]
@@ -46,7 +46,7 @@ def test_duplicated_partials_are_checkpointed_once_and_summed_once(
     """Partial sums (MTTKRP, one unit per step): a reduction adds exactly one copy."""
     k, x = mttkrp(), mttkrp_inputs()
     want = mttkrp_expected(x)
-    slow = {_slow_worker(client): 10.0}
+    slow = {_slow_worker(client): 20.0}
     opts: dict[str, Any] = {"granularity": "step", "checkpoint": tmp_path, "keep_partials": True}
     res = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, timeout=60, **opts)
     assert np.array_equal(res.value, want)
@@ -94,3 +94,15 @@ def test_the_policy() -> None:
     assert speculate.pair(cands, ["b", "a"], times) == [("u1", "a")]
     assert speculate.pair(cands, ["b", "slow"], times) == [("u1", "b")]
     assert speculate.pair(cands, ["new", "a"], times) == [("u1", "a"), ("u3", "new")]
+
+
+def test_units_waiting_behind_a_busy_worker_are_stragglers_too() -> None:
+    ev = {
+        "u1": [{"kind": "start", "worker": "slow", "unit": True, "recv": 1.0}],
+        "u2": [{"kind": "start", "worker": "a", "unit": True, "spec": 1, "recv": 1.0}],
+    }
+    assert speculate.started(ev) == {"u1"}
+    busy = {"slow": ["k1", "k4"], "a": ["k3"], "b": []}
+    waiting = {"u4": ("k4", 0.5), "u3": ("k3", 0.5), "u5": ("k5", 0.5)}
+    # u4 waits behind k1 on "slow"; u3 is alone on "a" (about to start); u5 is not assigned
+    assert speculate.queued(waiting, busy) == [("u4", "slow", 0.5)]

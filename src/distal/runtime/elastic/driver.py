@@ -75,7 +75,21 @@ class Driver:
         self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
         self.inputs_f: dict[tuple[str, tuple[int, ...]], Any] = {}
 
-    # the input blocks, submitted on demand and shared by every unit that reads them
+    def prefetch(self, units: list[Unit]) -> None:
+        """Submit the input blocks of ``units`` (in order) before any unit.
+
+        An input-block task is cheap, so Dask never steals it, and Dask places it by its
+        estimate of each worker's occupancy, which does not know a worker is slow: submitted
+        together with the first unit that needs it, it can land behind a slow worker's long
+        unit and stall every unit that reads it while other workers idle. Submitted up
+        front — as the MPI runtime places all inputs before it runs — the blocks are read
+        while every worker is free.
+        """
+        for u in units:
+            for t, idx in u.needs:
+                self._block_future(t, idx)
+
+    # the input blocks, each submitted once and shared by every unit that reads them
     def _block_future(self, t: str, idx: tuple[int, ...]) -> Any:
         key = (t, idx)
         if key not in self.inputs_f:

@@ -28,6 +28,7 @@ class _Copies:
 
     unit: Unit
     original: Any
+    submitted: float
     dups: list[Any] = field(default_factory=list)
 
 
@@ -70,6 +71,7 @@ class Feeder:
                 if u.name not in queued:
                     queued.add(u.name)
                     self.queue.append(u)
+        driver.prefetch(self.queue)
         self.queue.reverse()  # pop() from the end
         self.reduces = {idx: box for idx, box in pending.items() if idx not in finals}
         self.contrib = contrib
@@ -102,7 +104,7 @@ class Feeder:
                 u = self.queue.pop()
                 f = self.driver.submit_unit(self.ctx, u, self.count, self.present)
                 self.count += 1
-                self.copies[u.name] = _Copies(u, f)
+                self.copies[u.name] = _Copies(u, f, time.monotonic())
                 self.unit_of[f.key] = u.name
                 self.inflight.add(f.key)
                 out.append(f)
@@ -174,7 +176,8 @@ class Feeder:
         """Duplicates of stragglers onto idle workers, once no unit is left to hand out.
 
         A unit qualifies when its original copy has run longer than the median unit time
-        on the fast workers (and at least ``speculate.MIN_AGE``); it gets at most one copy,
+        on the fast workers (and at least ``speculate.MIN_AGE``), or has waited that long
+        behind another task on a busy worker without starting; it gets at most one copy,
         pinned to an idle worker (``workers=[w], allow_other_workers=False``: Dask would
         otherwise be free to queue it behind the straggler). See :mod:`.speculate`.
         """
@@ -188,15 +191,25 @@ class Feeder:
         if ref is None:
             return []
         threshold = max(ref, speculate.MIN_AGE)
+        single = {name: c for name, c in self.copies.items() if not c.dups}
         candidates = [
             (name, where, age)
             for name, (where, age) in speculate.running(by_name, now).items()
-            if name in self.copies and not self.copies[name].dups and age > threshold
+            if name in single and age > threshold
         ]
-        if not candidates:
+        begun = speculate.started(by_name)
+        waiting = {
+            name: (c.original.key, now - c.submitted)
+            for name, c in single.items()
+            if name not in begun and now - c.submitted > threshold
+        }
+        if not candidates and not waiting:
             return []
         busy = self.driver.client.processing()
         idle = [w for w, keys in busy.items() if not keys]
+        if not idle:
+            return []
+        candidates += speculate.queued(waiting, busy)
         out = []
         for name, worker in speculate.pair(candidates, idle, times):
             c = self.copies[name]

@@ -6,7 +6,9 @@ started a long unit, the fast workers wait for it, and that tail dominates an ot
 well-balanced run. MapReduce's backup tasks (and Spark's ``spark.speculation``) fix it the
 same way as here: once nothing is left to hand out, a unit that has run longer than a
 typical unit on the fast workers gets a duplicate pinned to an idle worker, the first copy
-to finish is taken and the other cancelled.
+to finish is taken and the other cancelled. A unit that has not started but waits, longer
+than that, behind another task on a busy worker is duplicated the same way (cancelling a
+copy that never started costs nothing).
 
 This module is the policy only (pure functions of the workers' events); the feeder submits
 and resolves the copies with Dask's own primitives.
@@ -67,6 +69,30 @@ def running(
     return out
 
 
+def started(by_name: Mapping[str, list[dict[str, Any]]]) -> set[str]:
+    """Units whose original copy has started somewhere (running, finished or lost)."""
+    return {
+        name
+        for name, ms in by_name.items()
+        if any(m["kind"] == "start" and not m.get("spec") for m in ms)
+    }
+
+
+def queued(
+    waiting: Mapping[str, tuple[str, float]], processing: Mapping[str, Sequence[Any]]
+) -> list[tuple[str, str, float]]:
+    """Units not started yet that wait *behind another task* on a busy worker.
+
+    ``waiting``: unit name -> (Dask key, seconds since submission); ``processing``: the
+    scheduler's tasks per worker. Dask steals such a task for an idle worker only while the
+    busy worker's current task has most of its (estimated) time ahead, so near the end of a
+    run one can sit behind a slow worker's long unit while others idle: it is a straggler
+    too. Returns ``(unit name, worker it waits on, age)``.
+    """
+    where = {str(k): w for w, keys in processing.items() if len(keys) > 1 for k in keys}
+    return [(name, where[key], age) for name, (key, age) in waiting.items() if key in where]
+
+
 def pair(
     candidates: Sequence[tuple[str, str, float]],
     idle: Sequence[str],
@@ -95,4 +121,4 @@ def pair(
     return out
 
 
-__all__ = ["FAST", "MIN_AGE", "pair", "reference", "running", "unit_times"]
+__all__ = ["FAST", "MIN_AGE", "pair", "queued", "reference", "running", "started", "unit_times"]
