@@ -9,5 +9,6 @@ parameters, so the library's dependence on Dask stays in one adapter.
 - :mod:`.options`: the run options and their checks.
 - :mod:`.summary`: the event log of a run, the progress bar and the summary.
 - :mod:`.feeder`: hands units to Dask a window at a time, then speculates on the tail.
+- :mod:`.speculate`: when a unit is a straggler worth a duplicate, and where (pure).
 - :mod:`.driver`: one run from plan to ``Result``.
 """
