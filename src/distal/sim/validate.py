@@ -59,12 +59,32 @@ def load1() -> float:
     return os.getloadavg()[0]
 
 
-def wait_quiet(max_load: float, timeout: float) -> float:
-    """Sleep until the 1-minute load is below ``max_load`` (or ``timeout`` passed); the load."""
+def idle_fraction(seconds: float = 2.0) -> float:
+    """Fraction of CPU time idle over the next ``seconds`` (1.0 where /proc/stat is missing):
+    the load average lags by a minute, so a job that just started only shows here."""
+
+    def sample() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+        return fields[3] + fields[4], sum(fields)
+
+    try:
+        idle0, total0 = sample()
+        time.sleep(seconds)
+        idle1, total1 = sample()
+    except OSError:
+        return 1.0
+    return (idle1 - idle0) / max(total1 - total0, 1)
+
+
+def wait_quiet(max_load: float, timeout: float, min_idle: float = 0.9) -> float:
+    """Sleep until the 1-minute load is below ``max_load`` and the CPUs are at least
+    ``min_idle`` idle (or ``timeout`` passed); the load."""
     t0 = time.monotonic()
-    while (load := load1()) >= max_load and time.monotonic() - t0 < timeout:
-        time.sleep(15)
-    return load
+    while time.monotonic() - t0 < timeout:
+        if load1() < max_load and idle_fraction() >= min_idle:
+            break
+        time.sleep(10)
+    return load1()
 
 
 def inputs_of(kernel: Any) -> dict[str, np.ndarray]:
