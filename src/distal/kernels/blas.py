@@ -16,8 +16,11 @@ unexpected (another BLAS, a missing symbol, a wrong answer) silently leaves nump
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,10 +71,15 @@ class _Blas:
         self.get_threads = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
         if self.get_threads is not None:
             self.get_threads.argtypes, self.get_threads.restype = [], ctypes.c_int
-        # per-calling-thread thread count (OpenBLAS >= 0.3.27), unprefixed in numpy's build
+        self.set_global = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
+        if self.set_global is not None:
+            self.set_global.argtypes, self.set_global.restype = [ctypes.c_int], None
+        # per-calling-thread thread count (OpenBLAS >= 0.3.27), unprefixed in numpy's build;
+        # some builds change the process-wide count instead: checked before first use
         self.set_local = getattr(lib, "openblas_set_num_threads_local", None)
         if self.set_local is not None:
             self.set_local.argtypes, self.set_local.restype = [ctypes.c_int], ctypes.c_int
+        self.local_checked = False
         self.gemv = {
             np.dtype(np.float64): fn(
                 "cblas_dgemv",
@@ -236,16 +244,54 @@ def threads() -> int:
 
 
 def has_local_threads() -> bool:
-    """Whether a thread can make its own BLAS calls single-threaded."""
-    return _LIB is not None and _LIB.set_local is not None
+    """Whether a thread can make its own BLAS calls single-threaded (without changing the
+    count every other thread uses: some OpenBLAS builds make the "local" setter global,
+    which would leave the whole process on one BLAS thread)."""
+    if _LIB is None or _LIB.set_local is None:
+        return False
+    if not _LIB.local_checked:
+        _LIB.local_checked = True
+        before = threads()
+        t = threading.Thread(target=_LIB.set_local, args=(1,))
+        t.start()
+        t.join()
+        if threads() != before:
+            if _LIB.set_global is not None:
+                _LIB.set_global(before)
+            _LIB.set_local = None
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def one_thread_each() -> Iterator[bool]:
+    """While inside, BLAS calls made from slab threads use one thread each.
+
+    Yields False when that cannot be arranged (the caller then runs inline). With a
+    thread-local setter the slab threads arranged it themselves; otherwise the process-wide
+    count is lowered for the parallel region and restored after it (nothing else calls BLAS
+    in this process meanwhile: runtimes call leaf kernels one at a time).
+    """
+    if has_local_threads():
+        yield True
+        return
+    if _LIB is None or _LIB.set_global is None:
+        yield False
+        return
+    before = threads()
+    _LIB.set_global(1)
+    try:
+        yield True
+    finally:
+        _LIB.set_global(before)
 
 
 def single_threaded_here() -> bool:
     """Make BLAS calls from the calling thread use one thread; False when BLAS can't."""
-    if _LIB is None or _LIB.set_local is None:
+    if not has_local_threads():
         return False
     try:
-        _LIB.set_local(1)
+        _LIB.set_local(1)  # type: ignore[union-attr]
     except Exception:
         return False
     return True

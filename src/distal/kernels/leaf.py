@@ -29,6 +29,7 @@ through numpy with the same layouts (then accumulation costs a temporary).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 from collections.abc import Callable, Sequence
@@ -196,13 +197,14 @@ class _MatMul:
 _POOL: list[Any] = []
 
 
-def _pool() -> Any:
+def _pool(size: int) -> Any:
+    """Slab threads (made once; their own BLAS calls single-threaded where possible)."""
     if not _POOL:
         from concurrent.futures import ThreadPoolExecutor
 
         _POOL.append(
             ThreadPoolExecutor(
-                max(2, blas.threads()),
+                max(2, size),
                 thread_name_prefix="distal-leaf",
                 initializer=blas.single_threaded_here,
             )
@@ -215,13 +217,17 @@ def _parallel(fn: Callable[[int, int], None], n: int, calls_blas: bool = False) 
     already on a slab thread, or when BLAS calls can't be made single-threaded per thread)."""
     parts = max(1, min(blas.threads(), n))
     nested = threading.current_thread().name.startswith("distal-leaf")
-    if parts == 1 or nested or (calls_blas and not blas.has_local_threads()):
+    if parts == 1 or nested:
         fn(0, n)
         return
-    cuts = [n * t // parts for t in range(parts + 1)]
-    futs = [_pool().submit(fn, cuts[t], cuts[t + 1]) for t in range(parts)]
-    for f in futs:
-        f.result()
+    with blas.one_thread_each() if calls_blas else contextlib.nullcontext(True) as ok:
+        if not ok:
+            fn(0, n)
+            return
+        cuts = [n * t // parts for t in range(parts + 1)]
+        futs = [_pool(parts).submit(fn, cuts[t], cuts[t + 1]) for t in range(parts)]
+        for f in futs:
+            f.result()
 
 
 def _slabs(
