@@ -70,14 +70,31 @@ class Kernel:
         return self._summaries[routing]
 
     def _cheapest_routing(self) -> str:
-        """The routing the cost model predicts faster (direct on a tie: fewer hops)."""
+        """The routing the cost model predicts faster (direct on a tie: fewer hops).
+
+        Communication costs at least what the busiest processor moves over the whole run
+        (the model's per-processor totals) and, since steps run in lockstep, at least the
+        sum over steps of each step's busiest processor (an owner serving a whole row in
+        one step is a hot spot even when every processor serves as much over all steps);
+        the larger of the two is used.
+        """
         from distal.cost.model import flops_per_iteration, load_params, stats_cost
 
         params = load_params()
         fpi = flops_per_iteration(self.schedule.statement)
-        direct = stats_cost(self._summary("direct").stats, fpi, params).seconds
-        tree = stats_cost(self._summary("tree").stats, fpi, params).seconds
-        return "tree" if tree < direct * (1 - 1e-9) else "direct"
+
+        def seconds(routing: str) -> float:
+            summary = self._summary(routing)
+            totals = stats_cost(summary.stats, fpi, params)
+            steps = summary.step_comm_seconds(params.alpha, params.beta)
+            # both are lower bounds on the time: the busiest step, and the busiest processor
+            return max(steps or 0.0, totals.comm_seconds) + totals.compute_seconds
+
+        best = "direct"
+        for routing in ROUTINGS[1:]:  # fewer relays first: ties keep the simpler plan
+            if seconds(routing) < seconds(best) * (1 - 1e-9):
+                best = routing
+        return best
 
     @cached_property
     def plan(self) -> Plan:
@@ -196,8 +213,8 @@ def compile(schedule: Schedule, routing: str = "auto") -> Kernel:
     """Compile a schedule into a :class:`Kernel`.
 
     ``routing`` says how messages travel: ``"direct"`` (each piece from its owner, each
-    partial sum straight to its reducer), ``"tree"`` (binomial-tree broadcasts and
-    reductions, see ``distal.plan.passes.routing``) or ``"auto"``, the one the cost model
-    predicts faster.
+    partial sum straight to its reducer), ``"broadcast"`` (binomial-tree broadcasts of
+    shared pieces), ``"tree"`` (those and binomial-tree reductions of partial sums; see
+    ``distal.plan.passes.routing``) or ``"auto"``, the one the cost model predicts faster.
     """
     return Kernel(schedule, routing)

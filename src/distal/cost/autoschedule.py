@@ -150,7 +150,10 @@ def search(
         work = P * nsteps + P * est.max_messages  # plan construction cost, roughly
         if evaluate == "plan" or (evaluate == "auto" and spent + work <= plan_budget):
             spent += work
-            cost = stats_cost(compile_kernel(s).stats(), fpi, params, isz)
+            # ranked as the closed forms count (direct); compiling with routing="auto" later
+            # can only lower the busiest processor's load
+            direct = compile_kernel(s, routing="direct")
+            cost = stats_cost(direct.stats(), fpi, params, isz)
             if fits(cost):
                 chosen.append(Choice(c, s, cost, True, est))
         elif fits(est):

@@ -45,6 +45,18 @@ class Summary:
     stats: Stats
     moved: dict[tuple[str, str], list[int]]  # (tensor, kind) -> [words, messages]
     nsteps: int
+    # per step (the final phase last) and processor: words in, words out, messages in, out;
+    # None when steps x processors is too large to keep
+    per_step: np.ndarray | None = None
+
+    def step_comm_seconds(self, alpha: float, beta: float) -> float | None:
+        """Communication time if every step waits for its busiest processor (BSP):
+        ``sum over steps of max over processors of alpha * messages + beta * words``."""
+        if self.per_step is None:
+            return None
+        wi, wo, mi, mo = self.per_step
+        per = alpha * np.maximum(mi, mo) + beta * np.maximum(wi, wo)
+        return float(per.max(axis=1).sum()) if per.size else 0.0
 
 
 class _Blocks:
@@ -248,11 +260,21 @@ class _Summarizer:
         }
         self.moved: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self.load = np.zeros((self.S, self.P), np.int64)  # memory beyond owned blocks, per step
+        small = (self.S + 1) * self.P <= 2_000_000
+        self.per_step = np.zeros((4, self.S + 1, self.P), np.int64) if small else None
 
     # -- helpers --------------------------------------------------------------------------
 
-    def record(self, name: str, kind: str, src: Arr, dst: Arr, words: Arr) -> None:
-        """Count messages (arrays of equal length)."""
+    def record(
+        self, name: str, kind: str, src: Arr, dst: Arr, words: Arr, step: Arr | int = 0
+    ) -> None:
+        """Count messages (arrays of equal length) sent at ``step``."""
+        if self.per_step is not None:
+            ps = self.per_step
+            np.add.at(ps[0], (step, dst), words)
+            np.add.at(ps[1], (step, src), words)
+            np.add.at(ps[2], (step, dst), 1)
+            np.add.at(ps[3], (step, src), 1)
         a = self.arr
         np.add.at(a["wr"], dst, words)
         np.add.at(a["ws"], src, words)
@@ -363,9 +385,9 @@ class _Summarizer:
                     src = blk.rank(blk.source(bk, self.recv_coords(name)[go][rows]))
                     remote = src != recv
                     src, recv, plo, phi = src[remote], recv[remote], plo[remote], phi[remote]
-                    if self.routing == "tree":
+                    if self.routing in ("broadcast", "tree"):
                         src = _tree_parents(src, recv, np.column_stack([src, plo, phi]))
-                    self.record(name, FETCH, src, recv, _vol(plo, phi))
+                    self.record(name, FETCH, src, recv, _vol(plo, phi), si)
             total = sum(v[3] for v in cur.values()) if cur else np.zeros(A, np.int64)
             if prev_sum is not None:
                 self.load[si - 1, self.active] += prev_sum + fetched
@@ -475,7 +497,7 @@ class _Summarizer:
         if self.routing == "tree":
             key = np.column_stack([at, dst, plo[remote], phi[remote]])
             dst = _tree_parents(dst, senders, key)
-        self.record(name, PARTIAL, senders, dst, pw)
+        self.record(name, PARTIAL, senders, dst, pw, at)
         np.add.at(self.load, (at, dst), pw)
         # finished blocks to the other replicas
         bvol = np.ones(nb, np.int64)
@@ -489,7 +511,7 @@ class _Summarizer:
             recv[:, free] = np.tile(reps, (nb, 1))
             r = blk.rank(blk.source(all_idx[bi], recv))
             keep = (bvol[bi] > 0) & (r != primary[bi])
-            self.record(name, FINAL, primary[bi][keep], r[keep], bvol[bi][keep])
+            self.record(name, FINAL, primary[bi][keep], r[keep], bvol[bi][keep], self.S)
 
     @staticmethod
     def fixed_dim(pl: Placement, m: int) -> bool:
@@ -549,7 +571,7 @@ class _Summarizer:
             peak_words=np.maximum(peak, owned).tolist(),
             level_words_received=a["lv"].tolist(),
         )
-        return Summary(st, dict(self.moved), self.S)
+        return Summary(st, dict(self.moved), self.S, self.per_step)
 
 
 def summarize(s: Schedule, routing: str = "direct") -> Summary:

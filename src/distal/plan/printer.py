@@ -128,6 +128,7 @@ def bound_lines(s: Schedule, st: Stats) -> list[str]:
 
 _ROUTING_TEXT = {
     "direct": "direct (each piece from its owner, each partial sum straight to its reducer)",
+    "broadcast": "broadcast (binomial-tree broadcasts of shared pieces; partial sums direct)",
     "tree": "tree (binomial-tree broadcasts of shared pieces and reductions of partial sums)",
 }
 

@@ -5,7 +5,8 @@ needs it, and every partial sum straight to its reducer. When ``k`` processors f
 piece from one owner in one step, or send partial sums of the same box to one reducer, that
 processor handles ``k`` messages alone. The ``tree`` routing rewrites those groups into
 binomial trees over the processors involved, with explicit messages, so each one handles at
-most ``ceil(log2(k + 1))``:
+most ``ceil(log2(k + 1))`` (``broadcast`` routing does only the first kind: a reduction
+tree lowers the reducer's load but makes its inner nodes receive their children's sums):
 
 * broadcast: node ``i`` of ``[owner, r1, r2, ...]`` (receivers by processor number) gets the
   piece from node ``i - 2**floor(log2(i))``; a receiver that passes it on has a
@@ -40,8 +41,9 @@ from distal.plan.ir import (
     SendFinal,
 )
 
-#: Routing strategies a kernel can be compiled with ("auto": the cost model's choice).
-ROUTINGS = ("direct", "tree")
+#: Routing strategies a kernel can be compiled with ("auto": the cost model's choice):
+#: "broadcast" routes shared fetches through trees and partial sums directly, "tree" both.
+ROUTINGS = ("direct", "broadcast", "tree")
 
 _PHASE = {
     Fetch: 0,
@@ -82,6 +84,12 @@ def route(plan: Plan, routing: str) -> Plan:
         else:
             messages.append(m)
     for (kind, step, tensor, root, box), ms in groups.items():
+        if kind == "p" and routing == "broadcast":
+            messages += ms
+            for m in ms:
+                partial_dst[step, m.src, box] = root
+                reduce_keep.add((root, step, m.src, box))
+            continue
         if kind == "f":
             nodes = [root, *sorted(m.dst for m in ms)]
             for i in range(1, len(nodes)):
