@@ -59,6 +59,7 @@ def main() -> None:
     ap.add_argument("--grid", type=int, default=4)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where checkpoints go (default: a temp dir)")
+    ap.add_argument("--no-fsync", action="store_true", help="entries without fsync")
     args = ap.parse_args()
 
     kernel = cannon(args.n, args.grid)
@@ -81,7 +82,9 @@ def main() -> None:
             assert np.allclose(r.value, want)
             where = os.path.join(base, f"rep{rep}")
             t0 = time.perf_counter()
-            r = kernel.run(x, runtime="dask", client=client, checkpoint=where)
+            r = kernel.run(
+                x, runtime="dask", client=client, checkpoint=where, fsync=not args.no_fsync
+            )
             ckpt.append(time.perf_counter() - t0)
             assert np.allclose(r.value, want)
             t0 = time.perf_counter()
@@ -102,6 +105,7 @@ def main() -> None:
         "median_checkpoint_s": round(c, 3),
         "overhead_pct": round(100 * (c - p) / p, 1),
         "bytes_written": args.n * args.n * 8,
+        "fsync": not args.no_fsync,
     }
     print(json.dumps(report, indent=1))
 
