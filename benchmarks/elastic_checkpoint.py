@@ -34,23 +34,8 @@ import distal as dl
 
 
 def cannon(n: int, g: int) -> dl.Kernel:
-    M = dl.Machine(g, g)
-    i, j, k = dl.index_vars("i j k")
-    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
-    B = dl.Tensor("B", (n, n), dist="xy -> xy", machine=M)
-    C = dl.Tensor("C", (n, n), dist="xy -> xy", machine=M)
-    A[i, j] = B[i, k] * C[k, j]
-    io, jo, ii, ji, ko, ki, kos = dl.index_vars("io jo ii ji ko ki kos")
-    s = (
-        dl.schedule(A)
-        .distribute([i, j], [io, jo], [ii, ji], M)
-        .divide(k, ko, ki, g)
-        .reorder([ko, ii, ji])
-        .rotate(ko, [io, jo], kos)
-        .communicate(A, jo)
-        .communicate([B, C], kos)
-    )
-    return dl.compile(s)
+    """Cannon's GEMM on a ``g x g`` grid of virtual processors, from ``dl.algorithms``."""
+    return dl.algorithms.cannon(n, machine=dl.Machine(g, g)).compile()
 
 
 def main() -> None:
