@@ -105,7 +105,9 @@ def test_killing_the_driver_recomputes_at_most_the_tasks_in_flight(tmp_path: Pat
     finished = {n for e, n, _ in lines if e == "done"}
     in_flight = started - finished
     assert finished, "nothing was checkpointed before the kill"
-    assert len(in_flight) <= 2  # two single-threaded workers
+    # two single-threaded workers, each with one task computing and at most one more whose
+    # checkpoint entry is still being written (a task is done once its entry is in place)
+    assert len(in_flight) <= 4
 
     # Rerun (another driver, here in-process) with the same checkpoint location.
     proc2 = subprocess.run(

@@ -31,6 +31,7 @@ from distal.runtime.elastic.summary import Events, Progress, summarize
 from distal.runtime.elastic.tasks import (
     Ctx,
     agree_task,
+    drain,
     hash_block,
     input_block,
     sl,
@@ -174,6 +175,8 @@ class Driver:
             spec = opts.speculate and opts.verify == 1
             feeder = Feeder(self, ctx, needed, pending, present, set(finals), spec)
             self._collect(feeder, pending, value, origin, bar, events, reused_direct)
+            if store is not None:
+                self._drain(topic, store.root, events)
             events.sync()
         except BaseException:
             client.cancel(list(self.inputs_f.values()))
@@ -367,6 +370,30 @@ class Driver:
             tick()
         tick(True)
         return done
+
+    def _drain(self, topic: str, root: str, events: Events, patience: float = 10.0) -> None:
+        """Wait for the workers' checkpoint writes, then for the ``done`` events they log.
+
+        Every result is with the driver by now; a write that failed fails the run (the
+        user asked for a checkpoint), a worker that died meanwhile only loses entries that a
+        rerun recomputes. The events travel by another route than ``Client.run``'s reply, so
+        the driver waits (up to ``patience`` seconds) until it has heard as many as each
+        worker reports.
+        """
+        replies = self.client.run(drain, topic, root, on_error="return")
+        expect = {}
+        for addr, r in replies.items():
+            if isinstance(r, RuntimeFailure):
+                raise r
+            if not isinstance(r, BaseException):
+                expect[addr] = int(r)
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            heard = events.written()
+            if all(heard[a] >= n for a, n in expect.items()):
+                return
+            time.sleep(0.01)
+        events.sync()
 
     def _fail(self, f: Any) -> None:
         try:

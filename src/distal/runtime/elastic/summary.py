@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -170,6 +170,13 @@ class Events:
         for m in msgs:
             out[m["name"]].append(m)
         return out
+
+    def written(self) -> Counter[str]:
+        """``done`` events logged by checkpoint writers (after the entry landed), per worker."""
+        with self.lock:
+            return Counter(
+                m["worker"] for m in self.seen.values() if m["kind"] == "done" and m.get("written")
+            )
 
     def recomputed(self) -> int:
         """Executions beyond the first that did the work again (loads do not count)."""

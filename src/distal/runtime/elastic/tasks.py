@@ -3,12 +3,20 @@
 These functions are pickled into Dask tasks. They reach the worker they run on through
 ``ctx.worker`` (Dask's ``get_worker``, handed over by :mod:`distal.runtime.dask`), so this
 module needs no ``distributed`` import and stays testable without a pool.
+
+With a checkpoint, a task returns its array as soon as it is computed and its entry is
+written behind it (:meth:`~distal.runtime.checkpoint.CheckpointStore.save_soon`); the task's
+``done`` event is logged once the entry is in place, so "done" always means "durable" and
+a task counts as in flight until then. :func:`drain` is what the driver runs on every
+worker at the end.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +25,7 @@ import numpy as np
 
 from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, run_leaf
+from distal.runtime import checkpoint
 from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
 from distal.runtime.elastic.units import Unit
 from distal.runtime.source import read_block
@@ -53,15 +62,53 @@ def sl(box: Box, origin: Box) -> tuple[Any, ...]:
     return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
 
 
-def event(ctx: Ctx, kind: str, label: str, **more: Any) -> Any:
-    """Tell the driver (through the scheduler's event log) what this task is doing."""
-    w = ctx.worker()
+def event(ctx: Ctx, kind: str, label: str, w: Any = None, **more: Any) -> Any:
+    """Tell the driver (through the scheduler's event log) what this task is doing.
+
+    ``w`` is the worker, when the caller is not the task's own thread (a checkpoint writer).
+    """
+    w = ctx.worker() if w is None else w
     msg = {"kind": kind, "name": label, "worker": w.address, "t": time.time(), **more}
     w.log_event(ctx.topic, msg)
     if ctx.trace:
         with open(ctx.trace, "a") as f:
             f.write(f"{kind} {label} {more.get('status', '')}\n")
     return w
+
+
+_written: Counter[tuple[str, str]] = Counter()  # (topic, worker) -> done events logged late
+_written_lock = threading.Lock()
+
+
+def finish(ctx: Ctx, w: Any, name: str, arr: np.ndarray, label: str, **done: Any) -> None:
+    """Checkpoint ``arr`` as entry ``name`` behind the task, then log it ``done``.
+
+    Without a checkpoint the task is done at once.
+    """
+    if ctx.store is None:
+        event(ctx, "done", label, w, **done)
+        return
+    key = (ctx.topic, w.address)
+
+    def then(_digest: str) -> None:
+        event(ctx, "done", label, w, written=True, **done)
+        with _written_lock:
+            _written[key] += 1
+
+    ctx.store.save_soon(name, arr, then)
+
+
+async def drain(topic: str, root: str, dask_worker: Any = None) -> int:
+    """Wait for this process's checkpoint writes (raising a failure of run directory
+    ``root``); how many ``done`` events they logged on ``topic`` for this worker (the
+    driver waits until it has heard that many).
+
+    Run by the driver through ``Client.run`` (which passes ``dask_worker``); a coroutine, so
+    the worker's event loop keeps sending the writers' events while it waits.
+    """
+    await asyncio.get_running_loop().run_in_executor(None, checkpoint.drain, root)
+    with _written_lock:
+        return _written.pop((topic, dask_worker.address), 0)
 
 
 def _stall(ctx: Ctx, worker: Any, seconds: float) -> None:
@@ -143,17 +190,19 @@ def unit_task(
     if try_load and ctx.store is not None:
         arr, status = ctx.store.load(unit.name)
         if arr is not None:
-            event(ctx, "done", label, status="reused", seconds=time.perf_counter() - t0, **tags)
+            event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
             return arr
         corrupt = status == CORRUPT
     out = _compute(ctx, unit, blocks)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         out = out + 1
-    if save and ctx.store is not None:
-        ctx.store.save(unit.name, out)
     seconds = time.perf_counter() - t0
-    event(ctx, "done", label, status="computed", corrupt=corrupt, seconds=seconds, **tags)
+    done = {"status": "computed", "corrupt": corrupt, "seconds": seconds, **tags}
+    if save and ctx.store is not None:
+        finish(ctx, w, unit.name, out, label, **done)
+    else:
+        event(ctx, "done", label, w, **done)
     return out if replica is None else (out, w.address)
 
 
@@ -161,7 +210,7 @@ def agree_task(
     ctx: Ctx, unit: Unit, copies: list[tuple[np.ndarray, str]], rtol: float, atol: float
 ) -> np.ndarray:
     """Accept a unit computed on several workers only when every copy agrees."""
-    event(ctx, "start", unit.name)
+    w = event(ctx, "start", unit.name)
     first, where = copies[0]
     for arr, other in copies[1:]:
         if not np.allclose(arr, first, rtol=rtol, atol=atol):
@@ -171,9 +220,7 @@ def agree_task(
                 processor=unit.proc,
             )
     distinct = len({a for _, a in copies})
-    if ctx.store is not None:
-        ctx.store.save(unit.name, first)
-    event(ctx, "done", unit.name, status="verified", distinct=distinct, seconds=0.0)
+    finish(ctx, w, unit.name, first, unit.name, status="verified", distinct=distinct, seconds=0.0)
     return first
 
 
@@ -184,19 +231,17 @@ def reduce_task(
 
     A re-run (after the worker holding the block died) loads the block it already saved.
     """
-    event(ctx, "start", name)
+    w = event(ctx, "start", name)
     t0 = time.perf_counter()
     if ctx.store is not None:
         saved, _ = ctx.store.load(name)
         if saved is not None:
-            event(ctx, "done", name, status="reused", seconds=time.perf_counter() - t0)
+            event(ctx, "done", name, w, status="reused", seconds=time.perf_counter() - t0)
             return saved
     block = np.zeros(box_shape(box), ctx.out_dtype)
     for arr, out_box, piece in contribs:
         block[sl(piece, box)] += arr[sl(piece, out_box)]
-    if ctx.store is not None:
-        ctx.store.save(name, block)
-    event(ctx, "done", name, status="computed", seconds=time.perf_counter() - t0)
+    finish(ctx, w, name, block, name, status="computed", seconds=time.perf_counter() - t0)
     return block
 
 
@@ -204,7 +249,9 @@ __all__ = [
     "Ctx",
     "VerificationFailed",
     "agree_task",
+    "drain",
     "event",
+    "finish",
     "hash_block",
     "input_block",
     "reduce_task",
