@@ -103,7 +103,10 @@ class Driver:
                 f = self.client.submit(source_block, t, x, box, dtype, key=name, pure=False)
             else:
                 block = np.ascontiguousarray(x[sl(box, ((0, 0),) * len(box))], dtype=dtype)
-                f = self.client.submit(input_block, block, key=name, pure=False)
+                with warnings.catch_warnings():
+                    # "large graph": the block travels in its task on purpose (see input_block)
+                    warnings.filterwarnings("ignore", message="Sending large graph")
+                    f = self.client.submit(input_block, block, key=name, pure=False)
             self.inputs_f[key] = f
         return self.inputs_f[key]
 
