@@ -1,0 +1,37 @@
+"""The MPI runtime: SPMD execution of a plan, one MPI rank per processor.
+
+Every rank runs the same script, so every rank compiles the same plan; rank ``p`` carries
+out ``plan.programs[p]`` and holds only its own blocks. It mirrors
+:mod:`distal.runtime.local` (the oracle) step for step, with real transfers:
+
+* every message of ``plan.messages`` is one MPI point-to-point transfer of a numpy buffer
+  (``Isend``/``Irecv``, no pickling); a non-contiguous box is described by an MPI subarray
+  datatype, so blocks are sent from and received into place without copies;
+* a message's tag is its sequence number among the plan's messages between the same two
+  ranks (the plan orders messages by step, kind, source, destination), so tags never collide;
+* the fetches of step ``s+1`` (receives posted, owners' sends issued) start before step
+  ``s`` computes: communication overlaps computation, as the memory model assumes;
+* partial sums go to their reducers at ``Flush``; the reducers' receives are posted when the
+  step starts; finished blocks go to the other replicas after the last step;
+* measured per-rank ``Stats`` use the plan's memory model on the real buffers and are
+  all-gathered, so every rank's ``Result.stats`` is the full ``Stats``.
+
+Failures never hang the job: every wait polls its requests with ``Test`` and, in between,
+an *error channel* (a private duplicate communicator, probed with ``Iprobe``). A rank whose
+execution raises sends its error text to every other rank there and raises
+:class:`~distal.errors.RuntimeFailure` with its own number; the others raise a
+``RuntimeFailure`` naming that rank at their next poll. An uncaught exception then ends the
+whole job with ``MPI_Abort`` (see :func:`install_excepthook`).
+
+The package is split by what each part does: :mod:`.channel` (communicators, the error
+channel, ending the job), :mod:`.rank` (one rank's store, transfers and steps) and
+:mod:`.entry` (``run``: checks, the collective result and stats). It is the only place
+that imports ``mpi4py``.
+"""
+
+from __future__ import annotations
+
+from distal.runtime.mpi.channel import PeerFailure, install_excepthook
+from distal.runtime.mpi.entry import GATHER_MODES, MPISizeError, run, world
+
+__all__ = ["GATHER_MODES", "MPISizeError", "PeerFailure", "install_excepthook", "run", "world"]

@@ -1,0 +1,170 @@
+"""``run``: one kernel on every rank — checks, execution, the collective result and stats."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from typing import Any
+
+import numpy as np
+from mpi4py import MPI
+
+from distal.data import DistributedResult, chunks_for
+from distal.errors import DistalUserError, InputError, RuntimeFailure
+from distal.plan.ir import FETCH, FINAL, Plan
+from distal.plan.stats import Stats, ops_by_step
+from distal.runtime.mpi.channel import Channel, PeerFailure, channel, install_excepthook
+from distal.runtime.mpi.rank import STAT_FIELDS, Rank
+from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
+from distal.typing import box_volume
+
+GATHER_MODES = ("all", "root", "none")
+
+
+class MPISizeError(DistalUserError):
+    """Raised identically on every rank, so no rank needs to abort the others."""
+
+    collective = True
+
+
+def _fingerprint(plan: Plan) -> float:
+    """A cheap summary of the plan, equal on every rank that compiled the same kernel."""
+    words = sum(m.words for m in plan.messages)
+    shapes = sorted((n, pl.shape, pl.grid) for n, pl in plan.placements.items())
+    text = repr((plan.nprocs, plan.nsteps, len(plan.messages), words, plan.output, shapes))
+    return float(zlib.crc32(text.encode()))
+
+
+def run(
+    kernel: Any,
+    data: dict[str, Any],
+    *,
+    gather: str = "all",
+    comm: Any = None,
+    _fail_on_rank: int | None = None,
+    _fail_at_step: int = 0,
+) -> DistributedResult:
+    """Execute ``kernel`` with one MPI rank per processor; call it on every rank.
+
+    Args:
+        kernel: the compiled kernel (the same on every rank).
+        data: input name -> array or block source, as validated by ``Kernel.run``; a rank
+            reads only its own blocks.
+        gather: ``"all"`` (every rank gets ``Result.value``), ``"root"`` (rank 0 only) or
+            ``"none"`` (the output stays distributed: ``Result.blocks`` and the collective
+            writers of :class:`~distal.data.DistributedResult`).
+        comm: the communicator to run on (default ``MPI.COMM_WORLD``); its size must equal
+            ``kernel.plan.nprocs``, and rank ``p`` plays processor ``p``.
+        _fail_on_rank, _fail_at_step: testing only -- raise on that rank at that step.
+    """
+    t_start = time.perf_counter()
+    if gather not in GATHER_MODES:
+        raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
+    comm = MPI.COMM_WORLD if comm is None else comm
+    plan: Plan = kernel.plan
+    size, rank = comm.Get_size(), comm.Get_rank()
+    if size != plan.nprocs:
+        raise MPISizeError(
+            f"the machine has {plan.nprocs} processors but this MPI job has {size} ranks "
+            f"(this is rank {rank}): launch with `mpiexec -n {plan.nprocs} python SCRIPT` "
+            f"or `distal run -n {plan.nprocs} SCRIPT`"
+        )
+    if comm is MPI.COMM_WORLD or comm == MPI.COMM_WORLD:
+        install_excepthook()
+    chan = channel(comm)
+    me: Rank | None = None
+    try:
+        prints = chan.allgather(np.array([_fingerprint(plan)]))
+        if len(set(prints[:, 0].tolist())) != 1:
+            raise DistalUserError(
+                "the ranks compiled different plans (ranks with different plan fingerprints: "
+                f"{prints[:, 0].tolist()}); every rank must build the same kernel"
+            )
+        me = Rank(kernel, data, chan)
+        steps = ops_by_step(plan, rank)
+        fail_at = _fail_at_step if _fail_on_rank == rank else None
+        me.where = "placing the inputs"
+        if fail_at is not None and fail_at < 0:
+            raise RuntimeError("injected failure while placing the inputs")
+        me.place()
+        t_exec = time.perf_counter()
+        me.execute(steps, fail_at)
+        exec_seconds = time.perf_counter() - t_exec
+        me.where = "gathering the result"
+        t_gather = time.perf_counter()
+        value = me.gather(gather)
+        gather_seconds = time.perf_counter() - t_gather
+        me.where = "collecting the stats"
+        row = [me.counts[f] for f in STAT_FIELDS]
+        row += [exec_seconds, me.compute_seconds, gather_seconds, *me.level_words]
+        table = chan.allgather(np.array(row, np.float64))
+        trace = _gather_trace(chan, me.trace.events)
+    except PeerFailure:
+        if me is not None:
+            me.abandon()
+        raise
+    except Exception as e:
+        where = me.where if me is not None else "setup"
+        text = f"{type(e).__name__}: {e} (at {where})"
+        chan.notify(text)
+        if me is not None:
+            me.abandon()
+        raise RuntimeFailure(
+            f"processor {rank} (MPI rank {rank}) failed: {text}", processor=rank
+        ) from e
+    me.free_types()
+    nf = len(STAT_FIELDS)
+    levels = [[int(x) for x in table[:, c]] for c in range(nf + 3, table.shape[1])]
+    stats = Stats(*([int(x) for x in table[:, f]] for f in range(nf)), level_words_received=levels)
+    pl = plan.placements[plan.output]
+    own = me.owned.get(plan.output)
+    boxes = [(idx, pl.block_box(idx), q) for idx, q in sorted(plan.primary.items())]
+    return DistributedResult(
+        value=value,  # type: ignore[arg-type]
+        stats=stats,
+        trace=trace,
+        seconds=time.perf_counter() - t_start,
+        extra={
+            "execute_seconds": float(table[:, nf].max()),
+            "compute_seconds": [float(x) for x in table[:, nf + 1]],
+            "gather_seconds": float(table[:, nf + 2].max()),
+        },
+        rank=rank,
+        nprocs=size,
+        shape=pl.shape,
+        dtype=kernel.dtypes[plan.output],
+        blocks={} if own is None else {own[1]: own[0]},
+        primary=tuple(b for _, b, q in boxes if q == rank and box_volume(b) > 0),
+        all_boxes=tuple(b for _, b, _ in boxes if box_volume(b) > 0),
+        chunks=chunks_for(pl.bounds, pl.shape),
+        barrier=chan.barrier,
+    )
+
+
+_KINDS = (FETCH, COMPUTE, FLUSH, REDUCE, FINAL, WAIT)  # FETCH, FINAL: the plan's words
+
+
+def _gather_trace(chan: Channel, events: list[Event]) -> list[Event]:
+    """Every rank's trace events on every rank (times from each rank's own start, which the
+    collective before execution lines up to within a message latency)."""
+    n = int(chan.allgather(np.array([len(events)], np.float64)).max())
+    rows = np.zeros((max(n, 1), 6), np.float64)
+    for r, e in enumerate(events):
+        rows[r] = (e.proc, _KINDS.index(e.kind), e.step, e.start, e.end, e.words)
+    rows[len(events) :, 0] = -1
+    table = chan.allgather(rows.ravel()).reshape(chan.size, -1, 6)
+    out = [
+        Event(int(p), _KINDS[int(k)], int(st), float(a), float(b), int(w))
+        for per_rank in table
+        for p, k, st, a, b, w in per_rank
+        if p >= 0
+    ]
+    return sorted(out, key=lambda e: (e.start, e.proc))
+
+
+def world() -> tuple[int, int]:
+    """``(rank, size)`` of ``MPI.COMM_WORLD``, for scripts that must not import mpi4py."""
+    return MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size()
+
+
+__all__ = ["GATHER_MODES", "MPISizeError", "run", "world"]
