@@ -5,7 +5,8 @@ Run (from the repository root, with the ``dask`` extra installed)::
     .venv/bin/python benchmarks/elastic_checkpoint.py [--n 2048] [--grid 4] [--reps 3]
 
 A Cannon GEMM compiled for a ``grid x grid`` machine of virtual processors runs on an
-in-process pool of two single-threaded workers (one BLAS thread each), alternately without
+in-process pool of two single-threaded workers (one BLAS thread each; ``--processes``
+for two worker processes), alternately without
 a checkpoint and with a fresh checkpoint directory (so every block is written: the cost of
 a first, uninterrupted run). The checkpointed run also fingerprints both inputs (sha256 of
 their bytes) and writes each finished block with a checksum, fsync and an atomic rename.
@@ -50,6 +51,9 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--dir", default=None, help="where checkpoints go (default: a temp dir)")
     ap.add_argument("--no-fsync", action="store_true", help="entries without fsync")
+    ap.add_argument(
+        "--processes", action="store_true", help="worker processes (default: in-process threads)"
+    )
     args = ap.parse_args()
 
     kernel = cannon(args.n, args.grid)
@@ -60,7 +64,11 @@ def main() -> None:
     plain, ckpt, rerun = [], [], []
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+            n_workers=2,
+            threads_per_worker=1,
+            processes=args.processes,
+            dashboard_address="127.0.0.1:0",
+            **({"host": "127.0.0.1"} if args.processes else {}),
         ) as cluster,
         Client(cluster) as client,
     ):
@@ -84,7 +92,7 @@ def main() -> None:
     report = {
         "n": args.n,
         "virtual_grid": f"{args.grid}x{args.grid}",
-        "workers": 2,
+        "workers": "2 processes" if args.processes else "2 in-process",
         "no_checkpoint_s": [round(v, 3) for v in plain],
         "checkpoint_s": [round(v, 3) for v in ckpt],
         "rerun_from_checkpoint_s": [round(v, 3) for v in rerun],
