@@ -192,3 +192,20 @@ def test_large_blocks_round_trip_through_a_checkpointed_run(client: Any, tmp_pat
     assert np.array_equal(again.value, want)
     assert again.tasks_executed == 0
     assert again.tasks_reused == first.tasks_executed
+
+
+def test_writer_threads_of_finished_task_threads_are_released(tmp_path: Path) -> None:
+    store = ck.CheckpointStore(tmp_path, "run")
+
+    def task(i: int) -> None:
+        store.save_soon(f"e{i}", np.ones(4), lambda d: None)
+
+    for i in range(5):
+        t = threading.Thread(target=task, args=(i,))
+        t.start()
+        t.join()
+        ck.drain(store.root)
+    task(99)  # a new lane prunes the lanes of the threads that are gone
+    ck.drain(store.root)
+    assert len([x for x in ck._lanes if not x.owner.is_alive()]) <= 1
+    assert store.names() >= {f"e{i}" for i in range(5)} | {"e99"}

@@ -364,9 +364,15 @@ class _Lane:
     """One task thread's writer: a thread of its own and the entry it is writing."""
 
     def __init__(self) -> None:
+        self.owner = threading.current_thread()
         self.pool = ThreadPoolExecutor(1, "distal-checkpoint")
         self.lock = threading.Lock()
         self.pending: Future[None] | None = None
+
+    def idle_orphan(self) -> bool:
+        """Its task thread is gone (a closed pool's worker) and nothing is left to report."""
+        with self.lock:
+            return not self.owner.is_alive() and self.pending is None
 
     def start(self, fn: Callable[..., None], *args: Any) -> None:
         with self.lock:
@@ -399,6 +405,9 @@ def _lane() -> _Lane:
     if lane is None:
         lane = _here.lane = _Lane()
         with _lanes_lock:
+            for old in [x for x in _lanes if x.idle_orphan()]:
+                old.pool.shutdown(wait=False)  # its thread ends; the lane goes
+                _lanes.remove(old)
             _lanes.append(lane)
     return lane
 
