@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import distal as dl
@@ -38,3 +40,31 @@ def test_large_inner_products_split_over_threads_exactly() -> None:
     inputs = alg.inputs(0)
     np.testing.assert_allclose(alg.compile().run(inputs).value, alg.reference(inputs), rtol=1e-12)
     assert blas.threads() == before
+
+
+def test_packed_operands_go_in_chunks_exactly(monkeypatch: Any) -> None:
+    """The 4-D contraction's operands can't be viewed as matrices; large packs go in row
+    and column slices (forced here on small blocks) with the same results."""
+    from distal.kernels import leaf
+
+    monkeypatch.setattr(leaf, "PACK_MIN", 1)
+    monkeypatch.setattr(leaf, "PACK_MIN_SIDE", 1)
+    rng = np.random.default_rng(7)
+    cases = [
+        ("acik,cbkj->abij", (7, 5, 9, 6), (5, 11, 6, 4)),
+        ("acik,cbkj->abij", (1, 3, 2, 2), (3, 1, 2, 5)),
+        ("ikj,jkl->il", (9, 4, 5), (5, 4, 3)),
+        ("abk,kc->acb", (6, 5, 7), (7, 3)),
+    ]
+    for spec, xs, ys in cases:
+        x, y = rng.random(xs), rng.random(ys)
+        run = leaf.contraction(spec)
+        want = np.einsum(spec, x, y)
+        dst = np.empty(want.shape)
+        run([x, y], dst, 2.0, True)
+        np.testing.assert_allclose(dst, 2.0 * want, rtol=1e-12)
+        run([x, y], dst, -1.0, False)
+        np.testing.assert_allclose(dst, want, rtol=1e-12)
+    alg = al.contraction_4d(6, 5, 7, 4, 3, 5, machine=dl.Machine(2, 2))
+    inputs = alg.inputs(0)
+    np.testing.assert_allclose(alg.compile().run(inputs).value, alg.reference(inputs), rtol=1e-10)

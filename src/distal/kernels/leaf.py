@@ -14,7 +14,12 @@ the letters alone; at run time only cheap stride checks pick between a view and 
   dimension, e.g. TTM's ``(i, j)`` rows of a 2-D-cut tensor) the kernel loops over the
   outermost row letter: a batch of matrix products on views. Only when no view exists
   (the 4-D contraction's interleaved letters) is an operand packed into a buffer, which is
-  reused from call to call.
+  reused from call to call. Packs of :data:`PACK_MIN` elements or more go in chunks — the
+  second operand in up to :data:`PACK_COL_CHUNKS` slices of its outermost column letter,
+  the first operand and the result in up to :data:`PACK_ROW_CHUNKS` slices of the outermost
+  row letter — so on very large blocks the scratch memory (which the plan's memory model
+  does not count) is under one block instead of three, while each GEMM keeps at least
+  :data:`PACK_MIN_SIDE` rows and columns.
 * **MTTKRP-shaped terms** (``T(..p..q..) * F(p, r) * G(q, r)``) form the Khatri-Rao
   product ``W(p, q, r)`` once per call in a reused buffer and run one GEMM against ``T``.
 * **Inner products** (same letters in both operands, scalar out) stream both blocks once
@@ -112,6 +117,24 @@ def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex | float, b
         c += r
 
 
+PACK_MIN = 1 << 25  # elements (256 MiB of float64): smaller packs are made whole (chunks
+# cost 5-10 % of the leaf's speed at 8 MiB blocks, more when cores are shared)
+PACK_ROW_CHUNKS = 4  # a packed first operand (and result) goes in up to this many row slices
+PACK_COL_CHUNKS = 2  # a packed second operand goes in up to this many column slices
+PACK_MIN_SIDE = 256  # ... each with at least this many GEMM rows / columns (BLAS re-packs
+# the other operand for every call: many thin GEMMs would cost more than the memory saved)
+
+
+def _chunks(n: int, parts: int) -> list[tuple[int, int]]:
+    parts = max(1, min(parts, n))
+    cuts = [n * t // parts for t in range(parts + 1)]
+    return [(cuts[t], cuts[t + 1]) for t in range(parts)]
+
+
+def _cut(x: np.ndarray, axis: int, lo: int, hi: int) -> np.ndarray:
+    return x[(slice(None),) * axis + (slice(lo, hi),)]
+
+
 class _MatMul:
     """A two-operand contraction without batch letters, as (batched) GEMM on views."""
 
@@ -131,13 +154,25 @@ class _MatMul:
             # one einsum pass per thread over row slabs beats a GEMV per row
             _slabs(self.tag, x, y, dst, self.xm[0], self.om[0], alpha, fresh)
             return
+        beta = 0 if fresh else 1
         y2 = _matrix(y, self.yk, self.yn)
-        if y2 is None:  # pack once: the second operand is reused by every row batch
-            t = y.transpose((*self.yk, *self.yn))
-            y2 = _buffer(self.tag + "/y", t.shape, y.dtype)
-            np.copyto(y2, t)
-            y2 = y2.reshape(math.prod(t.shape[: len(self.yk)]), -1)
-        self._rows(x, self.xm, self.xk, y2, dst, self.om, self.on, alpha, 0 if fresh else 1)
+        if y2 is not None:
+            self._rows(x, self.xm, self.xk, y2, dst, self.om, self.on, alpha, beta)
+            return
+        # pack: the second operand is reused by every row batch; a large one in column
+        # slices (the first operand is then packed once per slice: cheap next to the GEMMs)
+        n_ax, o_ax = self.yn[0] if self.yn else 0, self.on[0] if self.on else 0
+        cols = math.prod(y.shape[a] for a in self.yn)
+        parts = min(PACK_COL_CHUNKS, cols // PACK_MIN_SIDE) if y.size >= PACK_MIN else 1
+        parts = max(parts, 1) if self.yn else 1
+        for lo, hi in _chunks(y.shape[n_ax] if self.yn else 1, parts):
+            yc = _cut(y, n_ax, lo, hi) if parts > 1 else y
+            dc = _cut(dst, o_ax, lo, hi) if parts > 1 else dst
+            t = yc.transpose((*self.yk, *self.yn))
+            yb = _buffer(self.tag + "/y", t.shape, y.dtype)
+            np.copyto(yb, t)
+            yb2 = yb.reshape(math.prod(t.shape[: len(self.yk)]), -1)
+            self._rows(x, self.xm, self.xk, yb2, dc, self.om, self.on, alpha, beta)
 
     def _rows(
         self,
@@ -150,6 +185,7 @@ class _MatMul:
         on: list[int],
         alpha: Any,
         beta: int,
+        whole: bool = False,
     ) -> None:
         x2, o2 = _matrix(x, xm, xk), _matrix(dst, om, on)
         if x2 is not None and o2 is not None:
@@ -177,6 +213,14 @@ class _MatMul:
                 # thread (waking every BLAS thread for each small call costs more than it gains)
                 _parallel(rows, x.shape[xm[0]], calls_blas=True)
                 return
+        big = (x2 is None and x.size >= PACK_MIN) or (o2 is None and dst.size >= PACK_MIN)
+        parts = min(PACK_ROW_CHUNKS, math.prod(x.shape[a] for a in xm) // PACK_MIN_SIDE)
+        if not whole and big and xm and parts > 1:
+            # pack in row slices: scratch a fraction of the block, GEMMs still large
+            for lo, hi in _chunks(x.shape[xm[0]], parts):
+                xc, dc = _cut(x, xm[0], lo, hi), _cut(dst, om[0], lo, hi)
+                self._rows(xc, xm, xk, y2, dc, om, on, alpha, beta, whole=True)
+            return
         if x2 is None:
             t = x.transpose((*xm, *xk))
             buf = _buffer(self.tag + "/x", t.shape, x.dtype)
