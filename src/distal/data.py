@@ -385,6 +385,19 @@ class DistributedResult(Result):
     all_boxes: tuple[Box, ...] = ()
     chunks: tuple[int, ...] = ()
     barrier: Callable[[], None] = field(default=_no_barrier, repr=False)
+    notify: Callable[[str], None] = field(default=lambda text: None, repr=False)
+
+    def _attempt(self, path: str | os.PathLike[str], write: Callable[[], None]) -> None:
+        """Run this rank's part of a collective write; a path that cannot be written is an
+        :class:`InputError` here and, through ``notify``, a failure the other ranks see at
+        their next barrier instead of waiting there for good."""
+        try:
+            write()
+        except (OSError, ValueError) as e:
+            where = f"{os.fspath(path)!r} (rank {self.rank})"
+            err = InputError(f"cannot write the result to {where}: {e}")
+            self.notify(str(err))
+            raise err from e
 
     def _primary_pairs(self) -> list[tuple[Box, np.ndarray]]:
         out = []
@@ -401,23 +414,29 @@ class DistributedResult(Result):
         Each rank writes the blocks it reduces; rank 0 writes the manifest; the call returns
         on every rank once the directory is complete.
         """
-        write_npy_blocks(path, [(b, a) for b, a in self._primary_pairs() if not box_is_empty(b)])
+        pairs = [(b, a) for b, a in self._primary_pairs() if not box_is_empty(b)]
+        self._attempt(path, lambda: write_npy_blocks(path, pairs))
         self.barrier()
         if self.rank == 0:
-            write_npy_manifest(path, self.shape, self.dtype, self.all_boxes)
+            self._attempt(
+                path, lambda: write_npy_manifest(path, self.shape, self.dtype, self.all_boxes)
+            )
         self.barrier()
 
     def write_zarr(self, path: str | os.PathLike[str]) -> None:
         """Collectively write the output as a Zarr array (chunks aligned with the blocks)."""
         zarr = _zarr()
         if self.rank == 0:
-            zarr.open_array(
-                store=str(path), mode="w", shape=self.shape, chunks=self.chunks, dtype=self.dtype
-            )
+            meta = {"shape": self.shape, "chunks": self.chunks, "dtype": self.dtype}
+            self._attempt(path, lambda: zarr.open_array(store=str(path), mode="w", **meta))
         self.barrier()
-        arr = zarr.open_array(store=str(path), mode="r+")
-        for box, block in self._primary_pairs():
-            if box and box_is_empty(box):
-                continue
-            arr[_sl(box, tuple((0, n) for n in self.shape))] = block
+
+        def blocks() -> None:
+            arr = zarr.open_array(store=str(path), mode="r+")
+            for box, block in self._primary_pairs():
+                if box and box_is_empty(box):
+                    continue
+                arr[_sl(box, tuple((0, n) for n in self.shape))] = block
+
+        self._attempt(path, blocks)
         self.barrier()

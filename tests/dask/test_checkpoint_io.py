@@ -209,3 +209,11 @@ def test_writer_threads_of_finished_task_threads_are_released(tmp_path: Path) ->
     ck.drain(store.root)
     assert len([x for x in ck._lanes if not x.owner.is_alive()]) <= 1
     assert store.names() >= {f"e{i}" for i in range(5)} | {"e99"}
+
+
+def test_an_unusable_checkpoint_location_is_an_input_error(client: Any, tmp_path: Path) -> None:
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("not a directory")
+    for where in (in_the_way, in_the_way / "below"):
+        with pytest.raises(dl.InputError, match="not a usable location"):
+            gemm().run(gemm_inputs(), runtime="dask", client=client, checkpoint=where)

@@ -8,6 +8,7 @@
 * ``dist DIR``: distributed inputs/outputs (functions, .npy directories, Zarr, gather modes);
 * ``fail-catch RANK STEP`` / ``fail-raise RANK STEP``: a failure injected on one rank;
 * ``fail-source RANK``: a block source that raises on one rank's block;
+* ``fail-write RANK DIR``: one rank's part of a collective ``write_npy_dir`` fails;
 * ``wrong-size``: a 4-processor kernel, whatever the job's size.
 
 Every check is an ``assert``: a failed one ends the job with a non-zero code. Rank 0 prints
@@ -177,6 +178,30 @@ def fail_source(rank: int) -> None:
     kernel.run({"B": dl.from_box_function((32, 32), block), "C": inputs["C"]}, runtime="mpi")
 
 
+def fail_write(rank: int, out_dir: str) -> None:
+    """Every rank catches its error and reports it: nobody waits at a barrier for good."""
+    from _mpi_cases import gemm
+
+    import distal.data as data
+
+    kernel, inputs, _ = gemm((2, 2), 32, "summa")
+    res = kernel.run(inputs, runtime="mpi", gather="none")
+    if RANK == rank:
+        real = data.write_npy_blocks
+
+        def broken(path, blocks):  # this rank's disk is full
+            real(path, blocks[:0])
+            raise OSError(28, "No space left on device")
+
+        data.write_npy_blocks = broken
+    try:
+        res.write_npy_dir(Path(out_dir) / "out")
+    except dl.DistalError as e:
+        print(json.dumps({"rank": RANK, "kind": type(e).__name__, "error": str(e)}), flush=True)
+    else:
+        raise AssertionError("no error")
+
+
 def wrong_size() -> None:
     from _mpi_cases import gemm
 
@@ -200,6 +225,8 @@ if __name__ == "__main__":
         fail(mode.split("-")[1], int(args[0]), int(args[1]))
     elif mode == "fail-source":
         fail_source(int(args[0]))
+    elif mode == "fail-write":
+        fail_write(int(args[0]), args[1])
     elif mode == "wrong-size":
         wrong_size()
     else:

@@ -111,3 +111,24 @@ def test_distributed_result_writers_in_one_process(tmp_path: Path) -> None:
     z = dl.from_zarr(tmp_path / "r.zarr")
     assert z.shape == (3, 4)
     assert np.array_equal(z.read_block(((1, 3), (1, 2))), a[1:3, 1:2])
+
+
+def test_distributed_result_writers_name_an_unusable_path(tmp_path: Path) -> None:
+    told: list[str] = []
+    res = DistributedResult(
+        value=None,  # type: ignore[arg-type]
+        stats=dl.Stats.zeros(1),
+        seconds=0.0,
+        shape=(2, 2),
+        blocks={((0, 2), (0, 2)): np.ones((2, 2))},
+        primary=(((0, 2), (0, 2)),),
+        all_boxes=(((0, 2), (0, 2)),),
+        chunks=(2, 2),
+        notify=told.append,
+    )
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("")
+    with pytest.raises(dl.InputError, match=r"cannot write the result to .*a-file.*\(rank 0\)"):
+        res.write_npy_dir(in_the_way / "out")
+    assert len(told) == 1
+    assert "a-file" in told[0]

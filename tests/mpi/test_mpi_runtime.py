@@ -249,6 +249,20 @@ def test_failing_block_source_names_its_rank() -> None:
     assert "processor 3 (MPI rank 3) failed: OSError: disk on fire" in job.err, job
 
 
+def test_a_failing_collective_write_fails_every_rank_without_a_hang(tmp_path: Path) -> None:
+    job = run_job(4, "fail-write", "2", str(tmp_path), timeout=FAIL_WITHIN + 30)
+    assert job.rc == 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    reports = {d["rank"]: d for d in job.lines() if "rank" in d}
+    assert set(reports) == {0, 1, 2, 3}, job
+    assert reports[2]["kind"] == "InputError", job
+    assert "cannot write the result to" in reports[2]["error"], job
+    assert "(rank 2): [Errno 28] No space left on device" in reports[2]["error"], job
+    for r in (0, 1, 3):
+        assert reports[r]["kind"] == "PeerFailure", job
+        assert "processor 2 (MPI rank 2) failed" in reports[r]["error"], job
+
+
 def test_cli_run_without_launcher(tmp_path: Path) -> None:
     script = tmp_path / "s.py"
     script.write_text("print('hi')\n")

@@ -234,9 +234,15 @@ class Driver:
                     "this pool's workers run in other processes; use a directory or shared URL"
                 )
         if store.read_manifest() is None:
-            store.write_manifest(
-                describe(self.kernel, fps, gran) | {"run": store.run, "complete": False}
-            )
+            try:
+                store.write_manifest(
+                    describe(self.kernel, fps, gran) | {"run": store.run, "complete": False}
+                )
+            except OSError as e:  # a file in the way, no permission, a read-only filesystem
+                raise InputError(
+                    f"checkpoint {opts.checkpoint!r} is not a usable location: "
+                    f"cannot write {store.root}/manifest.json ({e})"
+                ) from e
         return store
 
     def submit_unit(self, ctx: Ctx, u: Unit, n: int, present: set[str]) -> Any:

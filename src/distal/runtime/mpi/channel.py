@@ -44,6 +44,7 @@ class Channel:
         ub = self.data.Get_attr(MPI.TAG_UB) or 32767
         self.span = max(1, (int(ub) - TAG_BASE) // 2)
         self.gather_base = TAG_BASE + self.span
+        self.deferred: PeerFailure | None = None
 
     def tag(self, seq: int) -> int:
         """Data tag of the ``seq``-th plan message between one pair of ranks."""
@@ -54,6 +55,9 @@ class Channel:
 
     def check(self) -> None:
         """Raise :class:`PeerFailure` if another rank has reported an error."""
+        if self.deferred is not None:
+            failure, self.deferred = self.deferred, None
+            raise failure
         status = MPI.Status()
         if not self.err.Iprobe(source=MPI.ANY_SOURCE, tag=ERR_TAG, status=status):
             return
@@ -75,7 +79,11 @@ class Channel:
         spins = 0
         try:
             while not MPI.Request.Testall(list(reqs)):
-                self.check()
+                try:
+                    self.check()
+                except PeerFailure as failure:
+                    self._settle(reqs, failure)
+                    return
                 spins += 1
                 if spins > 100:
                     time.sleep(min(2e-3, 2e-6 * spins))
@@ -87,6 +95,20 @@ class Channel:
                     pass
             GRAVEYARD.append((list(reqs), keep))
             raise
+
+    def _settle(self, reqs: Sequence[Any], failure: PeerFailure, grace: float = 1.0) -> None:
+        """A peer failed while these requests were pending. It may have failed *after* its
+        part in them (a collective completes on each rank at its own time, so a fast rank
+        can finish one, go on and fail in the next operation before a slow rank has seen
+        the first complete): if they complete within ``grace`` seconds, this operation
+        succeeded and the failure is raised by the next wait. Otherwise it is raised now."""
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            if MPI.Request.Testall(list(reqs)):
+                self.deferred = failure
+                return
+            time.sleep(1e-3)
+        raise failure
 
     def barrier(self) -> None:
         """A barrier that still notices failures (non-blocking barrier, polled)."""

@@ -138,6 +138,7 @@ def run(
         all_boxes=tuple(b for _, b, _ in boxes if box_volume(b) > 0),
         chunks=chunks_for(pl.bounds, pl.shape),
         barrier=chan.barrier,
+        notify=chan.notify,
     )
 
 
