@@ -171,6 +171,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("script", help="the Python script every rank runs")
     run.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     run.set_defaults(func=cmd_run)
+    ck = sub.add_parser(
+        "checkpoint", help="list, verify or remove the runs in a checkpoint location"
+    )
+    ck.add_argument("location", help="the directory or URL given as checkpoint=")
+    ck.add_argument(
+        "--verify", metavar="RUN", help="read every entry of RUN (a run key, a prefix, or 'all')"
+    )
+    ck.add_argument(
+        "--remove", metavar="RUN", action="append", default=[], help="delete RUN (repeatable)"
+    )
+    ck.add_argument("--json", action="store_true", help="print the runs as JSON")
+    ck.set_defaults(func=cmd_checkpoint)
     from distal.viz.cli_support import add_subcommands  # explain, plot, simulate
 
     add_subcommands(sub)
@@ -205,4 +217,50 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     )
     if not args.dry_run:
         print(f"stored in {save_params(params, args.output, raw)}")
+    return 0
+
+
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """What a checkpoint location holds; ``--verify`` exits 1 when an entry is damaged."""
+    import datetime
+    import json
+
+    try:
+        from distal.runtime import checkpoint_tools as ct
+    except ModuleNotFoundError as e:
+        raise dl.NotSupportedYet(f"checkpoints need {e.name!r}: pip install 'distal[dask]'") from e
+    for run in args.remove:
+        print(f"removed {ct.remove(args.location, run)}")
+    if args.verify:
+        every = args.verify == "all"
+        targets = [r.run for r in ct.runs(args.location)] if every else [args.verify]
+        damaged = 0
+        for run in targets:
+            res = ct.verify(args.location, run)
+            bad = res[ct.CORRUPT]
+            note = f": {', '.join(bad)}" if bad else ""
+            print(f"{run[:16]}  {len(res[ct.OK])} entries ok, {len(bad)} corrupt{note}")
+            damaged += len(bad)
+        return 1 if damaged else 0
+    found = ct.runs(args.location)
+    if args.json:
+        print(json.dumps([ct.as_dict(r) for r in found], indent=1))
+        return 0
+    if not found:
+        print(f"no runs in {args.location}")
+        return 0
+    print(
+        f"{'run':<16}  {'complete':>8}  {'entries':>7}  {'blocks':>6}  {'size':>10}  "
+        f"{'modified':<16}  statement"
+    )
+    for r in found:
+        when = (
+            datetime.datetime.fromtimestamp(r.modified).strftime("%Y-%m-%d %H:%M")
+            if r.modified
+            else "?"
+        )
+        print(
+            f"{r.run[:16]:<16}  {'yes' if r.complete else 'no':>8}  {r.entries:>7}  "
+            f"{r.blocks:>6}  {ct.size_text(r.nbytes):>10}  {when:<16}  {r.statement or '?'}"
+        )
     return 0

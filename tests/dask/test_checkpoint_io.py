@@ -217,3 +217,39 @@ def test_an_unusable_checkpoint_location_is_an_input_error(client: Any, tmp_path
     for where in (in_the_way, in_the_way / "below"):
         with pytest.raises(dl.InputError, match="not a usable location"):
             gemm().run(gemm_inputs(), runtime="dask", client=client, checkpoint=where)
+
+
+@pytest.mark.parametrize("where", ["dir", "memory"])
+def test_distal_checkpoint_lists_verifies_and_removes_runs(
+    client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    from distal.cli import main
+    from distal.runtime import checkpoint_tools as ct
+
+    loc = str(tmp_path / "ck") if where == "dir" else f"memory://distal-cli-{tmp_path.name}"
+    x = gemm_inputs()
+    gemm().run(x, runtime="dask", client=client, checkpoint=loc, progress=False)
+    y = {"B": x["B"] + 1, "C": x["C"]}
+    gemm().run(y, runtime="dask", client=client, checkpoint=loc, progress=False)
+    found = ct.runs(loc)
+    assert len(found) == 2
+    assert all(r.complete and r.blocks == 16 and r.entries == 16 for r in found)
+    assert found[0].statement == "A(i,j) = B(i,k) * C(k,j)"
+    assert main(["checkpoint", loc]) == 0
+    out = capsys.readouterr().out
+    assert found[0].run[:16] in out
+    assert found[1].run[:16] in out
+
+    victim = found[0]
+    store = ck.CheckpointStore(loc, victim.run)
+    raw = store._read(store.path("block-1-2"))
+    assert raw is not None
+    store._write(store.path("block-1-2"), [raw[:-3]])  # truncated
+    assert main(["checkpoint", loc, "--verify", victim.run[:8]]) == 1
+    assert "15 entries ok, 1 corrupt: block-1-2" in capsys.readouterr().out
+    assert main(["checkpoint", loc, "--verify", found[1].run]) == 0
+
+    assert main(["checkpoint", loc, "--remove", victim.run[:10]]) == 0
+    assert [r.run for r in ct.runs(loc)] == [found[1].run]
+    assert main(["checkpoint", loc, "--remove", "zzz"]) == 2
+    assert "matches no run" in capsys.readouterr().err

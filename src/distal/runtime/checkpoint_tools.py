@@ -1,0 +1,139 @@
+"""Looking after a checkpoint location: which runs it holds, whether their entries are
+intact, and removing the ones no longer wanted (``distal checkpoint``).
+
+A location collects one directory per run key (see :mod:`distal.runtime.checkpoint`); runs
+are never deleted by the runtime, because an incomplete one is exactly what a restarted job
+resumes from. These helpers let a user see and decide.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from typing import Any
+
+from distal.errors import InputError
+from distal.runtime.checkpoint import CORRUPT, MANIFEST, OK, SUFFIX, CheckpointStore
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """One run directory of a checkpoint location."""
+
+    run: str
+    root: str
+    statement: str | None  # from the manifest (None when it is missing or unreadable)
+    complete: bool  # the run finished: every output block is there
+    entries: int  # ``.ck`` files (blocks and unit partials)
+    blocks: int  # finished output blocks among them
+    nbytes: int  # bytes of all entries
+    modified: float | None  # newest entry or manifest (seconds since the epoch)
+
+
+def _store(location: str | os.PathLike[str], run: str = "") -> CheckpointStore:
+    return CheckpointStore(location, run)
+
+
+def _listing(store: CheckpointStore, path: str) -> list[tuple[str, int, float | None, bool]]:
+    """(name, size, mtime, is_dir) of everything directly under ``path``."""
+    try:
+        if store.local:
+            out = []
+            with os.scandir(path) as it:
+                for e in it:
+                    st = e.stat()
+                    out.append((e.name, st.st_size, st.st_mtime, e.is_dir()))
+            return out
+        rows = store.fs().ls(path, detail=True)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    out = []
+    for r in rows:
+        name = str(r["name"]).rstrip("/").rsplit("/", 1)[-1]
+        mtime = r.get("mtime") or r.get("LastModified") or r.get("last_modified")
+        stamp = mtime.timestamp() if hasattr(mtime, "timestamp") else mtime
+        out.append((name, int(r.get("size") or 0), stamp, r.get("type") == "directory"))
+    return out
+
+
+def runs(location: str | os.PathLike[str]) -> list[RunInfo]:
+    """Every run directory under ``location``, newest first."""
+    base = _store(location)
+    if base.local and not os.path.isdir(base.base):
+        raise InputError(f"checkpoint location {os.fspath(location)!r} is not a directory")
+    out = []
+    for name, _, _, is_dir in _listing(base, base.base):
+        if not is_dir:
+            continue
+        store = _store(location, name)
+        files = _listing(store, store.root)
+        if not any(f == MANIFEST or f.endswith(SUFFIX) for f, *_ in files):
+            continue  # not a run directory
+        manifest = store.read_manifest() or {}
+        entries = [(f, size) for f, size, _, _ in files if f.endswith(SUFFIX)]
+        stamps = [t for _, _, t, _ in files if t is not None]
+        out.append(
+            RunInfo(
+                run=name,
+                root=store.root,
+                statement=manifest.get("statement"),
+                complete=bool(manifest.get("complete")),
+                entries=len(entries),
+                blocks=sum(f.startswith("block-") for f, _ in entries),
+                nbytes=sum(size for _, size in entries),
+                modified=max(stamps) if stamps else None,
+            )
+        )
+    return sorted(out, key=lambda r: (-(r.modified or 0.0), r.run))
+
+
+def find(location: str | os.PathLike[str], run: str) -> RunInfo:
+    """The run whose key is ``run`` or starts with it (unambiguously)."""
+    all_runs = runs(location)
+    hits = [r for r in all_runs if r.run == run] or [r for r in all_runs if r.run.startswith(run)]
+    if len(hits) != 1:
+        known = ", ".join(r.run[:12] for r in all_runs) or "none"
+        what = "matches no run" if not hits else f"matches {len(hits)} runs"
+        raise InputError(f"{run!r} {what} in {os.fspath(location)!r} (runs: {known})")
+    return hits[0]
+
+
+def verify(location: str | os.PathLike[str], run: str) -> dict[str, list[str]]:
+    """Read every entry of one run and check its checksum: ``{"ok": [...], "corrupt": [...]}``."""
+    info = find(location, run)
+    store = _store(location, info.run)
+    out: dict[str, list[str]] = {OK: [], CORRUPT: []}
+    for name in sorted(store.names()):
+        _, status = store.load(name)
+        out[CORRUPT if status == CORRUPT else OK].append(name)
+    return out
+
+
+def remove(location: str | os.PathLike[str], run: str) -> str:
+    """Delete one run directory; returns what was removed."""
+    info = find(location, run)
+    store = _store(location, info.run)
+    if store.local:
+        shutil.rmtree(store.root)
+    else:
+        store.fs().rm(store.root, recursive=True)
+    return info.root
+
+
+def size_text(n: int) -> str:
+    """Bytes as a short human-readable size."""
+    x: float = n
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if x < 1024 or unit == "TiB":
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def as_dict(info: RunInfo) -> dict[str, Any]:
+    """JSON-friendly form of a :class:`RunInfo`."""
+    return dict(info.__dict__)
+
+
+__all__ = ["CORRUPT", "OK", "RunInfo", "as_dict", "find", "remove", "runs", "size_text", "verify"]
