@@ -214,7 +214,16 @@ if __name__ == "__main__":
     if mode == "named":
         named()
     elif mode == "library-tree":
+        from distal.runtime.mpi import relay
+
+        started = []
+        real_start = relay.Forwarder.start
+        relay.Forwarder.start = lambda self: (started.append(1), real_start(self))[1]
         library("tree")
+        from mpi4py import MPI
+
+        total = MPI.COMM_WORLD.allreduce(len(started))  # relays' forwarding threads, all ranks
+        report(threads_ok=relay.threads_ok(), forwarder_threads=total)
     elif mode == "library":
         library()
     elif mode == "random":

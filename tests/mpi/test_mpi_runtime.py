@@ -75,11 +75,17 @@ class Job:
         return f"{head}\n--stdout--\n{self.out}\n--stderr--\n{self.err}"
 
 
-def run_job(nprocs: int, *args: str, via_cli: bool = False, timeout: float = JOB_TIMEOUT) -> Job:
+def run_job(
+    nprocs: int,
+    *args: str,
+    via_cli: bool = False,
+    timeout: float = JOB_TIMEOUT,
+    env: dict[str, str] | None = None,
+) -> Job:
     """Launch the script on ``nprocs`` ranks; kill the whole process group on a time-out."""
     launcher = _require_mpi()
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env["PYTHONUNBUFFERED"] = "1"
+    base = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = {**base, "PYTHONUNBUFFERED": "1", **(env or {})}
     if via_cli:
         cmd = [sys.executable, "-m", "distal", "run", "-n", str(nprocs), "--mpiexec", launcher]
         cmd += [str(SCRIPT), *args]
@@ -109,16 +115,21 @@ def run_job(nprocs: int, *args: str, via_cli: bool = False, timeout: float = JOB
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("nprocs", [4, 8])
-def test_library_with_tree_routing(nprocs: int) -> None:
+@pytest.mark.parametrize(("nprocs", "level"), [(4, "multiple"), (8, "multiple"), (4, "funneled")])
+def test_library_with_tree_routing(nprocs: int, level: str) -> None:
     """Broadcast trees forward pieces from relays' buffers and reduction trees combine
-    partial sums on the way: still exact, measured == predicted."""
+    partial sums on the way: still exact, measured == predicted. Relays forward from a
+    thread while computing under MPI_THREAD_MULTIPLE, inside their fetch waits without it."""
     from _mpi_cases import library_cases
 
-    job = run_job(nprocs, "library-tree")
+    job = run_job(nprocs, "library-tree", env={"MPI4PY_RC_THREAD_LEVEL": level})
     assert job.rc == 0, job
     passed = {d["case"] for d in job.lines() if d.get("ok")}
     assert passed == {f"library {n}" for n in library_cases(nprocs)}, job
+    relays = [d for d in job.lines() if "forwarder_threads" in d]
+    assert relays, job
+    assert relays[0]["threads_ok"] == (level == "multiple"), job
+    assert (relays[0]["forwarder_threads"] > 0) == (level == "multiple"), job
 
 
 @pytest.mark.parametrize("nprocs", SIZES)

@@ -119,17 +119,21 @@ def test_relays_wait_for_what_they_pass_on(cases, network):
     assert seen[PARTIAL]
 
 
-def test_relays_forward_only_between_compute(cases):
-    """The runtime forwards inside its wait for the next step's fetches, never while it
-    computes: with slow compute, a relayed piece of step s+1 leaves after the relay's
-    compute of step s ended."""
+def test_relays_forward_while_they_compute(cases):
+    """The runtime forwards from a thread: with slow compute, a relayed piece of step s+1
+    leaves as soon as the relay's own copy is here, long before the relay's compute of
+    step s ends."""
     k = compiled(summa(256, machine=dl.Machine(4, 4), steps=4), "tree")
     sim = simulate(k, LATENCY_BOUND.with_(flops=1e8))
     ends = {(e.proc, e.step): e.end for e in sim.trace if e.kind == "compute"}
+    msgs = k.plan.messages
+    got = {(m.dst, m.step, m.tensor, m.box): i for i, m in enumerate(msgs) if m.kind == FETCH}
     checked = 0
-    for i, m in enumerate(k.plan.messages):
+    for i, m in enumerate(msgs):
         if m.kind == FETCH and m.relay and m.step > 0:
-            assert sim.departures[i] >= ends[(m.src, m.step - 1)]
+            own = got[(m.src, m.step, m.tensor, m.box)]
+            assert sim.departures[i] == pytest.approx(sim.arrivals[own])
+            assert sim.departures[i] < ends[(m.src, m.step - 1)]
             checked += 1
     assert checked
 

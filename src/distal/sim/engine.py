@@ -12,10 +12,11 @@ processor waits until everything it sent has arrived. It yields ``(BUSY, dt)``
 
 Routed plans (``plan/passes/routing.py``) add two dependencies, as the MPI runtime
 has them. A relayed fetch (``Message.relay``, the relay's ``Forward``) is sent from
-the relay's fetch buffer, so it is posted only while the relay waits for that
-step's fetches *and* its own copy of the piece has arrived (the runtime forwards
-inside that wait, never while it computes). A relay's partial-sum send (its
-``Flush``) first waits for its children's sums (``Combine``) and adds them in.
+the relay's fetch buffer, so it is posted once the relay has posted that step's
+fetches *and* its own copy of the piece has arrived — during its computation too
+(the runtime forwards from a thread, :mod:`distal.runtime.mpi.relay`). A relay's
+partial-sum send (its ``Flush``) first waits for its children's sums (``Combine``)
+and adds them in.
 
 A message leaves when both sides have posted it (or when the sender posts it, up
 to ``eager_bytes``), first come first served on its sender's injection port and
@@ -366,10 +367,10 @@ def processor(
     def post_fetches(s: int) -> Generator[Request, None, None]:
         eng.post_send(ids(sends, s, FETCH))
         eng.post_recv(ids(recvs, s, FETCH))
+        eng.post_forward(forwards.get((p, s), none))  # each leaves once its copy is here
         yield from busy(EV_FETCH, s, costs.copy[s])
 
     def fetched(s: int) -> Generator[Request, None, None]:
-        eng.post_forward(forwards.get((p, s), none))  # the runtime forwards inside this wait
         yield from waited(ids(recvs, s, FETCH), s)
 
     if nsteps:

@@ -31,6 +31,7 @@ from distal.plan.ir import (
     SendFinal,
 )
 from distal.runtime.mpi.channel import GRAVEYARD, Channel
+from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, box_index
 from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
@@ -58,6 +59,8 @@ class Rank(Store):
         self.chan = chan
         self.data = data
         self.next_reqs: list[Any] = []
+        self.forwarder: Forwarder | None = None  # routing: relays forward while computing
+        self.threaded = threads_ok()
         self.next_keys: list[tuple] = []  # (step, tensor, piece) of each posted fetch receive
         self.combine_reqs: list[Any] = []
         self.step_reqs: list[Any] = []
@@ -220,6 +223,27 @@ class Rank(Store):
         for op in steps[s]:
             if isinstance(op, Fetch):
                 self._fetch(op)
+        if self.threaded and self.forwards:
+            self._start_forwarder()
+
+    def _start_forwarder(self) -> None:
+        """Routing: a thread passes each relayed piece on while this rank computes (see
+        :mod:`.relay`); the buffers' MPI specs are made here, on the main thread."""
+        todo = []
+        for req, key in zip(self.next_reqs, self.next_keys, strict=True):
+            if key not in self.forwards:
+                continue
+            _, tensor, piece = key
+            buf, box = self.next[tensor]  # type: ignore[misc]
+            sends: list[Send] = []
+            for dst, tag in self.forwards.pop(key):
+                self.counts["words_sent"] += box_volume(piece)
+                self.counts["messages_sent"] += 1
+                sends.append((self._spec(buf, piece, box), dst, tag))
+            todo.append((req, sends))
+        if todo:
+            self.forwarder = Forwarder(self.chan.data, todo)
+            self.forwarder.start()
 
     def _fetch(self, op: Fetch) -> None:
         if op.box is None:
@@ -244,6 +268,9 @@ class Rank(Store):
         """The prefetched buffers are complete: they replace the old ones."""
         t = self.trace.now()
         pending = len(self.next_reqs)
+        if self.forwarder is not None:
+            self.fetch_sends += self.forwarder.finish(self.chan.check)
+            self.forwarder = None
         if self.forwards:
             self._forward_as_they_arrive()
         self.chan.wait(self.next_reqs)
@@ -337,6 +364,9 @@ class Rank(Store):
         A peer may still be sending into (or reading from) our buffers, so nothing that a
         pending request refers to may be freed: the whole store goes to a graveyard.
         """
+        if self.forwarder is not None:
+            self.forwarder.stop()
+            self.fetch_sends += self.forwarder.sends
         pending = [r for r in self.next_reqs + self.step_reqs + self.fetch_sends if r]
         pending += self.combine_reqs
         for r in self.next_reqs + self.step_reqs + self.combine_reqs:
