@@ -7,6 +7,7 @@
 * ``random FILE``: the pickled random cases (from the reference generator) of this size;
 * ``dist DIR``: distributed inputs/outputs (functions, .npy directories, Zarr, gather modes);
 * ``fail-catch RANK STEP`` / ``fail-raise RANK STEP``: a failure injected on one rank;
+  ``fail-tree RANK STEP`` the same (caught) in a broadcast-routed SUMMA;
 * ``fail-source RANK``: a block source that raises on one rank's block;
 * ``fail-write RANK DIR``: one rank's part of a collective ``write_npy_dir`` fails;
 * ``wrong-size``: a 4-processor kernel, whatever the job's size.
@@ -150,7 +151,11 @@ def dist(out_dir: str) -> None:
 def fail(mode: str, rank: int, step: int) -> None:
     from _mpi_cases import gemm
 
-    kernel, inputs, _ = gemm((2, 2) if SIZE == 4 else (SIZE, 1), 32, "summa")
+    if mode == "tree":  # broadcast trees: relays forwarding, ranks finishing at other times
+        alg = dl.algorithms.summa(96, machine=dl.Machine(2, SIZE // 2))
+        kernel, inputs = dl.compile(alg.schedule, routing="broadcast"), alg.inputs(0)
+    else:
+        kernel, inputs, _ = gemm((2, 2) if SIZE == 4 else (SIZE, 1), 32, "summa")
     if mode == "raise":
         kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
         return
@@ -230,7 +235,7 @@ if __name__ == "__main__":
         random_cases(args[0])
     elif mode == "dist":
         dist(args[0])
-    elif mode in ("fail-catch", "fail-raise"):
+    elif mode in ("fail-catch", "fail-raise", "fail-tree"):
         fail(mode.split("-")[1], int(args[0]), int(args[1]))
     elif mode == "fail-source":
         fail_source(int(args[0]))

@@ -245,6 +245,18 @@ def test_injected_failure_reaches_every_rank(nprocs: int, rank: int, step: int) 
         assert "injected failure" in d["error"], job
 
 
+@pytest.mark.parametrize(("rank", "step"), [(3, 1), (1, 0), (6, 2)])
+def test_injected_failure_in_a_routed_plan_reaches_every_rank(rank: int, step: int) -> None:
+    """Relays (forwarding from their threads) and ranks that finish early and wait in the
+    result's gather all learn of the failure, and the job ends cleanly."""
+    job = run_job(8, "fail-tree", str(rank), str(step), timeout=FAIL_WITHIN + 30)
+    assert job.seconds < FAIL_WITHIN, job
+    assert job.rc == 0, job
+    reports = {d["rank"]: d for d in job.lines() if "rank" in d}
+    assert set(reports) == set(range(8)), job
+    assert all(d["processor"] == rank for d in reports.values()), job
+
+
 def test_uncaught_failure_ends_the_job_via_distal_run() -> None:
     job = run_job(4, "fail-raise", "2", "1", via_cli=True, timeout=FAIL_WITHIN + 30)
     assert job.rc != 0, job

@@ -67,12 +67,16 @@ class Channel:
         text = buf.decode("utf-8", "replace")
         raise PeerFailure(f"processor {src} (MPI rank {src}) failed: {text}", processor=src)
 
-    def wait(self, reqs: Sequence[Any], keep: tuple[Any, ...] = ()) -> None:
+    def wait(
+        self, reqs: Sequence[Any], keep: tuple[Any, ...] = (), cancel: Sequence[Any] = ()
+    ) -> None:
         """Wait for all ``reqs`` while watching the error channel.
 
-        If a peer fails meanwhile, the requests are withdrawn where MPI allows and they,
-        with the buffers in ``keep``, are kept alive for good: MPI may still write into a
-        receive buffer after the wait is abandoned, so freeing it would corrupt the heap.
+        If a peer fails meanwhile, the receives among them (``cancel``) are withdrawn, and
+        every request, with the buffers in ``keep``, is kept alive for good: MPI may still
+        write into a receive buffer after the wait is abandoned, so freeing it would corrupt
+        the heap. Sends and collectives are never cancelled (cancelling a send is deprecated
+        and crashes some MPI libraries; a collective cannot be cancelled at all).
         """
         if not reqs:
             return
@@ -88,7 +92,7 @@ class Channel:
                 if spins > 100:
                     time.sleep(min(2e-3, 2e-6 * spins))
         except BaseException:
-            for r in reqs:
+            for r in cancel:
                 try:
                     r.Cancel()
                 except Exception:

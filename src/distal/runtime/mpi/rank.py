@@ -64,6 +64,7 @@ class Rank(Store):
         self.next_keys: list[tuple] = []  # (step, tensor, piece) of each posted fetch receive
         self.combine_reqs: list[Any] = []
         self.step_reqs: list[Any] = []
+        self.step_recvs: list[Any] = []  # the receives among step_reqs (partial sums)
         self.fetch_sends: list[Any] = []
         self.counts = dict.fromkeys(STAT_FIELDS, 0)
         machine = getattr(self.plan, "machine", None)
@@ -176,7 +177,8 @@ class Rank(Store):
                 if isinstance(op, Reduce):
                     arr = np.empty(box_shape(op.box), self.dtypes[plan.output])
                     tag = self._recv_tag(s, PARTIAL, plan.output, op.src, op.box)
-                    self.step_reqs.append(self._recv(arr, op.box, op.box, op.src, tag))
+                    self.step_recvs.append(self._recv(arr, op.box, op.box, op.src, tag))
+                    self.step_reqs.append(self.step_recvs[-1])
                     self.inbox.append((arr, op.box))
             for op in steps[s]:
                 if not isinstance(op, Fetch | Reduce | Combine | Forward):
@@ -189,10 +191,10 @@ class Rank(Store):
                         self.trace.add(self.p, kind, s, t, words)
             self.where = f"step {s}: waiting for partial sums"
             t = self.trace.now()
-            self.chan.wait(self.step_reqs)
+            self.chan.wait(self.step_reqs, cancel=self.step_recvs)
             if self.step_reqs:
                 self.trace.add(self.p, WAIT, s, t)
-            self.step_reqs = []
+            self.step_reqs, self.step_recvs = [], []
             self._peak()
             t = self.trace.now()
             words = self.reduce_inbox()
@@ -273,7 +275,7 @@ class Rank(Store):
             self.forwarder = None
         if self.forwards:
             self._forward_as_they_arrive()
-        self.chan.wait(self.next_reqs)
+        self.chan.wait(self.next_reqs, cancel=self.next_reqs)
         if pending:
             self.trace.add(self.p, FETCH, step, t)
         self.next_reqs, self.next_keys = [], []
@@ -309,7 +311,8 @@ class Rank(Store):
             self.compute_seconds += time.perf_counter() - t0
         elif isinstance(op, Flush):
             if self.combine_reqs:  # routing: children's partial sums ride along
-                self.chan.wait(self.combine_reqs, keep=tuple(a for a, _ in self.combined))
+                keep = tuple(a for a, _ in self.combined)
+                self.chan.wait(self.combine_reqs, keep=keep, cancel=self.combine_reqs)
                 self.combine_reqs = []
                 self.combine()
             arr, origin = self.flush_local(op)
@@ -320,16 +323,16 @@ class Rank(Store):
     def _finals(self, ops: list[Any]) -> None:
         """Finished blocks go from their reducers to the other replicas."""
         plan = self.plan
-        reqs = []
+        recvs, sends = [], []
         for op in ops:
             own, origin = self.owned[plan.output]
             if isinstance(op, RecvFinal):
                 tag = self._recv_tag(plan.nsteps, FINAL, plan.output, op.src, op.box)
-                reqs.append(self._recv(own, op.box, origin, op.src, tag))
+                recvs.append(self._recv(own, op.box, origin, op.src, tag))
             elif isinstance(op, SendFinal):
                 tag = self.send_tags[(plan.nsteps, FINAL, op.dst, op.box)].popleft()
-                reqs.append(self._send(own, op.box, origin, op.dst, tag))
-        self.chan.wait(reqs)
+                sends.append(self._send(own, op.box, origin, op.dst, tag))
+        self.chan.wait(recvs + sends, cancel=recvs)
 
     def gather(self, mode: str) -> np.ndarray | None:
         """The whole output on the ranks ``mode`` names (not counted as traffic)."""
@@ -338,7 +341,7 @@ class Rank(Store):
         targets = list(range(self.chan.size)) if mode == "all" else [0] if mode == "root" else []
         value = np.zeros(pl.shape, self.dtypes[plan.output]) if self.p in targets else None
         zero = tuple((0, n) for n in pl.shape)
-        reqs = []
+        reqs, recvs = [], []
         for n, (idx, q) in enumerate(sorted(plan.primary.items())):
             box = pl.block_box(idx)
             if box_volume(box) == 0:
@@ -354,8 +357,8 @@ class Rank(Store):
                         reqs.append(self.chan.data.Isend(spec, dest=t, tag=tag))
             elif value is not None:
                 spec = self._spec(value, box, zero)
-                reqs.append(self.chan.data.Irecv(spec, source=q, tag=tag))
-        self.chan.wait(reqs, keep=(value,))
+                recvs.append(self.chan.data.Irecv(spec, source=q, tag=tag))
+        self.chan.wait(reqs + recvs, keep=(value,), cancel=recvs)
         return value
 
     def abandon(self) -> None:
@@ -369,7 +372,7 @@ class Rank(Store):
             self.fetch_sends += self.forwarder.sends
         pending = [r for r in self.next_reqs + self.step_reqs + self.fetch_sends if r]
         pending += self.combine_reqs
-        for r in self.next_reqs + self.step_reqs + self.combine_reqs:
+        for r in self.next_reqs + self.step_recvs + self.combine_reqs:  # receives only
             try:
                 r.Cancel()
             except Exception:
