@@ -181,6 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument(
         "--remove", metavar="RUN", action="append", default=[], help="delete RUN (repeatable)"
     )
+    ck.add_argument(
+        "--clean",
+        metavar="RUN",
+        help="delete RUN's (or 'all' runs') half-written entries older than --older-than",
+    )
+    ck.add_argument(
+        "--older-than", type=float, default=3600.0, help="seconds, for --clean (default 3600)"
+    )
     ck.add_argument("--json", action="store_true", help="print the runs as JSON")
     ck.set_defaults(func=cmd_checkpoint)
     from distal.viz.cli_support import add_subcommands  # explain, plot, simulate
@@ -231,6 +239,11 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         raise dl.NotSupportedYet(f"checkpoints need {e.name!r}: pip install 'distal[dask]'") from e
     for run in args.remove:
         print(f"removed {ct.remove(args.location, run)}")
+    if args.clean:
+        every = args.clean == "all"
+        for run in [r.run for r in ct.runs(args.location)] if every else [args.clean]:
+            gone = ct.remove_temporaries(args.location, run, args.older_than)
+            print(f"{run[:16]}  removed {len(gone)} half-written entries")
     if args.verify:
         every = args.verify == "all"
         targets = [r.run for r in ct.runs(args.location)] if every else [args.verify]
@@ -263,4 +276,6 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             f"{r.run[:16]:<16}  {'yes' if r.complete else 'no':>8}  {r.entries:>7}  "
             f"{r.blocks:>6}  {ct.size_text(r.nbytes):>10}  {when:<16}  {r.statement or '?'}"
         )
+        if r.temporaries:
+            print(f"{'':<16}  {r.temporaries} half-written entries (see --clean)")
     return 0

@@ -253,3 +253,27 @@ def test_distal_checkpoint_lists_verifies_and_removes_runs(
     assert [r.run for r in ct.runs(loc)] == [found[1].run]
     assert main(["checkpoint", loc, "--remove", "zzz"]) == 2
     assert "matches no run" in capsys.readouterr().err
+
+
+def test_half_written_entries_are_listed_and_cleaned_when_old(
+    client: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from distal.cli import main
+    from distal.runtime import checkpoint_tools as ct
+
+    loc = tmp_path / "ck"
+    gemm().run(gemm_inputs(), runtime="dask", client=client, checkpoint=loc, progress=False)
+    (run,) = ct.runs(loc)
+    old = Path(run.root) / "part-p0-s0-0.ck.tmp-0123abcd"  # a writer killed mid-write
+    old.write_bytes(b"DISTALCK\x02{")
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    young = Path(run.root) / "block-0-0.ck.tmp-4567ef01"  # maybe still being written
+    young.write_bytes(b"DISTALCK")
+    assert ct.runs(loc)[0].temporaries == 2
+    assert ct.runs(loc)[0].entries == run.entries  # never counted as entries
+    assert main(["checkpoint", str(loc)]) == 0
+    assert "2 half-written entries" in capsys.readouterr().out
+    assert main(["checkpoint", str(loc), "--clean", "all"]) == 0
+    assert "removed 1 half-written entries" in capsys.readouterr().out
+    assert not old.exists()
+    assert young.exists()

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from distal.errors import InputError
 from distal.runtime.checkpoint import CORRUPT, MANIFEST, OK, SUFFIX, CheckpointStore
+
+TMP = SUFFIX + ".tmp-"  # how CheckpointStore names an entry while it is being written
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,7 @@ class RunInfo:
     blocks: int  # finished output blocks among them
     nbytes: int  # bytes of all entries
     modified: float | None  # newest entry or manifest (seconds since the epoch)
+    temporaries: int = 0  # half-written entries (``*.ck.tmp-*``) of writers that died
 
 
 def _store(location: str | os.PathLike[str], run: str = "") -> CheckpointStore:
@@ -83,6 +87,7 @@ def runs(location: str | os.PathLike[str]) -> list[RunInfo]:
                 blocks=sum(f.startswith("block-") for f, _ in entries),
                 nbytes=sum(size for _, size in entries),
                 modified=max(stamps) if stamps else None,
+                temporaries=sum(TMP in f for f, *_ in files),
             )
         )
     return sorted(out, key=lambda r: (-(r.modified or 0.0), r.run))
@@ -108,6 +113,27 @@ def verify(location: str | os.PathLike[str], run: str) -> dict[str, list[str]]:
         _, status = store.load(name)
         out[CORRUPT if status == CORRUPT else OK].append(name)
     return out
+
+
+def remove_temporaries(
+    location: str | os.PathLike[str], run: str, older_than: float = 3600.0
+) -> list[str]:
+    """Delete the half-written entries of one run that are older than ``older_than``
+    seconds (a writer that old has died: its entry is missing and will be recomputed);
+    younger ones may still be being written. Returns the names removed."""
+    info = find(location, run)
+    store = _store(location, info.run)
+    now = time.time()
+    gone = []
+    for name, _, mtime, _ in _listing(store, store.root):
+        if TMP in name and mtime is not None and now - mtime > older_than:
+            path = f"{store.root}/{name}"
+            if store.local:
+                os.unlink(path)
+            else:
+                store.fs().rm_file(path)
+            gone.append(name)
+    return sorted(gone)
 
 
 def remove(location: str | os.PathLike[str], run: str) -> str:
@@ -136,4 +162,15 @@ def as_dict(info: RunInfo) -> dict[str, Any]:
     return dict(info.__dict__)
 
 
-__all__ = ["CORRUPT", "OK", "RunInfo", "as_dict", "find", "remove", "runs", "size_text", "verify"]
+__all__ = [
+    "CORRUPT",
+    "OK",
+    "RunInfo",
+    "as_dict",
+    "find",
+    "remove",
+    "remove_temporaries",
+    "runs",
+    "size_text",
+    "verify",
+]
