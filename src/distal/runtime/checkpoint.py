@@ -295,12 +295,16 @@ class CheckpointStore:
     def _save_then(self, name: str, arr: np.ndarray, then: Callable[[str], None]) -> None:
         try:
             digest = self.save(name, arr)
-        except OSError as e:
+        except Exception as e:  # any failure to save is this run's write failure
             raise WriteFailed(
-                f"checkpoint entry {name!r} could not be written under {self.root}: {e}",
+                f"checkpoint entry {name!r} could not be written under {self.root}: "
+                f"{type(e).__name__}: {e}",
                 root=self.root,
             ) from e
-        then(digest)
+        try:
+            then(digest)
+        except Exception:  # the entry is in place; only the news of it got lost (e.g. the
+            pass  # worker that would report it has closed), which no later run should see
 
     def load(self, name: str) -> tuple[np.ndarray | None, str]:
         """``(array, "ok")``, ``(None, "missing")`` or ``(None, "corrupt")``."""
