@@ -32,7 +32,7 @@ from distal.algorithms.base import (
     size,
     sub_chunks,
 )
-from distal.algorithms.matmul import MATMUL, _extents, _tensors
+from distal.algorithms.matmul import _algorithm, _extents, _tensors
 from distal.distribution.machine import Machine
 from distal.errors import ScheduleError
 from distal.lang.nodes import index_vars
@@ -98,17 +98,20 @@ def _hierarchical(
         if inner == "k"
         else "inter-node: |R_p|*(k-|K^gy_y|) + |J_y|*(k-|K^gx_x|); intra: rest of C's node block"
     )
-    return Algorithm(
-        name=name,
-        tensors={"A": A, "B": B, "C": C},
-        schedule=s,
-        output="A",
-        subscripts=MATMUL,
-        machine=M,
-        words=words,
-        formula=formula,
-        params={"nodes": M0.shape, "processors": M1.shape, "steps": steps, "inner": inner},
+    return _algorithm(
+        name,
+        A,
+        B,
+        C,
+        s,
+        M,
+        words,
+        formula,
         level_words=(tuple(inter), tuple(intra)),
+        nodes=M0.shape,
+        processors=M1.shape,
+        steps=steps,
+        inner=inner,
     )
 
 

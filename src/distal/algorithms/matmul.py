@@ -51,7 +51,7 @@ def _tensors(
     return A, B, C, i, j, kv
 
 
-def _algorithm(name, A, B, C, s, machine, words, formula, **params) -> Algorithm:
+def _algorithm(name, A, B, C, s, machine, words, formula, level_words=None, **params) -> Algorithm:
     return Algorithm(
         name=name,
         tensors={"A": A, "B": B, "C": C},
@@ -62,6 +62,7 @@ def _algorithm(name, A, B, C, s, machine, words, formula, **params) -> Algorithm
         words=tuple(words),
         formula=formula,
         params=params,
+        level_words=level_words,
     )
 
 
