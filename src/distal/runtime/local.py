@@ -203,14 +203,9 @@ class LocalRuntime:
             self.trace.add(q.p, kind, getattr(op, "step", plan.nsteps), t, words)
 
     def _fetch(self, q: Store, op: Fetch, procs: list[Store], stats: Stats) -> None:
-        if op.box is None:
-            q.next[op.tensor] = None
+        buf = q.fetch_buffer(op, self.dtypes[op.tensor])
+        if buf is None:
             return
-        if op.view:
-            own, origin = q.owned[op.tensor]
-            q.next[op.tensor] = (own[box_index(op.box, origin)], op.box)
-            return
-        buf = np.empty(box_shape(op.box), self.dtypes[op.tensor])
         for src, piece in op.pieces:
             hop = self.relayed.get((op.step, op.tensor, q.p, piece))
             if hop is not None:  # from the relay's fetch buffer, once it has its copy
@@ -220,7 +215,6 @@ class LocalRuntime:
             buf[box_index(piece, op.box)] = sarr[box_index(piece, sorigin)]
             if src != q.p:
                 self._count(stats, src, q.p, piece)
-        q.next[op.tensor] = (buf, op.box)
 
     def _relay_fetches(self, procs: list[Store], stats: Stats) -> None:
         """Copies of routed pieces out of relays' buffers, nearest the owner first."""

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from distal.kernels.leaf import TermKernel, run_leaf
-from distal.plan.ir import Compute, Flush, OpenOutput
+from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
 from distal.typing import Box, box_shape, box_volume
 
 Held = tuple[np.ndarray, Box]  # an array and the box of the tensor it holds
@@ -53,6 +53,21 @@ class Store:
             else:
                 self.buffers[name] = b
         self.next = {}
+
+    def fetch_buffer(self, op: Fetch, dtype: Any) -> np.ndarray | None:
+        """Start fetch ``op``: nothing to hold, or a view of an owned block (both done here,
+        ``None`` returned), or a new buffer for the pieces, which the runtime fills its way
+        (and which is already the next step's buffer for ``op.tensor``)."""
+        if op.box is None:
+            self.next[op.tensor] = None
+            return None
+        if op.view:
+            own, origin = self.owned[op.tensor]
+            self.next[op.tensor] = (own[box_index(op.box, origin)], op.box)
+            return None
+        buf = np.empty(box_shape(op.box), dtype)
+        self.next[op.tensor] = (buf, op.box)
+        return buf
 
     def held_words(self) -> int:
         """Elements held now, by the plan's memory model (views of own blocks are free)."""

@@ -248,14 +248,9 @@ class Rank(Store):
             self.forwarder.start()
 
     def _fetch(self, op: Fetch) -> None:
-        if op.box is None:
-            self.next[op.tensor] = None
+        buf = self.fetch_buffer(op, self.dtypes[op.tensor])
+        if buf is None:
             return
-        if op.view:
-            own, origin = self.owned[op.tensor]
-            self.next[op.tensor] = (own[box_index(op.box, origin)], op.box)
-            return
-        buf = np.empty(box_shape(op.box), self.dtypes[op.tensor])
         for src, piece in op.pieces:
             if src == self.p:
                 own, origin = self.owned[op.tensor]
@@ -264,7 +259,6 @@ class Rank(Store):
                 tag = self._recv_tag(op.step, FETCH, op.tensor, src, piece)
                 self.next_reqs.append(self._recv(buf, piece, op.box, src, tag))
                 self.next_keys.append((op.step, op.tensor, piece))
-        self.next[op.tensor] = (buf, op.box)
 
     def _finish_fetches(self, step: int = 0) -> None:
         """The prefetched buffers are complete: they replace the old ones."""
