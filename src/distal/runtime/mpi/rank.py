@@ -225,12 +225,14 @@ class Rank(Store):
         for op in steps[s]:
             if isinstance(op, Fetch):
                 self._fetch(op)
-        if self.threaded and self.forwards:
+        if self.forwards:
             self._start_forwarder()
 
     def _start_forwarder(self) -> None:
-        """Routing: a thread passes each relayed piece on while this rank computes (see
-        :mod:`.relay`); the buffers' MPI specs are made here, on the main thread."""
+        """Routing: pass each relayed piece of these fetches on once this rank's own copy is
+        complete — from a thread while the rank computes where MPI allows it, else in the
+        wait for the fetches (see :mod:`.relay`); the MPI specs are made here, on the main
+        thread."""
         todo = []
         for req, key in zip(self.next_reqs, self.next_keys, strict=True):
             if key not in self.forwards:
@@ -245,7 +247,8 @@ class Rank(Store):
             todo.append((req, sends))
         if todo:
             self.forwarder = Forwarder(self.chan.data, todo)
-            self.forwarder.start()
+            if self.threaded:
+                self.forwarder.start()
 
     def _fetch(self, op: Fetch) -> None:
         buf = self.fetch_buffer(op, self.dtypes[op.tensor])
@@ -267,34 +270,11 @@ class Rank(Store):
         if self.forwarder is not None:
             self.fetch_sends += self.forwarder.finish(self.chan.check)
             self.forwarder = None
-        if self.forwards:
-            self._forward_as_they_arrive()
         self.chan.wait(self.next_reqs, cancel=self.next_reqs)
         if pending:
             self.trace.add(self.p, FETCH, step, t)
         self.next_reqs, self.next_keys = [], []
         self.swap()
-
-    def _forward_as_they_arrive(self) -> None:
-        """Routing: pass each relayed piece on as soon as this rank's own copy is complete
-        (one piece at a time, so trees that cross never wait on each other)."""
-        todo = {
-            n: self.forwards.pop(key)
-            for n, key in enumerate(self.next_keys)
-            if key in self.forwards
-        }
-        spins = 0
-        while todo:
-            for n in [n for n in todo if self.next_reqs[n].Test()]:
-                _, tensor, piece = self.next_keys[n]
-                buf, box = self.next[tensor]  # type: ignore[misc]
-                for dst, tag in todo.pop(n):
-                    self.fetch_sends.append(self._send(buf, piece, box, dst, tag))
-            if todo:
-                self.chan.check()
-                spins += 1
-                if spins > 100:
-                    time.sleep(min(2e-3, 2e-6 * spins))
 
     def _exec(self, op: Any) -> None:
         if isinstance(op, OpenOutput):

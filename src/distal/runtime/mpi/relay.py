@@ -10,9 +10,9 @@ receives and posts the forwarding sends the moment each copy is complete (the le
 release the GIL, so the thread runs while BLAS does).
 
 It needs ``MPI_THREAD_MULTIPLE`` (the main thread keeps making MPI calls meanwhile);
-without it :func:`threads_ok` is False and the rank forwards inside its fetch wait, as
-before. The thread never touches the error channel: the main thread notices failures, then
-stops it.
+without it :func:`threads_ok` is False, the thread is never started, and :meth:`finish`
+does the same forwarding in the rank's wait for the fetches. The thread never touches the
+error channel: the main thread notices failures, then stops it.
 """
 
 from __future__ import annotations
@@ -51,25 +51,35 @@ class Forwarder(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        spins = 0
         try:
-            while self.todo and not self.halt.is_set():
-                left = []
-                for req, sends in self.todo:
-                    if req.Test():
-                        self.sends += [self.comm.Isend(spec, dest=d, tag=t) for spec, d, t in sends]
-                    else:
-                        left.append((req, sends))
-                self.todo = left
-                spins += 1
-                if self.todo and spins > 50:
-                    time.sleep(min(1e-3, 2e-6 * spins))
+            self._forward(None)
         except BaseException as e:  # handed to the main thread by finish()
             self.error = e
 
+    def _forward(self, check: Any) -> None:
+        """Post each piece's sends as its receive completes, until all are posted."""
+        spins = 0
+        while self.todo and not self.halt.is_set():
+            left = []
+            for req, sends in self.todo:
+                if req.Test():
+                    self.sends += [self.comm.Isend(spec, dest=d, tag=t) for spec, d, t in sends]
+                else:
+                    left.append((req, sends))
+            self.todo = left
+            if self.todo:
+                if check is not None:
+                    check()
+                spins += 1
+                if spins > 50:
+                    time.sleep(min(1e-3, 2e-6 * spins))
+
     def finish(self, check: Any) -> list[Any]:
-        """Wait for every forward (calling ``check`` meanwhile: a peer's failure stops the
-        thread and propagates); the send requests posted."""
+        """Every forward posted (calling ``check`` meanwhile: a peer's failure stops the
+        thread and propagates); the send requests. Forwards here when no thread was started."""
+        if self.ident is None:  # not started: no MPI_THREAD_MULTIPLE
+            self._forward(check)
+            return self.sends
         try:
             while self.is_alive():
                 check()
@@ -84,7 +94,8 @@ class Forwarder(threading.Thread):
     def stop(self) -> None:
         """Abandon what is left (after a failure) and wait for the thread to end."""
         self.halt.set()
-        self.join(timeout=5.0)
+        if self.ident is not None:
+            self.join(timeout=5.0)
 
 
 __all__ = ["Forwarder", "Send", "threads_ok"]
