@@ -239,16 +239,17 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
         raise dl.NotSupportedYet(f"checkpoints need {e.name!r}: pip install 'distal[dask]'") from e
     for run in args.remove:
         print(f"removed {ct.remove(args.location, run)}")
+
+    def targets(run: str) -> list[str]:
+        return [r.run for r in ct.runs(args.location)] if run == "all" else [run]
+
     if args.clean:
-        every = args.clean == "all"
-        for run in [r.run for r in ct.runs(args.location)] if every else [args.clean]:
+        for run in targets(args.clean):
             gone = ct.remove_temporaries(args.location, run, args.older_than)
             print(f"{run[:16]}  removed {len(gone)} half-written entries")
     if args.verify:
-        every = args.verify == "all"
-        targets = [r.run for r in ct.runs(args.location)] if every else [args.verify]
         damaged = 0
-        for run in targets:
+        for run in targets(args.verify):
             res = ct.verify(args.location, run)
             bad = res[ct.CORRUPT]
             note = f": {', '.join(bad)}" if bad else ""
