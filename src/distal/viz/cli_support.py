@@ -321,6 +321,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Write one picture: distribution, traffic, timeline (a local run) or simulated."""
+    from distal.viz.timeline import time_unit
+
     cfg = build(args)
     k, path = cfg.kernel, args.output or f"distal-{args.kind}.png"
     if args.kind == "distribution":
@@ -329,9 +331,12 @@ def cmd_plot(args: argparse.Namespace) -> int:
     elif args.kind == "traffic":
         k.plot_traffic(path, step=args.step)
     elif args.kind == "timeline":
-        k.run(cfg.inputs()).plot_timeline(path)
+        k.run(cfg.inputs()).plot_timeline(path, machine=k.plan.machine)
     else:
-        k.simulate(args.network).plot(path)
+        sim = k.simulate(args.network)
+        unit, scale = time_unit(sim.seconds)
+        title = f"simulated on {args.network}: {sim.seconds * scale:.4g} {unit}"
+        sim.plot(path, machine=k.plan.machine, title=title)
     print(f"wrote {path}")
     return 0
 
@@ -343,7 +348,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(cfg.description)
     print(sim.summary())
     if args.plot:
-        sim.plot(args.plot)
+        from distal.viz.timeline import time_unit
+
+        unit, scale = time_unit(sim.seconds)
+        title = f"simulated on {args.network}: {sim.seconds * scale:.4g} {unit}"
+        sim.plot(args.plot, machine=cfg.kernel.plan.machine, title=title)
         print(f"wrote {args.plot}")
     if args.chrome_trace:
         sim.to_chrome_trace(args.chrome_trace)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from distal.runtime.trace import Event
-from distal.viz._mpl import VizError, figure, save
+from distal.viz._mpl import VizError, figure, proc_axis, proc_axis_label, save
 
 KIND_COLOURS = {
     "fetch": "tab:blue",
@@ -25,6 +25,18 @@ KIND_COLOURS = {
     "wait": "lightgrey",
 }
 KIND_ROWS = {k: n for n, k in enumerate(KIND_COLOURS)}
+
+
+def time_unit(seconds: float) -> tuple[str, float]:
+    """The unit a duration reads best in, and the factor from seconds: ``("ms", 1e3)``.
+
+    A run of microseconds drawn in seconds gets an offset multiplier (``1e-5``) that is
+    easy to miss; whole units on the axis avoid it."""
+    if seconds >= 1 or seconds <= 0:
+        return "s", 1.0
+    if seconds >= 1e-3:
+        return "ms", 1e3
+    return "µs", 1e6
 
 
 def events_of(source: Any) -> list[Event]:
@@ -41,6 +53,7 @@ def plot_timeline(
     *,
     title: str | None = None,
     max_procs: int = 64,
+    machine: Any = None,
 ) -> Any:
     """Per-processor Gantt chart of fetch / compute / flush / reduce / final / wait.
 
@@ -50,6 +63,8 @@ def plot_timeline(
         title: figure title.
         max_procs: draw at most this many processors (the first ones), so that a
             256-processor simulation stays readable.
+        machine: the kernel's ``Machine``; when given, processors are labelled with
+            their grid coordinates (up to 16 processors) instead of numbers.
 
     Returns the matplotlib Figure.
     """
@@ -63,34 +78,39 @@ def plot_timeline(
         )
     nprocs = max(e.proc for e in events) + 1
     shown = min(nprocs, max_procs)
-    fig = figure(10, 1.2 + 0.32 * shown)
+    rows = 0.32 * min(shown, 16) + 0.08 * max(shown - 16, 0)  # inches; thinner rows past 16
+    fig = figure(10, 1.3 + rows)
     ax = fig.subplots()
     by = {}
     for e in events:
         if e.proc < shown and e.end > e.start:
             by.setdefault((e.proc, e.kind), []).append((e.start, e.end - e.start))
+    end = max(e.end for e in events)
+    unit, scale = time_unit(end)
     for (p, kind), spans in by.items():
         ax.broken_barh(
-            spans, (p - 0.4, 0.8), facecolors=KIND_COLOURS.get(kind, "black"), linewidth=0
+            [(a * scale, d * scale) for a, d in spans],
+            (p - 0.4, 0.8),
+            facecolors=KIND_COLOURS.get(kind, "black"),
+            linewidth=0,
         )
-    end = max(e.end for e in events)
-    ax.set_xlim(0, end * 1.01 if end > 0 else 1)
+    ax.set_xlim(0, end * scale * 1.01 if end > 0 else 1)
     ax.set_ylim(shown - 0.5, -0.5)
-    ax.set_xlabel("seconds since start")
-    ax.set_ylabel("processor")
-    if shown <= 32:
-        ax.set_yticks(range(shown))
+    ax.set_xlabel(f"time since start ({unit})")
+    ax.set_ylabel(proc_axis_label("processor", shown, machine))
+    group = proc_axis(ax, "y", shown, machine)
+    for b in range(group, shown, group or shown):
+        ax.axhline(b - 0.5, color="0.55", linewidth=0.6)
     used = [k for k in KIND_COLOURS if any(e.kind == k for e in events)]
-    ax.legend(
+    fig.legend(
         handles=[Patch(color=KIND_COLOURS[k], label=k) for k in used],
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12 if shown > 4 else -0.3),
+        loc="outside lower center",
         ncol=len(used),
         fontsize=8,
         frameon=False,
     )
     more = f" (first {shown} of {nprocs} processors)" if shown < nprocs else ""
-    fig.suptitle((title or f"timeline: {end:.4g} s") + more, fontsize=10)
+    fig.suptitle((title or f"timeline: {end * scale:.4g} {unit}") + more, fontsize=10)
     return save(fig, path)
 
 

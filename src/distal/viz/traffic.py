@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from distal.viz._mpl import VizError, figure, save
+from distal.viz._mpl import (
+    ALL_TICKS,
+    VizError,
+    figure,
+    machine_text,
+    proc_axis,
+    proc_axis_label,
+    save,
+)
 
 
 def traffic_matrix(plan: Any, step: int | None = None) -> np.ndarray:
@@ -60,7 +68,8 @@ def plot_traffic(
         raise VizError(f"step {step!r} is not in 0..{plan.nsteps} (the plan's steps and final)")
     w = traffic_matrix(plan, step)
     recv = w.sum(axis=0)
-    fig = figure(10.5, 4.2)
+    n, machine = plan.nprocs, getattr(plan, "machine", None)
+    fig = figure(10.5, 4.4 if n <= ALL_TICKS else 4.2)
     ax, bx = fig.subplots(1, 2, width_ratios=[1, 1.3])
     if w.any():
         lo, hi = int(w[w > 0].min()), int(w.max())
@@ -72,19 +81,30 @@ def plot_traffic(
     else:
         ax.imshow(w, cmap="Greys", vmin=0, vmax=1)
         ax.text(0.5, 0.5, "no messages", transform=ax.transAxes, ha="center")
-    ax.set_xlabel("receiver")
-    ax.set_ylabel("sender")
+    proc_axis(ax, "x", n, machine)
+    group = proc_axis(ax, "y", n, machine)
+    ax.set_xlabel(proc_axis_label("receiver", n, machine))
+    ax.set_ylabel(proc_axis_label("sender", n, machine))
+    for b in range(group, n, group or n):
+        ax.axhline(b - 0.5, color="0.55", linewidth=0.6)
+        ax.axvline(b - 0.5, color="0.55", linewidth=0.6)
     which = "all steps" if step is None else f"step {step}"
     ax.set_title(f"words sent, {which}", fontsize=9)
 
-    procs = np.arange(plan.nprocs)
-    bx.bar(procs, recv, color="tab:blue", width=0.8 if plan.nprocs < 64 else 1.0)
-    bx.set_xlabel("processor")
+    procs = np.arange(n)
+    bx.bar(procs, recv, color="tab:blue", width=0.8 if n <= 256 else 1.0)
+    bx.set_xlim(-0.5, n - 0.5)
+    proc_axis(bx, "x", n, machine)
+    for b in range(group, n, group or n):
+        bx.axvline(b - 0.5, color="0.55", linewidth=0.6, zorder=0.5)
+    bx.set_xlabel(proc_axis_label("processor", n, machine))
     bx.set_ylabel("words received")
     bound, note = lower_bound(kernel) if step is None else (None, "bound: whole run only")
+    top = max(float(recv.max(initial=0)), bound or 0.0)
+    bx.set_ylim(0, 1.2 * top if top > 0 else 1)  # headroom: the legend never covers a bar
     if bound is not None:
         bx.axhline(bound, color="tab:red", linestyle="--", label=note)
-        bx.legend(loc="lower right", fontsize=8)
+        bx.legend(loc="upper right", fontsize=8)
     else:
         bx.text(0.02, 0.97, note, transform=bx.transAxes, va="top", fontsize=8)
     bx.set_title(
@@ -92,5 +112,5 @@ def plot_traffic(
         fontsize=9,
     )
     what = plan.statement.assignment
-    fig.suptitle(title or f"traffic of {what} on {plan.nprocs} processors", fontsize=10)
+    fig.suptitle(title or f"traffic of {what} on {machine_text(machine, n)}", fontsize=10)
     return save(fig, path)
