@@ -7,6 +7,7 @@ the matrix-multiply lower bound where it applies.
 
     python docs/gen_algorithms.py            # rewrite docs/algorithms.md
     python docs/gen_algorithms.py --check    # exit 1 if the committed file is stale
+    python docs/gen_algorithms.py --pictures # also redraw the library's pictures in docs/img
 """
 
 from __future__ import annotations
@@ -146,7 +147,14 @@ def distribution_code(alg: al.Algorithm) -> str:
 
 
 def schedule_code(alg: al.Algorithm) -> str:
-    text = repr(alg.schedule)
+    """The schedule as the gallery shows it: the derived variables, then ``s = (...)``.
+
+    ``repr(schedule)`` may begin with its own ``dl.index_vars`` line; the gallery writes
+    that line itself (with the variables in order of introduction), so it is dropped."""
+    lines = repr(alg.schedule).splitlines()
+    if lines and "dl.index_vars(" in lines[0]:
+        lines = lines[1:]
+    text = "\n".join(lines)
     for lvl in {alg.machine, *(alg.machine.level(k) for k in range(len(alg.machine.levels)))}:
         text = text.replace(f", {lvl!r})", f", {machine_code(lvl)})")
     derived = [v.name for v in alg.schedule.extent if v not in alg.schedule.statement.variables]
@@ -367,11 +375,69 @@ def render() -> str:
     return "\n".join(body).rstrip() + "\n"
 
 
+IMG = Path(__file__).resolve().parent / "img"
+
+
+def pictures(out: Path = IMG) -> list[Path]:
+    """Redraw the pictures of library algorithms that docs/scaling.md shows.
+
+    The local-runtime timeline is a real run, so it differs from run to run (and with the
+    machine's load); every other picture depends only on the plan and the network model.
+    """
+    from distal.viz.timeline import time_unit
+
+    out.mkdir(parents=True, exist_ok=True)
+    done: list[Path] = []
+
+    def keep(name: str) -> Path:
+        done.append(out / name)
+        return out / name
+
+    johnson = al.johnson_3d(64, machine=dl.Machine(2, 2, 2)).compile()
+    johnson.plot_distribution("B", keep("distribution-johnson-B.png"))
+    johnson.plot_traffic(keep("traffic-johnson.png"))
+    al.cosma(96, machine=dl.Machine(2, 2, 2)).compile().plot_distribution(
+        "A", keep("distribution-cosma-A.png")
+    )
+    al.summa(1024, machine=dl.Machine(4, 4)).compile().plot_traffic(keep("traffic-summa-4x4.png"))
+    cannon = al.cannon(1024, machine=dl.Machine(2, 2))
+    kernel = cannon.compile()
+    machine = kernel.plan.machine
+    kernel.run(cannon.inputs()).plot_timeline(
+        keep("timeline-cannon-local.png"),
+        machine=machine,
+        title="Cannon n=1024 on 2x2, local runtime (processors run one after another)",
+    )
+    sim = kernel.simulate("local")
+    unit, scale = time_unit(sim.seconds)
+    sim.plot(
+        keep("timeline-cannon-simulated.png"),
+        machine=machine,
+        title=f"Cannon n=1024 on 2x2 simulated as 4 MPI ranks on one computer ('local' network): "
+        f"{sim.seconds * scale:.4g} {unit}",
+    )
+    big = al.summa(131072, machine=dl.Machine(16, 16)).compile()
+    sim = big.simulate("fat-tree-edr")
+    unit, scale = time_unit(sim.seconds)
+    sim.plot(
+        keep("timeline-summa-256-edr.png"),
+        machine=big.plan.machine,
+        max_procs=32,
+        title=f"SUMMA n=131072 on 16x16 simulated on fat-tree-edr: "
+        f"{sim.seconds * scale:.4g} {unit}",
+    )
+    return done
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail if algorithms.md is stale")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--pictures", action="store_true", help="also redraw docs/img pictures")
     args = parser.parse_args(argv)
+    if args.pictures and not args.check:
+        for path in pictures():
+            print(f"wrote {path}")
     text = render()
     if args.check:
         current = args.out.read_text() if args.out.exists() else ""

@@ -108,7 +108,7 @@ def proc_axis(ax: Any, axis: str, nprocs: int, machine: Any = None) -> int:
     Up to :data:`ALL_TICKS` processors each get a tick labelled with its coordinates
     (rotated on the x axis when they would collide). More processors get integer ticks
     only: at the start of every group (row of a grid, node of a hierarchical machine)
-    when there are at most 16 groups, else a few evenly spaced integers. The caller
+    when there are 4 to 16 groups, else a few evenly spaced integers. The caller
     draws separators at the group boundaries (a multiple of the returned size).
     """
     from matplotlib.ticker import MaxNLocator
@@ -119,7 +119,7 @@ def proc_axis(ax: Any, axis: str, nprocs: int, machine: Any = None) -> int:
     if nprocs <= ALL_TICKS:
         ticks = list(range(nprocs))
         labels = [proc_label(p, levels) for p in ticks]
-    elif group and nprocs // group <= ALL_TICKS:
+    elif group and 4 <= nprocs // group <= ALL_TICKS:
         ticks = list(range(0, nprocs, group))
         labels = [str(p) for p in ticks]
     else:

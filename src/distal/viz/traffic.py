@@ -62,6 +62,7 @@ def plot_traffic(
     Returns the matplotlib Figure.
     """
     from matplotlib.colors import LogNorm, Normalize
+    from matplotlib.ticker import StrMethodFormatter
 
     plan = kernel.plan
     if step is not None and not (isinstance(step, int) and 0 <= step <= plan.nsteps):
@@ -77,7 +78,9 @@ def plot_traffic(
         norm = LogNorm(vmin=lo, vmax=hi) if log else Normalize(vmin=0, vmax=hi)
         im = ax.imshow(np.ma.masked_equal(w, 0), cmap="viridis", norm=norm)
         label = "words (log scale)" if log else "words"
-        fig.colorbar(im, ax=ax, label=f"{label}; blank: none", shrink=0.85)
+        bar = fig.colorbar(im, ax=ax, label=f"{label}; blank: none", shrink=0.85)
+        if not log:
+            bar.ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     else:
         ax.imshow(w, cmap="Greys", vmin=0, vmax=1)
         ax.text(0.5, 0.5, "no messages", transform=ax.transAxes, ha="center")
@@ -99,6 +102,7 @@ def plot_traffic(
         bx.axvline(b - 0.5, color="0.55", linewidth=0.6, zorder=0.5)
     bx.set_xlabel(proc_axis_label("processor", n, machine))
     bx.set_ylabel("words received")
+    bx.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     bound, note = lower_bound(kernel) if step is None else (None, "bound: whole run only")
     top = max(float(recv.max(initial=0)), bound or 0.0)
     bx.set_ylim(0, 1.2 * top if top > 0 else 1)  # headroom: the legend never covers a bar
