@@ -1,4 +1,4 @@
-"""Direct CBLAS calls into the OpenBLAS that numpy itself loaded, with numpy as the fallback.
+"""Direct CBLAS calls into the BLAS numpy itself loaded, with numpy as the fallback.
 
 Why: numpy's ``@`` cannot accumulate. ``dst += a @ b`` allocates a temporary the size of
 ``dst`` and then streams it through memory once more; for a SUMMA step on a 2048 x 2048
@@ -6,12 +6,33 @@ block that is ~10% of the step's time and a block-sized spike of memory. BLAS's 
 ``C = alpha*A@B + beta*C`` with ``beta=1`` does the same work in place, on strided views
 (the leading dimension carries a block's row stride, so no operand is ever copied).
 
-The library is the one numpy's wheel bundles (``libscipy_openblas64_``, ILP64, symbols
-prefixed ``scipy_``), found among the shared objects this process has already mapped, so
-its thread settings (``threadpoolctl``, ``OPENBLAS_NUM_THREADS``) are numpy's. The binding is
-only used after a self-test against numpy on strided and transposed operands; anything
-unexpected (another BLAS, a missing symbol, a wrong answer) silently leaves numpy in charge.
+Which library, and why not scipy: the library is the one numpy already mapped into this
+process, so its thread settings (``threadpoolctl``, ``OPENBLAS_NUM_THREADS``,
+``MKL_NUM_THREADS``) are numpy's and no second BLAS competes for the cores. Its symbol
+names differ between builds, so they are discovered, not assumed: every mapped shared object
+whose name says BLAS (found in ``/proc/self/maps``, through ``threadpoolctl`` when it is
+installed, or next to numpy) is tried with the prefixes ``scipy_`` / none and the suffixes
+``64_`` / ``_64`` / ``_`` / none for ``cblas_dgemm``. That covers numpy >= 2 wheels
+(``scipy_cblas_dgemm64_``), numpy 1.2x wheels (``cblas_dgemm64_`` in ``libopenblas64_p``),
+Debian/Fedora OpenBLAS (``cblas_dgemm``, LP64; ``cblas_dgemm64_`` in the 64-bit-index
+packages), and MKL's ``libmkl_rt`` (``cblas_dgemm``, LP64, or ``cblas_dgemm_64``). The
+index width follows the name (``64`` in the suffix: 64-bit) unless OpenBLAS's own config
+string says ``USE64BITINT``. ``scipy.linalg.cython_blas`` would give a stable Fortran ABI,
+but it costs a large dependency for four routines, its LP64 indices cap a matrix at 2^31
+elements per dimension product, and it binds scipy's OpenBLAS rather than numpy's (two
+thread pools on the same cores); the discovery above is cheap and verified instead.
+
+The binding is only used after a self-test against numpy on strided, transposed and
+column-major operands; anything unexpected (no BLAS found, a wrong answer) leaves numpy in
+charge, and :func:`binding` says which one is used (CI fails when it disappears).
 ``DISTAL_BLAS=numpy`` switches the binding off.
+
+Thread counts: the leaf kernels sometimes run many small GEMMs in parallel slab threads,
+each BLAS call single-threaded. Where the library has a per-thread setter
+(``openblas_set_num_threads_local``, ``mkl_set_num_threads_local``) the slab threads use it;
+otherwise the process-wide count is lowered while any parallel region is open, under one
+lock with a count of open regions, so two threads running leaves at once cannot leave the
+process on one BLAS thread (the first region saves the count, the last one restores it).
 """
 
 from __future__ import annotations
@@ -21,87 +42,151 @@ import ctypes
 import os
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
-_I64 = ctypes.c_int64
 _P = ctypes.c_void_p
 
+PREFIXES = ("scipy_", "")
+SUFFIXES = ("64_", "_64", "_", "")
+_NAME_HINTS = ("blas", "mkl_rt", "libmkl", "flexiblas", "blis", "accelerate")
 
-def _mapped_openblas() -> list[str]:
-    """Paths of numpy's bundled OpenBLAS: mapped in this process (Linux), else next to numpy."""
+
+def _candidate_libraries() -> list[str]:
+    """Shared objects of this process that may hold numpy's BLAS, most likely first."""
     found: list[str] = []
+
+    def add(path: str | None) -> None:
+        if path and path not in found:
+            found.append(path)
+
+    try:  # threadpoolctl knows numpy's BLAS by its API, whatever the file is called
+        import threadpoolctl  # type: ignore[import-not-found]
+
+        for info in threadpoolctl.threadpool_info():
+            if info.get("user_api") == "blas":
+                add(info.get("filepath"))
+    except Exception:
+        pass
     try:
         for line in Path("/proc/self/maps").read_text().splitlines():
             path = line.split()[-1] if "/" in line else ""
-            if "openblas" in path.lower() and path not in found:
-                found.append(path)
+            name = Path(path).name.lower()
+            if ".so" in name and any(h in name for h in _NAME_HINTS):
+                add(path)
     except OSError:
         pass
-    if not found:
-        libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"
-        found = [str(p) for p in sorted(libs.glob("libscipy_openblas64_*.so*"))]
+    libs = Path(np.__file__).resolve().parent.parent / "numpy.libs"  # wheels, without /proc
+    for pattern in ("*openblas*.so*", "*openblas*.dylib", "*openblas*.dll"):
+        for p in sorted(libs.glob(pattern)):
+            add(str(p))
+    dylibs = Path(np.__file__).resolve().parent / ".dylibs"  # macOS wheels
+    for p in sorted(dylibs.glob("*blas*.dylib")):
+        add(str(p))
     return found
 
 
-class _Blas:
-    """The four routines the leaf kernels use, bound for float32 and float64."""
+@dataclass(frozen=True, slots=True)
+class Names:
+    """How one library spells the CBLAS routines, and its index width."""
 
-    def __init__(self, lib: Any, prefix: str, suffix: str) -> None:
+    prefix: str
+    suffix: str
+    ilp64: bool
+
+    def of(self, name: str) -> str:
+        return f"{self.prefix}{name}{self.suffix}"
+
+
+def discover(lib: Any) -> Names | None:
+    """The first prefix/suffix spelling under which ``lib`` exports ``cblas_dgemm``.
+
+    ``lib`` is anything with the symbols as attributes (a ``ctypes.CDLL``); the index width
+    is 64-bit when the suffix says ``64`` or OpenBLAS's config says ``USE64BITINT``.
+    """
+    for prefix in PREFIXES:
+        for suffix in SUFFIXES:
+            if getattr(lib, f"{prefix}cblas_dgemm{suffix}", None) is None:
+                continue
+            ilp64 = "64" in suffix
+            config = getattr(lib, f"{prefix}openblas_get_config{suffix}", None)
+            if config is not None and not ilp64:
+                try:
+                    config.restype, config.argtypes = ctypes.c_char_p, []
+                    ilp64 = b"USE64BITINT" in (config() or b"")
+                except Exception:
+                    pass
+            return Names(prefix, suffix, ilp64)
+    return None
+
+
+def _optional(lib: Any, names: list[str], argtypes: list[Any], restype: Any) -> Any:
+    for n in names:
+        f = getattr(lib, n, None)
+        if f is not None:
+            f.argtypes, f.restype = argtypes, restype
+            return f
+    return None
+
+
+class _Blas:
+    """The four routines the leaf kernels use (float32 and float64) and the thread knobs."""
+
+    def __init__(self, lib: Any, names: Names, path: str) -> None:
+        self.path, self.names = path, names
+        idx = ctypes.c_int64 if names.ilp64 else ctypes.c_int32
+        self.index_max = 2**63 - 1 if names.ilp64 else 2**31 - 1
+
         def fn(name: str, argtypes: list[Any]) -> Any:
-            f = getattr(lib, f"{prefix}{name}{suffix}")
+            f = getattr(lib, names.of(name))
             f.argtypes, f.restype = argtypes, None
             return f
 
-        gemm_args = [ctypes.c_int, ctypes.c_int, ctypes.c_int, _I64, _I64, _I64]
-        gemv_args = [ctypes.c_int, ctypes.c_int, _I64, _I64]
+        ci = ctypes.c_int
+        gemm = [ci, ci, ci, idx, idx, idx]
+        gemv = [ci, ci, idx, idx]
+        d, s = ctypes.c_double, ctypes.c_float
+        f64, f32 = np.dtype(np.float64), np.dtype(np.float32)
         self.gemm = {
-            np.dtype(np.float64): fn(
-                "cblas_dgemm",
-                [*gemm_args, ctypes.c_double, _P, _I64, _P, _I64, ctypes.c_double, _P, _I64],
-            ),
-            np.dtype(np.float32): fn(
-                "cblas_sgemm",
-                [*gemm_args, ctypes.c_float, _P, _I64, _P, _I64, ctypes.c_float, _P, _I64],
-            ),
+            f64: fn("cblas_dgemm", [*gemm, d, _P, idx, _P, idx, d, _P, idx]),
+            f32: fn("cblas_sgemm", [*gemm, s, _P, idx, _P, idx, s, _P, idx]),
         }
-        self.get_threads = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
-        if self.get_threads is not None:
-            self.get_threads.argtypes, self.get_threads.restype = [], ctypes.c_int
-        self.set_global = getattr(lib, f"{prefix}openblas_set_num_threads{suffix}", None)
-        if self.set_global is not None:
-            self.set_global.argtypes, self.set_global.restype = [ctypes.c_int], None
-        # per-calling-thread thread count (OpenBLAS >= 0.3.27), unprefixed in numpy's build;
-        # some builds change the process-wide count instead: checked before first use
-        self.set_local = getattr(lib, "openblas_set_num_threads_local", None)
-        if self.set_local is not None:
-            self.set_local.argtypes, self.set_local.restype = [ctypes.c_int], ctypes.c_int
-        self.local_checked = False
         self.gemv = {
-            np.dtype(np.float64): fn(
-                "cblas_dgemv",
-                [*gemv_args, ctypes.c_double, _P, _I64, _P, _I64, ctypes.c_double, _P, _I64],
-            ),
-            np.dtype(np.float32): fn(
-                "cblas_sgemv",
-                [*gemv_args, ctypes.c_float, _P, _I64, _P, _I64, ctypes.c_float, _P, _I64],
-            ),
+            f64: fn("cblas_dgemv", [*gemv, d, _P, idx, _P, idx, d, _P, idx]),
+            f32: fn("cblas_sgemv", [*gemv, s, _P, idx, _P, idx, s, _P, idx]),
         }
+        p, x = names.prefix, names.suffix
+        ob = [f"{p}openblas_get_num_threads{x}", f"{p}openblas_get_num_threads"]
+        self.get_threads = _optional(lib, [*ob, "MKL_Get_Max_Threads"], [], ctypes.c_int)
+        ob = [f"{p}openblas_set_num_threads{x}", f"{p}openblas_set_num_threads"]
+        self.set_global = _optional(lib, [*ob, "MKL_Set_Num_Threads"], [ci], None)
+        # per-calling-thread count (OpenBLAS >= 0.3.27; unprefixed in numpy's build; MKL);
+        # some builds change the process-wide count instead: checked before first use
+        local = [f"{p}openblas_set_num_threads_local{x}", "openblas_set_num_threads_local"]
+        self.set_local = _optional(lib, [*local, "MKL_Set_Num_Threads_Local"], [ci], ci)
+        self.local_checked = False
 
 
 def _load() -> _Blas | None:
     if os.environ.get("DISTAL_BLAS", "").lower() == "numpy":
         return None
-    for path in _mapped_openblas():
+    global _LIB
+    for path in _candidate_libraries():
         try:
             lib = ctypes.CDLL(path)
-            blas = _Blas(lib, "scipy_", "64_")
-        except (OSError, AttributeError):
+        except OSError:
             continue
-        global _LIB
+        names = discover(lib)
+        if names is None:
+            continue
+        try:
+            blas = _Blas(lib, names, path)
+        except AttributeError:  # no sgemm/gemv under that spelling
+            continue
         _LIB = blas
         try:
             ok = _self_test()
@@ -165,6 +250,8 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, beta: float)
     k = a.shape[1]
     if m == 0 or n == 0:
         return True
+    if max(m, n, k, la[1], lb[1], lc[1]) > blas.index_max:
+        return False
     if k == 0:
         c *= beta
         return True
@@ -189,6 +276,8 @@ def gemv(a: np.ndarray, x: np.ndarray, y: np.ndarray, alpha: float, beta: float)
     m, k = a.shape
     if m == 0:
         return True
+    if max(m, k, la[1], ix, iy) > blas.index_max:
+        return False
     if k == 0:
         y *= beta
         return True
@@ -233,8 +322,15 @@ _LIB: _Blas | None = None
 _LIB = _load()
 
 
+def binding() -> str | None:
+    """``"<library path>:<cblas_dgemm symbol>"`` of the direct binding, or None (numpy)."""
+    if _LIB is None:
+        return None
+    return f"{_LIB.path}:{_LIB.names.of('cblas_dgemm')}"
+
+
 def threads() -> int:
-    """BLAS threads numpy's OpenBLAS uses now (1 when unknown)."""
+    """BLAS threads numpy's BLAS uses now (1 when unknown)."""
     if _LIB is None or _LIB.get_threads is None:
         return 1
     try:
@@ -243,24 +339,29 @@ def threads() -> int:
         return 1
 
 
+_THREADS_LOCK = threading.Lock()
+_regions = 0  # open one_thread_each regions lowering the process-wide count
+_saved = 1  # the count before the first of them
+
+
 def has_local_threads() -> bool:
     """Whether a thread can make its own BLAS calls single-threaded (without changing the
     count every other thread uses: some OpenBLAS builds make the "local" setter global,
     which would leave the whole process on one BLAS thread)."""
     if _LIB is None or _LIB.set_local is None:
         return False
-    if not _LIB.local_checked:
-        _LIB.local_checked = True
-        before = threads()
-        t = threading.Thread(target=_LIB.set_local, args=(1,))
-        t.start()
-        t.join()
-        if threads() != before:
-            if _LIB.set_global is not None:
-                _LIB.set_global(before)
-            _LIB.set_local = None
-            return False
-    return True
+    with _THREADS_LOCK:
+        if not _LIB.local_checked:
+            _LIB.local_checked = True
+            before = threads()
+            t = threading.Thread(target=_LIB.set_local, args=(1,))
+            t.start()
+            t.join()
+            if threads() != before:
+                if _LIB.set_global is not None:
+                    _LIB.set_global(before)
+                _LIB.set_local = None
+    return _LIB.set_local is not None
 
 
 @contextlib.contextmanager
@@ -269,21 +370,50 @@ def one_thread_each() -> Iterator[bool]:
 
     Yields False when that cannot be arranged (the caller then runs inline). With a
     thread-local setter the slab threads arranged it themselves; otherwise the process-wide
-    count is lowered for the parallel region and restored after it (nothing else calls BLAS
-    in this process meanwhile: runtimes call leaf kernels one at a time).
+    count is lowered while any region is open: the first region entered saves the count,
+    the last one left restores it, under one lock (two threads running leaves at once
+    would otherwise restore each other's lowered count).
     """
+    global _regions, _saved
     if has_local_threads():
         yield True
         return
     if _LIB is None or _LIB.set_global is None:
         yield False
         return
-    before = threads()
-    _LIB.set_global(1)
+    with _THREADS_LOCK:
+        if _regions == 0:
+            _saved = threads()
+            _LIB.set_global(1)
+        _regions += 1
     try:
         yield True
     finally:
-        _LIB.set_global(before)
+        with _THREADS_LOCK:
+            _regions -= 1
+            if _regions == 0:
+                _LIB.set_global(_saved)
+
+
+@contextlib.contextmanager
+def limit_here(n: int) -> Iterator[None]:
+    """BLAS calls made from the calling thread use at most ``n`` threads while inside (where
+    the library has a per-thread setter; elsewhere nothing changes). ``parallelize``
+    chunks use it so that chunks x BLAS threads does not exceed the cores."""
+    if not has_local_threads():
+        yield
+        return
+    f = _LIB.set_local  # type: ignore[union-attr]
+    try:
+        before = int(f(max(1, n)))  # both setters return the count they replace
+    except Exception:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            f(max(0, before))
 
 
 def single_threaded_here() -> bool:

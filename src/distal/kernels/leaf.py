@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ import opt_einsum as oe
 
 from distal.kernels import blas
 from distal.lang.concrete import Statement
-from distal.typing import Box
+from distal.typing import Box, box_volume
 
 Contraction = Callable[[Sequence[np.ndarray], np.ndarray, complex | float, bool], None]
 
@@ -95,8 +96,18 @@ def _real(alpha: complex | float) -> float | None:
     return float(alpha)
 
 
+FALLBACK_CHUNKS = 8  # without the binding, accumulating goes in this many row slices ...
+FALLBACK_MIN_ROWS = 256  # ... of at least this many rows (numpy's ``@`` cannot accumulate)
+
+
 def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex | float, beta: int) -> None:
-    """``c = alpha*a@b + beta*c`` (beta 0 or 1): BLAS in place, numpy as the fallback."""
+    """``c = alpha*a@b + beta*c`` (beta 0 or 1): BLAS in place, numpy as the fallback.
+
+    The fallback never allocates a block-sized temporary the memory model does not count:
+    storing goes straight into ``c`` (``np.matmul(out=c)`` takes a strided view), and
+    accumulating goes through a reused scratch buffer of at most 1/:data:`FALLBACK_CHUNKS`
+    of ``c``'s rows (or :data:`FALLBACK_MIN_ROWS`, whichever is larger).
+    """
     ra = _real(alpha)
     if ra is not None:
         if b.shape[1] == 1 and blas.gemv(a, b[:, 0], c[:, 0], ra, beta):
@@ -105,16 +116,21 @@ def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex | float, b
             return
         if blas.gemm(a, b, c, ra, beta):
             return
-    if beta == 0 and alpha == 1:
-        np.matmul(a, b, out=c)
-        return
-    r = a @ b
-    if alpha != 1:
-        r = r * alpha
     if beta == 0:
-        c[...] = r
-    else:
-        c += r
+        np.matmul(a, b, out=c)
+        if alpha != 1:
+            c *= alpha
+        return
+    m = c.shape[0]
+    rows = max(FALLBACK_MIN_ROWS, -(-m // FALLBACK_CHUNKS))
+    dt = np.result_type(a, b)
+    for lo in range(0, m, rows):
+        hi = min(m, lo + rows)
+        t = _buffer("gemm-fallback", (min(rows, m), c.shape[1]), dt)[: hi - lo]
+        np.matmul(a[lo:hi], b, out=t)
+        if alpha != 1:
+            t *= alpha
+        c[lo:hi] += t
 
 
 PACK_MIN = 1 << 25  # elements (256 MiB of float64): smaller packs are made whole (chunks
@@ -238,6 +254,115 @@ class _MatMul:
             t += tmp
 
 
+def _group(x: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray | None:
+    """``x`` with each group of axes merged into one dimension, as a view (None: a copy)."""
+    order = [a for g in groups for a in g]
+    t = x.transpose(order)
+    shape = tuple(math.prod(x.shape[a] for a in g) for g in groups)
+    try:
+        return np.reshape(t, shape, copy=False)
+    except ValueError:
+        return None
+    except TypeError:  # numpy < 2.1 has no ``copy=``: assigning a shape never copies
+        v = t.view()
+        try:
+            v.shape = shape
+        except AttributeError:
+            return None
+        return v
+
+
+SMALL_BATCH_GEMM = 24**3  # flops/2 per matrix below which numpy's stacked matmul loop wins
+PARALLEL_BATCH_GEMM = 192**3  # ... below which the batch goes one slab per thread
+
+
+class _Batched:
+    """A two-operand contraction with batch letters (in both operands and the output):
+    ``bik,bkj->bij`` as one GEMM per batch index on 3-D views (no copies), ``ij,ij->i`` as
+    a streamed einsum pass in slabs along the batch.
+
+    Per batch index the matrices are small, so the choice follows their size: tiny ones
+    go through numpy's stacked ``matmul`` (its C loop beats a Python loop of BLAS calls),
+    medium ones one slab of batch indices per thread with single-threaded BLAS calls (as
+    the row batches of :class:`_MatMul`), large ones one multithreaded BLAS call each.
+    """
+
+    def __init__(self, xa: str, ya: str, out: str) -> None:
+        b = [c for c in out if c in xa and c in ya]
+        m = [c for c in out if c in xa and c not in b]
+        n = [c for c in out if c in ya and c not in b]
+        k = [c for c in xa if c in ya and c not in out]
+        self.x_groups = [[xa.index(c) for c in g] for g in (b, m, k)]
+        self.y_groups = [[ya.index(c) for c in g] for g in (b, k, n)]
+        self.o_groups = [[out.index(c) for c in g] for g in (b, m, n)]
+        self.vector = not m and not n
+        self.tag = f"{xa},{ya}->{out}"
+        rest = "".join(c for c in xa if c not in b), "".join(c for c in ya if c not in b)
+        self.inner = _MatMul(rest[0], rest[1], "".join(c for c in out if c not in b))
+        self.batch_axes = ([xa.index(c) for c in b], [ya.index(c) for c in b],
+                           [out.index(c) for c in b])  # fmt: skip
+
+    def __call__(self, ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
+        x, y = ops
+        if self.vector:
+            # one multiply-add per element: memory-bound, streamed by einsum in slabs
+            xa, oa = self.batch_axes[0][0], self.batch_axes[2][0]
+            ya = self.batch_axes[1][0]
+            _slabs(self.tag, x, y, dst, xa, oa, alpha, fresh, y_axis=ya)
+            return
+        x3, y3 = _group(x, self.x_groups), _group(y, self.y_groups)
+        o3 = _group(dst, self.o_groups)
+        if x3 is None or y3 is None or o3 is None:
+            self._each(x, y, dst, alpha, fresh)
+            return
+        nb, mm, kk = x3.shape
+        nn = y3.shape[2]
+        beta = 0 if fresh else 1
+        work = mm * nn * kk
+        if work < SMALL_BATCH_GEMM or not blas.available():
+            _stacked(x3, y3, o3, alpha, beta)
+            return
+
+        def slab(lo: int, hi: int) -> None:
+            for t in range(lo, hi):
+                _gemm(x3[t], y3[t], o3[t], alpha, beta)
+
+        if work < PARALLEL_BATCH_GEMM:
+            _parallel(slab, nb, calls_blas=True)
+        else:
+            slab(0, nb)
+
+    def _each(self, x: np.ndarray, y: np.ndarray, dst: np.ndarray, alpha: Any, fresh: bool) -> None:
+        """Batch indices one at a time through :class:`_MatMul` (packs what must be packed)."""
+        xb, yb, ob = self.batch_axes
+        for idx in np.ndindex(*(x.shape[a] for a in xb)):
+            xi, yi, oi = [slice(None)] * x.ndim, [slice(None)] * y.ndim, [slice(None)] * dst.ndim
+            for n, v in enumerate(idx):
+                xi[xb[n]], yi[yb[n]], oi[ob[n]] = v, v, v
+            self.inner([x[tuple(xi)], y[tuple(yi)]], dst[tuple(oi)], alpha, fresh)
+
+
+def _stacked(x3: np.ndarray, y3: np.ndarray, o3: np.ndarray, alpha: Any, beta: int) -> None:
+    """``o3 = alpha * x3 @ y3 + beta * o3`` by numpy's stacked matmul: into ``o3`` when
+    storing, through a reused scratch of at most 1/:data:`FALLBACK_CHUNKS` of the batch
+    (at least one matrix) when accumulating."""
+    if beta == 0:
+        np.matmul(x3, y3, out=o3)
+        if alpha != 1:
+            o3 *= alpha
+        return
+    nb = o3.shape[0]
+    per = max(1, -(-nb // FALLBACK_CHUNKS))
+    dt = np.result_type(x3, y3)
+    for lo in range(0, nb, per):
+        hi = min(nb, lo + per)
+        t = _buffer("stacked", (min(per, nb), *o3.shape[1:]), dt)[: hi - lo]
+        np.matmul(x3[lo:hi], y3[lo:hi], out=t)
+        if alpha != 1:
+            t *= alpha
+        o3[lo:hi] += t
+
+
 _POOL: list[Any] = []
 
 
@@ -283,17 +408,20 @@ def _slabs(
     oa: int,
     alpha: Any,
     fresh: bool,
+    y_axis: int | None = None,
 ) -> None:
-    """``einsum(spec)`` split along x's axis ``xa`` / dst's axis ``oa`` over the BLAS threads."""
+    """``einsum(spec)`` split along x's axis ``xa`` / dst's axis ``oa`` (and y's ``y_axis``
+    when y is cut too) over the BLAS threads."""
     n = x.shape[xa]
 
     def one(lo: int, hi: int) -> None:
         xs = x[(slice(None),) * xa + (slice(lo, hi),)]
         ds = dst[(slice(None),) * oa + (slice(lo, hi),)]
+        ys = y if y_axis is None else y[(slice(None),) * y_axis + (slice(lo, hi),)]
         if fresh and alpha == 1:
-            np.einsum(spec, xs, y, out=ds)
+            np.einsum(spec, xs, ys, out=ds)
         else:
-            r = np.einsum(spec, xs, y)
+            r = np.einsum(spec, xs, ys)
             if alpha != 1:
                 r = r * alpha
             if fresh:
@@ -388,17 +516,37 @@ def _khatri_rao(parts: list[str], out: str) -> Contraction | None:
     return None
 
 
+EXPRESSIONS_PER_TERM = 16  # cached contraction expressions (one per block shape) per term
+
+
 def _einsum(ins: str, out: str) -> Contraction:
-    """The general path: opt_einsum (tensordot for pairwise steps), broadcast as needed."""
+    """The general path: opt_einsum (tensordot for pairwise steps), broadcast as needed.
+
+    The contraction order is found once per block shape (``contract_expression``) and
+    reused: finding it costs more than a small leaf's arithmetic.
+    """
     kept = "".join(c for c in out if c in ins)
     missing = tuple(n for n, c in enumerate(out) if c not in ins)
     inner = f"{ins}->{kept}"
+    exprs: dict[tuple[tuple[int, ...], ...], Any] = {}
+    lock = threading.Lock()
+
+    def expression(ops: Sequence[np.ndarray]) -> Any:
+        key = tuple(o.shape for o in ops)
+        e = exprs.get(key)
+        if e is None:
+            e = oe.contract_expression(inner, *key)
+            with lock:
+                if len(exprs) >= EXPRESSIONS_PER_TERM:
+                    exprs.pop(next(iter(exprs)))
+                exprs[key] = e
+        return e
 
     def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
         if not ops:
             dst += alpha
             return
-        r = oe.contract(inner, *ops) if len(ops) > 1 else np.einsum(inner, ops[0])
+        r = expression(ops)(*ops) if len(ops) > 1 else np.einsum(inner, ops[0])
         if alpha != 1:
             r = r * alpha
         if missing:
@@ -408,11 +556,12 @@ def _einsum(ins: str, out: str) -> Contraction:
         else:
             dst += r
 
+    run.expressions = exprs  # type: ignore[attr-defined]
     return run
 
 
 def plan_kind(spec: str) -> str:
-    """Which routine ``contraction(spec)`` uses: gemm, khatri-rao, dot or einsum."""
+    """Which routine ``contraction(spec)`` uses: gemm, batched, khatri-rao, dot or einsum."""
     return getattr(contraction(spec), "kind", "einsum")
 
 
@@ -437,6 +586,8 @@ def contraction(spec: str) -> Contraction:
             run, kind = _inner(x, y), "dot"
         elif not both & set(out) and not alone:
             run, kind = _MatMul(x, y, out), "gemm"
+        elif not alone:
+            run, kind = _Batched(x, y, out), "batched"
     elif distinct and len(parts) == 3:
         run = _khatri_rao(parts, out)
         kind = "khatri-rao" if run is not None else kind
@@ -459,10 +610,47 @@ class TermKernel:
     gates: tuple[int, ...]  # variables the term only sees at 0
     multipliers: tuple[int, ...]  # summed variables no factor uses
     out: tuple[int, ...]  # output variable positions
+    parallel: tuple[int, ...] = ()  # output variables whose range the leaf cuts over threads
 
 
-def term_kernels(st: Statement) -> tuple[TermKernel, ...]:
-    """Compile every term of a statement (and its leaf routine, so runs find it cached)."""
+def parallel_positions(st: Statement, schedule: Any | None) -> tuple[int, ...]:
+    """Statement-variable positions the leaf threads over, from ``schedule.parallel``.
+
+    A parallelized loop that is a derived variable (``split`` / ``divide`` / ``rotate``)
+    stands for the statement variable it came from: inside one leaf box the threads cut
+    that variable's range. Only output variables are cut (each thread then writes its
+    own slice of the output, so results and traffic are those of the serial leaf); a
+    summed variable would need one private output copy per thread, memory the plan's
+    model does not count, so its loop runs on one thread.
+    """
+    if schedule is None or not getattr(schedule, "parallel", None):
+        return ()
+    parent: dict[Any, Any] = {}
+    for r in getattr(schedule, "relations", ()):
+        if hasattr(r, "parent"):
+            parent[r.outer], parent[r.inner] = r.parent, r.parent
+        else:
+            parent[r.result] = r.target
+    pos = {v: n for n, v in enumerate(st.variables)}
+    lhs = set(st.lhs_vars)
+    found: list[int] = []
+    for v in sorted(schedule.parallel, key=lambda v: v.name):
+        seen = 0
+        while v not in pos and v in parent and seen < 64:
+            v, seen = parent[v], seen + 1
+        if v in pos and v in lhs and pos[v] not in found:
+            found.append(pos[v])
+    order = {pos[v]: n for n, v in enumerate(st.lhs_vars)}
+    return tuple(sorted(found, key=order.__getitem__))
+
+
+def term_kernels(st: Statement, schedule: Any | None = None) -> tuple[TermKernel, ...]:
+    """Compile every term of a statement (and its leaf routine, so runs find it cached).
+
+    ``schedule`` (the statement's :class:`~distal.schedule.api.Schedule`) carries the
+    loops marked with ``parallelize``; without it every leaf runs on the calling thread.
+    """
+    par = parallel_positions(st, schedule)
     pos = {v: n for n, v in enumerate(st.variables)}
     letter = {v: _LETTERS[n] for n, v in enumerate(st.variables)}
     lhs = set(st.lhs_vars)
@@ -480,6 +668,7 @@ def term_kernels(st: Statement) -> tuple[TermKernel, ...]:
                 gates=tuple(pos[v] for v in st.variables if v not in lhs and v not in t.summed),
                 multipliers=tuple(pos[v] for v in t.summed if v not in used),
                 out=tuple(pos[v] for v in st.lhs_vars),
+                parallel=par,
             )
         )
     return tuple(out)
@@ -489,6 +678,27 @@ def _view(arr: np.ndarray, box: Box, origin: Box) -> np.ndarray:
     if not box:
         return arr
     return arr[tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))]
+
+
+PARALLEL_MIN_POINTS = 1 << 15  # iterations below which a parallelized leaf stays on one thread
+_PAR_POOL: list[Any] = []
+
+
+def cores() -> int:
+    """Cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _par_pool() -> Any:
+    if not _PAR_POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        # named like the slab threads: a leaf running on one does not split again
+        _PAR_POOL.append(ThreadPoolExecutor(cores(), thread_name_prefix="distal-leaf-par"))
+    return _PAR_POOL[0]
 
 
 def run_leaf(
@@ -503,7 +713,59 @@ def run_leaf(
 
     ``operands`` maps tensor names to ``(array, box it holds)``. ``fresh`` says the
     output region is still all zeros, so the first contributing term may store.
+
+    With a parallelized output variable (``Schedule.parallelize``) the box is cut along it
+    into one chunk per core, run on a thread pool: the chunks write disjoint slices of
+    the output and read the same operands, so the result is the serial one, and the
+    BLAS threads are shared out (``blas threads // chunks`` per chunk, at least one) so
+    chunks x BLAS threads never exceeds the cores.
     """
+    par = kernels[0].parallel if kernels else ()
+    if par and not threading.current_thread().name.startswith("distal-leaf"):
+        for p in par:
+            lo, hi = box[p]
+            n = min(cores(), hi - lo)
+            if n >= 2 and box_volume(box) >= PARALLEL_MIN_POINTS:
+                _run_chunks(kernels, box, p, n, operands, out, out_origin, fresh)
+                return
+    _run_leaf(kernels, box, operands, out, out_origin, fresh)
+
+
+def _run_chunks(
+    kernels: Sequence[TermKernel],
+    box: Box,
+    p: int,
+    n: int,
+    operands: dict[str, tuple[np.ndarray, Box]],
+    out: np.ndarray,
+    out_origin: Box,
+    fresh: bool,
+) -> None:
+    lo, hi = box[p]
+    cuts = [lo + (hi - lo) * t // n for t in range(n + 1)]
+    per = max(1, blas.threads() // n)
+    boxes = [(*box[:p], (cuts[t], cuts[t + 1]), *box[p + 1 :]) for t in range(n)]
+
+    def one(b: Box) -> None:
+        with blas.limit_here(per):
+            _run_leaf(kernels, b, operands, out, out_origin, fresh)
+
+    # without a per-thread BLAS setter, the process-wide count drops while chunks run
+    region = blas.one_thread_each() if per == 1 and not blas.has_local_threads() else None
+    with region if region is not None else contextlib.nullcontext():
+        futs = [_par_pool().submit(one, b) for b in boxes]
+        for f in futs:
+            f.result()
+
+
+def _run_leaf(
+    kernels: Sequence[TermKernel],
+    box: Box,
+    operands: dict[str, tuple[np.ndarray, Box]],
+    out: np.ndarray,
+    out_origin: Box,
+    fresh: bool,
+) -> None:
     for tk in kernels:
         if tk.gates and any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
             continue

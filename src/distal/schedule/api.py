@@ -353,7 +353,16 @@ class Schedule:
         )
 
     def parallelize(self, v: IndexVar) -> Schedule:
-        """Run loop ``v`` with threads inside a processor (never changes results or traffic)."""
+        """Run loop ``v`` with threads inside a processor (never changes results or traffic).
+
+        The leaf kernel cuts the range of ``v`` (or, for a derived loop, of the statement
+        variable it came from) within each leaf box into one chunk per core, run on a thread
+        pool with the BLAS threads shared out between the chunks. It pays off where one
+        leaf call cannot use every core by itself: einsum-loop or memory-bound leaves
+        (TTV, elementwise terms, batched products), or many small BLAS calls. Only output
+        variables are cut (each chunk writes its own slice of the output); a summed loop
+        runs on one thread, since threading it would need a private output per thread.
+        """
         self._loop(v, "parallelize")
         return self.replace(
             parallel=self.parallel | {v}, history=(*self.history, f"parallelize({v})")

@@ -1,0 +1,174 @@
+"""The BLAS binding: symbol discovery across builds, thread-count ownership, CI presence."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from distal.kernels import blas
+
+
+class FakeLib:
+    """A library exporting exactly ``symbols`` (ctypes-like: missing names are absent)."""
+
+    def __init__(self, *symbols: str, config: bytes | None = None) -> None:
+        self.symbols = set(symbols)
+        self.config = config
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "symbols" or name not in self.symbols:
+            raise AttributeError(name)
+        if "get_config" in name:
+            cfg = self.config
+
+            class Config:
+                restype: Any = None
+                argtypes: Any = None
+
+                def __call__(self) -> bytes | None:
+                    return cfg
+
+            return Config()
+        return object()
+
+
+@pytest.mark.parametrize(
+    ("symbols", "want"),
+    [
+        (("scipy_cblas_dgemm64_",), ("scipy_", "64_", True)),  # numpy >= 2 wheels
+        (("cblas_dgemm64_",), ("", "64_", True)),  # numpy 1.2x wheels, Debian libopenblas64
+        (("cblas_dgemm",), ("", "", False)),  # distro OpenBLAS, MKL's libmkl_rt (LP64)
+        (("cblas_dgemm_64", "cblas_dgemm"), ("", "_64", True)),  # MKL with ILP64 symbols
+        (("cblas_dgemm_",), ("", "_", False)),
+        (("scipy_cblas_dgemm",), ("scipy_", "", False)),
+    ],
+)
+def test_symbol_spellings_are_discovered(symbols: tuple[str, ...], want: tuple) -> None:
+    names = blas.discover(FakeLib(*symbols))
+    assert names is not None
+    assert (names.prefix, names.suffix, names.ilp64) == want
+    assert names.of("cblas_sgemv") == f"{want[0]}cblas_sgemv{want[1]}"
+
+
+def test_unsuffixed_openblas_with_64_bit_indices_is_ilp64() -> None:
+    lib = FakeLib("cblas_dgemm", "openblas_get_config", config=b"OpenBLAS 0.3.21 USE64BITINT")
+    assert blas.discover(lib) == blas.Names("", "", True)
+    lib = FakeLib("cblas_dgemm", "openblas_get_config", config=b"OpenBLAS 0.3.21 DYNAMIC_ARCH")
+    assert blas.discover(lib) == blas.Names("", "", False)
+
+
+def test_no_cblas_means_no_binding() -> None:
+    assert blas.discover(FakeLib("dgemm_", "ddot_")) is None
+
+
+def test_binding_present_on_ci() -> None:
+    """CI's platform has a BLAS numpy loaded: losing the binding would silently slow every
+    leaf and add uncounted temporaries, so on CI this fails instead of skipping."""
+    if os.environ.get("DISTAL_BLAS", "").lower() == "numpy":
+        assert blas.binding() is None
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        assert blas.binding() is not None, "no direct BLAS binding found on the CI platform"
+    if blas.binding() is None:
+        pytest.skip("no direct BLAS binding on this platform")
+    path, symbol = blas.binding().rsplit(":", 1)
+    assert os.path.exists(path)
+    assert "cblas_dgemm" in symbol
+
+
+def test_distal_blas_numpy_switches_the_binding_off() -> None:
+    env = {**os.environ, "DISTAL_BLAS": "numpy"}
+    code = "from distal.kernels import blas; print(blas.binding(), blas.available())"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True)  # fmt: skip
+    assert out.stdout.split() == ["None", "False"]
+
+
+class CountingBlas:
+    """A stand-in for the library's process-wide thread setter (no per-thread setter)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.set_local = None
+        self.local_checked = True
+        self.get_threads = lambda: self.n
+        self.lock = threading.Lock()
+
+    def set_global(self, n: int) -> None:
+        self.n = n
+
+
+def test_overlapping_parallel_regions_restore_the_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads open and close one_thread_each regions interleaved; the count is 1 while
+    any is open and the original afterwards (restoring per region would leave it at 1)."""
+    fake = CountingBlas(4)
+    monkeypatch.setattr(blas, "_LIB", fake)
+    entered, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[int] = []
+
+    def first() -> None:
+        with blas.one_thread_each() as ok:
+            assert ok
+            entered.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second() -> None:
+        entered.wait(10)
+        with blas.one_thread_each() as ok:
+            assert ok
+            second_in.set()
+            first_out.wait(10)
+            seen.append(fake.n)  # the first region has closed, this one is still open
+
+    ts = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(20)
+    assert seen == [1]
+    assert fake.n == 4
+
+
+def test_many_threads_entering_regions_leave_the_count_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = CountingBlas(3)
+    monkeypatch.setattr(blas, "_LIB", fake)
+    barrier = threading.Barrier(8)
+    bad: list[int] = []
+
+    def worker() -> None:
+        barrier.wait(10)
+        for _ in range(200):
+            with blas.one_thread_each():
+                if fake.n != 1:
+                    bad.append(fake.n)
+
+    ts = [threading.Thread(target=worker) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(30)
+    assert bad == []
+    assert fake.n == 3
+
+
+def test_index_width_limits_are_respected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An LP64 library refuses (returns False: numpy computes) dimensions beyond 2^31 - 1
+    instead of passing truncated integers."""
+    if blas._LIB is None:
+        pytest.skip("no direct BLAS binding")
+    monkeypatch.setattr(blas._LIB, "index_max", 3)
+    a, b, c = np.ones((4, 2)), np.ones((2, 2)), np.zeros((4, 2))
+    assert not blas.gemm(a, b, c, 1.0, 0.0)
+    assert not c.any()
+    a, b, c = np.ones((2, 2)), np.ones((2, 2)), np.zeros((2, 2))
+    assert blas.gemm(a, b, c, 1.0, 0.0)
+    np.testing.assert_array_equal(c, a @ b)
