@@ -7,6 +7,8 @@ once.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from hypothesis import given, note
 from hypothesis import strategies as st
@@ -103,3 +105,103 @@ def test_legal_distribution_strings_are_accepted(args: tuple) -> None:
     assert t.shape == (3,) * order
     assert t.ndim == order
     assert t.machine is m or t.machine == m
+
+
+# -- terms that skip a summed variable ---------------------------------------------------------
+# ``A[i] = B[i,k]*C[k] + D[i]``: D's term has no k, so it must be added once however k is cut
+# (the leaf adds it only where k == 0); ``A[i] = B[i] + C[i,k]``: one term sums over a variable
+# the other lacks; two terms summing over different variables; a term that also lacks an
+# output variable (broadcast). The generator above never makes these (both of its terms hold
+# the same summed variables).
+
+SKIP_FORMS: dict[str, tuple[str, tuple[tuple[tuple[str, str], ...], ...]]] = {
+    # name: (output letters, terms as ((tensor, letters), ...))
+    "bk*c+d": ("i", ((("B", "ik"), ("C", "k")), (("D", "i"),))),
+    "b+ck": ("i", ((("B", "i"),), (("C", "ik"),))),
+    "gemm+d": ("ij", ((("B", "ik"), ("C", "kj")), (("D", "ij"),))),
+    "two-sums": ("i", ((("B", "ik"), ("C", "k")), (("E", "il"), ("F", "l")))),
+    "broadcast": ("ij", ((("B", "ij"),), (("C", "ik"), ("D", "k")))),
+    "d-first": ("i", ((("D", "i"),), (("B", "ikl"), ("C", "k"), ("F", "l")))),
+}
+
+
+@st.composite
+def skip_cases(draw: st.DrawFn) -> dict:
+    form = draw(st.sampled_from(sorted(SKIP_FORMS)))
+    out, terms = SKIP_FORMS[form]
+    letters = sorted({c for t in terms for _, idx in t for c in idx} | set(out))
+    extent = {c: draw(st.integers(1, 7)) for c in letters}
+    sched = draw(st.sampled_from(["default", "distribute", "split-k", "distribute-split-k"]))
+    procs = draw(st.sampled_from([2, 3]))
+    steps = draw(st.integers(1, 4))
+    signs = draw(st.lists(st.sampled_from([1.0, -1.0, 2.5]), min_size=2, max_size=2))
+    return {"form": form, "extent": extent, "schedule": sched, "procs": procs,
+            "steps": steps, "coeffs": signs}  # fmt: skip
+
+
+def build_skip_case(c: dict) -> tuple[Any, dict[str, np.ndarray], np.ndarray]:
+    out, terms = SKIP_FORMS[c["form"]]
+    ext = c["extent"]
+    var = dict(zip(sorted(ext), dl.index_vars(" ".join(sorted(ext))), strict=True))
+    distributed = c["schedule"].startswith("distribute")
+    m = dl.Machine(c["procs"])
+
+    def dist(idx: str) -> str:
+        if not distributed:
+            return None  # type: ignore[return-value]
+        return f"{idx} -> {'x' if 'i' in idx else '*'}"
+
+    names = {n: idx for t in terms for n, idx in t}
+    tensors = {
+        n: dl.Tensor(n, tuple(ext[ch] for ch in idx), dist=dist(idx), machine=m)
+        for n, idx in names.items()
+    }
+    A = dl.Tensor("A", tuple(ext[ch] for ch in out), dist=dist(out), machine=m)
+    exprs = []
+    for coeff, t in zip(c["coeffs"], terms, strict=True):
+        e = None
+        for n, idx in t:
+            acc = tensors[n][tuple(var[ch] for ch in idx)]
+            e = acc if e is None else e * acc
+        exprs.append(coeff * e)
+    A[tuple(var[ch] for ch in out)] = exprs[0] + exprs[1]
+    s = dl.schedule(A)
+    if distributed:
+        io, ii = dl.index_vars("io ii")
+        s = s.distribute([var["i"]], [io], [ii], m)
+    if c["schedule"].endswith("split-k") and "k" in var:
+        ko, ki = dl.index_vars("ko ki")
+        size = max(1, -(-ext["k"] // c["steps"]))
+        s = s.split(var["k"], ko, ki, size)
+        serial = [v for v in s.loops if v not in s.processor_loops]
+        s = s.reorder([ko, *(v for v in serial if v is not ko)])  # k's pieces outermost
+        if distributed:
+            s = s.communicate([*tensors.values()], ko).communicate(A, io)
+    elif distributed:
+        s = s.communicate([A, *tensors.values()], s.loops[0])
+    rng = np.random.default_rng(0)
+    data = {n: rng.standard_normal(t.shape) for n, t in tensors.items()}
+    want = np.zeros(A.shape)
+    for coeff, t in zip(c["coeffs"], terms, strict=True):
+        ins = ",".join(idx for _, idx in t)
+        kept = "".join(ch for ch in out if ch in ins)
+        r = coeff * np.einsum(f"{ins}->{kept}", *(data[n] for n, _ in t))
+        for pos, ch in enumerate(out):
+            if ch not in kept:
+                r = np.expand_dims(r, pos)
+        want = want + r
+    return s, data, want
+
+
+@given(skip_cases())
+def test_terms_skipping_a_summed_variable_match_einsum(c: dict) -> None:
+    note(repr(c))
+    sched, data, want = build_skip_case(c)
+    note(repr(sched))
+    kernel = dl.compile(sched)
+    predicted = kernel.stats()
+    res = kernel.run(data)
+    value = np.asarray(res.value)
+    assert value.shape == want.shape
+    assert np.allclose(value, want, rtol=1e-10, atol=1e-10), (value, want)
+    assert_stats_equal(res.stats, predicted)
