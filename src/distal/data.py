@@ -13,7 +13,7 @@ builds such sources and writes distributed results back in the same formats:
 * :func:`from_zarr` -- a Zarr array (needs the ``zarr`` extra).
 
 :class:`DistributedResult` is what the MPI runtime returns: the usual
-:class:`~distal.kernel.Result` plus this rank's output blocks and collective writers.
+:class:`~distal.runtime.result.Result` plus this rank's output blocks and collective writers.
 
 A *box* is a tuple of half-open ``(lo, hi)`` intervals in global coordinates (``()`` for an
 order-0 tensor).
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError
-from distal.kernel import Result
+from distal.runtime.result import Result
 from distal.typing import Box, box_intersect, box_is_empty, box_shape, box_volume
 
 MANIFEST = "distal.json"
@@ -367,7 +367,7 @@ def _no_barrier() -> None:
 
 @dataclass
 class DistributedResult(Result):
-    """A :class:`~distal.kernel.Result` whose output may stay spread over the ranks.
+    """A :class:`~distal.runtime.result.Result` whose output may stay spread over the ranks.
 
     ``value`` is the whole output where it was gathered (every rank with ``gather="all"``,
     rank 0 with ``"root"``) and ``None`` elsewhere. ``blocks`` maps this rank's owned output

@@ -22,8 +22,12 @@ driver, submits only the units that unfinished blocks still need, and those load
 partial when it is there. ``verify=k`` runs each unit on ``k`` different workers and accepts
 it only when the copies agree.
 
-``Result.stats`` are the plan's (logical) stats: words between virtual processors as the
-plan moves them. Dask's own transfers depend on where it places tasks and are not counted.
+``Result.stats`` are counted by the tasks from what they received, between the plan's
+virtual processors: a unit counts the elements of its fetch pieces found in the input blocks
+it was handed, a reduction the pieces of the partials it adds, the driver the replica copies
+of each finished block (``STATS_NOTE``). Dask's own transfers, whole blocks and partials
+moved between workers wherever it placed the tasks, are ``Result.extra["dask_transfer_bytes"]``
+(from the workers' transfer logs).
 
 This module is the only one that imports ``distributed`` (ruff's TID251 enforces it): it
 connects to (or starts) the pool and hands the client, ``as_completed`` and ``get_worker``

@@ -36,11 +36,11 @@ from distal.plan.ir import (
     SendFinal,
 )
 from distal.plan.stats import Stats, ops_by_step
+from distal.runtime.progress import Progress
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, box_index
 from distal.runtime.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box, box_shape, box_volume
-from distal.viz.progress import Progress
 
 _POOL: list[Any] = []
 
@@ -78,7 +78,7 @@ class LocalRuntime:
         self.tracing = trace
         self.progress = progress
         self.trace = Recorder()
-        # routing (plan.passes.routing): pieces a processor gets from a relay's fetch buffer,
+        # routing (plan.engine): pieces a processor gets from a relay's fetch buffer,
         # and the tree position of every partial-sum message
         self.relayed = {
             (m.step, m.tensor, m.dst, m.box): m.hop

@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError, RuntimeFailure
-from distal.plan.ir import Plan
+from distal.plan.ir import Plan, RecvFinal
+from distal.plan.stats import Stats
 from distal.runtime.checkpoint import (
     CORRUPT,
     CheckpointStore,
@@ -27,24 +28,33 @@ from distal.runtime.checkpoint import (
 )
 from distal.runtime.elastic.feeder import Feeder
 from distal.runtime.elastic.options import Options
-from distal.runtime.elastic.summary import Events, Progress, summarize
+from distal.runtime.elastic.summary import Events, measured_traffic, summarize
 from distal.runtime.elastic.tasks import (
     Ctx,
+    Traffic,
     agree_task,
     drain,
     hash_block,
     input_block,
     sl,
     source_block,
+    transfer_bytes,
     unit_task,
 )
 from distal.runtime.elastic.units import Unit, block_name, decompose, fuse
+from distal.runtime.progress import Progress
+from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
-from distal.typing import Box, box_is_empty
+from distal.typing import Box, box_intersect, box_is_empty
 
 STATS_NOTE = (
-    "dask runtime: Result.stats are the plan's logical traffic between virtual processors; "
-    "the bytes Dask moves between workers depend on its placement and are not counted"
+    "dask runtime: Result.stats words and messages are counted by the tasks from the pieces "
+    "of the plan's messages they received (each unit's fetch pieces in the input blocks it "
+    "was handed, each reduction's partial pieces, each output block's replica copies), "
+    "between the plan's virtual processors; work loaded from a checkpoint moved nothing and "
+    "counts nothing; peak_words is the plan's memory model. Dask moves whole blocks and "
+    "partials between workers wherever it placed the tasks: those bytes are "
+    "extra['dask_transfer_bytes']"
 )
 
 
@@ -75,6 +85,47 @@ class Driver:
         self.out_pl = self.plan.placements[self.plan.output]
         self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
         self.inputs_f: dict[tuple[str, tuple[int, ...]], Any] = {}
+        self.units: dict[str, Unit] = {}
+        # messages counted on the driver as results arrive (see _delivered)
+        self.delivered: Traffic = []
+        self.replicas = self._replica_copies()
+
+    def _replica_copies(self) -> list[tuple[int, int, Box]]:
+        """The plan's copies of finished output pieces to other replicas ``(src, dst, box)``."""
+        out = []
+        for p, prog in enumerate(self.plan.programs):
+            for op in prog:
+                if isinstance(op, RecvFinal):
+                    out.append((op.src, p, op.box))
+        return out
+
+    def _delivered(self, box: Box, arr: np.ndarray, unit: Unit | None) -> None:
+        """Count what a finished block brings to the driver, in the plan's terms.
+
+        A unit that alone makes its block (``final``) sends its partial to the block's
+        reducer when it is not that processor; and every replica of the block gets its copy
+        of it. The words are the elements of those pieces in the array that arrived.
+        """
+        if unit is not None:
+            for dst, piece in unit.sends:
+                self.delivered.append((unit.proc, dst, arr[sl(piece, box)].size))
+        for src, dst, rbox in self.replicas:
+            inter = box_intersect(rbox, box) if box else rbox
+            if not box_is_empty(inter):
+                self.delivered.append((src, dst, arr[sl(inter, box)].size))
+
+    def _measured(self, events: Events, alive: set[str]) -> Stats:
+        """``Stats`` from what the tasks and the driver counted (see ``STATS_NOTE``)."""
+        plan = self.plan
+        traffic, iterations = measured_traffic(events, alive)
+        stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
+        for src, dst, words in [*traffic, *self.delivered]:
+            stats.record(src, dst, words, plan.level_of(src, dst))
+        for p, n in iterations.items():
+            stats.iterations[p] += n
+        # memory per virtual processor has no counterpart on a Dask worker
+        stats.peak_words = list(self.kernel.stats().peak_words)
+        return stats
 
     def prefetch(self, units: list[Unit]) -> None:
         """Submit the input blocks of ``units`` (in order) before any unit.
@@ -125,8 +176,6 @@ class Driver:
 
     def run(self) -> Any:
         """Carry out the plan on the pool; the ``Result`` with the summary in ``extra``."""
-        from distal.kernel import Result
-
         opts, plan, client = self.opts, self.plan, self.client
         t0 = time.perf_counter()
         units = decompose(plan, opts.granularity)
@@ -136,6 +185,8 @@ class Driver:
             if not (self.out_pl.block_box(idx) and box_is_empty(self.out_pl.block_box(idx)))
         }
         units = fuse(units, blocks)
+        self.units = {u.name: u for u in units}
+        self.delivered = []
         finals = {u.pieces[0][0]: u for u in units if u.final}
         total = len(units) + len(blocks) - len(finals)
         store = self._store(units)
@@ -172,7 +223,7 @@ class Driver:
             lie=frozenset(opts._lie),
         )
         workers_before = set(workers(client))
-        bar = Progress(total, opts.progress)
+        bar = Progress(total, enabled=opts.progress, label="tasks")
         try:
             # speculation: only with single copies (verify=k pins its copies on purpose)
             spec = opts.speculate and opts.verify == 1
@@ -188,6 +239,9 @@ class Driver:
             bar.close()
             events.close()
         self.inputs_f.clear()
+        alive = set(workers(client))
+        moved = client.run(transfer_bytes, self.nonce, on_error="return")
+        stats = self._measured(events, alive)
         summary = summarize(
             events,
             total,
@@ -196,7 +250,7 @@ class Driver:
             reused_direct=reused_direct,
             corrupt_blocks=corrupt_blocks,
             workers_before=workers_before,
-            workers_after=set(workers(client)),
+            workers_after=alive,
             checkpoint=store.root if store is not None else None,
             speculative=feeder.n_dups,
             speculative_won=len(feeder.won),
@@ -206,7 +260,7 @@ class Driver:
             self._finish_checkpoint(store, units, blocks)
         return Result(
             value,
-            self.kernel.stats(),
+            stats,
             summary.seconds,
             tasks_executed=summary.tasks_executed,
             tasks_reused=summary.tasks_reused,
@@ -214,6 +268,11 @@ class Driver:
                 "summary": summary,
                 "stats_note": STATS_NOTE,
                 "checkpoint": store.root if store is not None else None,
+                # bytes of this run's task results fetched worker to worker (the workers
+                # alive at the end; inputs travel in their tasks, results to the driver)
+                "dask_transfer_bytes": sum(
+                    int(n) for n in moved.values() if not isinstance(n, BaseException)
+                ),
             },
         )
 
@@ -335,8 +394,12 @@ class Driver:
         checked = time.monotonic()
 
         def tick(force: bool = False) -> None:
-            if bar.on:
-                bar.update(done, events.reused_now(reused_direct), events.recomputed(), force)
+            if bar.enabled:
+                note = (
+                    f"checkpointed {events.reused_now(reused_direct)}, "
+                    f"recomputed {events.recomputed()}"
+                )
+                bar.update(done, note, force)
 
         tick(True)
         while not ac.is_empty():
@@ -371,7 +434,10 @@ class Driver:
                     self._fail(f)
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
-                    value[sl(pending[idx], origin)] = f.result()
+                    arr = f.result()
+                    value[sl(pending[idx], origin)] = arr
+                    name = feeder.unit_of.get(f.key)
+                    self._delivered(pending[idx], arr, self.units[name] if name else None)
                 feeder.finished(f)
                 done += 1
             ac.update(feeder.feed(window))

@@ -7,7 +7,7 @@ import time
 import warnings
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from distal.runtime.elastic import speculate
 from distal.runtime.elastic.summary import Events
@@ -15,8 +15,21 @@ from distal.runtime.elastic.tasks import Ctx, reduce_task
 from distal.runtime.elastic.units import Unit, block_name
 from distal.typing import Box
 
-if TYPE_CHECKING:
-    from distal.runtime.elastic.driver import Driver
+
+class Submitter(Protocol):
+    """What the feeder needs from the run's driver (:class:`~.driver.Driver`).
+
+    A protocol, so this module does not import the driver that imports it.
+    """
+
+    client: Any
+    nonce: str
+
+    def prefetch(self, units: list[Unit]) -> None: ...
+
+    def submit_unit(self, ctx: Ctx, u: Unit, n: int, present: set[str]) -> Any: ...
+
+    def submit_copy(self, ctx: Ctx, u: Unit, key: str, n: int, worker: str) -> Any: ...
 
 PROBE_EVERY = 0.05
 """Seconds between looks for stragglers (each look may ask the scheduler who is idle)."""
@@ -30,6 +43,11 @@ class _Copies:
     original: Any
     submitted: float
     dups: list[Any] = field(default_factory=list)
+
+
+def sent_to(u: Unit, piece: Box) -> int:
+    """Where the plan's ``Flush`` of ``u`` sends ``piece``; -1 when it is not sent."""
+    return next((dst for dst, box in u.sends if box == piece), -1)
 
 
 class Feeder:
@@ -50,7 +68,7 @@ class Feeder:
 
     def __init__(
         self,
-        driver: Driver,
+        driver: Submitter,
         ctx: Ctx,
         needed: list[Unit],
         pending: dict[tuple[int, ...], Box],
@@ -113,7 +131,8 @@ class Feeder:
             for idx in self.ready:
                 del self.waiting[idx]
                 contribs = [
-                    (self.unit_f[u.name], u.out_box, piece) for u, piece in self.contrib[idx]
+                    (self.unit_f[u.name], u.out_box, piece, u.proc, sent_to(u, piece))
+                    for u, piece in self.contrib[idx]
                 ]
                 f = self.driver.client.submit(
                     reduce_task,
@@ -225,4 +244,4 @@ class Feeder:
         return out
 
 
-__all__ = ["PROBE_EVERY", "Feeder"]
+__all__ = ["PROBE_EVERY", "Feeder", "Submitter", "sent_to"]

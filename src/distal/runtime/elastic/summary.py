@@ -1,14 +1,15 @@
-"""What a run tells its user: the workers' event log, the progress bar and the summary.
+"""What a run tells its user: the workers' event log, the summary and the measured traffic.
 
 Workers log ``start``/``done`` events (see :mod:`.tasks`) on a per-run topic of the
 scheduler's event log; the driver subscribes to it. Everything the summary reports —
 recomputations after failures, lost work, per-worker counts — is derived from those events,
-not from Dask internals, so it reads the same whatever Dask version places the tasks.
+not from Dask internals, so it reads the same whatever Dask version places the tasks. So
+is the traffic: each task's ``done`` event carries the words it received
+(:func:`measured_traffic`). The progress bar is :mod:`distal.runtime.progress`.
 """
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections import Counter, defaultdict
@@ -71,64 +72,6 @@ class Summary:
         for w, n in sorted(self.per_worker.items()):
             lines.append(f"  {w}: {n} task(s)")
         return "\n".join(lines)
-
-
-class Progress:
-    """A progress bar on a terminal (tqdm, else rich, else plain text); silent otherwise."""
-
-    def __init__(self, total: int, enabled: bool | None) -> None:
-        self.total = total
-        self.on = sys.stderr.isatty() if enabled is None else bool(enabled)
-        self.kind = ""
-        self.bar: Any = None
-        self.last = 0.0
-        if not self.on:
-            return
-        try:
-            from tqdm import tqdm
-
-            self.bar, self.kind = tqdm(total=total, desc="distal", unit="task"), "tqdm"
-            return
-        except ImportError:
-            pass
-        try:
-            from rich.progress import Progress as RichProgress
-
-            self.bar, self.kind = RichProgress(transient=False), "rich"
-            self.bar.start()
-            self.task = self.bar.add_task("distal", total=total)
-            return
-        except ImportError:
-            self.kind = "plain"
-
-    def update(self, done: int, reused: int, recomputed: int, force: bool = False) -> None:
-        """Redraw (at most every 0.2 s unless ``force``)."""
-        if not self.on:
-            return
-        now = time.monotonic()
-        if not force and now - self.last < 0.2:
-            return
-        self.last = now
-        note = f"checkpointed {reused}, recomputed {recomputed}"
-        if self.kind == "tqdm":
-            self.bar.n = done
-            self.bar.set_postfix_str(note, refresh=True)
-        elif self.kind == "rich":
-            self.bar.update(self.task, completed=done, description=f"distal ({note})")
-        else:
-            sys.stderr.write(f"\rdistal: {done}/{self.total} tasks ({note})")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        """Leave the finished bar on screen."""
-        if not self.on:
-            return
-        if self.kind == "tqdm":
-            self.bar.close()
-        elif self.kind == "rich":
-            self.bar.stop()
-        else:
-            sys.stderr.write("\n")
 
 
 class Events:
@@ -293,4 +236,28 @@ def summarize(
     )
 
 
-__all__ = ["Events", "Progress", "Summary", "summarize"]
+def measured_traffic(
+    events: Events, alive: set[str]
+) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
+    """The messages and iterations the tasks of this run counted, once per task.
+
+    A task that ran more than once (recomputed after a failure, or a speculative copy that
+    won) moved its inputs again in Dask, but delivered one result: its last computing
+    completion counts, as the plan moves each piece once. Tasks taken from the checkpoint
+    moved nothing in this run and count nothing.
+    """
+    traffic: list[tuple[int, int, int]] = []
+    iterations: dict[int, int] = defaultdict(int)
+    for ms in events.by_name().values():
+        worked = _attempts(ms, alive).worked
+        if not worked:
+            continue
+        last = worked[-1]
+        traffic.extend((int(s), int(d), int(w)) for s, d, w in last.get("traffic", ()))
+        if "iterations" in last:
+            proc, n = last["iterations"]
+            iterations[int(proc)] += int(n)
+    return traffic, dict(iterations)
+
+
+__all__ = ["Events", "Summary", "measured_traffic", "summarize"]

@@ -29,7 +29,14 @@ from distal.runtime import checkpoint
 from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
 from distal.runtime.elastic.units import Unit
 from distal.runtime.source import read_block
-from distal.typing import Box, box_contains, box_intersect, box_is_empty, box_shape
+from distal.typing import (
+    Box,
+    box_contains,
+    box_intersect,
+    box_is_empty,
+    box_shape,
+    box_volume,
+)
 
 
 class VerificationFailed(RuntimeFailure):
@@ -111,6 +118,19 @@ async def drain(topic: str, root: str, dask_worker: Any = None) -> int:
         return _written.pop((topic, dask_worker.address), 0)
 
 
+def transfer_bytes(nonce: str, dask_worker: Any = None) -> int:
+    """Bytes of run ``nonce``'s task results this worker fetched from other workers.
+
+    Read from Dask's own log of incoming transfers (``Worker.transfer_incoming_log``, a
+    bounded deque: a very long-lived worker may have forgotten the oldest entries). Run
+    by the driver through ``Client.run``, which passes ``dask_worker``.
+    """
+    log = getattr(dask_worker, "transfer_incoming_log", ())
+    return sum(
+        int(n) for entry in log for key, n in entry.get("keys", {}).items() if nonce in str(key)
+    )
+
+
 def _stall(ctx: Ctx, worker: Any, seconds: float) -> None:
     """Test hooks: a fixed delay per task, scaled on workers marked slow."""
     factor = float(ctx.slow.get(worker.name, 1.0))
@@ -134,37 +154,82 @@ def hash_block(arr: np.ndarray) -> str:
     return fingerprint_array(arr)
 
 
-def _assemble(box: Box, blocks: list[tuple[Box, np.ndarray]], dtype: np.dtype) -> np.ndarray:
-    """The fetch buffer ``box`` cut from the input blocks (a view when one block holds it)."""
+Traffic = list[tuple[int, int, int]]
+"""Messages as ``(source processor, destination processor, words)``, counted by the task
+that received them (sent in its ``done`` event; see :func:`~.summary.measured_traffic`)."""
+
+
+def _assemble(
+    unit: Unit, t: str, box: Box, blocks: list[tuple[Box, np.ndarray]], dtype: np.dtype
+) -> np.ndarray:
+    """The fetch buffer ``box`` cut from the input blocks (a view when one block holds it).
+
+    Blocks that do not cover the box (a block the unit was not handed) are a failure, not
+    a buffer with holes.
+    """
     if box and box_is_empty(box):
         return np.zeros(box_shape(box), dtype)
     for bbox, arr in blocks:
         if box_contains(bbox, box):
             return arr[sl(box, bbox)]
     buf = np.empty(box_shape(box), dtype)
+    covered = 0
     for bbox, arr in blocks:
         inter = box_intersect(bbox, box)
         if not box_is_empty(inter):
-            buf[sl(inter, box)] = arr[sl(inter, bbox)]
+            part = arr[sl(inter, bbox)]
+            buf[sl(inter, box)] = part
+            covered += part.size
+    if covered != box_volume(box):
+        raise RuntimeFailure(
+            f"unit {unit.name} (virtual processor {unit.proc}): the blocks of {t!r} it was "
+            f"handed hold {covered} of the {box_volume(box)} elements of its buffer {box}",
+            processor=unit.proc,
+        )
     return buf
 
 
-def _compute(ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]) -> np.ndarray:
+def _received(unit: Unit, by_tensor: Mapping[str, list[tuple[Box, np.ndarray]]]) -> Traffic:
+    """The plan's fetch pieces of ``unit``, counted in the blocks it was actually handed.
+
+    Each piece's words are the elements of the piece that the unit's input blocks hold
+    (what arrived with the task), not the piece's size in the plan; a block that never
+    arrived counts nothing.
+    """
+    out: Traffic = []
+    for t, pieces in unit.receives:
+        for src, piece in pieces:
+            words = 0
+            for bbox, arr in by_tensor.get(t, ()):
+                inter = box_intersect(bbox, piece)
+                if not box_is_empty(inter):
+                    words += arr[sl(inter, bbox)].size
+            if words:
+                out.append((src, unit.proc, words))
+    return out
+
+
+def _compute(
+    ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]
+) -> tuple[np.ndarray, Traffic, int]:
+    """The unit's partial output, the fetch traffic it received, and its iterations."""
     by_tensor: dict[str, list[tuple[Box, np.ndarray]]] = defaultdict(list)
     for t, bbox, arr in blocks:
         by_tensor[t].append((bbox, arr))
     out = np.zeros(box_shape(unit.out_box), ctx.out_dtype)
     cache: dict[tuple[str, Box], tuple[np.ndarray, Box]] = {}
+    iterations = 0
     for bufs, boxes in unit.steps:
         operands = {}
         for t, b in bufs:
             if (t, b) not in cache:
                 dtype = by_tensor[t][0][1].dtype if by_tensor[t] else ctx.out_dtype
-                cache[(t, b)] = (_assemble(b, by_tensor[t], dtype), b)
+                cache[(t, b)] = (_assemble(unit, t, b, by_tensor[t], dtype), b)
             operands[t] = cache[(t, b)]
         for box in boxes:
             run_leaf(ctx.kernels, box, operands, out, unit.out_box)
-    return out
+            iterations += box_volume(box)
+    return out, _received(unit, by_tensor), iterations
 
 
 def unit_task(
@@ -193,42 +258,71 @@ def unit_task(
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
             return arr
         corrupt = status == CORRUPT
-    out = _compute(ctx, unit, blocks)
+    out, traffic, iterations = _compute(ctx, unit, blocks)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         out = out + 1
     seconds = time.perf_counter() - t0
+    counts = {"traffic": traffic, "iterations": [unit.proc, iterations]}
     done = {"status": "computed", "corrupt": corrupt, "seconds": seconds, **tags}
+    if replica is not None:
+        # a copy's counts travel to agree_task, which logs the accepted unit's once
+        event(ctx, "done", label, w, **done)
+        return out, w.address, counts
+    done |= counts
     if save and ctx.store is not None:
         finish(ctx, w, unit.name, out, label, **done)
     else:
         event(ctx, "done", label, w, **done)
-    return out if replica is None else (out, w.address)
+    return out
 
 
 def agree_task(
-    ctx: Ctx, unit: Unit, copies: list[tuple[np.ndarray, str]], rtol: float, atol: float
+    ctx: Ctx,
+    unit: Unit,
+    copies: list[tuple[np.ndarray, str, dict[str, Any]]],
+    rtol: float,
+    atol: float,
 ) -> np.ndarray:
-    """Accept a unit computed on several workers only when every copy agrees."""
+    """Accept a unit computed on several workers only when every copy agrees.
+
+    The accepted unit's traffic is the first copy's: the plan moves each piece once, the
+    other copies' inputs are Dask's extra transfers (``dask_transfer_bytes``).
+    """
     w = event(ctx, "start", unit.name)
-    first, where = copies[0]
-    for arr, other in copies[1:]:
+    first, where, counts = copies[0]
+    for arr, other, _ in copies[1:]:
         if not np.allclose(arr, first, rtol=rtol, atol=atol):
             raise VerificationFailed(
                 f"task {unit.name} (virtual processor {unit.proc}) disagrees between workers "
                 f"{where} and {other} (rtol={rtol}, atol={atol})",
                 processor=unit.proc,
             )
-    distinct = len({a for _, a in copies})
-    finish(ctx, w, unit.name, first, unit.name, status="verified", distinct=distinct, seconds=0.0)
+    distinct = len({a for _, a, _ in copies})
+    finish(
+        ctx,
+        w,
+        unit.name,
+        first,
+        unit.name,
+        status="verified",
+        distinct=distinct,
+        seconds=0.0,
+        **counts,
+    )
     return first
 
 
 def reduce_task(
-    ctx: Ctx, name: str, box: Box, contribs: list[tuple[np.ndarray, Box, Box]]
+    ctx: Ctx, name: str, box: Box, contribs: list[tuple[np.ndarray, Box, Box, int, int]]
 ) -> np.ndarray:
     """Sum the unit partials' pieces of one output block; checkpoint the finished block.
 
+    ``contribs`` are ``(partial, its box, piece, source, destination)``: the destination is
+    where the plan's ``Flush`` sends the piece (the reducer, or a routing tree's parent),
+    ``-1`` when the plan adds it locally or the piece is not the end of the processor's sum
+    (an earlier unit of a split output buffer). The elements of each sent piece found in
+    the partial that arrived are this block's received traffic.
     A re-run (after the worker holding the block died) loads the block it already saved.
     """
     w = event(ctx, "start", name)
@@ -239,14 +333,20 @@ def reduce_task(
             event(ctx, "done", name, w, status="reused", seconds=time.perf_counter() - t0)
             return saved
     block = np.zeros(box_shape(box), ctx.out_dtype)
-    for arr, out_box, piece in contribs:
-        block[sl(piece, box)] += arr[sl(piece, out_box)]
-    finish(ctx, w, name, block, name, status="computed", seconds=time.perf_counter() - t0)
+    traffic: Traffic = []
+    for arr, out_box, piece, src, dst in contribs:
+        part = arr[sl(piece, out_box)]
+        block[sl(piece, box)] += part
+        if dst >= 0 and part.size:
+            traffic.append((src, dst, part.size))
+    seconds = time.perf_counter() - t0
+    finish(ctx, w, name, block, name, status="computed", seconds=seconds, traffic=traffic)
     return block
 
 
 __all__ = [
     "Ctx",
+    "Traffic",
     "VerificationFailed",
     "agree_task",
     "drain",
@@ -257,5 +357,6 @@ __all__ = [
     "reduce_task",
     "sl",
     "source_block",
+    "transfer_bytes",
     "unit_task",
 ]

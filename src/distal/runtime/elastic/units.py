@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from distal.plan.ir import Compute, Fetch, OpenOutput, Plan
+from distal.plan.ir import Compute, Fetch, Flush, OpenOutput, Plan
 from distal.plan.stats import ops_by_step
 from distal.typing import Box
 
@@ -31,6 +31,13 @@ class Unit:
         pieces: ``(output block index, piece)``: where the partial goes.
         final: the unit alone computes the whole of one output block, so its result *is*
             that block (named ``block-...``; no separate reduction task or partial file).
+        receives: the plan's fetches this unit is the first to use: ``(tensor, pieces)``,
+            each piece ``(source processor, box)`` coming from another processor. The
+            unit counts the elements of these pieces it actually cut from the blocks it
+            was handed: that is the fetch traffic ``Result.stats`` reports.
+        sends: the plan's ``Flush`` sends ``(destination, piece)`` of the output buffer,
+            on the last unit of the buffer only (the processor sends its sum once); the
+            task that receives the unit's partial counts them.
     """
 
     name: str
@@ -41,6 +48,17 @@ class Unit:
     needs: tuple[tuple[str, tuple[int, ...]], ...]
     pieces: tuple[tuple[tuple[int, ...], Box], ...]
     final: bool = False
+    receives: tuple[tuple[str, tuple[tuple[int, Box], ...]], ...] = ()
+    sends: tuple[tuple[int, Box], ...] = ()
+
+
+@dataclass
+class _Segment:
+    """One output buffer of a processor: its steps and the ``Flush`` sends that end it."""
+
+    out_box: Box
+    steps: list[tuple[int, Any, tuple[Box, ...], Any]] = field(default_factory=list)
+    sends: tuple[tuple[int, Box], ...] = ()
 
 
 def _chunks(items: list[Any], granularity: str | int) -> list[list[Any]]:
@@ -58,29 +76,43 @@ def decompose(plan: Plan, granularity: str | int = "flush") -> list[Unit]:
     ``k`` steps of one output buffer). Finer units cost more partial sums; coarser ones
     leave Dask less to balance. For more parallelism, compile for more virtual processors.
 
-    Only ``Fetch`` of inputs, ``OpenOutput`` and ``Compute`` matter: how the plan moves data
-    between processors (direct messages or routing trees with ``Forward``/``Combine``) is
-    the MPI runtime's business; a unit cuts its buffers straight from the input blocks.
+    Only ``Fetch`` of inputs, ``OpenOutput``, ``Compute`` and ``Flush`` matter: a unit cuts
+    its buffers straight from the input blocks whatever the routing; routing trees
+    (``Forward``/``Combine``) only change which processor each fetched piece and each
+    partial sum is counted from (the sources in ``Fetch.pieces``, the destinations in
+    ``Flush.sends``), exactly as the plan moves them.
     """
     out_pl = plan.placements[plan.output]
     units: list[Unit] = []
     for p in range(plan.nprocs):
         buffers: dict[str, Box | None] = {}
-        segments: list[tuple[Box, list[tuple[int, tuple[tuple[str, Box], ...], tuple]]]] = []
+        # fetches not yet used by a Compute: the first unit using one receives it
+        unclaimed: dict[str, tuple[tuple[int, Box], ...]] = {}
+        segments: list[_Segment] = []
         for s, ops in enumerate(ops_by_step(plan, p)[: plan.nsteps]):
             for op in ops:
                 if isinstance(op, Fetch) and op.tensor in plan.inputs:
                     buffers[op.tensor] = op.box
+                    remote = tuple((src, b) for src, b in op.pieces if src != p)
+                    if op.box is None or not remote:
+                        unclaimed.pop(op.tensor, None)
+                    else:
+                        unclaimed[op.tensor] = remote
                 elif isinstance(op, OpenOutput):
-                    segments.append((op.box, []))
+                    segments.append(_Segment(op.box))
                 elif isinstance(op, Compute) and segments:
                     bufs = tuple(sorted((t, b) for t, b in buffers.items() if b is not None))
-                    segments[-1][1].append((s, bufs, op.boxes))
-        for out_box, steps in segments:
-            pieces = tuple(out_pl.split(out_box))
-            for chunk in _chunks(steps, granularity):
+                    recv = tuple(sorted(unclaimed.items()))
+                    unclaimed.clear()
+                    segments[-1].steps.append((s, bufs, op.boxes, recv))
+                elif isinstance(op, Flush) and segments:
+                    segments[-1].sends = op.sends
+        for seg in segments:
+            pieces = tuple(out_pl.split(seg.out_box))
+            chunks = _chunks(seg.steps, granularity)
+            for n, chunk in enumerate(chunks):
                 needs: set[tuple[str, tuple[int, ...]]] = set()
-                for _, bufs, _ in chunk:
+                for _, bufs, _, _ in chunk:
                     for t, b in bufs:
                         needs.update((t, idx) for idx, _ in plan.placements[t].split(b))
                 units.append(
@@ -88,10 +120,12 @@ def decompose(plan: Plan, granularity: str | int = "flush") -> list[Unit]:
                         name=f"part-p{p}-s{chunk[0][0]}-{chunk[-1][0]}",
                         proc=p,
                         first=chunk[0][0],
-                        out_box=out_box,
-                        steps=tuple((bufs, boxes) for _, bufs, boxes in chunk),
+                        out_box=seg.out_box,
+                        steps=tuple((bufs, boxes) for _, bufs, boxes, _ in chunk),
                         needs=tuple(sorted(needs)),
                         pieces=pieces,
+                        receives=tuple(r for _, _, _, recv in chunk for r in recv),
+                        sends=seg.sends if n == len(chunks) - 1 else (),
                     )
                 )
     return units
