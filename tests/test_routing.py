@@ -16,7 +16,7 @@ from hypothesis import given, note
 
 import distal as dl
 from distal import algorithms as al
-from distal.plan.fast import summarize
+from distal.plan.engine import summarize
 from distal.plan.ir import FETCH, PARTIAL
 from distal.plan.stats import plan_stats
 from reference import Case, apply_schedule, assert_stats_equal, cases

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -13,42 +12,15 @@ import numpy as np
 
 from distal.errors import InputError, NotSupportedYet, ScheduleError
 from distal.kernels.leaf import term_kernels
-from distal.plan.fast import Summary, summarize
+from distal.plan.engine import ROUTINGS, PlanSummary, lower, placements_of, program, summarize
 from distal.plan.ir import Plan
-from distal.plan.lower import lower, placements_of
-from distal.plan.passes.routing import ROUTINGS
 from distal.plan.printer import explain
 from distal.plan.stats import Stats
+from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source
-from distal.runtime.trace import Event
 from distal.schedule.api import Schedule
 
 RUNTIMES = ("local", "mpi", "dask")
-
-
-@dataclass
-class Result:
-    """What a run returns: the output, the measured stats and the wall time."""
-
-    value: np.ndarray | None
-    stats: Stats
-    seconds: float
-    tasks_executed: int = 0
-    tasks_reused: int = 0
-    trace: list[Event] = field(default_factory=list)
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def plot_timeline(self, path: str | None = None, **options: Any) -> Any:
-        """Per-processor Gantt chart of the run's trace (see ``distal.viz``)."""
-        from distal.viz import plot_timeline
-
-        return plot_timeline(self, path, **options)
-
-    def to_chrome_trace(self, path: str | None = None) -> Any:
-        """The trace as Chrome trace JSON (viewable in Perfetto)."""
-        from distal.viz import to_chrome_trace
-
-        return to_chrome_trace(self, path)
 
 
 class Kernel:
@@ -61,10 +33,10 @@ class Kernel:
         self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
         if routing not in (*ROUTINGS, "auto"):
             raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
-        self._summaries: dict[str, Summary] = {}
+        self._summaries: dict[str, PlanSummary] = {}
         self.routing = routing if routing != "auto" else self._cheapest_routing()
 
-    def _summary(self, routing: str) -> Summary:
+    def _summary(self, routing: str) -> PlanSummary:
         if routing not in self._summaries:
             self._summaries[routing] = summarize(self.schedule, routing)
         return self._summaries[routing]
@@ -101,8 +73,17 @@ class Kernel:
         """The exact per-processor plan (built on first use: runs need it, stats do not)."""
         return lower(self.schedule, self.routing)
 
+    def program(self, p: int) -> Plan:
+        """Processor ``p``'s own part of the plan: its instructions and every message it sends
+        or receives (what a rank executes), built without the other processors' programs."""
+        if not isinstance(p, int | np.integer) or isinstance(p, bool):
+            raise InputError(f"program() takes a processor number, got {p!r}")
+        if "plan" in self.__dict__:  # already built whole: take p's part of it
+            return self.plan.restrict(int(p))
+        return program(self.schedule, int(p), self.routing)
+
     @property
-    def summary(self) -> Summary:
+    def summary(self) -> PlanSummary:
         """Exact stats and per-tensor totals, computed without enumerating the plan."""
         return self._summary(self.routing)
 
@@ -116,7 +97,7 @@ class Kernel:
 
     def explain(self) -> str:
         """The scheduled loop nest, where each tensor moves, and the per-processor table."""
-        return explain(self.schedule, self.summary, self.routing)
+        return explain(self.schedule, self.summary, self.routing, _bound_lines(self))
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate run inputs; arrays are converted to the tensors' dtypes.
@@ -157,7 +138,9 @@ class Kernel:
 
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute the plan on a runtime and return the output with measured stats."""
-        data = self.check_inputs(inputs)
+        # mpi: every rank checks its inputs inside the runtime, which agrees on the outcome
+        # with the other ranks first, so one rank's bad input fails them all instead of a hang
+        data = inputs if runtime == "mpi" else self.check_inputs(inputs)
         if runtime == "local":
             from distal.runtime.local import LocalRuntime
 
@@ -209,12 +192,25 @@ class Kernel:
         return f"Kernel({self.schedule!r})"
 
 
+def _bound_lines(kernel: Kernel) -> list[str]:
+    """Max words received against the communication lower bound, where one is known."""
+    from distal.cost.bounds import statement_bound
+
+    st = kernel.summary.stats
+    b = statement_bound(kernel.schedule, st.nprocs)
+    if b is None:
+        return []
+    w = st.max_words_received
+    ratio = f"{w / b.words:.3f}" if b.words > 0 else ("1.000" if w == 0 else "inf")
+    return [f"lower bound: {b.words:.1f} words per processor ({b.detail}); max / bound = {ratio}"]
+
+
 def compile(schedule: Schedule, routing: str = "auto") -> Kernel:
     """Compile a schedule into a :class:`Kernel`.
 
     ``routing`` says how messages travel: ``"direct"`` (each piece from its owner, each
     partial sum straight to its reducer), ``"broadcast"`` (binomial-tree broadcasts of
     shared pieces), ``"tree"`` (those and binomial-tree reductions of partial sums; see
-    ``distal.plan.passes.routing``) or ``"auto"``, the one the cost model predicts faster.
+    ``distal.plan.engine``) or ``"auto"``, the one the cost model predicts faster.
     """
     return Kernel(schedule, routing)

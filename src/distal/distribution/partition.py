@@ -15,10 +15,12 @@ runtimes never recompute ownership themselves.
 
 from __future__ import annotations
 
-import bisect
 import itertools
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
 
 from distal.distribution.notation import PART, REPL, RESTRICT, Distribution
 from distal.typing import Box, Coord, Interval
@@ -44,7 +46,6 @@ class Placement:
     layers: tuple[tuple[Distribution, int, tuple[int, ...]], ...] = field(init=False, repr=False)
     radix: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
     bounds: tuple[tuple[Interval, ...], ...] = field(init=False, repr=False)
-    starts: tuple[tuple[int, ...], ...] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         dists = self.dist if isinstance(self.dist, tuple) else (self.dist,)
@@ -71,7 +72,6 @@ class Placement:
         object.__setattr__(self, "layers", tuple(layers))
         object.__setattr__(self, "radix", radix)
         object.__setattr__(self, "bounds", tuple(bounds))
-        object.__setattr__(self, "starts", tuple(tuple(lo for lo, _ in b) for b in bounds))
 
     def __hash__(self) -> int:
         return hash((self.shape, self.dist, self.grid))
@@ -80,20 +80,128 @@ class Placement:
         """Number of (leaf) blocks along tensor dimension ``d``."""
         return len(self.bounds[d])
 
-    def block_index(self, coord: Coord) -> tuple[int, ...] | None:
-        """Leaf block numbers held by the processor at ``coord`` (None if it holds nothing)."""
-        order = len(self.shape)
-        idx = [0] * order
+    # -- vectorised ownership (the one implementation; the scalar queries below wrap it) ------
+
+    @cached_property
+    def _arrays(self) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], tuple]:
+        """Per dimension: numbers, starts and ends of the non-empty blocks; all starts/ends."""
+        bid, bl, bh = [], [], []
+        for d in range(len(self.shape)):
+            ivs = [(b, lo, hi) for b, (lo, hi) in enumerate(self.bounds[d]) if hi > lo]
+            bid.append(np.array([b for b, _, _ in ivs], np.int64))
+            bl.append(np.array([lo for _, lo, _ in ivs], np.int64))
+            bh.append(np.array([hi for _, _, hi in ivs], np.int64))
+        lo_of = [np.array([lo for lo, _ in b], np.int64) for b in self.bounds]
+        hi_of = [np.array([hi for _, hi in b], np.int64) for b in self.bounds]
+        return bid, bl, bh, (lo_of, hi_of)
+
+    def coords_of(self, ranks: np.ndarray) -> np.ndarray:
+        """Grid coordinates of processor numbers, shape ``(n, grid ndim)``."""
+        ranks = np.asarray(ranks, np.int64)
+        if not self.grid:
+            return np.zeros((len(ranks), 0), np.int64)
+        return np.stack(np.unravel_index(ranks, self.grid), axis=1).astype(np.int64)
+
+    def ranks_of(self, coords: np.ndarray) -> np.ndarray:
+        """Row-major processor numbers of grid coordinates."""
+        if coords.shape[1] == 0:
+            return np.zeros(len(coords), np.int64)
+        return np.ravel_multi_index(tuple(coords.T), self.grid).astype(np.int64)
+
+    def own_arrays(self, coords: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(has, block numbers, lo, hi)`` of the block each processor at ``coords`` holds.
+
+        ``has`` is False where a restricted machine coordinate does not match (the processor
+        holds nothing of the tensor); block numbers combine the levels' piece numbers, outer
+        level most significant, the first cutting machine dimension most significant.
+        """
+        n, order = len(coords), len(self.shape)
+        has = np.ones(n, bool)
+        idx = np.zeros((n, order), np.int64)
         for dist, off, g in self.layers:
             for m, r in enumerate(dist.rules):
-                if r.kind == RESTRICT and coord[off + m] != r.coord:
-                    return None
+                if r.kind == RESTRICT:
+                    has &= coords[:, off + m] == r.coord
             for d, ms in enumerate(dist.cuts(order)):
-                b = 0
+                piece = np.zeros(n, np.int64)
                 for m in ms:
-                    b = b * g[m] + coord[off + m]
-                idx[d] = idx[d] * math.prod(g[m] for m in ms) + b
-        return tuple(idx)
+                    piece = piece * g[m] + coords[:, off + m]
+                idx[:, d] = idx[:, d] * math.prod(g[m] for m in ms) + piece
+        lo_of, hi_of = self._arrays[3]
+        lo = np.zeros((n, order), np.int64)
+        hi = np.zeros((n, order), np.int64)
+        for d in range(order):
+            lo[:, d], hi[:, d] = lo_of[d][idx[:, d]], hi_of[d][idx[:, d]]
+        return has, idx, lo, hi
+
+    def source_arrays(self, blocks: np.ndarray, receivers: np.ndarray) -> np.ndarray:
+        """Coordinates of the replica of each block that serves each receiver.
+
+        Deterministic: the receiver itself when it holds the block, otherwise the replica
+        agreeing with the receiver on every replicated machine dimension.
+        """
+        fixed = receivers.copy()
+        rest = blocks.copy()
+        order = len(self.shape)
+        for li in reversed(range(len(self.layers))):
+            dist, off, g = self.layers[li]
+            for m, r in enumerate(dist.rules):
+                if r.kind == RESTRICT:
+                    fixed[:, off + m] = r.coord
+            for d, ms in enumerate(dist.cuts(order)):
+                radix = self.radix[d][li]
+                piece = rest[:, d] % radix
+                rest[:, d] //= radix
+                for m in reversed(ms):
+                    fixed[:, off + m] = piece % g[m]
+                    piece //= g[m]
+        return fixed
+
+    def cut(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Cut boxes ``[lo, hi)`` along block boundaries.
+
+        Returns ``(row, block numbers, piece lo, piece hi)``, one entry per non-empty piece,
+        rows ascending and, within a row, blocks in row-major order.
+        """
+        bid, bl, bh, _ = self._arrays
+        n, order = len(lo), len(self.shape)
+        firsts, cnts = [], []
+        total = np.ones(n, np.int64)
+        for d in range(order):
+            first = np.searchsorted(bh[d], lo[:, d], side="right")
+            last = np.searchsorted(bl[d], hi[:, d], side="left")
+            cnt = np.maximum(last - first, 0)
+            firsts.append(first)
+            cnts.append(cnt)
+            total *= cnt
+        rows = np.repeat(np.arange(n), total)
+        k = np.arange(len(rows)) - np.repeat(np.cumsum(total) - total, total)
+        blk = np.zeros((len(rows), order), np.int64)
+        plo = np.zeros((len(rows), order), np.int64)
+        phi = np.zeros((len(rows), order), np.int64)
+        for d in reversed(range(order)):
+            c = np.maximum(cnts[d][rows], 1)
+            b = firsts[d][rows] + k % c
+            k = k // c
+            blk[:, d] = bid[d][b]
+            plo[:, d] = np.maximum(lo[rows, d], bl[d][b])
+            phi[:, d] = np.minimum(hi[rows, d], bh[d][b])
+        return rows, blk, plo, phi
+
+    def fixed_dims(self) -> tuple[bool, ...]:
+        """For each machine dimension: True unless it replicates the tensor."""
+        out = [True] * len(self.grid)
+        for dist, off, _ in self.layers:
+            for m, r in enumerate(dist.rules):
+                out[off + m] = r.kind != REPL
+        return tuple(out)
+
+    # -- scalar queries ---------------------------------------------------------------------
+
+    def block_index(self, coord: Coord) -> tuple[int, ...] | None:
+        """Leaf block numbers held by the processor at ``coord`` (None if it holds nothing)."""
+        has, idx, _, _ = self.own_arrays(np.array([coord], np.int64).reshape(1, len(self.grid)))
+        return tuple(int(x) for x in idx[0]) if has[0] else None
 
     def block_box(self, index: tuple[int, ...]) -> Box:
         """The box of the leaf block with these numbers."""
@@ -104,59 +212,31 @@ class Placement:
         idx = self.block_index(coord)
         return None if idx is None else self.block_box(idx)
 
-    def _fixed_coords(self, index: tuple[int, ...]) -> list[int]:
-        """Coordinates that the block numbers and restrictions fix (-1 where replicated)."""
-        fixed = [-1] * len(self.grid)
-        order = len(self.shape)
-        rest = list(index)
-        for li in reversed(range(len(self.layers))):
-            dist, off, g = self.layers[li]
-            for m, r in enumerate(dist.rules):
-                if r.kind == RESTRICT:
-                    fixed[off + m] = r.coord
-            for d, ms in enumerate(dist.cuts(order)):
-                piece = rest[d] % self.radix[d][li]
-                rest[d] //= self.radix[d][li]
-                for m in reversed(ms):
-                    fixed[off + m] = piece % g[m]
-                    piece //= g[m]
-        return fixed
-
     def replicas(self, index: tuple[int, ...]) -> list[Coord]:
         """All processor coordinates holding block ``index``, in row-major order."""
-        fixed = self._fixed_coords(index)
-        choices = [range(self.grid[m]) if f < 0 else (f,) for m, f in enumerate(fixed)]
+        base = self.source_for(index, (0,) * len(self.grid))
+        fixed = self.fixed_dims()
+        choices = [(c,) if f else range(g) for c, f, g in zip(base, fixed, self.grid, strict=True)]
         return [tuple(c) for c in itertools.product(*choices)]
 
     def source_for(self, index: tuple[int, ...], receiver: Coord) -> Coord:
-        """The replica of block ``index`` that serves ``receiver``.
-
-        Deterministic: the receiver itself when it holds the block, otherwise the
-        replica agreeing with the receiver on every replicated machine dimension.
-        """
-        fixed = self._fixed_coords(index)
-        return tuple(receiver[m] if f < 0 else f for m, f in enumerate(fixed))
+        """The replica of block ``index`` that serves ``receiver`` (see :meth:`source_arrays`)."""
+        blk = np.array([index], np.int64).reshape(1, len(self.shape))
+        recv = np.array([receiver], np.int64).reshape(1, len(self.grid))
+        return tuple(int(x) for x in self.source_arrays(blk, recv)[0])
 
     def split(self, box: Box) -> list[tuple[tuple[int, ...], Box]]:
         """Cut ``box`` along block boundaries: ``(block index, piece)`` pairs, non-empty."""
-        if any(hi <= lo for lo, hi in box):
-            return []
-        per_dim = []
-        for d, (lo, hi) in enumerate(box):
-            bnds = self.bounds[d]
-            first = max(bisect.bisect_right(self.starts[d], lo) - 1, 0)
-            hits = []
-            for b in range(first, len(bnds)):
-                blo, bhi = bnds[b]
-                if blo >= hi:
-                    break
-                a, c = max(lo, blo), min(hi, bhi)
-                if c > a:
-                    hits.append((b, (a, c)))
-            per_dim.append(hits)
+        order = len(self.shape)
+        lo = np.array([[a for a, _ in box]], np.int64).reshape(1, order)
+        hi = np.array([[b for _, b in box]], np.int64).reshape(1, order)
+        _, blk, plo, phi = self.cut(lo, hi)
         return [
-            (tuple(b for b, _ in combo), tuple(iv for _, iv in combo))
-            for combo in itertools.product(*per_dim)
+            (
+                tuple(int(x) for x in blk[r]),
+                tuple((int(a), int(b)) for a, b in zip(plo[r], phi[r], strict=True)),
+            )
+            for r in range(len(blk))
         ]
 
 

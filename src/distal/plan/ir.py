@@ -12,10 +12,12 @@ After the last step, final values go to the output's other replicas.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from distal.distribution.machine import Machine
 from distal.distribution.partition import Placement
+from distal.errors import InternalError
 from distal.lang.concrete import Statement
 from distal.typing import Box, box_volume
 
@@ -161,9 +163,12 @@ class Plan:
         grids: shape of the machine each tensor's placement refers to.
         inputs: input tensor names, in order.
         output: the output tensor's name.
-        programs: the instructions of each processor, in order.
-        messages: every message, ordered by step, kind, source and destination.
+        programs: the instructions of each processor, in order (indexed by processor
+            number; a one-processor plan from ``kernel.program(p)`` holds only ``p``'s).
+        messages: every message the plan's processors send or receive, in canonical order
+            (step, kind, source, destination, tree position, tensor, box).
         primary: output block index -> the processor that reduces it.
+        procs: the processors whose programs the plan holds (empty: every processor).
     """
 
     statement: Statement
@@ -172,11 +177,27 @@ class Plan:
     placements: dict[str, Placement]
     inputs: tuple[str, ...]
     output: str
-    programs: tuple[tuple[Op, ...], ...]
+    programs: tuple[tuple[Op, ...], ...] | dict[int, tuple[Op, ...]]
     messages: tuple[Message, ...]
     primary: dict[tuple[int, ...], int] = field(default_factory=dict)
     machine: Machine | None = None
     routing: str = "direct"
+    procs: tuple[int, ...] = ()
+
+    def ops(self, p: int) -> tuple[Op, ...]:
+        """Processor ``p``'s instructions, in order."""
+        if self.procs and p not in self.procs:
+            raise InternalError(f"this plan holds the programs of {list(self.procs)}, not {p}")
+        return self.programs[p]
+
+    def restrict(self, p: int) -> Plan:
+        """This plan's part for processor ``p`` alone: its program and its messages."""
+        return dataclasses.replace(
+            self,
+            programs={p: self.ops(p)},
+            messages=tuple(m for m in self.messages if p in (m.src, m.dst)),
+            procs=(p,),
+        )
 
     def level_of(self, src: int, dst: int) -> int:
         """Machine level a message from ``src`` to ``dst`` crosses (0: between top-level nodes)."""

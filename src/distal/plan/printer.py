@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from distal.lang.nodes import IndexVar
-from distal.plan.fast import Summary
+from distal.plan.engine import PlanSummary, loop_roles
 from distal.plan.ir import FETCH, FINAL, PARTIAL
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
@@ -32,14 +32,13 @@ def loop_nest(s: Schedule) -> list[str]:
             once.append(name)
         else:
             comm[v].append(name)
-    rest = [v for v in s.loops if v not in procs]
-    deepest = max((rest.index(v) + 1 for v in comm if v in rest), default=0)
+    _, steps = loop_roles(s)
     lines = []
     for depth, v in enumerate(s.loops):
         if v in procs:
             d = procs.index(v)
             role = f"processor dim {d}"
-        elif rest.index(v) < deepest:
+        elif v in steps:
             role = "step"
         else:
             role = "leaf"
@@ -114,18 +113,6 @@ def movement(s: Schedule, moved: dict[tuple[str, str], list[int]]) -> list[str]:
     return lines
 
 
-def bound_lines(s: Schedule, st: Stats) -> list[str]:
-    """Max words received against the communication lower bound, where one is known."""
-    from distal.cost.bounds import statement_bound
-
-    b = statement_bound(s, st.nprocs)
-    if b is None:
-        return []
-    w = st.max_words_received
-    ratio = f"{w / b.words:.3f}" if b.words > 0 else ("1.000" if w == 0 else "inf")
-    return [f"lower bound: {b.words:.1f} words per processor ({b.detail}); max / bound = {ratio}"]
-
-
 _ROUTING_TEXT = {
     "direct": "direct (each piece from its owner, each partial sum straight to its reducer)",
     "broadcast": "broadcast (binomial-tree broadcasts of shared pieces; partial sums direct)",
@@ -133,8 +120,11 @@ _ROUTING_TEXT = {
 }
 
 
-def explain(s: Schedule, summary: Summary, routing: str = "direct") -> str:
-    """The full report of ``Kernel.explain()``."""
+def explain(
+    s: Schedule, summary: PlanSummary, routing: str = "direct", notes: list[str] = ()
+) -> str:
+    """The full report of ``Kernel.explain()``; ``notes`` end it (the kernel adds how the
+    traffic compares with the communication lower bound, which the cost model knows)."""
     out = [
         f"computation: {s.statement.assignment!r}",
         f"machine: {s.machine!r}",
@@ -150,5 +140,5 @@ def explain(s: Schedule, summary: Summary, routing: str = "direct") -> str:
     out += ["", f"data ({summary.nsteps} steps per processor):"]
     out += ["  " + x for x in movement(s, summary.moved)]
     out += ["", "per processor:"] + ["  " + x for x in traffic_table(summary.stats)]
-    out += bound_lines(s, summary.stats)
+    out += list(notes)
     return "\n".join(out)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from distal.errors import InternalError
 from distal.lang.nodes import IndexVar
 from distal.schedule.api import Schedule
@@ -69,33 +71,76 @@ class Bounds:
         This is what data movement uses (one box per tensor); it equals the hull of
         the exact set except when a reordered split's inner loop is fixed above its
         outer one and the result is clipped or rotated, where it may be larger.
+        The rule itself is :meth:`hull_arrays`; this is its one-processor case.
         """
-        n = self.extent[v]
+        lo, hi = self.hull_arrays(v, fixed, 1, {})
+        return int(lo[0]), int(hi[0])
+
+    def hull_arrays(
+        self, v: IndexVar, fixed: dict[IndexVar, np.ndarray | int], n: int, memo: dict
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`hull` for ``n`` processors at once: fixed loop values are arrays of ``n``.
+
+        ``memo`` caches the intervals of variables already visited under this ``fixed``.
+        Empty ranges are ``(0, 0)``.
+        """
+        if v in memo:
+            return memo[v]
+        ext = self.extent[v]
         if v in self.loops:
             if v in fixed:
-                x = fixed[v]
-                return (x, x + 1) if 0 <= x < n else (0, 0)
-            return (0, n)
-        r = self.defined_by[v]
-        if isinstance(r, Rotate):
-            lo, hi = self.hull(r.result, fixed)
-            if hi <= lo:
-                return (0, 0)
-            if hi - lo >= n:
-                return (0, n)
-            a = (lo + sum(fixed[b] for b in r.by)) % n
-            return (a, a + hi - lo) if a + hi - lo <= n else (0, n)
-        stride = self.extent[r.inner] if isinstance(r, Divide) else r.size
-        olo, ohi = self.hull(r.outer, fixed)
-        ilo, ihi = self.hull(r.inner, fixed)
-        if ohi <= olo or ihi <= ilo:
-            return (0, 0)
-        lo, hi = max(olo * stride + ilo, 0), min((ohi - 1) * stride + ihi, n)
-        return (lo, hi) if hi > lo else (0, 0)
+                x = np.asarray(fixed[v], np.int64)
+                ok = (x >= 0) & (x < ext)
+                out = (np.where(ok, x, 0), np.where(ok, x + 1, 0))
+            else:
+                out = (np.int64(0), np.int64(ext))
+        else:
+            r = self.defined_by.get(v)
+            if r is None:
+                raise InternalError(f"variable {v.name!r} is neither a loop nor derived")
+            if isinstance(r, Rotate):
+                lo, hi = self.hull_arrays(r.result, fixed, n, memo)
+                length = hi - lo
+                for b in r.by:
+                    if b not in fixed:
+                        raise InternalError(f"rotation of {v.name!r} by unfixed loop {b.name!r}")
+                a = (lo + sum(np.asarray(fixed[x], np.int64) for x in r.by)) % max(ext, 1)
+                whole = (length >= ext) | (a + length > ext)
+                empty = length <= 0
+                out = (
+                    np.where(empty | whole, 0, a),
+                    np.where(empty, 0, np.where(whole, ext, a + length)),
+                )
+            else:
+                stride = self.extent[r.inner] if isinstance(r, Divide) else r.size
+                olo, ohi = self.hull_arrays(r.outer, fixed, n, memo)
+                ilo, ihi = self.hull_arrays(r.inner, fixed, n, memo)
+                lo = np.maximum(olo * stride + ilo, 0)
+                hi = np.minimum((ohi - 1) * stride + ihi, ext)
+                empty = (ohi <= olo) | (ihi <= ilo) | (hi <= lo)
+                out = (np.where(empty, 0, lo), np.where(empty, 0, hi))
+        out = (np.broadcast_to(out[0], (n,)), np.broadcast_to(out[1], (n,)))
+        memo[v] = out
+        return out
 
     def hull_box(self, fixed: dict[IndexVar, int]) -> dict[IndexVar, tuple[int, int]]:
         """Bounding interval of every original variable."""
         return {v: self.hull(v, fixed) for v in self.variables}
+
+    def count(self, v: IndexVar, fixed: dict[IndexVar, int]) -> int:
+        """How many values ``v`` takes given the fixed loop values (its set's size)."""
+        return sum(hi - lo for lo, hi in self.values(v, fixed))
+
+    def loops_under(self, v: IndexVar) -> set[IndexVar]:
+        """The loop variables ``v``'s value is derived from (``v`` itself if it is a loop)."""
+        if v in self.loops:
+            return {v}
+        r = self.defined_by.get(v)
+        if r is None:
+            raise InternalError(f"variable {v.name!r} is neither a loop nor derived")
+        if isinstance(r, Rotate):
+            return self.loops_under(r.result) | set(r.by)
+        return self.loops_under(r.outer) | self.loops_under(r.inner)
 
     def exact_boxes(self, fixed: dict[IndexVar, int]) -> list[Box]:
         """Disjoint boxes over the statement variables covering exactly the iterations."""

@@ -10,7 +10,7 @@ fetches; after the last step finished blocks go to other replicas and the
 processor waits until everything it sent has arrived. It yields ``(BUSY, dt)``
 (the CPU is busy) or ``(WAIT, messages)``; the engine resumes it in time order.
 
-Routed plans (``plan/passes/routing.py``) add two dependencies, as the MPI runtime
+Routed plans (``plan/engine.py``) add two dependencies, as the MPI runtime
 has them. A relayed fetch (``Message.relay``, the relay's ``Forward``) is sent from
 the relay's fetch buffer, so it is posted once the relay has posted that step's
 fetches *and* its own copy of the piece has arrived — during its computation too

@@ -1,6 +1,6 @@
 """Relays forward routed pieces while they compute.
 
-In a routed plan (``plan/passes/routing.py``) a relay passes pieces of the next step's
+In a routed plan (``plan/engine.py``) a relay passes pieces of the next step's
 fetches on to its subtree from its own fetch buffer, as soon as its copy has arrived. Done
 by the rank's main thread, that can only happen between computations — when the rank waits
 for the next step's fetches — so a tree of depth ``d`` would expose ``d`` store-and-forward

@@ -1,50 +1,31 @@
-"""Lowering: a fully scheduled statement and the tensors' distributions -> a :class:`Plan`.
+"""An independent oracle for the plan engine: the lowering as a walk over each processor.
 
-This is the one place where distribution and schedule meet; no algorithm is a
-special case here. The steps:
-
-1. **Placement.** Each tensor's distribution becomes a :class:`Placement` on its
-   machine grid (same number of processors as the schedule's machine; processor
-   ``p`` is the row-major index on every grid). A tensor without a distribution
-   lives whole on processor 0.
-2. **Processors and steps.** The outer variables of ``distribute`` are processor
-   coordinates. The serial loops down to the deepest ``communicate`` are *steps*
-   (every processor runs the same number, in lockstep); the loops below are the
-   *leaf*. Without ``distribute`` everything runs on processor 0.
-3. **Data needed.** For a tensor communicated at loop ``v`` (or once per
-   processor), each time the loops down to ``v`` change, bounds inference gives
-   the hull of every variable over the iterations nested inside; the tensor's
-   needed box is the hull of its accesses (a term that does not depend on a
-   statement variable only reads at that variable's first value). An unchanged box
-   is kept; a new one is cut along owner blocks and each piece comes from the
-   processor itself or from the replica agreeing with it on replicated machine
-   dimensions (:meth:`Placement.source_for`).
-4. **Leaf.** At every step the exact iteration boxes (a reordered split or a
-   wrapped rotation gives several) become one ``Compute``.
-5. **Outputs.** A processor accumulates each output box it writes in a buffer (or
-   straight into its own block when it is that block's reducer). When the box
-   changes or the steps end, the buffer's pieces go to each block's *reducer*: the
-   lowest-numbered replica that contributes itself, else the lowest replica. After
-   the last step reducers send finished blocks to the other replicas.
+``distal.plan.engine`` evaluates the lowering's rules with arrays over all processors at
+once. This module evaluates the same rules the slow, obvious way -- one processor at a time,
+one step at a time, with Python boxes -- followed by the routing rewrite of a whole plan into
+binomial trees. Tests compare the engine's plans (whole and per processor), its stats and
+its messages with what this walk produces.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import defaultdict
 
 from distal.distribution.machine import Machine
-from distal.distribution.notation import parse_layout, whole_on_processor0
-from distal.distribution.partition import Placement
 from distal.errors import ScheduleError
 from distal.lang.nodes import IndexVar
+from distal.plan.engine import placements_of
 from distal.plan.ir import (
     FETCH,
     FINAL,
     PARTIAL,
+    Combine,
     Compute,
     Fetch,
     Flush,
+    Forward,
     Message,
     Op,
     OpenOutput,
@@ -57,33 +38,10 @@ from distal.schedule.api import Schedule
 from distal.schedule.bounds import Bounds
 from distal.typing import Box, box_contains, box_is_empty
 
+ROUTINGS = ("direct", "broadcast", "tree")
+
 # Order of instructions inside one step.
 _PHASE = {Fetch: 0, OpenOutput: 1, Compute: 2, Flush: 3, Reduce: 4, SendFinal: 5, RecvFinal: 6}
-
-
-def placements_of(s: Schedule) -> dict[str, Placement]:
-    """Where each tensor of the schedule lives, checked against the schedule's machine."""
-    machine = s.machine
-    tensors = s.tensors()
-    out = {}
-    for name, (dist, m) in s.layouts().items():
-        t = tensors[name]
-        if dist == "auto":
-            raise ScheduleError(
-                f"tensor {name!r} has dist='auto'; schedule it with dl.autoschedule"
-            )
-        if dist is None or m is None:
-            out[name] = Placement(
-                t.shape, whole_on_processor0(t.ndim, machine.shape), machine.shape
-            )
-            continue
-        if m.size != machine.size:
-            raise ScheduleError(
-                f"tensor {name!r} is distributed over {m!r} with {m.size} "
-                f"processors but the computation runs on {machine!r} with {machine.size}"
-            )
-        out[name] = Placement(t.shape, parse_layout(dist, name, t.ndim, m), m.shape)
-    return out
 
 
 def _rank(grid: tuple[int, ...], coord: tuple[int, ...]) -> int:
@@ -288,10 +246,98 @@ class _Lowering:
         add(p, si, Fetch(si, name, box, tuple(pieces), view))
 
 
-def lower(s: Schedule, routing: str = "direct") -> Plan:
-    """Compile a schedule into its exact per-processor plan, routed by ``routing``."""
-    if not isinstance(s, Schedule):
-        raise ScheduleError(f"compile() takes a Schedule (from dl.schedule), got {s!r}")
-    from distal.plan.passes.routing import route
+_ROUTE_PHASE = {
+    Fetch: 0,
+    Forward: 1,
+    OpenOutput: 2,
+    Compute: 3,
+    Combine: 4,
+    Flush: 5,
+    Reduce: 6,
+    SendFinal: 7,
+    RecvFinal: 8,
+}
 
+
+def tree_parent(i: int) -> int:
+    """Parent of node ``i > 0`` in a binomial tree rooted at node 0."""
+    return i - (1 << (i.bit_length() - 1))
+
+
+def route(plan: Plan, routing: str) -> Plan:
+    """``plan`` with its messages routed by ``routing`` (one of :data:`ROUTINGS`)."""
+    if routing not in ROUTINGS:
+        raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
+    if routing == "direct":
+        return plan
+    messages: list[Message] = []
+    fetch_src: dict[tuple, int] = {}  # (step, tensor, receiver, piece) -> who sends it
+    extra: dict[int, list] = defaultdict(list)  # processor -> added Forward / Combine ops
+    partial_dst: dict[tuple, int] = {}  # (step, sender, piece) -> who receives it
+    reduce_keep: set[tuple] = set()  # (reducer, step, src, piece) still received directly
+
+    groups: dict[tuple, list[Message]] = defaultdict(list)
+    for m in plan.messages:
+        if m.kind == FETCH:
+            groups["f", m.step, m.tensor, m.src, m.box].append(m)
+        elif m.kind == PARTIAL:
+            groups["p", m.step, m.tensor, m.dst, m.box].append(m)
+        else:
+            messages.append(m)
+    for (kind, step, tensor, root, box), ms in groups.items():
+        if kind == "p" and routing == "broadcast":
+            messages += ms
+            for m in ms:
+                partial_dst[step, m.src, box] = root
+                reduce_keep.add((root, step, m.src, box))
+            continue
+        if kind == "f":
+            nodes = [root, *sorted(m.dst for m in ms)]
+            for i in range(1, len(nodes)):
+                src = nodes[tree_parent(i)]
+                relay = tree_parent(i) != 0
+                messages.append(Message(step, FETCH, tensor, src, nodes[i], box, i, relay))
+                fetch_src[step, tensor, nodes[i], box] = src
+                if relay:
+                    extra[src].append(Forward(step, tensor, box, nodes[i]))
+        else:
+            nodes = [root, *sorted(m.src for m in ms)]
+            for i in range(1, len(nodes)):
+                dst = nodes[tree_parent(i)]
+                relay = tree_parent(i) != 0
+                messages.append(Message(step, PARTIAL, tensor, nodes[i], dst, box, i, relay))
+                partial_dst[step, nodes[i], box] = dst
+                if relay:
+                    extra[dst].append(Combine(step, nodes[i], box))
+                else:
+                    reduce_keep.add((dst, step, nodes[i], box))
+
+    programs = []
+    for p, prog in enumerate(plan.programs):
+        ops: list = []
+        for op in prog:
+            if isinstance(op, Fetch) and op.pieces:
+                pieces = tuple(
+                    (fetch_src.get((op.step, op.tensor, p, piece), src), piece)
+                    for src, piece in op.pieces
+                )
+                op = dataclasses.replace(op, pieces=pieces)
+            elif isinstance(op, Flush) and op.sends:
+                sends = tuple((partial_dst[op.step, p, box], box) for _, box in op.sends)
+                op = dataclasses.replace(op, sends=sends)
+            elif isinstance(op, Reduce) and (p, op.step, op.src, op.box) not in reduce_keep:
+                continue
+            ops.append(op)
+        ops += extra.get(p, [])
+        ops.sort(key=lambda op: (getattr(op, "step", plan.nsteps), _ROUTE_PHASE[type(op)]))
+        programs.append(tuple(ops))
+    order = {FETCH: 0, PARTIAL: 1}
+    messages.sort(key=lambda m: (m.step, order.get(m.kind, 2), m.src, m.dst, m.hop))
+    return dataclasses.replace(
+        plan, programs=tuple(programs), messages=tuple(messages), routing=routing
+    )
+
+
+def lower(s: Schedule, routing: str = "direct") -> Plan:
+    """The oracle's whole plan of ``s``, routed by ``routing``."""
     return route(_Lowering(s).run(), routing)

@@ -1,0 +1,846 @@
+"""The lowering: a scheduled statement and the tensors' distributions -> exact plan tables.
+
+This is the one place where distribution and schedule meet, and the only formulation of the
+lowering's rules; ``Stats``, ``explain``, routing, the simulator and every runtime's program
+derive from the tables built here. No algorithm is a special case.
+
+The rules, evaluated step by step with numpy arrays over processors:
+
+1. **Placement.** Each tensor's distribution becomes a :class:`Placement` on its machine
+   grid (processor ``p`` is the row-major index on every grid). A tensor without a
+   distribution lives whole on processor 0.
+2. **Processors and steps** (:func:`loop_roles`). The outer variables of ``distribute`` are
+   processor coordinates. The serial loops down to the deepest ``communicate`` are *steps*
+   (every processor runs the same number, in lockstep); the loops below are the *leaf*.
+   Without ``distribute`` everything runs on processor 0.
+3. **Data needed.** For a tensor communicated at loop ``v`` (or once per processor), each
+   time the loops down to ``v`` change, bounds inference (:meth:`Bounds.hull_arrays`) gives
+   the hull of every variable over the iterations nested inside; the tensor's needed box is
+   the hull of its accesses (a term that does not use a statement variable reads only at
+   that variable's first value). An unchanged box is kept; a box inside the processor's own
+   block is a view; any other box is cut along owner blocks and each piece comes from the
+   processor itself or from the replica agreeing with it on replicated machine dimensions
+   (:meth:`Placement.source_arrays`).
+4. **Leaf.** At every step the exact iteration boxes (:meth:`Bounds.exact_boxes`) become one
+   ``Compute``; ``iterations`` counts the same points (:meth:`Bounds.count`).
+5. **Outputs.** A processor accumulates each output box in a buffer (or straight into its own
+   block when it is that block's reducer). When the box changes or the steps end, the
+   buffer's pieces go to each block's *reducer*: the lowest-numbered replica whose own
+   accumulation touches the block, else the lowest replica. After the last step reducers
+   send finished blocks to the other replicas.
+6. **Routing** (``direct``, ``broadcast``, ``tree``): pieces that several processors fetch
+   from one owner in one step (and, for ``tree``, partial sums of one box sent to one
+   reducer) travel along binomial trees over the processors involved (:func:`tree_links`).
+7. **Memory.** At the end of step ``s`` a processor holds its owned blocks, one buffer per
+   fetched tensor (none for a view), the buffers prefetched for step ``s+1``, its partial
+   output buffer and the partial pieces received in step ``s``.
+
+An engine built with ``focus=p`` evaluates the cheap per-processor quantities (needed boxes,
+output boxes, reducers) for everyone but cuts pieces, chooses sources and builds routing
+trees only for the processors whose boxes meet ``p``'s: enough for ``p``'s own program and
+every message it sends or receives, never the whole machine's plan.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from distal.distribution.notation import parse_layout, whole_on_processor0
+from distal.distribution.partition import Placement
+from distal.errors import ScheduleError
+from distal.lang.nodes import IndexVar
+from distal.plan.ir import (
+    FETCH,
+    FINAL,
+    PARTIAL,
+    Combine,
+    Compute,
+    Fetch,
+    Flush,
+    Forward,
+    Message,
+    Op,
+    OpenOutput,
+    Plan,
+    RecvFinal,
+    Reduce,
+    SendFinal,
+)
+from distal.plan.stats import Stats
+from distal.schedule.api import Schedule
+from distal.schedule.bounds import Bounds
+
+Arr = np.ndarray
+
+#: Routing strategies a kernel can be compiled with ("auto": the cost model's choice):
+#: "broadcast" routes shared fetches through trees and partial sums directly, "tree" both.
+ROUTINGS = ("direct", "broadcast", "tree")
+_KINDS = (FETCH, PARTIAL, FINAL)
+# Order of a processor's instructions inside one step.
+_PHASE = {
+    Fetch: 0,
+    Forward: 1,
+    OpenOutput: 2,
+    Compute: 3,
+    Combine: 4,
+    Flush: 5,
+    Reduce: 6,
+    SendFinal: 7,
+    RecvFinal: 8,
+}
+
+
+def placements_of(s: Schedule) -> dict[str, Placement]:
+    """Where each tensor of the schedule lives, checked against the schedule's machine."""
+    machine = s.machine
+    tensors = s.tensors()
+    out = {}
+    for name, (dist, m) in s.layouts().items():
+        t = tensors[name]
+        if dist == "auto":
+            raise ScheduleError(
+                f"tensor {name!r} has dist='auto'; schedule it with dl.autoschedule"
+            )
+        if dist is None or m is None:
+            out[name] = Placement(
+                t.shape, whole_on_processor0(t.ndim, machine.shape), machine.shape
+            )
+            continue
+        if m.size != machine.size:
+            raise ScheduleError(
+                f"tensor {name!r} is distributed over {m!r} with {m.size} "
+                f"processors but the computation runs on {machine!r} with {machine.size}"
+            )
+        out[name] = Placement(t.shape, parse_layout(dist, name, t.ndim, m), m.shape)
+    return out
+
+
+def loop_roles(s: Schedule) -> tuple[dict[str, int], tuple[IndexVar, ...]]:
+    """``(depth of each tensor's communication, step loops)``.
+
+    A tensor communicated at a serial loop ``v`` has depth ``1 + v``'s position among the
+    serial loops; one communicated at a processor loop, or never named, has depth 0 (fetched
+    once per processor). The step loops are the serial loops down to the deepest one.
+    """
+    procs = s.processor_loops
+    rest = [v for v in s.loops if v not in procs]
+    depth: dict[str, int] = {}
+    for name in s.tensors():
+        v = s.comm_var(name)
+        depth[name] = 0 if v is None or v in procs else rest.index(v) + 1
+    return depth, tuple(rest[: max(depth.values(), default=0)])
+
+
+def tree_links(root: Arr, member: Arr, key: Arr) -> tuple[Arr, Arr, Arr]:
+    """Binomial trees: ``(parent, position, relay)`` of each member.
+
+    Rows with equal ``key`` form one group rooted at ``root``; its members, ordered by
+    processor number, are nodes ``1, 2, ...`` and node ``i`` hangs under node
+    ``i - 2**floor(log2(i))`` (node 0 is the root). ``relay`` is True where the parent is a
+    member (it passes the piece on, or combines the sums below it), not the root.
+    """
+    n = len(member)
+    if n == 0:
+        return root.copy(), np.zeros(0, np.int64), np.zeros(0, bool)
+    order = np.lexsort((member, *key.T[::-1]))
+    ks = key[order]
+    first = np.ones(n, bool)
+    first[1:] = np.any(ks[1:] != ks[:-1], axis=1)
+    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    pos = np.arange(n) - start + 1
+    parent = pos - (1 << (np.floor(np.log2(pos)).astype(np.int64)))
+    ms = member[order]
+    sorted_parent = np.where(parent == 0, root[order], ms[np.maximum(start + parent - 1, 0)])
+    out_parent = np.empty(n, np.int64)
+    out_parent[order] = sorted_parent
+    out_pos = np.empty(n, np.int64)
+    out_pos[order] = pos
+    out_relay = np.empty(n, bool)
+    out_relay[order] = parent != 0
+    return out_parent, out_pos, out_relay
+
+
+def _vol(lo: Arr, hi: Arr) -> Arr:
+    return np.prod(np.maximum(hi - lo, 0), axis=1) if lo.shape[1] else np.ones(len(lo), np.int64)
+
+
+def _meets(lo: Arr, hi: Arr, blo: Arr, bhi: Arr) -> Arr:
+    """Rows whose box ``[lo, hi)`` meets box ``[blo, bhi)`` (broadcast) in a non-empty box."""
+    if lo.shape[1] == 0:
+        return np.ones(len(lo), bool)
+    return np.all((np.maximum(lo, blo) < np.minimum(hi, bhi)), axis=1)
+
+
+@dataclass
+class PlanSummary:
+    """What ``explain`` and ``stats`` need: exact stats and totals per tensor and kind."""
+
+    stats: Stats
+    moved: dict[tuple[str, str], list[int]]  # (tensor, kind) -> [words, messages]
+    nsteps: int
+    # per step (the final phase last) and processor: words in, words out, messages in, out;
+    # None when steps x processors is too large to keep
+    per_step: np.ndarray | None = None
+
+    def step_comm_seconds(self, alpha: float, beta: float) -> float | None:
+        """Communication time if every step waits for its busiest processor (BSP):
+        ``sum over steps of max over processors of alpha * messages + beta * words``."""
+        if self.per_step is None:
+            return None
+        wi, wo, mi, mo = self.per_step
+        per = alpha * np.maximum(mi, mo) + beta * np.maximum(wi, wo)
+        return float(per.max(axis=1).sum()) if per.size else 0.0
+
+
+class _Rows:
+    """Messages collected during the walk: arrays per batch, concatenated at the end."""
+
+    def __init__(self) -> None:
+        self.cols: dict[str, list[Arr]] = defaultdict(list)
+        self.boxes: list[tuple[int, Arr, Arr]] = []  # (tensor index, lo, hi) per batch
+
+    def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None) -> None:
+        n = len(src)
+        if n == 0:
+            return
+        c = self.cols
+        c["step"].append(np.broadcast_to(np.asarray(step, np.int64), (n,)))
+        c["kind"].append(np.full(n, kind, np.int64))
+        c["tensor"].append(np.full(n, tensor, np.int64))
+        c["src"].append(src)
+        c["dst"].append(dst)
+        c["hop"].append(np.zeros(n, np.int64) if hop is None else hop)
+        c["relay"].append(np.zeros(n, bool) if relay is None else relay)
+        c["words"].append(_vol(lo, hi))
+        self.boxes.append((tensor, lo, hi))
+
+    def arrays(self) -> dict[str, Arr]:
+        keys = ("step", "kind", "tensor", "src", "dst", "hop", "words")
+        out = {k: np.concatenate(self.cols[k]) if self.cols[k] else np.zeros(0, np.int64)
+               for k in keys}
+        out["relay"] = (
+            np.concatenate(self.cols["relay"]) if self.cols["relay"] else np.zeros(0, bool)
+        )
+        return out
+
+
+class Engine:
+    """One evaluation of the lowering rules for a schedule and a routing.
+
+    ``focus=None`` evaluates everything (stats, the whole plan); ``focus=p`` only what
+    processor ``p``'s program and messages need.
+    """
+
+    def __init__(self, s: Schedule, routing: str = "direct", focus: int | None = None) -> None:
+        if routing not in ROUTINGS:
+            raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
+        self.s = s
+        self.routing = routing
+        st = self.st = s.statement
+        self.machine = s.machine
+        self.P = self.machine.size
+        if focus is not None and not 0 <= focus < self.P:
+            raise ScheduleError(
+                f"processor {focus} does not exist: the machine has {self.P} processors"
+            )
+        self.focus = focus
+        self.placements = placements_of(s)
+        self.names = list(self.placements)
+        self.tid = {n: i for i, n in enumerate(self.names)}
+        self.out = st.output.name
+        self.inputs = tuple(t.name for t in st.inputs())
+        self.bounds = Bounds(s)
+        self.depth, self.step_loops = loop_roles(s)
+        self.steps = list(itertools.product(*(range(s.extent[v]) for v in self.step_loops)))
+        self.S = len(self.steps)
+        self.active = np.arange(self.P) if s.levels else np.zeros(1, np.int64)
+        self.A = len(self.active)
+        procs = s.processor_loops
+        mcoords = np.stack(np.unravel_index(self.active, self.machine.shape), axis=1)
+        self.proc_vals = {v: mcoords[:, k] for k, v in enumerate(procs)} if s.levels else {}
+        lhs = set(st.lhs_vars)
+        # statement variables a term does not use: it reads only at their first value
+        self.gates = [
+            tuple(v for v in st.variables if v not in lhs and v not in t.summed) for t in st.terms
+        ]
+        # the focus processor's row among the active ones (None: it runs no iteration)
+        self.frow: int | None = None
+        if focus is not None:
+            hit = np.nonzero(self.active == focus)[0]
+            self.frow = int(hit[0]) if len(hit) else None
+        self._coords: dict[str, Arr] = {}
+        self._own: dict[str, tuple[Arr, ...]] = {}
+        self.rows = _Rows()
+        # what the programs are built from (only for the processors they are built for)
+        self.fetch_ops: list[tuple] = []  # (step, tensor, recv, box | None, view)
+        self.fetch_pieces: dict[tuple[int, str, int], list] = defaultdict(list)
+        self.out_recs: list[tuple] = []  # (proc, open step, flush step, box, direct)
+        self.flush_pieces: dict[tuple[int, int], list] = defaultdict(list)  # (p, step) -> [...]
+        self.primary = np.zeros(0, np.int64)
+        self.load = np.zeros((self.S, self.P), np.int64)  # memory beyond owned blocks
+
+    # -- per-tensor ownership of the active processors -----------------------------------
+
+    def coords(self, name: str) -> Arr:
+        if name not in self._coords:
+            self._coords[name] = self.placements[name].coords_of(self.active)
+        return self._coords[name]
+
+    def own(self, name: str) -> tuple[Arr, ...]:
+        if name not in self._own:
+            self._own[name] = self.placements[name].own_arrays(self.coords(name))
+        return self._own[name]
+
+    def _focus_own(self, name: str) -> tuple[Arr, Arr] | None:
+        """The focus processor's own block of ``name`` as ``(lo, hi)`` rows, if it has one."""
+        pl = self.placements[name]
+        has, _, lo, hi = pl.own_arrays(pl.coords_of(np.array([self.focus])))
+        return (lo, hi) if has[0] else None
+
+    def wanted(self, sel: Arr) -> Arr:
+        """Whether programs are built for the processor numbers in ``sel`` (vectorised)."""
+        return np.ones(len(sel), bool) if self.focus is None else sel == self.focus
+
+    # -- bounds ----------------------------------------------------------------------------
+
+    def fixed(self, vals: tuple[int, ...]) -> tuple[dict, dict]:
+        fixed: dict[IndexVar, Arr | int] = dict(self.proc_vals)
+        fixed.update(zip(self.step_loops, vals, strict=False))
+        return fixed, {}
+
+    def hull(self, v: IndexVar, fixed: dict, memo: dict) -> tuple[Arr, Arr]:
+        return self.bounds.hull_arrays(v, fixed, self.A, memo)
+
+    def alive(self, fixed: dict, memo: dict) -> Arr:
+        """Processors with at least one iteration below the fixed loops."""
+        ok = np.ones(self.A, bool)
+        for v in self.st.variables:
+            lo, hi = self.hull(v, fixed, memo)
+            ok &= hi > lo
+        return ok
+
+    def needed(self, name: str, fixed: dict, memo: dict) -> tuple[Arr, Arr, Arr]:
+        """``(has, lo, hi)`` of the box of input ``name`` every active processor needs."""
+        order = len(self.placements[name].shape)
+        has = np.zeros(self.A, bool)
+        alive = self.alive(fixed, memo)
+        lo = np.full((self.A, order), np.iinfo(np.int64).max, np.int64)
+        hi = np.full((self.A, order), np.iinfo(np.int64).min, np.int64)
+        for term, gate in zip(self.st.terms, self.gates, strict=True):
+            ok = alive.copy()
+            for v in gate:
+                glo, ghi = self.hull(v, fixed, memo)
+                ok &= (glo <= 0) & (0 < ghi)
+            for f in term.factors:
+                if f.tensor.name != name:
+                    continue
+                m = ok.copy()
+                ivs = [self.hull(v, fixed, memo) for v in f.indices]
+                for vlo, vhi in ivs:
+                    m &= vhi > vlo
+                for d, (vlo, vhi) in enumerate(ivs):
+                    lo[:, d] = np.where(m, np.minimum(lo[:, d], vlo), lo[:, d])
+                    hi[:, d] = np.where(m, np.maximum(hi[:, d], vhi), hi[:, d])
+                has |= m
+        lo = np.where(has[:, None], lo, 0)
+        hi = np.where(has[:, None], hi, 0)
+        return has, lo, hi
+
+    # -- the walk --------------------------------------------------------------------------
+
+    def inputs_pass(self) -> None:
+        """Fetches of every input, their pieces, routing and buffer memory."""
+        A, S = self.A, self.S
+        cur: dict[str, tuple[Arr, Arr, Arr, Arr]] = {}
+        prev_total = None
+        routed = self.routing in ("broadcast", "tree")
+        fown = {n: self._focus_own(n) for n in self.inputs} if self.focus is not None else {}
+        for si, vals in enumerate(self.steps):
+            changed_at = (
+                0
+                if si == 0
+                else next(
+                    d
+                    for d, (a, b) in enumerate(zip(self.steps[si - 1], vals, strict=True))
+                    if a != b
+                )
+            )
+            fixed, memo = self.fixed(vals)
+            fetched = np.zeros(A, np.int64)
+            for name in self.inputs:
+                d = self.depth[name]
+                if si > 0 and changed_at >= d:
+                    continue
+                fx, mm = (fixed, memo) if d == len(self.step_loops) else self.fixed(vals[:d])
+                has, lo, hi = self.needed(name, fx, mm)
+                if si == 0:
+                    changed = np.ones(A, bool)
+                else:
+                    phas, plo, phi = cur[name][:3]
+                    same = (has == phas) & (~has | np.all((lo == plo) & (hi == phi), axis=1))
+                    changed = ~same
+                own_has, _, own_lo, own_hi = self.own(name)
+                inside = own_has & np.all((own_lo <= lo) & (hi <= own_hi), axis=1)
+                words = np.where(has & ~inside, _vol(lo, hi), 0)
+                old_words = cur[name][3] if si > 0 else np.zeros(A, np.int64)
+                fetched += np.where(changed, words, 0)
+                cur[name] = (has, lo, hi, np.where(changed, words, old_words))
+                self._fetch_ops(si, name, changed, has, lo, hi, inside)
+                go = changed & has & ~inside
+                if self.focus is not None:
+                    go &= self._fetch_interest(name, has, lo, hi, fown[name], routed)
+                if go.any():
+                    self._fetch_pieces(si, name, go, lo, hi, routed)
+            if self.focus is None:
+                total = sum(v[3] for v in cur.values()) if cur else np.zeros(A, np.int64)
+                if prev_total is not None:
+                    self.load[si - 1, self.active] += prev_total + fetched
+                prev_total = total
+        if self.focus is None and prev_total is not None and S:
+            self.load[S - 1, self.active] += prev_total
+
+    def _fetch_interest(self, name, has, lo, hi, fown, routed) -> Arr:
+        """Receivers that can exchange pieces of ``name`` with the focus processor."""
+        ok = np.zeros(self.A, bool)
+        if fown is not None:  # it may serve them from its own block
+            ok |= has & _meets(lo, hi, fown[0], fown[1])
+        if self.frow is not None and has[self.frow]:
+            ok[self.frow] = True
+            if routed:  # the trees of the pieces it receives: everyone receiving them
+                ok |= has & _meets(lo, hi, lo[self.frow], hi[self.frow])
+        return ok
+
+    def _fetch_ops(self, si, name, changed, has, lo, hi, inside) -> None:
+        if self.focus is None:
+            sel = np.nonzero(changed)[0]
+        elif self.frow is not None and changed[self.frow]:
+            sel = np.array([self.frow])
+        else:
+            return
+        if self.focus is None and not self.build_ops:
+            return
+        recv = self.active[sel]
+        for r, p in zip(sel.tolist(), recv.tolist(), strict=True):
+            box = tuple(zip(lo[r].tolist(), hi[r].tolist(), strict=True)) if has[r] else None
+            self.fetch_ops.append((si, name, p, box, bool(inside[r]) or box is None))
+            if box is not None and inside[r]:
+                self.fetch_pieces[si, name, p].append((p, box))
+
+    def _fetch_pieces(self, si, name, go, lo, hi, routed) -> None:
+        pl = self.placements[name]
+        rows, bk, plo, phi = pl.cut(lo[go], hi[go])
+        recv = self.active[go][rows]
+        src = pl.ranks_of(pl.source_arrays(bk, self.coords(name)[go][rows]))
+        remote = src != recv
+        hop = relay = None
+        if routed:  # the sender of a remote piece becomes its parent in the piece's tree
+            r = np.nonzero(remote)[0]
+            parent, hop, relay = tree_links(
+                src[r], recv[r], np.column_stack([src[r], plo[r], phi[r]])
+            )
+            src = src.copy()
+            src[r] = parent
+        if self.build_ops:
+            for r in np.nonzero(self.wanted(recv))[0].tolist():
+                piece = tuple(zip(plo[r].tolist(), phi[r].tolist(), strict=True))
+                self.fetch_pieces[si, name, int(recv[r])].append((int(src[r]), piece))
+        self.rows.add(
+            si, 0, self.tid[name], src[remote], recv[remote], plo[remote], phi[remote], hop, relay
+        )
+
+    def output_pass(self) -> None:
+        """Output boxes, reducers, partial sums, final copies and partial-buffer memory."""
+        name = self.out
+        pl = self.placements[name]
+        order = len(pl.shape)
+        lhs = self.st.lhs_vars
+        A, S = self.A, self.S
+        d = self.depth[name]
+        boxes: list[tuple[Arr, Arr, Arr]] = []
+        for si in range(S):
+            if si > 0 and self.steps[si][:d] == self.steps[si - 1][:d]:
+                boxes.append(boxes[-1])
+                continue
+            fixed, memo = self.fixed(self.steps[si][:d])
+            lo = np.zeros((A, order), np.int64)
+            hi = np.zeros((A, order), np.int64)
+            for k, v in enumerate(lhs):
+                lo[:, k], hi[:, k] = self.hull(v, fixed, memo)
+            has = np.all(hi > lo, axis=1) if order else np.ones(A, bool)
+            has &= self.alive(fixed, memo)
+            lo, hi = np.where(has[:, None], lo, 0), np.where(has[:, None], hi, 0)
+            boxes.append((has, lo, hi))
+        # one record per accumulation: (row, open step, flush step, lo, hi)
+        rec = defaultdict(list)
+        open_at = np.zeros(A, np.int64)
+        for si in range(S):
+            has, lo, hi = boxes[si]
+            if si > 0:
+                ph, plo_, phi_ = boxes[si - 1]
+                new = (has != ph) | (has & ~np.all((lo == plo_) & (hi == phi_), axis=1))
+                open_at = np.where(new, si, open_at)
+            if si == S - 1:
+                flush = has
+            else:
+                nh, nl, nu = boxes[si + 1]
+                flush = has & ((nh != has) | ~np.all((nl == lo) & (nu == hi), axis=1))
+            rows = np.nonzero(flush)[0]
+            rec["rows"].append(rows)
+            rec["open"].append(open_at[rows])
+            rec["flush"].append(np.full(len(rows), si, np.int64))
+            rec["lo"].append(lo[rows])
+            rec["hi"].append(hi[rows])
+        rows = np.concatenate(rec["rows"]) if S else np.zeros(0, np.int64)
+        opened = np.concatenate(rec["open"]) if S else np.zeros(0, np.int64)
+        flushed = np.concatenate(rec["flush"]) if S else np.zeros(0, np.int64)
+        lo = np.concatenate(rec["lo"]) if S else np.zeros((0, order), np.int64)
+        hi = np.concatenate(rec["hi"]) if S else np.zeros((0, order), np.int64)
+        ranks = self.active[rows]
+        nblocks = tuple(pl.pieces(k) for k in range(order))
+        nb = max(math.prod(nblocks), 1)
+
+        def lin(idx: Arr) -> Arr:
+            return np.ravel_multi_index(tuple(idx.T), nblocks) if order else np.zeros(
+                len(idx), np.int64
+            )
+
+        # reducers: the lowest replica whose own accumulation touches the block, else the lowest
+        own_has, own_idx, own_lo, own_hi = self.own(name)
+        own_lin = lin(own_idx)
+        contrib = own_has[rows] & _meets(lo, hi, own_lo[rows], own_hi[rows])
+        big = np.iinfo(np.int64).max
+        primary = np.full(nb, big, np.int64)
+        np.minimum.at(primary, own_lin[rows][contrib], ranks[contrib])
+        all_idx = np.array(list(itertools.product(*(range(n) for n in nblocks))), np.int64)
+        all_idx = all_idx.reshape(nb, order)
+        lowest = pl.ranks_of(pl.source_arrays(all_idx, np.zeros((nb, len(pl.grid)), np.int64)))
+        primary = np.where(primary == big, lowest, primary)
+        self.primary, self.all_idx = primary, all_idx
+        # direct accumulation: the box inside the own block, whose reducer is this processor
+        inside = own_has[rows] & np.all((own_lo[rows] <= lo) & (hi <= own_hi[rows]), axis=1)
+        direct = inside & (primary[own_lin[rows]] == ranks)
+        if self.focus is None:
+            vol = _vol(lo, hi)
+            part = np.zeros((S + 1, self.P), np.int64)
+            nd = ~direct
+            np.add.at(part, (opened[nd], ranks[nd]), vol[nd])
+            np.add.at(part, (flushed[nd] + 1, ranks[nd]), -vol[nd])
+            self.load += np.cumsum(part, axis=0)[:S]
+        if self.build_ops:
+            for r in np.nonzero(self.wanted(ranks))[0].tolist():
+                box = tuple(zip(lo[r].tolist(), hi[r].tolist(), strict=True))
+                self.out_recs.append(
+                    (int(ranks[r]), int(opened[r]), int(flushed[r]), box, bool(direct[r]))
+                )
+        # partial sums of the records that are not accumulated directly
+        keep = ~direct
+        if self.focus is not None:
+            keep &= self._partial_interest(ranks, lo, hi, flushed)
+        sel = np.nonzero(keep)[0]
+        prow, pblk, plo, phi = pl.cut(lo[sel], hi[sel])
+        prow = sel[prow]
+        senders, at = ranks[prow], flushed[prow]
+        dst = primary[lin(pblk)]
+        remote = dst != senders
+        hop = relay = None
+        root = dst[remote]
+        sent = senders[remote]
+        if self.routing == "tree":
+            key = np.column_stack([at[remote], root, plo[remote], phi[remote]])
+            parent, hop, relay = tree_links(root, sent, key)
+        else:
+            parent = root
+        if self.build_ops:
+            to = dst.copy()
+            to[np.nonzero(remote)[0]] = parent
+            for r in np.nonzero(self.wanted(senders))[0].tolist():
+                piece = tuple(zip(plo[r].tolist(), phi[r].tolist(), strict=True))
+                self.flush_pieces[int(senders[r]), int(at[r])].append(
+                    (int(to[r]), piece, bool(remote[r]))
+                )
+        self.rows.add(
+            at[remote], 1, self.tid[name], sent, parent, plo[remote], phi[remote], hop, relay
+        )
+        if self.focus is None:
+            np.add.at(self.load, (at[remote], parent), _vol(plo[remote], phi[remote]))
+        self._finals(pl, nb)
+
+    def _partial_interest(self, ranks, lo, hi, flushed) -> Arr:
+        """Accumulations whose partial sums can meet the focus processor."""
+        ok = ranks == self.focus
+        fown = self._focus_own(self.out)
+        if fown is not None:  # it reduces (some of) its own block
+            ok |= _meets(lo, hi, fown[0], fown[1])
+        if self.routing == "tree" and ok.any():  # the trees its own sums travel along
+            mine = np.nonzero(ranks == self.focus)[0]
+            for r in mine.tolist():
+                ok |= (flushed == flushed[r]) & _meets(lo, hi, lo[r : r + 1], hi[r : r + 1])
+        return ok
+
+    def _finals(self, pl: Placement, nb: int) -> None:
+        """Finished blocks from their reducers to the other replicas."""
+        bvol = np.ones(nb, np.int64)
+        lo_of, hi_of = pl._arrays[3]
+        for k in range(len(pl.shape)):
+            bvol *= hi_of[k][self.all_idx[:, k]] - lo_of[k][self.all_idx[:, k]]
+        free = [m for m, f in enumerate(pl.fixed_dims()) if not f]
+        if not free:
+            return
+        reps = np.array(list(itertools.product(*(range(pl.grid[m]) for m in free))), np.int64)
+        bi = np.repeat(np.arange(nb), len(reps))
+        recv = np.zeros((len(bi), len(pl.grid)), np.int64)
+        recv[:, free] = np.tile(reps, (nb, 1))
+        r = pl.ranks_of(pl.source_arrays(self.all_idx[bi], recv))
+        prim = self.primary[bi]
+        keep = (bvol[bi] > 0) & (r != prim)
+        if self.focus is not None:
+            keep &= (r == self.focus) | (prim == self.focus)
+        bi, r, prim = bi[keep], r[keep], prim[keep]
+        blo = np.zeros((len(bi), len(pl.shape)), np.int64)
+        bhi = np.zeros((len(bi), len(pl.shape)), np.int64)
+        for k in range(len(pl.shape)):
+            blo[:, k] = lo_of[k][self.all_idx[bi, k]]
+            bhi[:, k] = hi_of[k][self.all_idx[bi, k]]
+        self.rows.add(self.S, 2, self.tid[self.out], prim, r, blo, bhi)
+
+    # -- iterations --------------------------------------------------------------------------
+
+    def iterations(self) -> Arr:
+        """Points of the iteration space each processor executes: the ``Compute`` boxes' sum.
+
+        A variable's count depends only on the loops it is derived from, so it is evaluated
+        once per distinct value of those loops (processor coordinates and step counters).
+        """
+        out = np.zeros(self.P, np.int64)
+        procs = list(self.s.processor_loops)
+        mcoords = np.stack(np.unravel_index(self.active, self.machine.shape), axis=1)
+        per_var = []
+        for v in self.st.variables:
+            under = self.bounds.loops_under(v)
+            pcols = [k for k, p in enumerate(procs) if p in under]
+            scols = [k for k, x in enumerate(self.step_loops) if x in under]
+            if pcols:
+                uniq, inv = np.unique(mcoords[:, pcols], axis=0, return_inverse=True)
+            else:
+                uniq, inv = np.zeros((1, 0), np.int64), np.zeros(self.A, np.int64)
+            svals = sorted({tuple(vals[k] for k in scols) for vals in self.steps}) or [()]
+            sidx = {sv: n for n, sv in enumerate(svals)}
+            table = np.zeros((len(uniq), len(svals)), np.int64)
+            for u, row in enumerate(uniq.tolist()):
+                for sv, n in sidx.items():
+                    fixed = dict.fromkeys(procs, 0)
+                    fixed.update(zip([procs[k] for k in pcols], row, strict=True))
+                    fixed.update(zip([self.step_loops[k] for k in scols], sv, strict=True))
+                    table[u, n] = self.bounds.count(v, fixed)
+            step_of = np.array(
+                [sidx[tuple(vals[k] for k in scols)] for vals in self.steps] or [0], np.int64
+            )
+            per_var.append((inv.reshape(-1), table, step_of))
+        total = np.zeros(self.A, np.int64)
+        for si in range(max(self.S, 1)):
+            prod = np.ones(self.A, np.int64)
+            for inv, table, step_of in per_var:
+                prod *= table[inv, step_of[si]]
+            total += prod
+        out[self.active] = total
+        return out
+
+    # -- results -----------------------------------------------------------------------------
+
+    build_ops = False
+
+    def table(self) -> dict[str, Arr]:
+        """Every message as arrays, sorted in the plan's canonical order."""
+        a = self.rows.arrays()
+        boxes = self.rows.boxes
+        lo_rows: list = []
+        hi_rows: list = []
+        for _, lo, hi in boxes:
+            lo_rows += [tuple(x) for x in lo.tolist()]
+            hi_rows += [tuple(x) for x in hi.tolist()]
+        a["lo"], a["hi"] = lo_rows, hi_rows
+        return a
+
+    def summary(self) -> PlanSummary:
+        """Exact stats of the whole plan, from the tables, without building any instruction."""
+        self.inputs_pass()
+        self.output_pass()
+        P = self.P
+        a = self.rows.arrays()
+        src, dst, words, step = a["src"], a["dst"], a["words"], a["step"]
+        nlev = self.machine.nlevels
+        lv = np.zeros((nlev, P), np.int64)
+        np.add.at(lv, (self._levels(src, dst), dst), words)
+        moved: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        if len(src):
+            keys = a["tensor"] * len(_KINDS) + a["kind"]
+            w = np.bincount(keys, weights=words, minlength=len(self.names) * 3)
+            c = np.bincount(keys, minlength=len(self.names) * 3)
+            for key in np.nonzero(c)[0].tolist():
+                moved[self.names[key // 3], _KINDS[key % 3]] = [int(w[key]), int(c[key])]
+        per_step = None
+        if (self.S + 1) * P <= 2_000_000:
+            per_step = np.zeros((4, self.S + 1, P), np.int64)
+            size = (self.S + 1) * P
+            for k, (who, wts) in enumerate(((dst, words), (src, words), (dst, None), (src, None))):
+                per_step[k] = np.bincount(step * P + who, weights=wts, minlength=size).reshape(
+                    self.S + 1, P
+                )
+        owned = np.zeros(P, np.int64)
+        ranks = np.arange(P)
+        for pl in self.placements.values():
+            has, _, lo, hi = pl.own_arrays(pl.coords_of(ranks))
+            owned += np.where(has, _vol(lo, hi), 0)
+        peak = owned + (self.load.max(axis=0) if self.S else 0)
+
+        def count(x, w=None):
+            return np.bincount(x, weights=w, minlength=P).astype(np.int64).tolist()
+
+        st = Stats(
+            words_received=count(dst, words),
+            words_sent=count(src, words),
+            messages_received=count(dst),
+            messages_sent=count(src),
+            iterations=self.iterations().tolist(),
+            peak_words=np.maximum(peak, owned).tolist(),
+            level_words_received=lv.tolist(),
+        )
+        return PlanSummary(st, dict(moved), self.S, per_step)
+
+    def _levels(self, src: Arr, dst: Arr) -> Arr:
+        m = self.machine
+        if m.nlevels == 1:
+            return np.zeros(len(src), np.int64)
+        cs = np.stack(np.unravel_index(src, m.shape), axis=1)
+        cd = np.stack(np.unravel_index(dst, m.shape), axis=1)
+        level = np.zeros(len(src), np.int64)
+        found = np.zeros(len(src), bool)
+        for k in range(m.nlevels):
+            dims = list(m.level_dims(k))
+            diff = np.any(cs[:, dims] != cd[:, dims], axis=1) & ~found
+            level[diff] = k
+            found |= diff
+        return level
+
+    def plan(self) -> Plan:
+        """The programs of the processors in focus (all, or one) and their messages."""
+        self.build_ops = True
+        self.inputs_pass()
+        self.output_pass()
+        messages = self._messages()
+        procs = range(self.P) if self.focus is None else [self.focus]
+        ops: dict[int, list[tuple[tuple[int, int, int], Op]]] = {p: [] for p in procs}
+
+        def add(p: int, step: int, op: Op) -> None:
+            ops[p].append(((step, _PHASE[type(op)], len(ops[p])), op))
+
+        for si, name, p, box, view in self.fetch_ops:
+            pieces = tuple((src, piece) for src, piece in self.fetch_pieces.get((si, name, p), ()))
+            add(p, si, Fetch(si, name, box, pieces if box is not None else (), view))
+        for p in procs:
+            for si, vals in enumerate(self.steps) if self._runs(p) else ():
+                fixed = (
+                    dict(zip(self.s.processor_loops, self.machine.coord(p), strict=True))
+                    if self.s.levels
+                    else {}
+                )
+                fixed.update(zip(self.step_loops, vals, strict=True))
+                boxes = self.bounds.exact_boxes(fixed)
+                if boxes:
+                    add(p, si, Compute(si, tuple(boxes)))
+        for p, opened, flushed, box, direct in self.out_recs:
+            add(p, opened, OpenOutput(opened, box, direct))
+            if direct:
+                continue
+            pieces = self.flush_pieces.get((p, flushed), [])
+            sends = tuple((to, piece) for to, piece, remote in pieces if remote)
+            local = tuple(piece for _, piece, remote in pieces if not remote)
+            add(p, flushed, Flush(flushed, box, sends, local))
+        for m in messages:
+            if m.kind == FETCH and m.relay and m.src in ops:
+                add(m.src, m.step, Forward(m.step, m.tensor, m.box, m.dst))
+            elif m.kind == PARTIAL and m.dst in ops:
+                add(m.dst, m.step, (Combine if m.relay else Reduce)(m.step, m.src, m.box))
+            elif m.kind == FINAL:
+                if m.src in ops:
+                    add(m.src, m.step, SendFinal(m.dst, m.box))
+                if m.dst in ops:
+                    add(m.dst, m.step, RecvFinal(m.src, m.box))
+        programs = {p: tuple(op for _, op in sorted(o, key=lambda x: x[0])) for p, o in ops.items()}
+        primary = {
+            tuple(int(x) for x in idx): int(q)
+            for idx, q in zip(self.all_idx.tolist(), self.primary.tolist(), strict=True)
+        }
+        return Plan(
+            statement=self.st,
+            nprocs=self.P,
+            nsteps=self.S,
+            placements=self.placements,
+            inputs=self.inputs,
+            output=self.out,
+            programs=programs if self.focus is not None else tuple(programs[p] for p in procs),
+            messages=tuple(messages),
+            primary=primary,
+            machine=self.machine,
+            routing=self.routing,
+            procs=tuple(procs),
+        )
+
+    def _runs(self, p: int) -> bool:
+        """Whether processor ``p`` runs iterations at all (without distribute: only 0)."""
+        return bool(self.s.levels) or p == 0
+
+    def _messages(self) -> list[Message]:
+        """The messages the built programs send or receive, in canonical order.
+
+        The order (step, kind, source, destination, tree position, tensor, box) is total, so
+        both ends of every pair see their messages in the same order (MPI tags rely on it).
+        """
+        a = self.table()
+        n = len(a["src"])
+        keep = np.ones(n, bool)
+        if self.focus is not None:
+            keep = (a["src"] == self.focus) | (a["dst"] == self.focus)
+        out = []
+        for r in np.nonzero(keep)[0].tolist():
+            box = tuple(zip(a["lo"][r], a["hi"][r], strict=True))
+            out.append(
+                Message(
+                    int(a["step"][r]),
+                    _KINDS[a["kind"][r]],
+                    self.names[a["tensor"][r]],
+                    int(a["src"][r]),
+                    int(a["dst"][r]),
+                    box,
+                    int(a["hop"][r]),
+                    bool(a["relay"][r]),
+                )
+            )
+        out.sort(
+            key=lambda m: (
+                m.step, _KINDS.index(m.kind), m.src, m.dst, m.hop, self.tid[m.tensor], m.box
+            )
+        )
+        return out
+
+
+def summarize(s: Schedule, routing: str = "direct") -> PlanSummary:
+    """Exact stats of ``s``'s plan (routed by ``routing``), computed without building it."""
+    return Engine(s, routing).summary()
+
+
+def lower(s: Schedule, routing: str = "direct") -> Plan:
+    """The whole machine's plan (every processor's program and every message)."""
+    if not isinstance(s, Schedule):
+        raise ScheduleError(f"compile() takes a Schedule (from dl.schedule), got {s!r}")
+    return Engine(s, routing).plan()
+
+
+def program(s: Schedule, p: int, routing: str = "direct") -> Plan:
+    """Processor ``p``'s program and messages, without building the other processors'."""
+    return Engine(s, routing, focus=p).plan()
