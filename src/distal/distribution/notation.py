@@ -3,7 +3,7 @@
 The left side names the tensor's dimensions, the right side says what each
 machine dimension does: cut a named tensor dimension into contiguous blocks,
 replicate (``*`` or a name absent from the left), or restrict the data to one
-coordinate (an integer). See ``API.md`` for the full grammar.
+coordinate (an integer). The full grammar is in ``docs/api.md``.
 """
 
 from __future__ import annotations

@@ -387,6 +387,8 @@ def add_subcommands(sub: Any) -> None:
         "--kind",
         choices=("distribution", "traffic", "timeline", "simulated"),
         default="distribution",
+        help="distribution: a tensor's blocks by owner; traffic: words between processors; "
+        "timeline: a local run's Gantt chart; simulated: the plan replayed on --network",
     )
     pl.add_argument("--tensor", default=None, help="tensor to draw (distribution; default output)")
     pl.add_argument("--step", type=int, default=None, help="one step's traffic (default all)")
