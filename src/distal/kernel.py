@@ -110,10 +110,11 @@ class Kernel:
         if not isinstance(inputs, Mapping):
             raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
         tensors = self.schedule.tensors()
-        need = self.plan.inputs
+        st = self.schedule.statement
+        need = tuple(t.name for t in st.inputs())
         for name in inputs:
             if name not in need:
-                role = "the output" if name == self.plan.output else "not a tensor of this kernel"
+                role = "the output" if name == st.output.name else "not a tensor of this kernel"
                 raise InputError(f"input {name!r} is {role}; inputs are {list(need)}")
         out = {}
         for name in need:

@@ -51,7 +51,7 @@ class Rank(Store):
     """One rank's store (see ``runtime/store.py``), requests and counters."""
 
     def __init__(self, kernel: Any, data: dict[str, Any], chan: Channel) -> None:
-        plan: Plan = kernel.plan
+        plan: Plan = kernel.program(chan.rank)  # this rank's program and messages only
         super().__init__(chan.rank, plan.output, kernel.dtypes[plan.output])
         self.kernel = kernel
         self.plan = plan
