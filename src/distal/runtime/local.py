@@ -54,6 +54,9 @@ def _copier() -> Any:
     return _POOL[0]
 
 
+ASYNC_FETCH_MIN = 1 << 18  # elements: a step fetching less copies inline (handing the copies to
+# the helper thread and waiting for it costs more than copying a few MiB, more under load)
+
 _KIND = {Fetch: FETCH, Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
 _ORIGIN = [((0, 0),) * n for n in range(33)]
 
@@ -141,7 +144,10 @@ class LocalRuntime:
         """Step ``s`` of every processor: prefetch ``s+1``, compute, flush, then reduce."""
         plan = self.plan
         ahead = None
-        if s + 1 < plan.nsteps:
+        if s + 1 < plan.nsteps and self._fetch_words(by_step, s + 1) < ASYNC_FETCH_MIN:
+            for q in procs:
+                self._prefetch(q, by_step[q.p][s + 1], procs, stats)
+        elif s + 1 < plan.nsteps:
             # the copies read only input blocks (never written) into new buffers (not used
             # before the swap below), so they can run while the step computes: BLAS leaves
             # memory bandwidth the copies use (the counters they touch are not the compute's)
@@ -165,6 +171,16 @@ class LocalRuntime:
                 self.trace.add(q.p, REDUCE, s, t, words)
             q.end_step()
             q.swap()
+
+    def _fetch_words(self, by_step: list, s: int) -> int:
+        """Elements the fetches of step ``s`` copy, over every processor."""
+        return sum(
+            box_volume(piece)
+            for ops in by_step
+            for op in ops[s]
+            if isinstance(op, Fetch) and not op.view
+            for _, piece in op.pieces
+        )
 
     def _prefetch(self, q: Store, ops: list[Any], procs: list[Store], stats: Stats) -> None:
         """Carry out the next step's fetches now (overlap), or step 0's before the first."""
