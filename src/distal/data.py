@@ -33,7 +33,7 @@ import numpy as np
 
 from distal.errors import InputError
 from distal.runtime.result import Result
-from distal.typing import Box, box_intersect, box_is_empty, box_shape, box_volume
+from distal.typing import Box, box_index, box_intersect, box_is_empty, box_shape, box_volume
 
 MANIFEST = "distal.json"
 FORMAT = "distal-npy-dir"
@@ -58,12 +58,6 @@ def _check_box(box: Box, shape: tuple[int, ...], what: str) -> Box:
     ):
         raise InputError(f"{what}: box {box} does not lie inside shape {shape}")
     return box
-
-
-def _sl(box: Box, origin: Box) -> tuple[Any, ...]:
-    if not box:
-        return (Ellipsis,)
-    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,7 +238,7 @@ class NpyDirSource:
                 raise InputError(
                     f"{self.path / fname} holds shape {arr.shape}; manifest says box {stored}"
                 )
-            out[_sl(part, box)] = arr[_sl(part, stored)]
+            out[box_index(part, box)] = arr[box_index(part, stored)]
             covered += box_volume(part)
         if covered != box_volume(box):
             raise InputError(
@@ -326,7 +320,7 @@ class ZarrSource:
         box = _check_box(box, self.shape, f"from_zarr({self.path!r})")
         if box_is_empty(box) and box:
             return np.empty(box_shape(box), self.dtype)
-        return np.asarray(self.array[_sl(box, tuple((0, n) for n in self.shape))])
+        return np.asarray(self.array[box_index(box, tuple((0, n) for n in self.shape))])
 
     def __repr__(self) -> str:
         return f"from_zarr({self.path!r}: {self.shape} {self.dtype})"
@@ -404,7 +398,7 @@ class DistributedResult(Result):
         for box in self.primary:
             for own, arr in self.blocks.items():
                 if not box or (box_volume(box_intersect(own, box)) == box_volume(box)):
-                    out.append((box, arr[_sl(box, own)]))
+                    out.append((box, arr[box_index(box, own)]))
                     break
         return out
 
@@ -436,7 +430,7 @@ class DistributedResult(Result):
             for box, block in self._primary_pairs():
                 if box and box_is_empty(box):
                     continue
-                arr[_sl(box, tuple((0, n) for n in self.shape))] = block
+                arr[box_index(box, tuple((0, n) for n in self.shape))] = block
 
         self._attempt(path, blocks)
         self.barrier()

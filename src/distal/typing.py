@@ -6,6 +6,8 @@ A *box* is a half-open hyper-rectangle: one ``(lo, hi)`` pair per dimension,
 
 from __future__ import annotations
 
+from typing import Any
+
 Interval = tuple[int, int]
 Box = tuple[Interval, ...]
 Coord = tuple[int, ...]
@@ -37,8 +39,14 @@ def box_contains(outer: Box, inner: Box) -> bool:
     return all(ol <= il and ih <= oh for (ol, oh), (il, ih) in zip(outer, inner, strict=True))
 
 
-def box_slices(box: Box, origin: Box) -> tuple[slice, ...]:
-    """Slices selecting ``box`` inside an array that holds ``origin``."""
+def box_index(box: Box, origin: Box) -> tuple[Any, ...]:
+    """Index selecting ``box`` inside an array that holds ``origin``.
+
+    The 0-dimensional box gives ``(...,)``, so indexing a 0-d array yields a view that can
+    be assigned into, not a copied scalar (what ``arr[()]`` would give).
+    """
+    if not box:
+        return (Ellipsis,)
     return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
 
 

@@ -15,16 +15,9 @@ import numpy as np
 
 from distal.kernels.leaf import TermKernel, run_leaf
 from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
-from distal.typing import Box, box_shape, box_volume
+from distal.typing import Box, box_index, box_shape, box_volume
 
 Held = tuple[np.ndarray, Box]  # an array and the box of the tensor it holds
-
-
-def box_index(box: Box, origin: Box) -> tuple[Any, ...]:
-    """Index of ``box`` in an array holding ``origin`` (``...`` for scalars: a view)."""
-    if not box:
-        return (Ellipsis,)
-    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
 
 
 class Store:

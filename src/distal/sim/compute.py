@@ -23,6 +23,7 @@ from distal.kernels import blas
 from distal.kernels.leaf import run_leaf
 from distal.plan.ir import Plan
 from distal.sim.network import blas_threads
+from distal.typing import box_shape
 
 MEASURE_ITERATIONS = 1 << 30
 MAX_MEASURED_SHAPES = 6
@@ -102,6 +103,4 @@ class KernelTimer:
         return spi * math.prod(shape)
 
 
-def box_shape_of(box: Any) -> tuple[int, ...]:
-    """Extents of an iteration box."""
-    return tuple(hi - lo for lo, hi in box)
+box_shape_of = box_shape  # the extents of an iteration box (the name distal.sim imports)

@@ -36,7 +36,6 @@ from distal.runtime.elastic.tasks import (
     drain,
     hash_block,
     input_block,
-    sl,
     source_block,
     transfer_bytes,
     unit_task,
@@ -45,7 +44,7 @@ from distal.runtime.elastic.units import Unit, block_name, decompose, fuse
 from distal.runtime.progress import Progress
 from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
-from distal.typing import Box, box_intersect, box_is_empty
+from distal.typing import Box, box_index, box_intersect, box_is_empty
 
 STATS_NOTE = (
     "dask runtime: Result.stats words and messages are counted by the tasks from the pieces "
@@ -108,11 +107,11 @@ class Driver:
         """
         if unit is not None:
             for dst, piece in unit.sends:
-                self.delivered.append((unit.proc, dst, arr[sl(piece, box)].size))
+                self.delivered.append((unit.proc, dst, arr[box_index(piece, box)].size))
         for src, dst, rbox in self.replicas:
             inter = box_intersect(rbox, box) if box else rbox
             if not box_is_empty(inter):
-                self.delivered.append((src, dst, arr[sl(inter, box)].size))
+                self.delivered.append((src, dst, arr[box_index(inter, box)].size))
 
     def _measured(self, events: Events, alive: set[str]) -> Stats:
         """``Stats`` from what the tasks and the driver counted (see ``STATS_NOTE``)."""
@@ -153,7 +152,7 @@ class Driver:
             if is_block_source(x):
                 f = self.client.submit(source_block, t, x, box, dtype, key=name, pure=False)
             else:
-                block = np.ascontiguousarray(x[sl(box, ((0, 0),) * len(box))], dtype=dtype)
+                block = np.ascontiguousarray(x[box_index(box, ((0, 0),) * len(box))], dtype=dtype)
                 with warnings.catch_warnings():
                     # "large graph": the block travels in its task on purpose (see input_block)
                     warnings.filterwarnings("ignore", message="Sending large graph")
@@ -205,7 +204,7 @@ class Driver:
             if arr is None:
                 pending[idx] = box
             else:
-                value[sl(box, origin)] = arr
+                value[box_index(box, origin)] = arr
         needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
         reused_direct = total - len(needed) - len(set(pending) - set(finals))
 
@@ -435,7 +434,7 @@ class Driver:
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
                     arr = f.result()
-                    value[sl(pending[idx], origin)] = arr
+                    value[box_index(pending[idx], origin)] = arr
                     name = feeder.unit_of.get(f.key)
                     self._delivered(pending[idx], arr, self.units[name] if name else None)
                 feeder.finished(f)

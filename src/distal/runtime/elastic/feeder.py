@@ -31,6 +31,7 @@ class Submitter(Protocol):
 
     def submit_copy(self, ctx: Ctx, u: Unit, key: str, n: int, worker: str) -> Any: ...
 
+
 PROBE_EVERY = 0.05
 """Seconds between looks for stragglers (each look may ask the scheduler who is idle)."""
 

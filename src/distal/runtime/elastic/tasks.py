@@ -32,6 +32,7 @@ from distal.runtime.source import read_block
 from distal.typing import (
     Box,
     box_contains,
+    box_index,
     box_intersect,
     box_is_empty,
     box_shape,
@@ -60,13 +61,6 @@ class Ctx:
     slow: Mapping[Any, float] = field(default_factory=dict)
     trace: str | None = None
     lie: frozenset[Any] = frozenset()
-
-
-def sl(box: Box, origin: Box) -> tuple[Any, ...]:
-    """Index of ``box`` inside an array holding ``origin``."""
-    if not box:
-        return (Ellipsis,)
-    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
 
 
 def event(ctx: Ctx, kind: str, label: str, w: Any = None, **more: Any) -> Any:
@@ -171,14 +165,14 @@ def _assemble(
         return np.zeros(box_shape(box), dtype)
     for bbox, arr in blocks:
         if box_contains(bbox, box):
-            return arr[sl(box, bbox)]
+            return arr[box_index(box, bbox)]
     buf = np.empty(box_shape(box), dtype)
     covered = 0
     for bbox, arr in blocks:
         inter = box_intersect(bbox, box)
         if not box_is_empty(inter):
-            part = arr[sl(inter, bbox)]
-            buf[sl(inter, box)] = part
+            part = arr[box_index(inter, bbox)]
+            buf[box_index(inter, box)] = part
             covered += part.size
     if covered != box_volume(box):
         raise RuntimeFailure(
@@ -203,7 +197,7 @@ def _received(unit: Unit, by_tensor: Mapping[str, list[tuple[Box, np.ndarray]]])
             for bbox, arr in by_tensor.get(t, ()):
                 inter = box_intersect(bbox, piece)
                 if not box_is_empty(inter):
-                    words += arr[sl(inter, bbox)].size
+                    words += arr[box_index(inter, bbox)].size
             if words:
                 out.append((src, unit.proc, words))
     return out
@@ -335,8 +329,8 @@ def reduce_task(
     block = np.zeros(box_shape(box), ctx.out_dtype)
     traffic: Traffic = []
     for arr, out_box, piece, src, dst in contribs:
-        part = arr[sl(piece, out_box)]
-        block[sl(piece, box)] += part
+        part = arr[box_index(piece, out_box)]
+        block[box_index(piece, box)] += part
         if dst >= 0 and part.size:
             traffic.append((src, dst, part.size))
     seconds = time.perf_counter() - t0
@@ -355,7 +349,6 @@ __all__ = [
     "hash_block",
     "input_block",
     "reduce_task",
-    "sl",
     "source_block",
     "transfer_bytes",
     "unit_task",
