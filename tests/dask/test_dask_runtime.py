@@ -357,3 +357,28 @@ def test_tree_routed_plans_run_unchanged(client: Any, kind: str) -> None:
     assert np.array_equal(res.value, want)
     assert res.stats.as_dict() == k.stats().as_dict()
     assert res.stats.as_dict() != direct.stats().as_dict()
+
+
+def test_the_task_progress_bar_draws_with_rich_or_as_a_text_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The elastic runtime's bar is the runtimes' one, in its one-row (tasks) use."""
+    import io
+
+    from distal.runtime import progress
+
+    out = io.StringIO()
+    with progress.Progress(4, enabled=True, stream=out, label="tasks") as bar:
+        bar.update(2, "checkpointed 1, recomputed 0", force=True)
+        assert bar.active
+        assert bar.done == [2]
+    assert not bar.active
+    monkeypatch.setattr(progress, "_has_rich", lambda: False)
+    out = io.StringIO()
+    bar = progress.Progress(4, enabled=True, stream=out, label="tasks")
+    bar.update(3, "checkpointed 0, recomputed 1", force=True)
+    bar.close()
+    text = out.getvalue()
+    assert text.endswith("\n")
+    assert set(text.rstrip("\n").split("\r")[1:]) == {"tasks (checkpointed 0, recomputed 1): 3/4"}
+    assert progress.Progress(4, stream=io.StringIO()).enabled is False  # not a terminal

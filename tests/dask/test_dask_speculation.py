@@ -33,6 +33,8 @@ def test_slow_worker_tail_is_duplicated_and_result_exact(client: Any) -> None:
     assert s.recomputed == 0
     assert res.tasks_executed == s.tasks_total == 16
     assert sum(s.per_worker.values()) == s.tasks_total
+    # both copies of a raced unit received its inputs; its delivery counts once
+    assert res.stats.as_dict() == k.stats().as_dict()
     assert "speculation:" in str(s)
 
     off = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, speculate=False)
@@ -54,6 +56,7 @@ def test_duplicated_partials_are_checkpointed_once_and_summed_once(
     assert s.speculative >= 1
     assert s.speculative_won >= 1
     assert res.tasks_executed == s.tasks_total
+    assert res.stats.as_dict() == k.stats().as_dict()
     # every entry is whole and checksummed; a rerun from the partials alone is exact
     run = Path(res.extra["checkpoint"])
     store = ck.CheckpointStore(tmp_path, run.name)

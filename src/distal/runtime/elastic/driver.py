@@ -113,10 +113,10 @@ class Driver:
             if not box_is_empty(inter):
                 self.delivered.append((src, dst, arr[box_index(inter, box)].size))
 
-    def _measured(self, events: Events, alive: set[str]) -> Stats:
+    def _measured(self, events: Events) -> Stats:
         """``Stats`` from what the tasks and the driver counted (see ``STATS_NOTE``)."""
         plan = self.plan
-        traffic, iterations = measured_traffic(events, alive)
+        traffic, iterations = measured_traffic(events)
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
         for src, dst, words in [*traffic, *self.delivered]:
             stats.record(src, dst, words, plan.level_of(src, dst))
@@ -240,7 +240,7 @@ class Driver:
         self.inputs_f.clear()
         alive = set(workers(client))
         moved = client.run(transfer_bytes, self.nonce, on_error="return")
-        stats = self._measured(events, alive)
+        stats = self._measured(events)
         summary = summarize(
             events,
             total,

@@ -236,23 +236,22 @@ def summarize(
     )
 
 
-def measured_traffic(
-    events: Events, alive: set[str]
-) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
+def measured_traffic(events: Events) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
     """The messages and iterations the tasks of this run counted, once per task.
 
-    A task that ran more than once (recomputed after a failure, or a speculative copy that
-    won) moved its inputs again in Dask, but delivered one result: its last computing
-    completion counts, as the plan moves each piece once. Tasks taken from the checkpoint
-    moved nothing in this run and count nothing.
+    A task that computed more than once (recomputed after a failure, both copies of a
+    speculative race, ``verify=k``'s copies) moved its inputs again in Dask but delivered one
+    result, and every computation of one task counts the same pieces: one of them counts,
+    as the plan moves each piece once. Tasks taken from the checkpoint moved nothing in this
+    run and count nothing.
     """
     traffic: list[tuple[int, int, int]] = []
     iterations: dict[int, int] = defaultdict(int)
     for ms in events.by_name().values():
-        worked = _attempts(ms, alive).worked
-        if not worked:
+        counted = [m for m in ms if m["kind"] == "done" and ("traffic" in m or "iterations" in m)]
+        if not counted:
             continue
-        last = worked[-1]
+        last = counted[-1]
         traffic.extend((int(s), int(d), int(w)) for s, d, w in last.get("traffic", ()))
         if "iterations" in last:
             proc, n = last["iterations"]
