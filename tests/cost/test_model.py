@@ -10,9 +10,11 @@ import distal as dl
 from distal.cli import main
 from distal.cost.model import (
     CLUSTERS,
+    DEFAULT_PARAMS,
     CostModelError,
     MachineParams,
     calibrate,
+    config_path,
     load_params,
     plan_cost,
     save_params,
@@ -54,17 +56,32 @@ def test_cost_by_hand():
 
 
 def test_params_files(tmp_path, monkeypatch):
-    assert load_params() == CLUSTERS["hdr"]  # conftest points DISTAL_CONFIG at a missing file
+    assert load_params() == CLUSTERS["hdr"] == DEFAULT_PARAMS
     path = save_params(MachineParams(1e-6, 2e-9, 3e-11), tmp_path / "m.json", {"note": 1})
     got = load_params(path)
     assert (got.alpha, got.beta, got.gamma) == (1e-6, 2e-9, 3e-11)
-    monkeypatch.setenv("DISTAL_CONFIG", str(path))
-    assert load_params().alpha == 1e-6
+    assert got.source.startswith("calibrated")
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(CostModelError, match=r"bad\.json"):
         load_params(tmp_path / "bad.json")
+    with pytest.raises(CostModelError, match=r"missing\.json.*does not exist"):
+        load_params(tmp_path / "missing.json")
     with pytest.raises(CostModelError, match="beta"):
         MachineParams(1.0, -1.0, 1.0)
+
+
+def test_defaults_never_read_a_file(tmp_path, monkeypatch):
+    """A calibration file (here: at $DISTAL_CONFIG, as ``distal calibrate`` writes it)
+    changes nothing unless it is asked for: compiles are the same on every computer."""
+    kern = _summa()
+    before = plan_cost(kern)
+    path = save_params(MachineParams(1.0, 1.0, 1.0), tmp_path / "machine.json")
+    monkeypatch.setenv("DISTAL_CONFIG", str(path))
+    assert config_path() == path
+    assert load_params() == DEFAULT_PARAMS
+    assert plan_cost(kern) == before
+    assert load_params(config_path()).alpha == 1.0  # explicitly asked for
+    assert plan_cost(kern, load_params(config_path())).seconds > before.seconds
 
 
 def test_calibrate_measures_something():

@@ -15,7 +15,7 @@ Search space (a *candidate*):
   significant machine dimension first, so a free dimension may only refine a
   variable on an earlier machine dimension, or an undistributed one; when no
   dimension qualifies the tensor is restricted to a face (``"0"``);
-* **serial split of the summed variable** (DESIGN.md, 3-D / COSMA-style): the last
+* **serial split of the summed variable** (one-copy 3-D, COSMA-style): the last
   distributed variable ``k`` is divided into ``s`` serial chunks before being
   distributed, and a free dimension of size ``s`` cuts ``k`` jointly
   (``B "ik -> ikk"``, ``C "kj -> kjk"``): every tensor is spread over the whole grid
@@ -32,11 +32,20 @@ replicated or not, keep it.
 
 Ranking: every candidate first gets a closed-form estimate of its traffic, messages,
 flops and peak memory (:func:`estimate`; exact for divisible extents with auto
-distributions, checked against plans by the tests). The best by modelled time form
-a shortlist that is compiled (``dl.compile(s).stats()``) and ranked by the cost
-model on the exact stats, as long as the plans stay small (``plan_budget``
-processor-steps; plan construction costs ``P * steps``). Beyond it (e.g. ``P =
-4096`` with 16 serial steps) the closed form decides.
+distributions, checked against plans by the tests). Traffic comes first: a candidate
+whose busiest processor receives more than ``traffic_slack`` (default 1.1) times the
+least any feasible candidate achieves ranks after every candidate within it; inside
+each of the two tiers the modelled time decides. Why not the modelled time alone:
+the plans are point-to-point, so a schedule that gathers a whole operand (the 1-D
+grid of a product with one huge dimension, which meets the lower bound) pays one
+latency per owner, and with cluster latencies that made much less traffic look
+slower than 2.5x the bound on a 2-D grid. Real collectives aggregate those messages;
+the volume cannot be aggregated away, so it is the quantity the scheduler must get
+right. The best of the ranking form a shortlist that is compiled
+(``dl.compile(s).stats()``) and ranked again the same way on the exact stats, as
+long as the plans stay small (``plan_budget`` processor-steps; plan construction
+costs ``P * steps``). Beyond it (e.g. ``P = 4096`` with 16 serial steps) the closed
+form decides.
 """
 
 from __future__ import annotations
@@ -89,12 +98,16 @@ def search(
     evaluate: str = "auto",
     plan_budget: int = 60_000,
     shortlist: int = 6,
+    traffic_slack: float = 1.1,
 ) -> list[Choice]:
     """All feasible choices, best first (the first is what :func:`autoschedule` returns).
 
     ``evaluate``: ``"plan"`` compiles the whole shortlist, ``"model"`` none (closed form
     only), ``"auto"`` compiles while the shortlist's plans total at most
     ``plan_budget`` units of ``P * steps + messages`` (about 0.1 ms each to build).
+    ``traffic_slack`` (>= 1): candidates receiving at most this factor times the least
+    traffic of any feasible candidate rank before all others (module docstring);
+    ``math.inf`` ranks by modelled time alone.
     """
     if not isinstance(T, Tensor):
         raise ScheduleError(f"autoschedule() takes the output tensor, got {T!r}")
@@ -110,6 +123,12 @@ def search(
         raise ScheduleError(f"autoschedule: memory_limit must be bytes > 0, got {memory_limit!r}")
     if T.assignment is None:
         raise ScheduleError(f"tensor {T.name!r} has no computation to schedule")
+    if (
+        isinstance(traffic_slack, bool)
+        or not isinstance(traffic_slack, int | float)
+        or not traffic_slack >= 1
+    ):
+        raise ScheduleError(f"autoschedule: traffic_slack must be >= 1, got {traffic_slack!r}")
     params = params if params is not None else load_params()
     st = concretize(T.assignment)
     P = machine.size
@@ -132,13 +151,14 @@ def search(
         e = estimate(st, c, layouts)  # uniform lists: cost one processor
         est = stats_cost(Stats(*([getattr(e, f)[0]] for f in _FIELDS)), fpi, params, isz)
         scored.append((est.seconds, c.steps, len(c.grid), est, c))
-    scored.sort(key=lambda x: x[:3])
     fits = lambda cost: memory_limit is None or cost.peak_bytes <= memory_limit  # noqa: E731
     # Closed-form peaks are close but not exact; keep near misses for the plans to decide.
     pool = [x for x in scored if memory_limit is None or x[3].peak_bytes <= 1.25 * memory_limit]
     if not pool:
         least = min(scored, key=lambda x: x[3].peak_bytes) if scored else None
         raise _too_big(T, memory_limit, least[3].peak_bytes if least else None)
+    least_words = min(x[3].max_words for x in pool)
+    pool.sort(key=lambda x: (_tier(x[3].max_words, least_words, traffic_slack), *x[:3]))
     from distal.kernel import compile as compile_kernel
 
     chosen: list[Choice] = []
@@ -161,8 +181,22 @@ def search(
     if not chosen:
         least = min(pool, key=lambda x: x[3].peak_bytes)
         raise _too_big(T, memory_limit, least[3].peak_bytes)
-    chosen.sort(key=lambda ch: (ch.cost.seconds, ch.candidate.steps, len(ch.candidate.grid)))
+    # The plans' exact words may differ from the closed forms (ragged blocks).
+    least_words = min(least_words, *(ch.cost.max_words for ch in chosen))
+    chosen.sort(
+        key=lambda ch: (
+            _tier(ch.cost.max_words, least_words, traffic_slack),
+            ch.cost.seconds,
+            ch.candidate.steps,
+            len(ch.candidate.grid),
+        )
+    )
     return chosen
+
+
+def _tier(words: int, least: int, slack: float) -> int:
+    """0 for traffic within ``slack`` of the least achievable, else 1 (ranked after)."""
+    return 0 if words <= slack * least else 1
 
 
 def _too_big(T: Tensor, limit: float | None, least: float | None) -> ScheduleError:
@@ -181,6 +215,7 @@ def autoschedule(
     params: MachineParams | None = None,
     evaluate: str = "auto",
     plan_budget: int = 60_000,
+    traffic_slack: float = 1.1,
 ) -> Schedule:
     """A complete schedule for ``T``'s computation on ``machine``, chosen by the cost model.
 
@@ -188,9 +223,13 @@ def autoschedule(
     ``Schedule.place`` (so ``repr`` shows them); tensors with a distribution keep it.
     ``memory_limit`` is bytes per processor: the chosen plan's ``peak_words`` times
     the widest element size stays within it, or ``ScheduleError`` says nothing fits.
-    ``params`` are the cost model's constants (default: :func:`load_params`).
+    ``params`` are the cost model's constants (default: the fixed ``hdr`` constants of
+    :func:`load_params`, never a file, so the choice is the same on every computer).
+    ``traffic_slack``: see :func:`search`.
     """
-    return search(T, machine, memory_limit, params, evaluate, plan_budget)[0].schedule
+    return search(
+        T, machine, memory_limit, params, evaluate, plan_budget, traffic_slack=traffic_slack
+    )[0].schedule
 
 
 def schedule_code(s: Schedule) -> str:

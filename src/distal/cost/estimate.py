@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from distal.cost.candidates import Candidate, _first_access
 from distal.distribution.notation import RESTRICT, parse_distribution
@@ -48,6 +51,49 @@ def _contains(
     return outer is not None and all(
         a <= c and d <= b for (a, b), (c, d) in zip(outer, inner, strict=True)
     )
+
+
+@lru_cache(maxsize=256)
+def _placement(shape: tuple[int, ...], dist: str, name: str, grid: tuple[int, ...]) -> Placement:
+    """Candidates share most distributions; building a ``Placement`` once saves most of the
+    search's time on large grids (its block tables have one entry per piece)."""
+    return Placement(shape, parse_distribution(dist, name, len(shape), grid), grid)
+
+
+def _owned_boxes(
+    pl: Placement, gt: tuple[int, ...], view: tuple[int, ...], samples: list[tuple[int, ...]]
+) -> list[tuple[tuple[int, int], ...] | None]:
+    """``pl.owned_box`` of every sample processor in one vectorised query (``gt`` is the
+    tensor's own grid; a sample's row-major rank names the processor on it)."""
+    ranks = [sum(x * math.prod(view[a + 1 :]) for a, x in enumerate(c)) for c in samples]
+    coords = np.array([_coord(r, gt) for r in ranks], np.int64).reshape(len(samples), len(gt))
+    has, _, lo, hi = pl.own_arrays(coords)
+    return [
+        tuple((int(a), int(b)) for a, b in zip(lo[q], hi[q], strict=True)) if has[q] else None
+        for q in range(len(samples))
+    ]
+
+
+def _messages(pl: Placement, box: tuple[tuple[int, int], ...], own: Any) -> int:
+    """Owner pieces of ``box`` not inside ``own``: one message each (vectorised ``split``)."""
+    lo = np.array([[a for a, _ in box]], np.int64).reshape(1, len(box))
+    hi = np.array([[b for _, b in box]], np.int64).reshape(1, len(box))
+    _, _, plo, phi = pl.cut(lo, hi)
+    if own is None:
+        return len(plo)
+    olo = np.array([a for a, _ in own], np.int64)
+    ohi = np.array([b for _, b in own], np.int64)
+    inside = np.all((plo >= olo) & (phi <= ohi), axis=1)
+    return int(len(plo) - np.count_nonzero(inside))
+
+
+def _blocks_meeting(n: int, g: int, lo: int, hi: int) -> int:
+    """How many of the ``g`` blocks of ``n`` (``block_interval``) meet ``[lo, hi)``."""
+    if hi <= lo:
+        return 0
+    size = _ceil(n, g)
+    last = min((hi - 1) // size, g - 1, (n - 1) // size)
+    return max(0, last - lo // size + 1)
 
 
 def _sample(grid: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -93,6 +139,8 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
             from distal.distribution.notation import whole_on_processor0
 
             placements[name] = (Placement(shape, whole_on_processor0(len(shape), gt), gt), gt)
+        elif isinstance(dist, str):
+            placements[name] = (_placement(shape, dist, name, gt), gt)
         else:
             placements[name] = (
                 Placement(shape, parse_distribution(dist, name, len(idx), gt), gt),
@@ -127,18 +175,17 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
         return b - a
 
     iters = math.prod(span(v, (0,) * len(view)) for v in st.variables)
-    for k, c in enumerate(_sample(view)):
+    samples = _sample(view)
+    owns = {name: _owned_boxes(pl, gt, view, samples) for name, (pl, gt) in placements.items()}
+    for k, c in enumerate(samples):
         p = k
-        rank = 0
-        for x, g in zip(c, view, strict=True):
-            rank = rank * g + x
         w = m = 0
         owned = 0
         cur: dict[str, list[int]] = {}
         before = 0
         for name, idx in acc.items():
             pl, gt = placements[name]
-            own = pl.owned_box(_coord(rank, gt)) if gt != view else pl.owned_box(c)
+            own = owns[name][k]
             owned += _vol(own)
             if name == out:
                 continue
@@ -151,7 +198,7 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
                         continue
                     sizes.append(_vol(box))
                     w += _vol(box) - _meet(box, own)
-                    m += sum(1 for _, piece in pl.split(box) if not _contains(own, piece))
+                    m += _messages(pl, box, own)
             else:
                 box = tuple(var_range(v, c, None) for v in idx)
                 if _contains(own, box):
@@ -159,25 +206,19 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
                 else:
                     sizes.append(_vol(box))
                     w += _vol(box) - _meet(box, own)
-                    m += sum(1 for _, piece in pl.split(box) if not _contains(own, piece))
+                    m += _messages(pl, box, own)
             cur[name] = sizes
             recv_by[name] = recv_by.get(name, 0) + w - before
             before = w
         # Output: partial buffer, and the partial pieces this processor reduces.
         pl, gt = placements[out]
-        own = pl.owned_box(_coord(rank, gt)) if gt != view else pl.owned_box(c)
+        own = owns[out][k]
         obox = tuple(var_range(v, c, None) for v in out_vars)
         contributors = 1
         for a, v in enumerate(cand.dvars):
             if v in out_vars and own is not None:
                 lo, hi = own[out_vars.index(v)]
-                contributors *= sum(
-                    1
-                    for x in range(cand.grid[a])
-                    if hi > lo
-                    and min(hi, block_interval(ext[v], cand.grid[a], x)[1])
-                    > max(lo, block_interval(ext[v], cand.grid[a], x)[0])
-                )
+                contributors *= _blocks_meeting(ext[v], cand.grid[a], lo, hi)
             elif v not in out_vars:
                 contributors *= cand.grid[a]
         out_stepped = stepped is not None and stepped in out_vars
@@ -205,7 +246,7 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
                     now += sizes[t] + (sizes[t + 1] if t + 1 < nsteps else 0)
             peak = max(peak, now)
         words[p], msgs[p], peaks[p] = w, m, peak
-    n = len(_sample(view))
+    n = len(samples)
     worst = max(range(n), key=lambda q: (words[q], peaks[q]))
     top_w, top_m, top_p = words[worst], max(msgs[:n]), max(peaks[:n])
     # Sent: what all receivers get, shared by the processors that own the tensor (an owner

@@ -7,9 +7,11 @@ gamma * flops`` (full-duplex links: sending and receiving overlap; an owner that
 serves many receivers pays for it); the kernel's time is the slowest processor's.
 Peak memory is reported beside it: ``peak_words`` elements of the widest dtype.
 
-Constants come from, in order: an explicit :class:`MachineParams`, the JSON file
-``$DISTAL_CONFIG`` (or ``~/.config/distal/machine.json``) written by
-``distal calibrate``, else the documented cluster defaults (:data:`CLUSTERS`).
+Constants are an explicit :class:`MachineParams` or else the documented cluster defaults
+(:data:`DEFAULT_PARAMS`, the ``hdr`` entry of :data:`CLUSTERS`): fixed numbers, so that a
+compile or an auto schedule is the same on every computer. Calibrated constants written
+by ``distal calibrate`` (``$DISTAL_CONFIG`` or ``~/.config/distal/machine.json``) are
+read only when asked for: ``load_params(path)`` or ``load_params(config_path())``.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from distal.errors import DistalUserError
 
 __all__ = [
     "CLUSTERS",
+    "DEFAULT_PARAMS",
     "Cost",
+    "CostModelError",
     "MachineParams",
     "calibrate",
     "config_path",
@@ -70,8 +74,13 @@ CLUSTERS: dict[str, MachineParams] = {
 }
 
 
+#: What every cost function uses unless given other constants (never read from a file).
+DEFAULT_PARAMS: MachineParams = CLUSTERS["hdr"]
+
+
 def config_path() -> Path:
-    """Where calibrated constants live: ``$DISTAL_CONFIG`` or ``~/.config/distal/machine.json``."""
+    """Where ``distal calibrate`` stores constants: ``$DISTAL_CONFIG`` or
+    ``~/.config/distal/machine.json``. Nothing reads it unless passed to :func:`load_params`."""
     env = os.environ.get("DISTAL_CONFIG")
     if env:
         return Path(env).expanduser()
@@ -79,10 +88,18 @@ def config_path() -> Path:
 
 
 def load_params(path: str | os.PathLike | None = None) -> MachineParams:
-    """The calibrated constants if a file exists, else the HDR cluster defaults."""
-    p = Path(path) if path is not None else config_path()
+    """Cost-model constants: :data:`DEFAULT_PARAMS` without ``path``, else the JSON file there.
+
+    Without ``path`` no file and no environment variable is consulted, so results never
+    depend on the computer they are computed on. With ``path`` (e.g. :func:`config_path`
+    for what ``distal calibrate`` stored) the file must exist and hold ``alpha``,
+    ``beta`` and ``gamma``; otherwise :class:`CostModelError` names it.
+    """
+    if path is None:
+        return DEFAULT_PARAMS
+    p = Path(path).expanduser()
     if not p.is_file():
-        return CLUSTERS["hdr"]
+        raise CostModelError(f"machine parameter file {str(p)!r} does not exist")
     try:
         data = json.loads(p.read_text())
         return MachineParams(
