@@ -29,7 +29,7 @@ class Kernel:
     def __init__(self, schedule: Schedule, routing: str = "auto") -> None:
         self.schedule = schedule
         placements_of(schedule)  # check every tensor's machine now, not at the first run
-        self.kernels = term_kernels(schedule.statement)
+        self.kernels = term_kernels(schedule.statement, schedule)
         self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
         if routing not in (*ROUTINGS, "auto"):
             raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")

@@ -157,6 +157,31 @@ class Placement:
                     piece //= g[m]
         return fixed
 
+    @cached_property
+    def _strides(self) -> np.ndarray:
+        """Row-major strides of the grid: a processor's number is ``coords @ strides``."""
+        out = np.ones(len(self.grid), np.int64)
+        for m in range(len(self.grid) - 2, -1, -1):
+            out[m] = out[m + 1] * self.grid[m + 1]
+        return out
+
+    def base_ranks(self, blocks: np.ndarray) -> np.ndarray:
+        """With :meth:`replica_offsets`: the serving replica's number without its coordinates.
+
+        A processor's number is linear in its coordinates, and :meth:`source_arrays` takes
+        the fixed dimensions from the block and the replicated ones from the receiver, so
+        ``ranks_of(source_arrays(b, r)) == base_ranks(b) + replica_offsets(r)``.
+        """
+        zeros = np.zeros((len(blocks), len(self.grid)), np.int64)
+        return self.ranks_of(self.source_arrays(blocks, zeros))
+
+    def replica_offsets(self, receivers: np.ndarray) -> np.ndarray:
+        """The replicated dimensions' part of the serving replica's number (see above)."""
+        rep = np.array([not f for f in self.fixed_dims()], bool)
+        return (receivers * np.where(rep, self._strides, 0)).sum(axis=1) if len(rep) else (
+            np.zeros(len(receivers), np.int64)
+        )
+
     def cut(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
         """Cut boxes ``[lo, hi)`` along block boundaries.
 
@@ -174,6 +199,16 @@ class Placement:
             firsts.append(first)
             cnts.append(cnt)
             total *= cnt
+        if np.all(total == 1):  # every box inside one block (the common case): no expansion
+            blk = np.zeros((n, order), np.int64)
+            plo = np.zeros((n, order), np.int64)
+            phi = np.zeros((n, order), np.int64)
+            for d in range(order):
+                b = firsts[d]
+                blk[:, d] = bid[d][b]
+                plo[:, d] = np.maximum(lo[:, d], bl[d][b])
+                phi[:, d] = np.minimum(hi[:, d], bh[d][b])
+            return np.arange(n), blk, plo, phi
         rows = np.repeat(np.arange(n), total)
         k = np.arange(len(rows)) - np.repeat(np.cumsum(total) - total, total)
         blk = np.zeros((len(rows), order), np.int64)

@@ -165,15 +165,42 @@ def tree_links(root: Arr, member: Arr, key: Arr) -> tuple[Arr, Arr, Arr]:
     return out_parent, out_pos, out_relay
 
 
+# Row-wise box predicates, one column at a time: boxes have a handful of dimensions, and
+# numpy's reductions along such a short axis cost far more than a few elementwise operations.
+
+
 def _vol(lo: Arr, hi: Arr) -> Arr:
-    return np.prod(np.maximum(hi - lo, 0), axis=1) if lo.shape[1] else np.ones(len(lo), np.int64)
+    """Elements of each row's box ``[lo, hi)``."""
+    out = np.ones(len(lo), np.int64)
+    for d in range(lo.shape[1]):
+        out *= np.maximum(hi[:, d] - lo[:, d], 0)
+    return out
+
+
+def _every(rows: int, cols: int, test) -> Arr:
+    out = np.ones(rows, bool)
+    for d in range(cols):
+        out &= test(d)
+    return out
 
 
 def _meets(lo: Arr, hi: Arr, blo: Arr, bhi: Arr) -> Arr:
-    """Rows whose box ``[lo, hi)`` meets box ``[blo, bhi)`` (broadcast) in a non-empty box."""
-    if lo.shape[1] == 0:
-        return np.ones(len(lo), bool)
-    return np.all((np.maximum(lo, blo) < np.minimum(hi, bhi)), axis=1)
+    """Rows whose box ``[lo, hi)`` meets box ``[blo, bhi)`` (rows or one box) in a non-empty box."""
+    return _every(
+        len(lo),
+        lo.shape[1],
+        lambda d: np.maximum(lo[:, d], blo[:, d]) < np.minimum(hi[:, d], bhi[:, d]),
+    )
+
+
+def _within(lo: Arr, hi: Arr, olo: Arr, ohi: Arr) -> Arr:
+    """Rows whose box lies inside the box ``[olo, ohi)`` of the same row."""
+    return _every(len(lo), lo.shape[1], lambda d: (olo[:, d] <= lo[:, d]) & (hi[:, d] <= ohi[:, d]))
+
+
+def _same(lo: Arr, hi: Arr, lo2: Arr, hi2: Arr) -> Arr:
+    """Rows whose boxes are equal."""
+    return _every(len(lo), lo.shape[1], lambda d: (lo[:, d] == lo2[:, d]) & (hi[:, d] == hi2[:, d]))
 
 
 @dataclass
@@ -198,13 +225,13 @@ class PlanSummary:
 
 
 class _Rows:
-    """Messages collected during the walk: arrays per batch, concatenated at the end."""
+    """Messages collected during the walk, kept whole: arrays per batch (for plans)."""
 
     def __init__(self) -> None:
         self.cols: dict[str, list[Arr]] = defaultdict(list)
         self.boxes: list[tuple[int, Arr, Arr]] = []  # (tensor index, lo, hi) per batch
 
-    def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None) -> None:
+    def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
         n = len(src)
         if n == 0:
             return
@@ -216,17 +243,72 @@ class _Rows:
         c["dst"].append(dst)
         c["hop"].append(np.zeros(n, np.int64) if hop is None else hop)
         c["relay"].append(np.zeros(n, bool) if relay is None else relay)
-        c["words"].append(_vol(lo, hi))
         self.boxes.append((tensor, lo, hi))
 
     def arrays(self) -> dict[str, Arr]:
-        keys = ("step", "kind", "tensor", "src", "dst", "hop", "words")
-        out = {k: np.concatenate(self.cols[k]) if self.cols[k] else np.zeros(0, np.int64)
-               for k in keys}
+        keys = ("step", "kind", "tensor", "src", "dst", "hop")
+        out = {
+            k: np.concatenate(self.cols[k]) if self.cols[k] else np.zeros(0, np.int64)
+            for k in keys
+        }
         out["relay"] = (
             np.concatenate(self.cols["relay"]) if self.cols["relay"] else np.zeros(0, bool)
         )
         return out
+
+
+class _Tally:
+    """Messages counted as they are found (for stats): per processor, level, tensor and step.
+
+    Nothing per message is kept, so stats of plans with tens of millions of messages fit in
+    the memory of a few per-processor arrays. Word counts accumulate in float64 (bincount's
+    weights), exact below 2**53.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        P, S = engine.P, engine.S
+        self.P = P
+        self.levels = engine._levels
+        self.totals = np.zeros((4, P), np.float64)  # words in, words out, messages in, out
+        self.lv = np.zeros((engine.machine.nlevels, P), np.float64)
+        self.moved: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+        self.names = engine.names
+        # per step (the final phase last) and processor, when small enough to keep
+        self.per_step = np.zeros((4, S + 1, P), np.float64) if (S + 1) * P <= 2_000_000 else None
+
+    def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
+        n = len(src)
+        if n == 0:
+            return
+        P = self.P
+        words = _vol(lo, hi) if words is None else words
+        counts = (
+            np.bincount(dst, weights=words, minlength=P),
+            np.bincount(src, weights=words, minlength=P),
+            np.bincount(dst, minlength=P),
+            np.bincount(src, minlength=P),
+        )
+        for total, c in zip(self.totals, counts, strict=True):
+            total += c
+        if len(self.lv) > 1:
+            np.add.at(self.lv, (self.levels(src, dst), dst), words)
+        else:
+            self.lv[0] += counts[0]
+        key = self.names[tensor], _KINDS[kind]
+        self.moved[key][0] += int(words.sum())
+        self.moved[key][1] += n
+        if self.per_step is None:
+            return
+        if np.ndim(step) == 0:
+            for k, c in enumerate(counts):
+                self.per_step[k, int(step)] += c
+            return
+        step = np.asarray(step, np.int64)
+        for k, (who, w) in enumerate(((dst, words), (src, words), (dst, 1), (src, 1))):
+            np.add.at(self.per_step[k], (step, who), w)
+
+    def ints(self, a: Arr) -> list:
+        return np.rint(a).astype(np.int64).tolist()
 
 
 class Engine:
@@ -274,8 +356,11 @@ class Engine:
             hit = np.nonzero(self.active == focus)[0]
             self.frow = int(hit[0]) if len(hit) else None
         self._coords: dict[str, Arr] = {}
+        self._cls: dict[IndexVar, tuple] = {}
+        self._tcls: dict[str, tuple] = {}
+        self._roff: dict[str, Arr] = {}
         self._own: dict[str, tuple[Arr, ...]] = {}
-        self.rows = _Rows()
+        self.rows: _Rows | _Tally = _Rows()
         # what the programs are built from (only for the processors they are built for)
         self.fetch_ops: list[tuple] = []  # (step, tensor, recv, box | None, view)
         self.fetch_pieces: dict[tuple[int, str, int], list] = defaultdict(list)
@@ -283,6 +368,7 @@ class Engine:
         self.flush_pieces: dict[tuple[int, int], list] = defaultdict(list)  # (p, step) -> [...]
         self.primary = np.zeros(0, np.int64)
         self.load = np.zeros((self.S, self.P), np.int64)  # memory beyond owned blocks
+        self.held = np.zeros(self.P, np.int64)  # ... and what is held at every step
 
     # -- per-tensor ownership of the active processors -----------------------------------
 
@@ -313,8 +399,34 @@ class Engine:
         fixed.update(zip(self.step_loops, vals, strict=False))
         return fixed, {}
 
+    def _classes(self, v: IndexVar) -> tuple[list[IndexVar], Arr, Arr]:
+        """The processor loops ``v`` depends on, their distinct values and each processor's.
+
+        A variable's interval depends only on the loops it is derived from, so it is computed
+        once per distinct value of those (a row of processors for ``i``, a column for ``j``)
+        and spread to the processors by index.
+        """
+        if v not in self._cls:
+            under = self.bounds.loops_under(v)
+            procs = list(self.proc_vals)
+            cols = [k for k, x in enumerate(procs) if x in under]
+            if cols:
+                m = np.stack([self.proc_vals[procs[k]] for k in cols], axis=1)
+                uniq, inv = np.unique(m, axis=0, return_inverse=True)
+            else:
+                uniq, inv = np.zeros((1, 0), np.int64), np.zeros(self.A, np.int64)
+            self._cls[v] = ([procs[k] for k in cols], uniq, inv.reshape(-1))
+        return self._cls[v]
+
     def hull(self, v: IndexVar, fixed: dict, memo: dict) -> tuple[Arr, Arr]:
-        return self.bounds.hull_arrays(v, fixed, self.A, memo)
+        """:meth:`Bounds.hull_arrays` of ``v`` for every active processor."""
+        if v not in memo:
+            names, uniq, inv = self._classes(v)
+            f = {x: fixed[x] for x in self.step_loops if x in fixed}
+            f.update((x, uniq[:, c]) for c, x in enumerate(names))
+            lo, hi = self.bounds.hull_arrays(v, f, len(uniq), {})
+            memo[v] = (lo[inv], hi[inv])
+        return memo[v]
 
     def alive(self, fixed: dict, memo: dict) -> Arr:
         """Processors with at least one iteration below the fixed loops."""
@@ -324,23 +436,53 @@ class Engine:
             ok &= hi > lo
         return ok
 
-    def needed(self, name: str, fixed: dict, memo: dict) -> tuple[Arr, Arr, Arr]:
-        """``(has, lo, hi)`` of the box of input ``name`` every active processor needs."""
+    def _tensor_classes(self, name: str) -> tuple[list[IndexVar], Arr, Arr]:
+        """Like :meth:`_classes`, for the box of input ``name``: the processor loops its
+        accesses (and the terms' gates) depend on, their distinct values and each row's."""
+        if name not in self._tcls:
+            under: set[IndexVar] = set()
+            for term, gate in zip(self.st.terms, self.gates, strict=True):
+                fs = [f for f in term.factors if f.tensor.name == name]
+                for v in [v for f in fs for v in f.indices] + (list(gate) if fs else []):
+                    under |= self.bounds.loops_under(v)
+            procs = list(self.proc_vals)
+            cols = [k for k, x in enumerate(procs) if x in under]
+            if cols:
+                m = np.stack([self.proc_vals[procs[k]] for k in cols], axis=1)
+                uniq, inv = np.unique(m, axis=0, return_inverse=True)
+            else:
+                uniq, inv = np.zeros((1, 0), np.int64), np.zeros(self.A, np.int64)
+            self._tcls[name] = ([procs[k] for k in cols], uniq, inv.reshape(-1))
+        return self._tcls[name]
+
+    def needed(self, name: str, vals: tuple[int, ...]) -> tuple[Arr, Arr, Arr]:
+        """``(has, lo, hi)`` of the box of input ``name`` per class of processors (see
+        :meth:`_tensor_classes`), the step loops fixed to ``vals``: the hull of the tensor's
+        accesses in the terms whose unused statement variables can be at their first value.
+        Whether a processor runs any iteration at all (:meth:`alive`) is applied per row."""
+        names, uniq, _ = self._tensor_classes(name)
+        C = len(uniq)
+        f: dict[IndexVar, Arr | int] = dict(zip(self.step_loops, vals, strict=False))
+        f.update((x, uniq[:, c]) for c, x in enumerate(names))
+        memo: dict = {}
+
+        def hull(v: IndexVar) -> tuple[Arr, Arr]:
+            return self.bounds.hull_arrays(v, f, C, memo)
+
         order = len(self.placements[name].shape)
-        has = np.zeros(self.A, bool)
-        alive = self.alive(fixed, memo)
-        lo = np.full((self.A, order), np.iinfo(np.int64).max, np.int64)
-        hi = np.full((self.A, order), np.iinfo(np.int64).min, np.int64)
+        has = np.zeros(C, bool)
+        lo = np.full((C, order), np.iinfo(np.int64).max, np.int64)
+        hi = np.full((C, order), np.iinfo(np.int64).min, np.int64)
         for term, gate in zip(self.st.terms, self.gates, strict=True):
-            ok = alive.copy()
+            ok = np.ones(C, bool)
             for v in gate:
-                glo, ghi = self.hull(v, fixed, memo)
+                glo, ghi = hull(v)
                 ok &= (glo <= 0) & (0 < ghi)
-            for f in term.factors:
-                if f.tensor.name != name:
+            for fac in term.factors:
+                if fac.tensor.name != name:
                     continue
                 m = ok.copy()
-                ivs = [self.hull(v, fixed, memo) for v in f.indices]
+                ivs = [hull(v) for v in fac.indices]
                 for vlo, vhi in ivs:
                     m &= vhi > vlo
                 for d, (vlo, vhi) in enumerate(ivs):
@@ -356,7 +498,7 @@ class Engine:
     def inputs_pass(self) -> None:
         """Fetches of every input, their pieces, routing and buffer memory."""
         A, S = self.A, self.S
-        cur: dict[str, tuple[Arr, Arr, Arr, Arr]] = {}
+        cur: dict[str, tuple] = {}  # name -> (class has, lo, hi, row has, row words)
         prev_total = None
         routed = self.routing in ("broadcast", "tree")
         fown = {n: self._focus_own(n) for n in self.inputs} if self.focus is not None else {}
@@ -370,34 +512,38 @@ class Engine:
                     if a != b
                 )
             )
-            fixed, memo = self.fixed(vals)
             fetched = np.zeros(A, np.int64)
+            alive: dict[int, Arr] = {}
             for name in self.inputs:
                 d = self.depth[name]
                 if si > 0 and changed_at >= d:
                     continue
-                fx, mm = (fixed, memo) if d == len(self.step_loops) else self.fixed(vals[:d])
-                has, lo, hi = self.needed(name, fx, mm)
+                if d not in alive:
+                    alive[d] = self.alive(*self.fixed(vals[:d]))
+                chas, clo, chi = self.needed(name, vals[:d])
+                inv = self._tensor_classes(name)[2]
+                has = chas[inv] & alive[d]
                 if si == 0:
                     changed = np.ones(A, bool)
                 else:
-                    phas, plo, phi = cur[name][:3]
-                    same = (has == phas) & (~has | np.all((lo == plo) & (hi == phi), axis=1))
-                    changed = ~same
+                    pchas, pclo, pchi, phas, _ = cur[name]
+                    moved = ~(_same(clo, chi, pclo, pchi) & (chas == pchas))
+                    changed = (has != phas) | (has & moved[inv])
+                lo, hi = clo[inv], chi[inv]
                 own_has, _, own_lo, own_hi = self.own(name)
-                inside = own_has & np.all((own_lo <= lo) & (hi <= own_hi), axis=1)
-                words = np.where(has & ~inside, _vol(lo, hi), 0)
-                old_words = cur[name][3] if si > 0 else np.zeros(A, np.int64)
+                inside = own_has & _within(lo, hi, own_lo, own_hi)
+                words = np.where(has & ~inside, _vol(clo, chi)[inv], 0)
+                old_words = cur[name][4] if si > 0 else np.zeros(A, np.int64)
                 fetched += np.where(changed, words, 0)
-                cur[name] = (has, lo, hi, np.where(changed, words, old_words))
+                cur[name] = (chas, clo, chi, has, np.where(changed, words, old_words))
                 self._fetch_ops(si, name, changed, has, lo, hi, inside)
                 go = changed & has & ~inside
                 if self.focus is not None:
                     go &= self._fetch_interest(name, has, lo, hi, fown[name], routed)
                 if go.any():
-                    self._fetch_pieces(si, name, go, lo, hi, routed)
+                    self._fetch_pieces(si, name, go, inv, clo, chi, routed)
             if self.focus is None:
-                total = sum(v[3] for v in cur.values()) if cur else np.zeros(A, np.int64)
+                total = sum(v[4] for v in cur.values()) if cur else np.zeros(A, np.int64)
                 if prev_total is not None:
                     self.load[si - 1, self.active] += prev_total + fetched
                 prev_total = total
@@ -412,17 +558,18 @@ class Engine:
         if self.frow is not None and has[self.frow]:
             ok[self.frow] = True
             if routed:  # the trees of the pieces it receives: everyone receiving them
-                ok |= has & _meets(lo, hi, lo[self.frow], hi[self.frow])
+                f = self.frow
+                ok |= has & _meets(lo, hi, lo[f : f + 1], hi[f : f + 1])
         return ok
 
     def _fetch_ops(self, si, name, changed, has, lo, hi, inside) -> None:
+        if not self.build_ops:
+            return
         if self.focus is None:
             sel = np.nonzero(changed)[0]
         elif self.frow is not None and changed[self.frow]:
             sel = np.array([self.frow])
         else:
-            return
-        if self.focus is None and not self.build_ops:
             return
         recv = self.active[sel]
         for r, p in zip(sel.tolist(), recv.tolist(), strict=True):
@@ -431,27 +578,52 @@ class Engine:
             if box is not None and inside[r]:
                 self.fetch_pieces[si, name, p].append((p, box))
 
-    def _fetch_pieces(self, si, name, go, lo, hi, routed) -> None:
+    def _fetch_pieces(self, si, name, go, inv, clo, chi, routed) -> None:
+        """The pieces the ``go`` rows fetch: cut once per class of boxes, then spread."""
         pl = self.placements[name]
-        rows, bk, plo, phi = pl.cut(lo[go], hi[go])
-        recv = self.active[go][rows]
-        src = pl.ranks_of(pl.source_arrays(bk, self.coords(name)[go][rows]))
+        rows = np.nonzero(go)[0]
+        cls = inv[rows]
+        mark = np.zeros(len(clo), bool)
+        mark[cls] = True
+        cg = np.nonzero(mark)[0]
+        crow, blk, plo, phi = pl.cut(clo[cg], chi[cg])
+        cnt = np.zeros(len(clo), np.int64)
+        cnt[cg] = np.bincount(crow, minlength=len(cg))
+        start = np.cumsum(cnt) - cnt
+        n = cnt[cls]
+        if np.all(n == 1):
+            piece = start[cls]
+        else:
+            piece = np.repeat(start[cls], n)
+            piece += np.arange(len(piece)) - np.repeat(np.cumsum(n) - n, n)
+            rows = np.repeat(rows, n)
+        recv = self.active[rows]
+        src = pl.base_ranks(blk)[piece] + self.replica_offsets(name)[rows]
         remote = src != recv
         hop = relay = None
         if routed:  # the sender of a remote piece becomes its parent in the piece's tree
             r = np.nonzero(remote)[0]
+            _, same_piece = np.unique(np.column_stack([plo, phi]), axis=0, return_inverse=True)
             parent, hop, relay = tree_links(
-                src[r], recv[r], np.column_stack([src[r], plo[r], phi[r]])
+                src[r], recv[r], np.column_stack([src[r], same_piece.reshape(-1)[piece[r]]])
             )
             src = src.copy()
             src[r] = parent
         if self.build_ops:
             for r in np.nonzero(self.wanted(recv))[0].tolist():
-                piece = tuple(zip(plo[r].tolist(), phi[r].tolist(), strict=True))
-                self.fetch_pieces[si, name, int(recv[r])].append((int(src[r]), piece))
-        self.rows.add(
-            si, 0, self.tid[name], src[remote], recv[remote], plo[remote], phi[remote], hop, relay
-        )
+                k = piece[r]
+                box = tuple(zip(plo[k].tolist(), phi[k].tolist(), strict=True))
+                self.fetch_pieces[si, name, int(recv[r])].append((int(src[r]), box))
+        k = piece[remote]
+        lo, hi = (plo[k], phi[k]) if self.build_ops else (None, None)  # counts need only words
+        words = _vol(plo, phi)[k]
+        self.rows.add(si, 0, self.tid[name], src[remote], recv[remote], lo, hi, hop, relay, words)
+
+    def replica_offsets(self, name: str) -> Arr:
+        """Per active processor: its part of the number of the replica that serves it."""
+        if name not in self._roff:
+            self._roff[name] = self.placements[name].replica_offsets(self.coords(name))
+        return self._roff[name]
 
     def output_pass(self) -> None:
         """Output boxes, reducers, partial sums, final copies and partial-buffer memory."""
@@ -471,7 +643,7 @@ class Engine:
             hi = np.zeros((A, order), np.int64)
             for k, v in enumerate(lhs):
                 lo[:, k], hi[:, k] = self.hull(v, fixed, memo)
-            has = np.all(hi > lo, axis=1) if order else np.ones(A, bool)
+            has = _every(A, order, lambda k, lo=lo, hi=hi: hi[:, k] > lo[:, k])
             has &= self.alive(fixed, memo)
             lo, hi = np.where(has[:, None], lo, 0), np.where(has[:, None], hi, 0)
             boxes.append((has, lo, hi))
@@ -482,13 +654,13 @@ class Engine:
             has, lo, hi = boxes[si]
             if si > 0:
                 ph, plo_, phi_ = boxes[si - 1]
-                new = (has != ph) | (has & ~np.all((lo == plo_) & (hi == phi_), axis=1))
+                new = (has != ph) | (has & ~_same(lo, hi, plo_, phi_))
                 open_at = np.where(new, si, open_at)
             if si == S - 1:
                 flush = has
             else:
                 nh, nl, nu = boxes[si + 1]
-                flush = has & ((nh != has) | ~np.all((nl == lo) & (nu == hi), axis=1))
+                flush = has & ((nh != has) | ~_same(lo, hi, nl, nu))
             rows = np.nonzero(flush)[0]
             rec["rows"].append(rows)
             rec["open"].append(open_at[rows])
@@ -522,15 +694,17 @@ class Engine:
         primary = np.where(primary == big, lowest, primary)
         self.primary, self.all_idx = primary, all_idx
         # direct accumulation: the box inside the own block, whose reducer is this processor
-        inside = own_has[rows] & np.all((own_lo[rows] <= lo) & (hi <= own_hi[rows]), axis=1)
+        inside = own_has[rows] & _within(lo, hi, own_lo[rows], own_hi[rows])
         direct = inside & (primary[own_lin[rows]] == ranks)
-        if self.focus is None:
-            vol = _vol(lo, hi)
-            part = np.zeros((S + 1, self.P), np.int64)
-            nd = ~direct
-            np.add.at(part, (opened[nd], ranks[nd]), vol[nd])
-            np.add.at(part, (flushed[nd] + 1, ranks[nd]), -vol[nd])
-            self.load += np.cumsum(part, axis=0)[:S]
+        if self.focus is None:  # partial buffers: alive from their opening to their flush
+            vol = np.where(direct, 0, _vol(lo, hi))
+            whole = (opened == 0) & (flushed == S - 1)  # held throughout: a constant
+            np.add.at(self.held, ranks[whole], vol[whole])
+            if not whole.all():
+                part = np.zeros((S + 1, self.P), np.int64)
+                np.add.at(part, (opened[~whole], ranks[~whole]), vol[~whole])
+                np.add.at(part, (flushed[~whole] + 1, ranks[~whole]), -vol[~whole])
+                self.load += np.cumsum(part, axis=0, out=part)[:S]
         if self.build_ops:
             for r in np.nonzero(self.wanted(ranks))[0].tolist():
                 box = tuple(zip(lo[r].tolist(), hi[r].tolist(), strict=True))
@@ -667,50 +841,29 @@ class Engine:
         return a
 
     def summary(self) -> PlanSummary:
-        """Exact stats of the whole plan, from the tables, without building any instruction."""
+        """Exact stats of the whole plan, counted during the walk without building the plan."""
+        tally = self.rows = _Tally(self)
         self.inputs_pass()
         self.output_pass()
         P = self.P
-        a = self.rows.arrays()
-        src, dst, words, step = a["src"], a["dst"], a["words"], a["step"]
-        nlev = self.machine.nlevels
-        lv = np.zeros((nlev, P), np.int64)
-        np.add.at(lv, (self._levels(src, dst), dst), words)
-        moved: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-        if len(src):
-            keys = a["tensor"] * len(_KINDS) + a["kind"]
-            w = np.bincount(keys, weights=words, minlength=len(self.names) * 3)
-            c = np.bincount(keys, minlength=len(self.names) * 3)
-            for key in np.nonzero(c)[0].tolist():
-                moved[self.names[key // 3], _KINDS[key % 3]] = [int(w[key]), int(c[key])]
-        per_step = None
-        if (self.S + 1) * P <= 2_000_000:
-            per_step = np.zeros((4, self.S + 1, P), np.int64)
-            size = (self.S + 1) * P
-            for k, (who, wts) in enumerate(((dst, words), (src, words), (dst, None), (src, None))):
-                per_step[k] = np.bincount(step * P + who, weights=wts, minlength=size).reshape(
-                    self.S + 1, P
-                )
         owned = np.zeros(P, np.int64)
         ranks = np.arange(P)
         for pl in self.placements.values():
             has, _, lo, hi = pl.own_arrays(pl.coords_of(ranks))
             owned += np.where(has, _vol(lo, hi), 0)
-        peak = owned + (self.load.max(axis=0) if self.S else 0)
-
-        def count(x, w=None):
-            return np.bincount(x, weights=w, minlength=P).astype(np.int64).tolist()
-
+        peak = owned + (self.load.max(axis=0) + self.held if self.S else 0)
+        wr, ws, mr, ms = (tally.ints(x) for x in tally.totals)
         st = Stats(
-            words_received=count(dst, words),
-            words_sent=count(src, words),
-            messages_received=count(dst),
-            messages_sent=count(src),
+            words_received=wr,
+            words_sent=ws,
+            messages_received=mr,
+            messages_sent=ms,
             iterations=self.iterations().tolist(),
             peak_words=np.maximum(peak, owned).tolist(),
-            level_words_received=lv.tolist(),
+            level_words_received=tally.ints(tally.lv),
         )
-        return PlanSummary(st, dict(moved), self.S, per_step)
+        per_step = None if tally.per_step is None else np.rint(tally.per_step).astype(np.int64)
+        return PlanSummary(st, dict(tally.moved), self.S, per_step)
 
     def _levels(self, src: Arr, dst: Arr) -> Arr:
         m = self.machine
