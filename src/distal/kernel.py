@@ -26,7 +26,7 @@ RUNTIMES = ("local", "mpi", "dask")
 class Kernel:
     """A compiled computation: its plan, predicted stats and runtimes."""
 
-    def __init__(self, schedule: Schedule, routing: str = "auto") -> None:
+    def __init__(self, schedule: Schedule, routing: str = "auto", params: Any = None) -> None:
         self.schedule = schedule
         placements_of(schedule)  # check every tensor's machine now, not at the first run
         self.kernels = term_kernels(schedule.statement, schedule)
@@ -34,6 +34,7 @@ class Kernel:
         if routing not in (*ROUTINGS, "auto"):
             raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
         self._summaries: dict[str, PlanSummary] = {}
+        self.params = params
         self.routing = routing if routing != "auto" else self._cheapest_routing()
 
     def _summary(self, routing: str) -> PlanSummary:
@@ -50,9 +51,14 @@ class Kernel:
         one step is a hot spot even when every processor serves as much over all steps);
         the larger of the two is used.
         """
-        from distal.cost.model import flops_per_iteration, load_params, stats_cost
+        from distal.cost.model import DEFAULT_PARAMS, MachineParams, flops_per_iteration, stats_cost
 
-        params = load_params()
+        params = DEFAULT_PARAMS if self.params is None else self.params
+        if not isinstance(params, MachineParams):
+            raise ScheduleError(
+                f"params must be a distal.cost.model.MachineParams, got {params!r} "
+                "(load a calibration with distal.cost.model.load_params(path))"
+            )
         fpi = flops_per_iteration(self.schedule.statement)
 
         def seconds(routing: str) -> float:
@@ -206,12 +212,17 @@ def _bound_lines(kernel: Kernel) -> list[str]:
     return [f"lower bound: {b.words:.1f} words per processor ({b.detail}); max / bound = {ratio}"]
 
 
-def compile(schedule: Schedule, routing: str = "auto") -> Kernel:
+def compile(schedule: Schedule, routing: str = "auto", params: Any = None) -> Kernel:
     """Compile a schedule into a :class:`Kernel`.
 
     ``routing`` says how messages travel: ``"direct"`` (each piece from its owner, each
     partial sum straight to its reducer), ``"broadcast"`` (binomial-tree broadcasts of
     shared pieces), ``"tree"`` (those and binomial-tree reductions of partial sums; see
     ``distal.plan.engine``) or ``"auto"``, the one the cost model predicts faster.
+
+    ``params`` are the machine constants ``"auto"`` uses (a ``distal.cost.model.
+    MachineParams``, e.g. from ``load_params(path)`` of a calibration file). Without them the
+    model's fixed defaults are used, so every rank and every computer compiles the same plan:
+    nothing is read from files or the environment.
     """
-    return Kernel(schedule, routing)
+    return Kernel(schedule, routing, params)
