@@ -238,8 +238,11 @@ def _from_cost_model() -> dict[str, float] | None:
         from distal.cost import model
     except ImportError:
         return None
+    path = model.config_path()  # this preset describes this computer: read what it measured
+    if not path.is_file():
+        return None
     try:
-        params = model.load_params()
+        params = model.load_params(path)
     except Exception:
         return None
     if not str(getattr(params, "source", "")).startswith("calibrated"):
