@@ -1,4 +1,20 @@
-"""``dl.einsum``: numpy's einsum, run as a distributed computation."""
+"""``dl.einsum``: numpy's einsum, run as a distributed computation.
+
+Every subscripts string (and the interleaved ``op, sublist, ...`` form) that
+``numpy.einsum`` accepts is accepted. Three of numpy's features are settled here, on
+the caller's arrays, before anything is distributed -- each is exact (no arithmetic):
+
+* a label repeated within one operand (``"ii->i"``, ``"iij,j"``) takes that operand's
+  diagonal with numpy first, so only the diagonal is distributed and moved, not the
+  whole square;
+* a dimension of size 1 broadcast against a longer one (numpy allows this for any
+  label, ellipsis or not) is squeezed out of that operand: the operand does not
+  depend on that index;
+* a label of extent 0 makes the result numpy's: zeros of the output's shape (an
+  empty sum is 0; an empty output is empty). Distributed tensors have positive extents.
+
+The ellipsis is expanded into fresh labels by :func:`distal.lang.einsum.parse_einsum`.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +26,7 @@ import numpy as np
 from distal.distribution.machine import Machine
 from distal.errors import InputError, ScheduleError, ShapeError
 from distal.kernel import compile
-from distal.lang.einsum import einsum_vars, parse_einsum
+from distal.lang.einsum import einsum_vars, interleaved_subscripts, parse_einsum
 from distal.lang.nodes import Expr, IndexVar, Tensor
 from distal.schedule.api import Schedule
 from distal.schedule.api import schedule as default_nest
@@ -28,10 +44,56 @@ def _dist(indices: list[IndexVar], placed: list[IndexVar | None], rest: str) -> 
     return f"{names} -> {''.join(rhs)}"
 
 
+def _diagonal(spec: str, a: np.ndarray, n: int, subscripts: str) -> tuple[str, np.ndarray]:
+    """Operand ``n`` with each repeated label reduced to one axis (its diagonal)."""
+    keep = "".join(dict.fromkeys(spec))
+    if keep == spec:
+        return spec, a
+    for c in keep:
+        sizes = {a.shape[d] for d, x in enumerate(spec) if x == c}
+        if len(sizes) > 1:
+            raise ShapeError(
+                f"index {c!r} repeats in operand {n} of {subscripts!r} with extents "
+                f"{sorted(sizes)}; a diagonal needs equal extents"
+            )
+    return keep, np.einsum(f"{spec}->{keep}", a)
+
+
+def _broadcast(
+    ins: list[str], arrays: list[np.ndarray], subscripts: str
+) -> tuple[list[str], list[np.ndarray], dict[str, int]]:
+    """numpy's size-1 broadcasting: the extent of every label, and the operands with their
+    broadcast (size-1) axes squeezed out and the label dropped from their subscripts."""
+    seen: dict[str, set[int]] = {}
+    for spec, a in zip(ins, arrays, strict=True):
+        for c, n in zip(spec, a.shape, strict=True):
+            seen.setdefault(c, set()).add(int(n))
+    extent: dict[str, int] = {}
+    for c, sizes in seen.items():
+        longer = sizes - {1}
+        if len(longer) > 1:
+            raise ShapeError(
+                f"index {c!r} has extents {sorted(sizes)} in {subscripts!r}; operands can "
+                "differ only where one of them has extent 1 (broadcasting)"
+            )
+        extent[c] = longer.pop() if longer else 1
+    new_ins, new_arrays = [], []
+    for spec, a in zip(ins, arrays, strict=True):
+        drop = tuple(d for d, c in enumerate(spec) if a.shape[d] == 1 and extent[c] != 1)
+        new_ins.append("".join(c for d, c in enumerate(spec) if d not in drop))
+        new_arrays.append(np.squeeze(a, axis=drop) if drop else a)
+    return new_ins, new_arrays, extent
+
+
 def einsum(
-    subscripts: str, *operands: Any, machine: Machine | None = None, schedule: Any = None
-) -> np.ndarray:
+    subscripts: Any, *operands: Any, machine: Machine | None = None, schedule: Any = None
+) -> Any:
     """Evaluate ``np.einsum(subscripts, *operands)`` as a distributed computation.
+
+    Accepts whatever ``numpy.einsum`` accepts as subscripts (explicit or implicit output,
+    ``...``, repeated labels, size-1 broadcasting, the interleaved sublist form; see the
+    module docstring for what is settled locally) and returns what it returns: an array,
+    or a numpy scalar for a 0-d result.
 
     ``schedule="auto"`` (the default, also ``None``): every tensor gets a one-copy
     distribution and a schedule chosen by the cost model (``distal.cost``); more
@@ -41,6 +103,8 @@ def einsum(
     owner-computes, inputs replicated where a distributed variable does not index
     them, the output in one copy.
     """
+    if not isinstance(subscripts, str):
+        subscripts, operands = interleaved_subscripts((subscripts, *operands))
     try:
         arrays = [np.asarray(x) for x in operands]
     except Exception as e:
@@ -48,22 +112,40 @@ def einsum(
     for n, a in enumerate(arrays):
         if a.dtype.kind not in "biufc":
             raise InputError(f"einsum operand {n} has non-numeric dtype {a.dtype}")
-    ins, out = parse_einsum(subscripts, [a.ndim for a in arrays])
-    var = einsum_vars(ins, out)
-    extent: dict[str, int] = {}
-    for spec, a in zip(ins, arrays, strict=True):
-        for c, n in zip(spec, a.shape, strict=True):
-            if extent.setdefault(c, n) != n:
-                raise ShapeError(f"index {c!r} has extents {extent[c]} and {n} in {subscripts!r}")
     m = machine if machine is not None else default_machine()
     if not isinstance(m, Machine):
         raise ScheduleError(f"machine must be a dl.Machine, got {m!r}")
+    if schedule is not None and schedule not in ("auto", "owner"):
+        raise ScheduleError(f"einsum schedule must be 'auto' or 'owner', got {schedule!r}")
+    ins, out = parse_einsum(subscripts, [a.ndim for a in arrays])
+    diag = [_diagonal(ins[n], a, n, subscripts) for n, a in enumerate(arrays)]
+    ins, arrays, extent = _broadcast([d[0] for d in diag], [d[1] for d in diag], subscripts)
+    dtype = np.result_type(*arrays) if arrays else np.float64
+    if any(n == 0 for n in extent.values()):
+        return _like_numpy(np.zeros(tuple(extent[c] for c in out), dtype))
     if schedule is None or schedule == "auto":
         from distal.cost.einsum_auto import einsum_auto
 
-        return einsum_auto(ins, out, arrays, m)
-    if schedule != "owner":
-        raise ScheduleError(f"einsum schedule must be 'auto' or 'owner', got {schedule!r}")
+        return _like_numpy(einsum_auto(ins, out, arrays, m))
+    return _like_numpy(_owner(ins, out, arrays, extent, m, dtype))
+
+
+def _like_numpy(value: Any) -> Any:
+    """numpy's return convention: a numpy scalar for a 0-d result, else the array."""
+    value = np.asarray(value)
+    return value[()] if value.ndim == 0 else value
+
+
+def _owner(
+    ins: list[str],
+    out: str,
+    arrays: list[np.ndarray],
+    extent: dict[str, int],
+    m: Machine,
+    dtype: np.dtype,
+) -> np.ndarray:
+    """The owner-computes schedule of ``schedule="owner"`` (see :func:`einsum`)."""
+    var = einsum_vars(ins, out)
     order = list(dict.fromkeys(out + "".join(ins)))
     grid = m if len(order) >= m.ndim else Machine(m.size)
     placed_letters = order[: grid.ndim] if len(order) >= grid.ndim else []
@@ -73,7 +155,6 @@ def einsum(
         idx = [var[c] for c in spec]
         tensors.append(Tensor(f"T{n}", a.shape, _dist(idx, placed, "*"), grid, a.dtype))
     oidx = [var[c] for c in out]
-    dtype = np.result_type(*arrays) if arrays else np.float64
     result = Tensor("out", tuple(extent[c] for c in out), _dist(oidx, placed, "0"), grid, dtype)
     rhs: Expr = tensors[0][tuple(var[c] for c in ins[0])]
     for t, spec in zip(tensors[1:], ins[1:], strict=True):

@@ -200,6 +200,8 @@ def _tier(words: int, least: int, slack: float) -> int:
 
 
 def _too_big(T: Tensor, limit: float | None, least: float | None) -> ScheduleError:
+    if limit is None:  # cannot happen (candidates() always proposes one); never blame a limit
+        return ScheduleError(f"autoschedule: found no candidate schedule for tensor {T.name!r}")
     need = f"; the leanest candidate needs about {int(least)} bytes" if least else ""
     return ScheduleError(
         f"autoschedule: no schedule for tensor {T.name!r} fits memory_limit={limit} bytes "

@@ -48,7 +48,10 @@ class Candidate:
 
     @property
     def family(self) -> str:
-        """A label: 1d, 2d, 3d, 2.5d, with +chunk (3-D serial split) or +steps (SUMMA)."""
+        """A label: 1d, 2d, 3d, 2.5d, with +chunk (3-D serial split) or +steps (SUMMA);
+        ``serial`` when nothing is distributed (a statement without index variables)."""
+        if not self.dvars:
+            return "serial"
         d = len([g for g in self.grid if g > 1]) or 1
         name = f"{d}d"
         if d == 3 and sorted(self.grid)[0] < sorted(self.grid)[1]:
@@ -60,6 +63,8 @@ class Candidate:
         return name
 
     def describe(self) -> str:
+        if not self.dvars:
+            return f"serial on processor 0 of grid {self.grid}"
         pairs = ", ".join(f"{v.name}:{g}" for v, g in zip(self.dvars, self.grid, strict=True))
         extra = ""
         if self.chunk:
@@ -210,6 +215,11 @@ def candidates(
                 result.append(Candidate(grid, dvars, chunk, step, dists, aligned))
     if not result and not tiny:
         return candidates(st, P, auto, steps, max_step, tiny=True)
+    if not result:
+        # No variable to distribute (only order-0 tensors, e.g. ``",,->"``): one processor
+        # computes, every auto tensor restricted to it.
+        dists = {name: f"{''.join(_dim_names(acc[name]))} -> 0" for name in acc if name in auto}
+        result.append(Candidate((P,), (), None, None, dists, dict.fromkeys(dists, True)))
     return result
 
 
@@ -242,9 +252,10 @@ def build(T: Tensor, cand: Candidate) -> Schedule:
         s = s.divide(c, cs, cr, parts)
         dlist[dlist.index(c)] = cr
         step_loop, stepped = cs, c
-    outers = [_fresh(f"{v.name}o", taken) for v in cand.dvars]
-    inners = [_fresh(f"{v.name}i", taken) for v in cand.dvars]
-    s = s.distribute(dlist, outers, inners, view)
+    if cand.dvars:
+        outers = [_fresh(f"{v.name}o", taken) for v in cand.dvars]
+        inners = [_fresh(f"{v.name}i", taken) for v in cand.dvars]
+        s = s.distribute(dlist, outers, inners, view)
     if cand.step:
         w, parts = cand.step
         ws, wi = _fresh(f"{w.name}s", taken), _fresh(f"{w.name}i", taken)
