@@ -104,3 +104,17 @@ def test_program_names_a_missing_processor() -> None:
     assert all(3 in (m.src, m.dst) for m in own.messages)
     with pytest.raises(dl.DistalError, match="not 2"):
         own.ops(2)
+
+
+@given(case=cases())
+def test_one_walk_counts_every_routing(case: Case) -> None:
+    """``routing="auto"`` compares routings counted in one walk; each equals its own walk."""
+    built = case.build()
+    sched = apply_schedule(dl.schedule(built.output), case.ops, built)
+    together = Engine(sched).summaries(ROUTINGS)
+    for routing in ROUTINGS:
+        alone = summarize(sched, routing)
+        assert together[routing].stats.as_dict() == alone.stats.as_dict()
+        assert together[routing].moved == alone.moved
+        if alone.per_step is not None:
+            assert (together[routing].per_step == alone.per_step).all()

@@ -12,7 +12,15 @@ import numpy as np
 
 from distal.errors import InputError, NotSupportedYet, ScheduleError
 from distal.kernels.leaf import term_kernels
-from distal.plan.engine import ROUTINGS, PlanSummary, lower, placements_of, program, summarize
+from distal.plan.engine import (
+    ROUTINGS,
+    Engine,
+    PlanSummary,
+    lower,
+    placements_of,
+    program,
+    summarize,
+)
 from distal.plan.ir import Plan
 from distal.plan.printer import explain
 from distal.plan.stats import Stats
@@ -42,6 +50,13 @@ class Kernel:
             self._summaries[routing] = summarize(self.schedule, routing)
         return self._summaries[routing]
 
+    def _all_summaries(self) -> dict[str, PlanSummary]:
+        """Every routing's stats, from one walk of the engine (what ``auto`` compares)."""
+        missing = [r for r in ROUTINGS if r not in self._summaries]
+        if missing:
+            self._summaries.update(Engine(self.schedule).summaries(tuple(missing)))
+        return self._summaries
+
     def _cheapest_routing(self) -> str:
         """The routing the cost model predicts faster (direct on a tie: fewer hops).
 
@@ -60,9 +75,10 @@ class Kernel:
                 "(load a calibration with distal.cost.model.load_params(path))"
             )
         fpi = flops_per_iteration(self.schedule.statement)
+        summaries = self._all_summaries()
 
         def seconds(routing: str) -> float:
-            summary = self._summary(routing)
+            summary = summaries[routing]
             totals = stats_cost(summary.stats, fpi, params)
             steps = summary.step_comm_seconds(params.alpha, params.beta)
             # both are lower bounds on the time: the busiest step, and the busiest processor

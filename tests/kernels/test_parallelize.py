@@ -87,11 +87,6 @@ def test_parallelize_rejects_unknown_loops() -> None:
         s.parallelize(z)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Kernel builds its leaves with term_kernels(schedule.statement): "
-    "the schedule (and its parallelized loops) must be passed too",
-)
 def test_compile_carries_parallelized_loops_to_the_leaves() -> None:
     s, v, _ = problem("gemm")
     kernel = dl.compile(s.parallelize(v["j"]))

@@ -275,6 +275,7 @@ class _Tally:
         self.names = engine.names
         # per step (the final phase last) and processor, when small enough to keep
         self.per_step = np.zeros((4, S + 1, P), np.float64) if (S + 1) * P <= 2_000_000 else None
+        self.incoming: list[tuple[Arr, Arr, Arr]] = []  # partial sums held: (step, proc, words)
 
     def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
         n = len(src)
@@ -309,6 +310,25 @@ class _Tally:
 
     def ints(self, a: Arr) -> list:
         return np.rint(a).astype(np.int64).tolist()
+
+    def peak_beyond(self, load: Arr, held: Arr) -> Arr:
+        """Per processor: the most words beyond its owned blocks at the end of any step.
+
+        ``load`` (steps x processors) holds the buffers every routing shares, ``held`` what
+        stays all along; the partial sums a processor receives in a step (which depend on
+        the routing) add to that step only.
+        """
+        S, P = load.shape
+        peak = (load.max(axis=0) if S else np.zeros(P, np.int64)) + held
+        if self.incoming:
+            step = np.concatenate([np.broadcast_to(a, b.shape) for a, b, _ in self.incoming])
+            who = np.concatenate([b for _, b, _ in self.incoming])
+            words = np.concatenate([w for _, _, w in self.incoming])
+            keys, inv = np.unique(step * P + who, return_inverse=True)
+            add = np.bincount(inv.reshape(-1), weights=words).astype(np.int64)
+            cand = load.reshape(-1)[keys] + add + held[keys % P]
+            np.maximum.at(peak, keys % P, cand)
+        return peak
 
 
 class Engine:
@@ -360,7 +380,9 @@ class Engine:
         self._tcls: dict[str, tuple] = {}
         self._roff: dict[str, Arr] = {}
         self._own: dict[str, tuple[Arr, ...]] = {}
-        self.rows: _Rows | _Tally = _Rows()
+        # where messages go: the plan's table, or one tally per routing counted (summaries)
+        self.sinks: dict[str, _Rows | _Tally] = {routing: _Rows()}
+        self.summarizing = False
         # what the programs are built from (only for the processors they are built for)
         self.fetch_ops: list[tuple] = []  # (step, tensor, recv, box | None, view)
         self.fetch_pieces: dict[tuple[int, str, int], list] = defaultdict(list)
@@ -500,7 +522,7 @@ class Engine:
         A, S = self.A, self.S
         cur: dict[str, tuple] = {}  # name -> (class has, lo, hi, row has, row words)
         prev_total = None
-        routed = self.routing in ("broadcast", "tree")
+        routed = self.routing in ("broadcast", "tree")  # (for the focus's trees)
         fown = {n: self._focus_own(n) for n in self.inputs} if self.focus is not None else {}
         for si, vals in enumerate(self.steps):
             changed_at = (
@@ -542,12 +564,12 @@ class Engine:
                     go &= self._fetch_interest(name, has, lo, hi, fown[name], routed)
                 if go.any():
                     self._fetch_pieces(si, name, go, inv, clo, chi, routed)
-            if self.focus is None:
+            if self.summarizing:
                 total = sum(v[4] for v in cur.values()) if cur else np.zeros(A, np.int64)
                 if prev_total is not None:
                     self.load[si - 1, self.active] += prev_total + fetched
                 prev_total = total
-        if self.focus is None and prev_total is not None and S:
+        if self.summarizing and prev_total is not None and S:
             self.load[S - 1, self.active] += prev_total
 
     def _fetch_interest(self, name, has, lo, hi, fown, routed) -> Arr:
@@ -600,24 +622,36 @@ class Engine:
         recv = self.active[rows]
         src = pl.base_ranks(blk)[piece] + self.replica_offsets(name)[rows]
         remote = src != recv
-        hop = relay = None
-        if routed:  # the sender of a remote piece becomes its parent in the piece's tree
-            r = np.nonzero(remote)[0]
+        r = np.nonzero(remote)[0]
+        plain = (src[r], recv[r], None, None)
+        treed = None
+        if any(x in ("broadcast", "tree") for x in self.sinks):
+            # the sender of a remote piece becomes its parent in the piece's tree
             _, same_piece = np.unique(np.column_stack([plo, phi]), axis=0, return_inverse=True)
-            parent, hop, relay = tree_links(
-                src[r], recv[r], np.column_stack([src[r], same_piece.reshape(-1)[piece[r]]])
-            )
-            src = src.copy()
-            src[r] = parent
+            key = np.column_stack([src[r], same_piece.reshape(-1)[piece[r]]])
+            parent, hop, relay = tree_links(src[r], recv[r], key)
+            treed = (parent, recv[r], hop, relay)
+            if routed:
+                src = src.copy()
+                src[r] = parent
         if self.build_ops:
-            for r in np.nonzero(self.wanted(recv))[0].tolist():
-                k = piece[r]
+            for x in np.nonzero(self.wanted(recv))[0].tolist():
+                k = piece[x]
                 box = tuple(zip(plo[k].tolist(), phi[k].tolist(), strict=True))
-                self.fetch_pieces[si, name, int(recv[r])].append((int(src[r]), box))
-        k = piece[remote]
+                self.fetch_pieces[si, name, int(recv[x])].append((int(src[x]), box))
+        k = piece[r]
         lo, hi = (plo[k], phi[k]) if self.build_ops else (None, None)  # counts need only words
-        words = _vol(plo, phi)[k]
-        self.rows.add(si, 0, self.tid[name], src[remote], recv[remote], lo, hi, hop, relay, words)
+        self._emit(si, 0, self.tid[name], lo, hi, _vol(plo, phi)[k], plain, treed)
+
+    def _emit(self, step, kind, tensor, lo, hi, words, plain, treed) -> None:
+        """Hand messages to every sink: ``plain`` (direct) or ``treed`` (routed) senders and
+        receivers, as each sink's routing says (``broadcast`` routes fetches only)."""
+        for routing, sink in self.sinks.items():
+            routed = routing == "tree" or (routing == "broadcast" and kind == 0)
+            src, dst, hop, relay = treed if routed and treed is not None else plain
+            sink.add(step, kind, tensor, src, dst, lo, hi, hop, relay, words)
+            if kind == 1 and isinstance(sink, _Tally):
+                sink.incoming.append((step, dst, words))
 
     def replica_offsets(self, name: str) -> Arr:
         """Per active processor: its part of the number of the replica that serves it."""
@@ -696,7 +730,7 @@ class Engine:
         # direct accumulation: the box inside the own block, whose reducer is this processor
         inside = own_has[rows] & _within(lo, hi, own_lo[rows], own_hi[rows])
         direct = inside & (primary[own_lin[rows]] == ranks)
-        if self.focus is None:  # partial buffers: alive from their opening to their flush
+        if self.summarizing:  # partial buffers: alive from their opening to their flush
             vol = np.where(direct, 0, _vol(lo, hi))
             whole = (opened == 0) & (flushed == S - 1)  # held throughout: a constant
             np.add.at(self.held, ranks[whole], vol[whole])
@@ -721,14 +755,14 @@ class Engine:
         senders, at = ranks[prow], flushed[prow]
         dst = primary[lin(pblk)]
         remote = dst != senders
-        hop = relay = None
         root = dst[remote]
         sent = senders[remote]
-        if self.routing == "tree":
+        treed = None
+        if "tree" in self.sinks:
             key = np.column_stack([at[remote], root, plo[remote], phi[remote]])
             parent, hop, relay = tree_links(root, sent, key)
-        else:
-            parent = root
+            treed = (sent, parent, hop, relay)
+        parent = treed[1] if self.routing == "tree" else root
         if self.build_ops:
             to = dst.copy()
             to[np.nonzero(remote)[0]] = parent
@@ -737,11 +771,9 @@ class Engine:
                 self.flush_pieces[int(senders[r]), int(at[r])].append(
                     (int(to[r]), piece, bool(remote[r]))
                 )
-        self.rows.add(
-            at[remote], 1, self.tid[name], sent, parent, plo[remote], phi[remote], hop, relay
-        )
-        if self.focus is None:
-            np.add.at(self.load, (at[remote], parent), _vol(plo[remote], phi[remote]))
+        words = _vol(plo[remote], phi[remote])
+        plain = (sent, root, None, None)
+        self._emit(at[remote], 1, self.tid[name], plo[remote], phi[remote], words, plain, treed)
         self._finals(pl, nb)
 
     def _partial_interest(self, ranks, lo, hi, flushed) -> Arr:
@@ -780,7 +812,8 @@ class Engine:
         for k in range(len(pl.shape)):
             blo[:, k] = lo_of[k][self.all_idx[bi, k]]
             bhi[:, k] = hi_of[k][self.all_idx[bi, k]]
-        self.rows.add(self.S, 2, self.tid[self.out], prim, r, blo, bhi)
+        plain = (prim, r, None, None)
+        self._emit(self.S, 2, self.tid[self.out], blo, bhi, _vol(blo, bhi), plain, None)
 
     # -- iterations --------------------------------------------------------------------------
 
@@ -830,8 +863,9 @@ class Engine:
 
     def table(self) -> dict[str, Arr]:
         """Every message as arrays, sorted in the plan's canonical order."""
-        a = self.rows.arrays()
-        boxes = self.rows.boxes
+        rows = self.sinks[self.routing]
+        a = rows.arrays()
+        boxes = rows.boxes
         lo_rows: list = []
         hi_rows: list = []
         for _, lo, hi in boxes:
@@ -840,9 +874,14 @@ class Engine:
         a["lo"], a["hi"] = lo_rows, hi_rows
         return a
 
-    def summary(self) -> PlanSummary:
-        """Exact stats of the whole plan, counted during the walk without building the plan."""
-        tally = self.rows = _Tally(self)
+    def summaries(self, routings: tuple[str, ...]) -> dict[str, PlanSummary]:
+        """Exact stats of the whole plan under each routing, counted in one walk (the boxes,
+        pieces and reducers are the routings' common part) without building any plan."""
+        for r in routings:
+            if r not in ROUTINGS:
+                raise ScheduleError(f"routing {r!r} is not one of {[*ROUTINGS, 'auto']}")
+        self.sinks = {r: _Tally(self) for r in routings}
+        self.summarizing = True
         self.inputs_pass()
         self.output_pass()
         P = self.P
@@ -851,19 +890,24 @@ class Engine:
         for pl in self.placements.values():
             has, _, lo, hi = pl.own_arrays(pl.coords_of(ranks))
             owned += np.where(has, _vol(lo, hi), 0)
-        peak = owned + (self.load.max(axis=0) + self.held if self.S else 0)
-        wr, ws, mr, ms = (tally.ints(x) for x in tally.totals)
-        st = Stats(
-            words_received=wr,
-            words_sent=ws,
-            messages_received=mr,
-            messages_sent=ms,
-            iterations=self.iterations().tolist(),
-            peak_words=np.maximum(peak, owned).tolist(),
-            level_words_received=tally.ints(tally.lv),
-        )
-        per_step = None if tally.per_step is None else np.rint(tally.per_step).astype(np.int64)
-        return PlanSummary(st, dict(tally.moved), self.S, per_step)
+        iterations = self.iterations().tolist()
+        out = {}
+        for routing, tally in self.sinks.items():
+            assert isinstance(tally, _Tally)
+            peak = owned + tally.peak_beyond(self.load, self.held)
+            wr, ws, mr, ms = (tally.ints(x) for x in tally.totals)
+            st = Stats(
+                words_received=wr,
+                words_sent=ws,
+                messages_received=mr,
+                messages_sent=ms,
+                iterations=list(iterations),
+                peak_words=np.maximum(peak, owned).tolist(),
+                level_words_received=tally.ints(tally.lv),
+            )
+            ps = None if tally.per_step is None else np.rint(tally.per_step).astype(np.int64)
+            out[routing] = PlanSummary(st, dict(tally.moved), self.S, ps)
+        return out
 
     def _levels(self, src: Arr, dst: Arr) -> Arr:
         m = self.machine
@@ -984,7 +1028,12 @@ class Engine:
 
 def summarize(s: Schedule, routing: str = "direct") -> PlanSummary:
     """Exact stats of ``s``'s plan (routed by ``routing``), computed without building it."""
-    return Engine(s, routing).summary()
+    return Engine(s, routing).summaries((routing,))[routing]
+
+
+def summarize_all(s: Schedule) -> dict[str, PlanSummary]:
+    """:func:`summarize` for every routing at once (what ``routing="auto"`` compares)."""
+    return Engine(s).summaries(ROUTINGS)
 
 
 def lower(s: Schedule, routing: str = "direct") -> Plan:
