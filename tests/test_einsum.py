@@ -1,4 +1,4 @@
-"""dl.einsum is numpy-compatible."""
+"""dl.einsum is numpy-compatible: every subscripts form numpy.einsum accepts gives its result."""
 
 from __future__ import annotations
 
@@ -83,3 +83,156 @@ def test_einsum_schedules_agree(schedule) -> None:
 def test_einsum_unknown_schedule_names_it() -> None:
     with pytest.raises(dl.ScheduleError, match="'fastest'"):
         dl.einsum("ij,jk->ik", np.ones((2, 2)), np.ones((2, 2)), schedule="fastest")
+
+
+# The contraction list of opt_einsum's own tests (opt_einsum 3.4.0,
+# opt_einsum/tests/test_contract.py, the list ``tests``; subscript strings only). It
+# covers scalars, broadcasting-like products, transposes, outer products, collapses,
+# repeated labels within one operand and implicit outputs.
+OPT_EINSUM_CONTRACTIONS = [
+    "a,->a", "ab,->ab", ",ab,->ab", ",,->", "a,ab,abc->abc", "a,b,ab->ab",
+    "ea,fb,gc,hd,abcd->efgh", "ea,fb,abcd,gc,hd->efgh", "abcd,ea,fb,gc,hd->efgh",
+    "acdf,jbje,gihb,hfac,gfac,gifabc,hfac", "acdf,jbje,gihb,hfac,gfac,gifabc,hfac",
+    "cd,bdhe,aidb,hgca,gc,hgibcd,hgac", "abhe,hidj,jgba,hiab,gab",
+    "bde,cdh,agdb,hica,ibd,hgicd,hiac", "chd,bde,agbc,hiad,hgc,hgi,hiad",
+    "chd,bde,agbc,hiad,bdi,cgh,agdb", "bdhe,acad,hiab,agac,hibd", "ab,ab,c->", "ab,ab,c->c",
+    "ab,ab,cd,cd->", "ab,ab,cd,cd->ac", "ab,ab,cd,cd->cd", "ab,ab,cd,cd,ef,ef->",
+    "ab,cd,ef->abcdef", "ab,cd,ef->acdf", "ab,cd,de->abcde", "ab,cd,de->be", "ab,bcd,cd->abcd",
+    "ab,bcd,cd->abd", "eb,cb,fb->cef", "dd,fb,be,cdb->cef", "bca,cdb,dbf,afc->",
+    "dcc,fce,ea,dbf->ab", "fdf,cdd,ccd,afe->ae", "abcd,ad", "ed,fcd,ff,bcf->be",
+    "baa,dcf,af,cde->be", "bd,db,eac->ace", "fff,fae,bef,def->abd", "efc,dbc,acf,fd->abe",
+    "ab,ab", "ab,ba", "abc,abc", "abc,bac", "abc,cba", "ab,bc", "ab,cb", "ba,bc", "ba,cb",
+    "abcd,cd", "abcd,ab", "abcd,cdef", "abcd,cdef->feba", "abcd,efdc", "aab,bc->ac",
+    "ab,bcc->ac", "aab,bcc->ac", "baa,bcc->ac", "aab,ccb->ac", "aab,fa,df,ecc->bde",
+    "ecb,fef,bad,ed->ac", "bcf,bbb,fbf,fc->", "bb,ff,be->e", "bcb,bb,fc,fff->",
+    "fbb,dfd,fc,fc->", "afd,ba,cc,dc->bf", "adb,bc,fa,cfc->d", "bbd,bda,fc,db->acf",
+    "dba,ead,cad->bce", "aef,fbc,dca->bde",
+]
+
+
+def _random_operands(subscripts: str, seed: int) -> list[np.ndarray]:
+    """Small random float64 operands, each label of extent 2 or 3."""
+    rng = np.random.default_rng(seed)
+    letters = sorted(set(subscripts) - set(",->"))
+    ext = {c: int(rng.integers(2, 4)) for c in letters}
+    specs = subscripts.split("->")[0].split(",")
+    return [rng.standard_normal([ext[c] for c in spec]) for spec in specs]
+
+
+def _check(subscripts, operands, machine) -> None:
+    expected = np.einsum(subscripts, *operands)
+    got = dl.einsum(subscripts, *operands, machine=machine)
+    assert type(got) is type(expected)  # an array, or a numpy scalar for a 0-d result
+    assert np.shape(got) == np.shape(expected)
+    np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("mshape", [None, (2, 2)], ids=["default", "2x2"])
+@pytest.mark.parametrize(
+    "subscripts",
+    OPT_EINSUM_CONTRACTIONS,
+    ids=[f"{n}:{s}" for n, s in enumerate(OPT_EINSUM_CONTRACTIONS)],
+)
+def test_opt_einsum_contractions(subscripts: str, mshape: tuple | None) -> None:
+    operands = _random_operands(subscripts, len(subscripts))
+    _check(subscripts, operands, None if mshape is None else dl.Machine(*mshape))
+
+
+@pytest.mark.parametrize("subscripts", OPT_EINSUM_CONTRACTIONS[:24])
+def test_opt_einsum_contractions_on_a_line(subscripts: str) -> None:
+    _check(subscripts, _random_operands(subscripts, 7), dl.Machine(3))
+
+
+def _random_arrays(*shapes):
+    rng = np.random.default_rng(sum(map(len, shapes)))
+    return [rng.standard_normal(s) for s in shapes]
+
+
+NUMPY_FORMS = [
+    # ellipsis (numpy aligns its dimensions on the right and broadcasts size 1)
+    ("...ij,...jk->...ik", [(5, 2, 3), (3, 4)]),
+    ("...ij,...jk", [(1, 2, 3), (5, 3, 4)]),
+    ("i...->...", [(3, 4, 5)]),
+    ("...", [(3, 4)]),
+    ("...,...", [(), (3,)]),
+    ("ij...,j...->i...", [(2, 3, 1), (3, 4)]),
+    ("...a,...a", [(2, 1, 3), (4, 3)]),
+    ("i...j,j...", [(2, 5, 3), (3, 5)]),
+    ("ab...,b", [(2, 3), (3,)]),
+    ("i->...", [(4,)]),
+    ("...->...", [()]),
+    # implicit output: labels used once, sorted, A-Z before a-z
+    ("ba", [(3, 4)]),
+    ("Ba", [(3, 4)]),
+    ("aB,Bc", [(2, 3), (3, 4)]),
+    ("ii", [(3, 3)]),
+    # a label repeated within one operand: diagonals and traces
+    ("ii->i", [(3, 3)]),
+    ("ii->", [(3, 3)]),
+    ("iij->j", [(2, 2, 3)]),
+    ("iij", [(2, 2, 3)]),
+    ("ii,i", [(2, 2), (2,)]),
+    ("iji->ij", [(3, 2, 3)]),
+    # size-1 dimensions broadcast against longer ones, for any label
+    ("ij,jk->ik", [(2, 1), (3, 4)]),
+    ("ij,ij->ij", [(2, 1), (2, 3)]),
+    ("a,a,a->a", [(1,), (3,), (1,)]),
+    ("ii,i", [(2, 2), (1,)]),
+    ("a...,a->...", [(3, 1), (3,)]),
+    # scalars
+    ("->", [()]),
+    (",->", [(), ()]),
+    (",i->i", [(), (4,)]),
+    # zero extents: numpy's empty sums (0) and empty results
+    ("ij,jk->ik", [(2, 0), (0, 3)]),
+    ("i,i", [(0,), (0,)]),
+    ("ij->i", [(0, 3)]),
+    ("ij,j->ij", [(2, 1), (0,)]),
+]
+
+
+@pytest.mark.parametrize("mshape", [None, (2, 2), (3,)], ids=["default", "2x2", "3"])
+@pytest.mark.parametrize(("subscripts", "shapes"), NUMPY_FORMS, ids=[f[0] for f in NUMPY_FORMS])
+def test_numpy_forms(subscripts: str, shapes: list, mshape: tuple | None) -> None:
+    _check(subscripts, _random_arrays(*shapes), None if mshape is None else dl.Machine(*mshape))
+
+
+def test_interleaved_sublists() -> None:
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((2, 3)), rng.standard_normal((3, 4))
+    for args in (
+        (a, [0, 1], b, [1, 2], [0, 2]),
+        (a, [0, 1], b, [1, 2]),  # implicit output
+        (a, [1, 0]),  # implicit output sorted: a transpose
+        (a, [0, 26]),  # 0..25 sort before 26..51, as in numpy
+        (a, [Ellipsis, 1], [Ellipsis]),  # sum over the last axis
+    ):
+        expected = np.einsum(*args)
+        got = dl.einsum(*args, machine=dl.Machine(2, 2))
+        assert np.shape(got) == np.shape(expected)
+        np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "match"),
+    [
+        ((".i", (2,)), dl.NotationError, "'.'"),
+        (("i->j", (2,)), dl.NotationError, "'j'"),
+        (("ii->ii", (2, 2)), dl.NotationError, "'i' repeats"),
+        (("i->ii", (2,)), dl.NotationError, "'i' repeats"),
+        (("...i->i", (2, 3)), dl.NotationError, r"'\.\.\.'"),
+        (("i-j", (2,)), dl.NotationError, "'->'"),
+        (("i,i", (2,), (3,)), dl.ShapeError, "'i'"),
+        (("ij,jk->ik", (2, 3), (4, 5)), dl.ShapeError, "'j'"),
+        (("ii", (2, 3)), dl.ShapeError, "'i' repeats in operand 0"),
+        (("i1", (2, 2)), dl.NotationError, "'1'"),
+        ((np.ones(2), [52]), dl.NotationError, "52"),
+    ],
+)
+def test_what_numpy_refuses_is_a_clear_error(args, error, match) -> None:
+    if isinstance(args[0], str):
+        args = (args[0], *(np.ones(s) for s in args[1:]))
+    with pytest.raises(Exception):  # noqa: B017, PT011 -- numpy refuses it too
+        np.einsum(*args)
+    with pytest.raises(error, match=match):
+        dl.einsum(*args, machine=dl.Machine(2))
