@@ -118,3 +118,21 @@ def test_one_walk_counts_every_routing(case: Case) -> None:
         assert together[routing].moved == alone.moved
         if alone.per_step is not None:
             assert (together[routing].per_step == alone.per_step).all()
+
+
+@given(case=cases())
+def test_totals_without_per_step_counts_agree(case: Case) -> None:
+    """Large plans keep only totals (and count one-message-per-receiver batches in place)."""
+    from unittest import mock
+
+    from distal.plan import engine
+
+    built = case.build()
+    sched = apply_schedule(dl.schedule(built.output), case.ops, built)
+    kept = Engine(sched).summaries(ROUTINGS)
+    with mock.patch.object(engine, "PER_STEP_LIMIT", -1):
+        lean = Engine(sched).summaries(ROUTINGS)
+    for routing in ROUTINGS:
+        assert lean[routing].per_step is None
+        assert lean[routing].stats.as_dict() == kept[routing].stats.as_dict()
+        assert lean[routing].moved == kept[routing].moved

@@ -81,6 +81,9 @@ Arr = np.ndarray
 #: "broadcast" routes shared fetches through trees and partial sums directly, "tree" both.
 ROUTINGS = ("direct", "broadcast", "tree")
 _KINDS = (FETCH, PARTIAL, FINAL)
+#: Stats keep per-step counts (for the lockstep cost of ``routing="auto"``) up to this many
+#: steps x processors; beyond, only totals.
+PER_STEP_LIMIT = 2_000_000
 # Order of a processor's instructions inside one step.
 _PHASE = {
     Fetch: 0,
@@ -136,25 +139,31 @@ def loop_roles(s: Schedule) -> tuple[dict[str, int], tuple[IndexVar, ...]]:
     return depth, tuple(rest[: max(depth.values(), default=0)])
 
 
-def tree_links(root: Arr, member: Arr, key: Arr) -> tuple[Arr, Arr, Arr]:
+def tree_links(root: Arr, member: Arr, group: Arr) -> tuple[Arr, Arr, Arr]:
     """Binomial trees: ``(parent, position, relay)`` of each member.
 
-    Rows with equal ``key`` form one group rooted at ``root``; its members, ordered by
-    processor number, are nodes ``1, 2, ...`` and node ``i`` hangs under node
-    ``i - 2**floor(log2(i))`` (node 0 is the root). ``relay`` is True where the parent is a
-    member (it passes the piece on, or combines the sums below it), not the root.
+    Rows with equal ``group`` (non-negative integers) form one group rooted at ``root``; its
+    members, ordered by processor number, are nodes ``1, 2, ...`` and node ``i`` hangs under
+    node ``i - 2**floor(log2(i))`` (node 0 is the root). ``relay`` is True where the parent
+    is a member (it passes the piece on, or combines the sums below it), not the root.
     """
     n = len(member)
     if n == 0:
         return root.copy(), np.zeros(0, np.int64), np.zeros(0, bool)
-    order = np.lexsort((member, *key.T[::-1]))
-    ks = key[order]
+    group = np.asarray(group, np.int64)
+    # members usually arrive in processor order: a stable sort by group alone (a radix sort
+    # for small group numbers) then orders each group; otherwise sort by both
+    order = np.argsort(group.astype(np.uint16) if group.max() < 1 << 16 else group, kind="stable")
+    gs, ms = group[order], member[order]
     first = np.ones(n, bool)
-    first[1:] = np.any(ks[1:] != ks[:-1], axis=1)
+    first[1:] = gs[1:] != gs[:-1]
+    if not np.all(first[1:] | (ms[1:] > ms[:-1])):
+        order = np.lexsort((member, group))
+        gs, ms = group[order], member[order]
+        first[1:] = gs[1:] != gs[:-1]
     start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
     pos = np.arange(n) - start + 1
     parent = pos - (1 << (np.floor(np.log2(pos)).astype(np.int64)))
-    ms = member[order]
     sorted_parent = np.where(parent == 0, root[order], ms[np.maximum(start + parent - 1, 0)])
     out_parent = np.empty(n, np.int64)
     out_parent[order] = sorted_parent
@@ -163,6 +172,14 @@ def tree_links(root: Arr, member: Arr, key: Arr) -> tuple[Arr, Arr, Arr]:
     out_relay = np.empty(n, bool)
     out_relay[order] = parent != 0
     return out_parent, out_pos, out_relay
+
+
+def _group_ids(*cols: Arr) -> Arr:
+    """Small non-negative integers, equal exactly where all the columns are equal."""
+    key = np.column_stack(cols)
+    if len(key) == 0:
+        return np.zeros(0, np.int64)
+    return np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
 
 
 # Row-wise box predicates, one column at a time: boxes have a handful of dimensions, and
@@ -274,7 +291,9 @@ class _Tally:
         self.moved: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self.names = engine.names
         # per step (the final phase last) and processor, when small enough to keep
-        self.per_step = np.zeros((4, S + 1, P), np.float64) if (S + 1) * P <= 2_000_000 else None
+        self.per_step = (
+            np.zeros((4, S + 1, P), np.float64) if (S + 1) * P <= PER_STEP_LIMIT else None
+        )
         self.incoming: list[tuple[Arr, Arr, Arr]] = []  # partial sums held: (step, proc, words)
 
     def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
@@ -283,6 +302,20 @@ class _Tally:
             return
         P = self.P
         words = _vol(lo, hi) if words is None else words
+        key = self.names[tensor], _KINDS[kind]
+        self.moved[key][0] += int(words.sum())
+        self.moved[key][1] += n
+        if len(self.lv) > 1:
+            np.add.at(self.lv, (self.levels(src, dst), dst), words)
+        if self.per_step is None and len(self.lv) == 1 and bool(np.all(dst[1:] > dst[:-1])):
+            # one message per receiver (a fetch's usual shape): add in place, no histogram
+            wr, ws, mr, ms = self.totals
+            wr[dst] += words
+            mr[dst] += 1
+            ws += np.bincount(src, weights=words, minlength=P)
+            ms += np.bincount(src, minlength=P)
+            self.lv[0][dst] += words
+            return
         counts = (
             np.bincount(dst, weights=words, minlength=P),
             np.bincount(src, weights=words, minlength=P),
@@ -291,13 +324,8 @@ class _Tally:
         )
         for total, c in zip(self.totals, counts, strict=True):
             total += c
-        if len(self.lv) > 1:
-            np.add.at(self.lv, (self.levels(src, dst), dst), words)
-        else:
+        if len(self.lv) == 1:
             self.lv[0] += counts[0]
-        key = self.names[tensor], _KINDS[kind]
-        self.moved[key][0] += int(words.sum())
-        self.moved[key][1] += n
         if self.per_step is None:
             return
         if np.ndim(step) == 0:
@@ -379,6 +407,7 @@ class Engine:
         self._cls: dict[IndexVar, tuple] = {}
         self._tcls: dict[str, tuple] = {}
         self._roff: dict[str, Arr] = {}
+        self._rgrp: dict[str, Arr] = {}
         self._own: dict[str, tuple[Arr, ...]] = {}
         # where messages go: the plan's table, or one tally per routing counted (summaries)
         self.sinks: dict[str, _Rows | _Tally] = {routing: _Rows()}
@@ -627,9 +656,12 @@ class Engine:
         treed = None
         if any(x in ("broadcast", "tree") for x in self.sinks):
             # the sender of a remote piece becomes its parent in the piece's tree
-            _, same_piece = np.unique(np.column_stack([plo, phi]), axis=0, return_inverse=True)
-            key = np.column_stack([src[r], same_piece.reshape(-1)[piece[r]]])
-            parent, hop, relay = tree_links(src[r], recv[r], key)
+            # a group: one piece from one replica; pieces of equal boxes are one piece, and a
+            # piece's replica is fixed by the receiver's coordinates on replicated dimensions
+            same = _group_ids(plo, phi)
+            reps = self.replica_groups(name)
+            group = same[piece[r]] * (int(reps.max()) + 1) + reps[rows[r]]
+            parent, hop, relay = tree_links(src[r], recv[r], group)
             treed = (parent, recv[r], hop, relay)
             if routed:
                 src = src.copy()
@@ -652,6 +684,19 @@ class Engine:
             sink.add(step, kind, tensor, src, dst, lo, hi, hop, relay, words)
             if kind == 1 and isinstance(sink, _Tally):
                 sink.incoming.append((step, dst, words))
+
+    def replica_groups(self, name: str) -> Arr:
+        """Per active processor: the number of its coordinates on the dimensions replicating
+        ``name`` (processors with equal numbers are served by the same replicas)."""
+        if name not in self._rgrp:
+            pl = self.placements[name]
+            rep = [m for m, f in enumerate(pl.fixed_dims()) if not f]
+            c = self.coords(name)
+            g = np.zeros(self.A, np.int64)
+            for m in rep:
+                g = g * pl.grid[m] + c[:, m]
+            self._rgrp[name] = g
+        return self._rgrp[name]
 
     def replica_offsets(self, name: str) -> Arr:
         """Per active processor: its part of the number of the replica that serves it."""
@@ -759,8 +804,8 @@ class Engine:
         sent = senders[remote]
         treed = None
         if "tree" in self.sinks:
-            key = np.column_stack([at[remote], root, plo[remote], phi[remote]])
-            parent, hop, relay = tree_links(root, sent, key)
+            group = _group_ids(at[remote], root, plo[remote], phi[remote])
+            parent, hop, relay = tree_links(root, sent, group)
             treed = (sent, parent, hop, relay)
         parent = treed[1] if self.routing == "tree" else root
         if self.build_ops:
