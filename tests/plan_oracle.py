@@ -4,7 +4,8 @@
 once. This module evaluates the same rules the slow, obvious way -- one processor at a time,
 one step at a time, with Python boxes -- followed by the routing rewrite of a whole plan into
 binomial trees. Tests compare the engine's plans (whole and per processor), its stats and
-its messages with what this walk produces.
+its messages with what this walk produces; :func:`plan_stats` counts any plan's stats from
+its messages and instructions alone (replaying the memory model), apart from the engine.
 """
 
 from __future__ import annotations
@@ -34,9 +35,10 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
+from distal.plan.stats import Stats, ops_by_step
 from distal.schedule.api import Schedule
 from distal.schedule.bounds import Bounds
-from distal.typing import Box, box_contains, box_is_empty
+from distal.typing import Box, box_contains, box_is_empty, box_volume
 
 ROUTINGS = ("direct", "broadcast", "tree")
 
@@ -341,3 +343,85 @@ def route(plan: Plan, routing: str) -> Plan:
 def lower(s: Schedule, routing: str = "direct") -> Plan:
     """The oracle's whole plan of ``s``, routed by ``routing``."""
     return route(_Lowering(s).run(), routing)
+
+
+# ---- stats counted from a plan's instructions and messages ----
+
+
+class MemoryTracker:
+    """The memory model shared by the plan and the runtimes.
+
+    Runtimes overlap communication with computation: while step ``s`` computes,
+    the buffers of step ``s+1`` are already being filled. So at the end of step
+    ``s`` a processor holds its owned blocks, one buffer per fetched tensor (none
+    for a view of its own block), the buffers prefetched for step ``s+1``, its
+    partial output buffer and the partial pieces received in step ``s``; then the
+    prefetched buffers replace the old ones, and flushed buffers and received
+    pieces are released.
+    """
+
+    def __init__(self, owned: int) -> None:
+        self.owned = owned
+        self.buffers: dict[str, int] = {}
+        self.next: dict[str, int] = {}
+        self.partial = 0
+        self.flushed = False
+        self.incoming = 0
+        self.peak = owned
+
+    @staticmethod
+    def fetch_words(op: Fetch) -> int:
+        """Words of the buffer a fetch allocates."""
+        return 0 if op.view or op.box is None else box_volume(op.box)
+
+    def prefetch(self, op: Fetch) -> None:
+        """A fetch of the next step starts now (or, before step 0, completes now)."""
+        self.next[op.tensor] = self.fetch_words(op)
+
+    def swap(self) -> None:
+        """Prefetched buffers replace the old ones."""
+        self.buffers.update(self.next)
+        self.next = {}
+
+    def open(self, op: OpenOutput) -> None:
+        self.partial = 0 if op.direct else box_volume(op.box)
+
+    def end_step(self) -> None:
+        now = self.owned + sum(self.buffers.values()) + sum(self.next.values())
+        now += self.partial + self.incoming
+        self.peak = max(self.peak, now)
+        self.incoming = 0
+        if self.flushed:
+            self.partial, self.flushed = 0, False
+
+
+def plan_stats(plan: Plan) -> Stats:
+    """Exact predicted ``Stats`` of a plan."""
+    nlevels = plan.machine.nlevels if plan.machine is not None else 1
+    st = Stats.zeros(plan.nprocs, nlevels)
+    for m in plan.messages:
+        st.record(m.src, m.dst, m.words, plan.level_of(m.src, m.dst))
+    for p in range(plan.nprocs):
+        mem = MemoryTracker(plan.owned_words(p))
+        steps = ops_by_step(plan, p)
+        for op in steps[0]:
+            if isinstance(op, Fetch):
+                mem.prefetch(op)
+        mem.swap()
+        for s in range(plan.nsteps):
+            for op in steps[s + 1] if s + 1 < plan.nsteps else ():
+                if isinstance(op, Fetch):
+                    mem.prefetch(op)
+            for op in steps[s]:
+                if isinstance(op, OpenOutput):
+                    mem.open(op)
+                elif isinstance(op, Compute):
+                    st.iterations[p] += sum(box_volume(b) for b in op.boxes)
+                elif isinstance(op, Flush):
+                    mem.flushed = True
+                elif isinstance(op, Reduce | Combine):
+                    mem.incoming += box_volume(op.box)
+            mem.end_step()
+            mem.swap()
+        st.peak_words[p] = mem.peak
+    return st

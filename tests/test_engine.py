@@ -20,7 +20,7 @@ import distal as dl
 import plan_oracle
 from distal.plan.engine import ROUTINGS, Engine, program, summarize
 from distal.plan.ir import Plan
-from distal.plan.stats import plan_stats
+from plan_oracle import plan_stats
 from reference import Case, apply_schedule, cases
 
 _PHASES = ("Fetch", "Forward", "OpenOutput", "Compute", "Combine", "Flush", "Reduce")

@@ -18,7 +18,7 @@ import distal as dl
 from distal import algorithms as al
 from distal.plan.engine import summarize
 from distal.plan.ir import FETCH, PARTIAL
-from distal.plan.stats import plan_stats
+from plan_oracle import plan_stats
 from reference import Case, apply_schedule, assert_stats_equal, cases
 
 

@@ -1,11 +1,11 @@
-"""``Stats``: traffic, work and memory per processor, computed from a plan alone."""
+"""``Stats``: traffic, work and memory per processor (predicted by the plan engine, measured
+by the runtimes)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from distal.plan.ir import Combine, Compute, Fetch, Flush, OpenOutput, Plan, Reduce
-from distal.typing import box_volume
+from distal.plan.ir import Plan
 
 
 @dataclass(slots=True)
@@ -75,88 +75,9 @@ class Stats:
         return list(lw[0]) if lw else list(self.words_received)
 
 
-class MemoryTracker:
-    """The memory model shared by the plan and the runtimes.
-
-    Runtimes overlap communication with computation: while step ``s`` computes,
-    the buffers of step ``s+1`` are already being filled. So at the end of step
-    ``s`` a processor holds its owned blocks, one buffer per fetched tensor (none
-    for a view of its own block), the buffers prefetched for step ``s+1``, its
-    partial output buffer and the partial pieces received in step ``s``; then the
-    prefetched buffers replace the old ones, and flushed buffers and received
-    pieces are released.
-    """
-
-    def __init__(self, owned: int) -> None:
-        self.owned = owned
-        self.buffers: dict[str, int] = {}
-        self.next: dict[str, int] = {}
-        self.partial = 0
-        self.flushed = False
-        self.incoming = 0
-        self.peak = owned
-
-    @staticmethod
-    def fetch_words(op: Fetch) -> int:
-        """Words of the buffer a fetch allocates."""
-        return 0 if op.view or op.box is None else box_volume(op.box)
-
-    def prefetch(self, op: Fetch) -> None:
-        """A fetch of the next step starts now (or, before step 0, completes now)."""
-        self.next[op.tensor] = self.fetch_words(op)
-
-    def swap(self) -> None:
-        """Prefetched buffers replace the old ones."""
-        self.buffers.update(self.next)
-        self.next = {}
-
-    def open(self, op: OpenOutput) -> None:
-        self.partial = 0 if op.direct else box_volume(op.box)
-
-    def end_step(self) -> None:
-        now = self.owned + sum(self.buffers.values()) + sum(self.next.values())
-        now += self.partial + self.incoming
-        self.peak = max(self.peak, now)
-        self.incoming = 0
-        if self.flushed:
-            self.partial, self.flushed = 0, False
-
-
 def ops_by_step(plan: Plan, p: int) -> list[list]:
     """Processor ``p``'s instructions grouped by step (index ``nsteps``: after the last step)."""
     out: list[list] = [[] for _ in range(plan.nsteps + 1)]
     for op in plan.programs[p]:
         out[getattr(op, "step", plan.nsteps)].append(op)
     return out
-
-
-def plan_stats(plan: Plan) -> Stats:
-    """Exact predicted ``Stats`` of a plan."""
-    nlevels = plan.machine.nlevels if plan.machine is not None else 1
-    st = Stats.zeros(plan.nprocs, nlevels)
-    for m in plan.messages:
-        st.record(m.src, m.dst, m.words, plan.level_of(m.src, m.dst))
-    for p in range(plan.nprocs):
-        mem = MemoryTracker(plan.owned_words(p))
-        steps = ops_by_step(plan, p)
-        for op in steps[0]:
-            if isinstance(op, Fetch):
-                mem.prefetch(op)
-        mem.swap()
-        for s in range(plan.nsteps):
-            for op in steps[s + 1] if s + 1 < plan.nsteps else ():
-                if isinstance(op, Fetch):
-                    mem.prefetch(op)
-            for op in steps[s]:
-                if isinstance(op, OpenOutput):
-                    mem.open(op)
-                elif isinstance(op, Compute):
-                    st.iterations[p] += sum(box_volume(b) for b in op.boxes)
-                elif isinstance(op, Flush):
-                    mem.flushed = True
-                elif isinstance(op, Reduce | Combine):
-                    mem.incoming += box_volume(op.box)
-            mem.end_step()
-            mem.swap()
-        st.peak_words[p] = mem.peak
-    return st
