@@ -136,3 +136,14 @@ def test_totals_without_per_step_counts_agree(case: Case) -> None:
         assert lean[routing].per_step is None
         assert lean[routing].stats.as_dict() == kept[routing].stats.as_dict()
         assert lean[routing].moved == kept[routing].moved
+
+
+def test_explain_lists_one_processors_program() -> None:
+    kernel = dl.compile(dl.algorithms.cannon(8, machine=dl.Machine(2, 2)).schedule, "direct")
+    text = kernel.explain(processor=1)
+    assert text.startswith(kernel.explain())
+    listing = text[len(kernel.explain()) :]
+    own = kernel.program(1)
+    assert "program of processor 1 (2 steps; sends 2 messages, 32 words" in listing
+    assert listing.count("fetch ") == sum(type(op).__name__ == "Fetch" for op in own.ops(1))
+    assert "[4:8, 4:8] from 3" in listing  # processor 1 gets C's block from processor 3

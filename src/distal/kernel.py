@@ -22,7 +22,7 @@ from distal.plan.engine import (
     summarize,
 )
 from distal.plan.ir import Plan
-from distal.plan.printer import explain
+from distal.plan.printer import explain, program_text
 from distal.plan.stats import Stats
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source
@@ -117,9 +117,13 @@ class Kernel:
         """Exact predicted traffic, work and memory per processor (a fresh copy)."""
         return Stats(**self._stats.as_dict())  # a copy the caller may change
 
-    def explain(self) -> str:
-        """The scheduled loop nest, where each tensor moves, and the per-processor table."""
-        return explain(self.schedule, self.summary, self.routing, _bound_lines(self))
+    def explain(self, processor: int | None = None) -> str:
+        """The scheduled loop nest, where each tensor moves, and the per-processor table;
+        with ``processor``, also that processor's program, instruction by instruction."""
+        text = explain(self.schedule, self.summary, self.routing, _bound_lines(self))
+        if processor is None:
+            return text
+        return "\n".join([text, "", *program_text(self.program(processor), int(processor))])
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate run inputs; arrays are converted to the tensors' dtypes.

@@ -6,7 +6,21 @@ from collections import defaultdict
 
 from distal.lang.nodes import IndexVar
 from distal.plan.engine import PlanSummary, loop_roles
-from distal.plan.ir import FETCH, FINAL, PARTIAL
+from distal.plan.ir import (
+    FETCH,
+    FINAL,
+    PARTIAL,
+    Combine,
+    Compute,
+    Fetch,
+    Flush,
+    Forward,
+    OpenOutput,
+    Plan,
+    RecvFinal,
+    Reduce,
+    SendFinal,
+)
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Rotate, Split
@@ -118,6 +132,61 @@ _ROUTING_TEXT = {
     "broadcast": "broadcast (binomial-tree broadcasts of shared pieces; partial sums direct)",
     "tree": "tree (binomial-tree broadcasts of shared pieces and reductions of partial sums)",
 }
+
+
+def _box(box) -> str:
+    return "[" + ", ".join(f"{lo}:{hi}" for lo, hi in box) + "]" if box is not None else "-"
+
+
+def _op_text(op, p: int) -> str:
+    """One instruction of processor ``p``, as a line."""
+    if isinstance(op, Fetch):
+        if op.box is None:
+            return f"fetch {op.tensor}: nothing (buffer released)"
+        if op.view:
+            return f"fetch {op.tensor}{_box(op.box)}: view of the own block"
+        parts = ", ".join(
+            f"{_box(piece)} {'own' if src == p else f'from {src}'}" for src, piece in op.pieces
+        )
+        return f"fetch {op.tensor}{_box(op.box)}: {parts}"
+    if isinstance(op, Forward):
+        return f"forward {op.tensor}{_box(op.piece)} to {op.dst} (once it has arrived)"
+    if isinstance(op, OpenOutput):
+        how = "into the own block" if op.direct else "in a partial buffer"
+        return f"open output {_box(op.box)} {how}"
+    if isinstance(op, Compute):
+        return "compute " + " + ".join(_box(b) for b in op.boxes)
+    if isinstance(op, Combine):
+        return f"combine partial {_box(op.box)} from {op.src}"
+    if isinstance(op, Flush):
+        sends = [f"{_box(b)} to {d}" for d, b in op.sends] + [f"{_box(b)} own" for b in op.local]
+        return f"flush partial {_box(op.box)}: " + ", ".join(sends)
+    if isinstance(op, Reduce):
+        return f"reduce partial {_box(op.box)} from {op.src}"
+    if isinstance(op, SendFinal):
+        return f"send final {_box(op.box)} to {op.dst}"
+    if isinstance(op, RecvFinal):
+        return f"receive final {_box(op.box)} from {op.src}"
+    return repr(op)
+
+
+def program_text(plan: Plan, p: int) -> list[str]:
+    """Processor ``p``'s instructions, step by step, and how many messages it exchanges."""
+    sent = [m for m in plan.messages if m.src == p]
+    got = [m for m in plan.messages if m.dst == p]
+    out = [
+        f"program of processor {p} ({plan.nsteps} steps; sends {len(sent)} messages, "
+        f"{sum(m.words for m in sent)} words; receives {len(got)} messages, "
+        f"{sum(m.words for m in got)} words):"
+    ]
+    step = None
+    for op in plan.ops(p):
+        at = getattr(op, "step", plan.nsteps)
+        if at != step:
+            step = at
+            out.append(f"  step {at}:" if at < plan.nsteps else "  after the last step:")
+        out.append("    " + _op_text(op, p))
+    return out
 
 
 def explain(
