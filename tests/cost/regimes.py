@@ -3,7 +3,11 @@
 Used by ``tests/cost/test_regimes.py`` (which checks the ratios) and run as a script to
 print the table of ``docs/cost.md``::
 
-    .venv/bin/python tests/cost/regimes.py 4 8 16 ... 4096 6 12 24 96 1000
+    .venv/bin/python tests/cost/regimes.py                  # P = 4..4096, 6, 12, 24, 96, 1000
+    .venv/bin/python tests/cost/regimes.py --detail --regime "fixed (262144, 512, 512)"
+
+Each cell is ``max words received / bound`` of the compiled plan, with the bound's case
+(1, 2 or 3) in parentheses; ``!`` would mark a tensor that is not held in one copy.
 
 Regimes are those of the tight bound (``distal.cost.bounds.matmul_regime``), with
 ``d1 >= d2 >= d3`` the sorted extents: 1 for ``P <= d1/d2``, 2 for ``P <= d1*d2/d3**2``,
@@ -43,9 +47,9 @@ def _boundary23(P: int) -> tuple[int, int, int]:
 REGIMES: dict[str, Callable[[int], tuple[int, int, int]]] = {
     "square": lambda P: (4096, 4096, 4096),
     "one large": lambda P: (4 * P * 256, 256, 256),
-    "boundary 1|2": lambda P: (P * 256, 256, 256),
+    "boundary 1/2": lambda P: (P * 256, 256, 256),
     "two large": lambda P: (1 << 18, 1 << 18, 512),
-    "boundary 2|3": _boundary23,
+    "boundary 2/3": _boundary23,
     "fixed (262144, 512, 512)": lambda P: (262144, 512, 512),
     "fixed (16384, 16384, 256)": lambda P: (16384, 16384, 256),
 }
@@ -124,7 +128,25 @@ def measure(regime: str, P: int, params: MachineParams | None = None) -> Row:
 
 
 def markdown(rows: list[Row]) -> str:
-    """The table of ``docs/cost.md``."""
+    """The ratio table of ``docs/cost.md``: one line per ``P``, one column per regime."""
+    regimes = list(dict.fromkeys(r.regime for r in rows))
+    cell = {(r.P, r.regime): r for r in rows}
+    out = [
+        "| P | " + " | ".join(regimes) + " |",
+        "|---|" + "---|" * len(regimes),
+    ]
+    for P in dict.fromkeys(r.P for r in rows):
+        vals = []
+        for g in regimes:
+            r = cell.get((P, g))
+            mark = "" if r is None or r.one_copy else " !"
+            vals.append("" if r is None else f"{r.ratio:.4f} ({r.case}){mark}")
+        out.append(f"| {P} | " + " | ".join(vals) + " |")
+    return "\n".join(out)
+
+
+def detail(rows: list[Row]) -> str:
+    """Every row with its chosen schedule and distributions."""
     out = [
         "| P | regime | (m, n, k) | case | chosen | A, B, C | max words | bound | ratio |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -139,15 +161,28 @@ def markdown(rows: list[Row]) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """``[--detail] [--regime NAME] [P ...]``: the ratio table (or every row's schedule)."""
+    full = "--detail" in argv
+    argv = [a for a in argv if a != "--detail"]
+    names = list(REGIMES)
+    if "--regime" in argv:
+        at = argv.index("--regime")
+        names = [argv[at + 1]]
+        del argv[at : at + 2]
     Ps = [int(x) for x in argv] or POWERS_OF_TWO + OTHERS
     rows = []
+    t0 = time.perf_counter()
     for P in Ps:
-        for regime in REGIMES:
+        for regime in names:
             r = measure(regime, P)
             rows.append(r)
-            print(f"{r.P} {r.regime}: {r.ratio:.4f} one copy {r.one_copy} ({r.seconds:.1f} s)",
-                  file=sys.stderr, flush=True)
-    print(markdown(rows))
+            print(
+                f"{r.P} {r.regime}: {r.ratio:.4f} one copy {r.one_copy} ({r.seconds:.1f} s)",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(detail(rows) if full else markdown(rows))
+    print(f"{len(rows)} rows in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0
 
 

@@ -18,10 +18,10 @@ CUBES = {8, 64, 512, 4096}
 def _expected_case(regime: str, shape: tuple[int, int, int], P: int) -> int | None:
     """The regime the row's name promises (None: the fixed shapes cross regimes)."""
     d1, d2, d3 = sorted(shape, reverse=True)
-    if regime == "boundary 1|2":
+    if regime == "boundary 1/2":
         assert P * d2 == d1
         return 1
-    if regime == "boundary 2|3":
+    if regime == "boundary 2/3":
         assert P * d3 * d3 == d1 * d2
         return 2
     return {"square": 3, "one large": 1, "two large": 2}.get(regime)
