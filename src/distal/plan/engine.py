@@ -483,8 +483,15 @@ class Engine:
         """Processors with at least one iteration below the fixed loops."""
         ok = np.ones(self.A, bool)
         for v in self.st.variables:
-            lo, hi = self.hull(v, fixed, memo)
-            ok &= hi > lo
+            if v in memo:
+                lo, hi = memo[v]
+                ok &= hi > lo
+                continue
+            names, uniq, inv = self._classes(v)  # per class, then spread: one gather
+            f = {x: fixed[x] for x in self.step_loops if x in fixed}
+            f.update((x, uniq[:, c]) for c, x in enumerate(names))
+            lo, hi = self.bounds.hull_arrays(v, f, len(uniq), {})
+            ok &= (hi > lo)[inv]
         return ok
 
     def _tensor_classes(self, name: str) -> tuple[list[IndexVar], Arr, Arr]:
