@@ -7,7 +7,10 @@
 * ``random FILE``: the pickled random cases (from the reference generator) of this size;
 * ``dist DIR``: distributed inputs/outputs (functions, .npy directories, Zarr, gather modes);
 * ``fail-catch RANK STEP`` / ``fail-raise RANK STEP``: a failure injected on one rank;
-  ``fail-tree RANK STEP`` the same (caught) in a broadcast-routed SUMMA;
+  ``fail-tree RANK STEP`` the same (caught) in a broadcast-routed SUMMA; ``fail-own RANK
+  STEP`` the same, caught on the failing rank only (its script then ends);
+* ``different-kernels``: rank 0 compiles another schedule (then another routing) than the
+  others;
 * ``fail-source RANK``: a block source that raises on one rank's block;
 * ``fail-write RANK DIR``: one rank's part of a collective ``write_npy_dir`` fails;
 * ``wrong-size``: a 4-processor kernel, whatever the job's size.
@@ -159,6 +162,13 @@ def fail(mode: str, rank: int, step: int) -> None:
     if mode == "raise":
         kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
         return
+    if mode == "own":  # the failing rank catches its error, the others do not
+        try:
+            kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
+        except dl.RuntimeFailure:
+            if RANK != rank:
+                raise
+        return
     try:
         kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
     except dl.RuntimeFailure as e:
@@ -207,6 +217,31 @@ def fail_write(rank: int, out_dir: str) -> None:
         raise AssertionError("no error")
 
 
+def different_kernels() -> None:
+    """Every rank raises the same DistalUserError, before anything runs."""
+    from _mpi_cases import gemm
+
+    summa, inputs, expected = gemm((2, 2), 32, "summa")
+    cannon, _, _ = gemm((2, 2), 32, "cannon")
+    alg = dl.algorithms.summa(32, machine=dl.Machine(2, 2))
+    routed = {r: dl.compile(alg.schedule, routing=r) for r in ("direct", "broadcast")}
+    cases = {
+        "schedule": (cannon if RANK == 0 else summa, inputs),
+        "routing": (routed["broadcast" if RANK == 0 else "direct"], alg.inputs(0)),
+    }
+    for name, (kernel, data) in cases.items():
+        try:
+            kernel.run(data, runtime="mpi")
+        except dl.DistalError as e:
+            line = {"rank": RANK, "case": name, "kind": type(e).__name__, "error": str(e)}
+            print(json.dumps(line), flush=True)
+        else:
+            raise AssertionError(f"{name}: no error")
+    res = summa.run(inputs, runtime="mpi")  # the same kernel everywhere again: it runs
+    assert np.allclose(res.value, expected)
+    report(case="same kernel after different ones", ok=True)
+
+
 def wrong_size() -> None:
     from _mpi_cases import gemm
 
@@ -235,7 +270,7 @@ if __name__ == "__main__":
         random_cases(args[0])
     elif mode == "dist":
         dist(args[0])
-    elif mode in ("fail-catch", "fail-raise", "fail-tree"):
+    elif mode in ("fail-catch", "fail-raise", "fail-tree", "fail-own"):
         fail(mode.split("-")[1], int(args[0]), int(args[1]))
     elif mode == "fail-source":
         fail_source(int(args[0]))
@@ -243,6 +278,8 @@ if __name__ == "__main__":
         fail_write(int(args[0]), args[1])
     elif mode == "wrong-size":
         wrong_size()
+    elif mode == "different-kernels":
+        different_kernels()
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     report(done=mode)

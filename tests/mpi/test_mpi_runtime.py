@@ -27,6 +27,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "_script.py"
+USER_SCRIPT = HERE / "_user_script.py"  # imports only distal and mpi4py
 SIZES = (1, 2, 4, 8)
 JOB_TIMEOUT = 90.0
 FAIL_WITHIN = 20.0
@@ -81,6 +82,7 @@ def run_job(
     via_cli: bool = False,
     timeout: float = JOB_TIMEOUT,
     env: dict[str, str] | None = None,
+    script: Path = SCRIPT,
 ) -> Job:
     """Launch the script on ``nprocs`` ranks; kill the whole process group on a time-out."""
     launcher = _require_mpi()
@@ -88,9 +90,9 @@ def run_job(
     env = {**base, "PYTHONUNBUFFERED": "1", **(env or {})}
     if via_cli:
         cmd = [sys.executable, "-m", "distal", "run", "-n", str(nprocs), "--mpiexec", launcher]
-        cmd += [str(SCRIPT), *args]
+        cmd += [str(script), *args]
     else:
-        cmd = [launcher, "-n", str(nprocs), sys.executable, str(SCRIPT), *args]
+        cmd = [launcher, "-n", str(nprocs), sys.executable, str(script), *args]
     t0 = time.monotonic()
     proc = subprocess.Popen(
         cmd,
@@ -284,6 +286,98 @@ def test_a_failing_collective_write_fails_every_rank_without_a_hang(tmp_path: Pa
     for r in (0, 1, 3):
         assert reports[r]["kind"] == "PeerFailure", job
         assert "processor 2 (MPI rank 2) failed" in reports[r]["error"], job
+
+
+def named_on_every_rank(job: Job, nprocs: int, *needles: str) -> None:
+    """Every rank printed the failure: the runtime's own line ``distal: MPI rank r: ...``
+    (one write, so ranks' output cannot split it) holding all ``needles``."""
+    for r in range(nprocs):
+        lines = re.findall(rf"distal: MPI rank {r}: [^\n]*", job.err)
+        assert any(all(n in line for n in needles) for line in lines), (r, needles, job)
+
+
+BAD_B = "InputError: input 'B' has shape (31, 32); tensor expects (32, 32)"
+
+
+@pytest.mark.parametrize("mode", ["raise", "catch-end", "catch-barrier", "catch-rerun"])
+def test_a_wrong_shaped_input_on_one_rank_ends_the_job(mode: str) -> None:
+    """Rank 2's ``B`` has the wrong shape, in a plain script under a bare ``mpiexec``:
+    uncaught, or caught by rank 2 alone, which then ends its script, waits in an MPI
+    barrier no other rank reaches, or runs again. Every rank names the InputError and the
+    job ends with a non-zero status within seconds."""
+    job = run_job(4, mode, "2", script=USER_SCRIPT, timeout=FAIL_WITHIN + 30)
+    assert job.rc != 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    named_on_every_rank(job, 4, "processor 2 (MPI rank 2) failed before the run", BAD_B)
+    # the other ranks raised PeerFailure naming rank 2 and carrying its error (the hook
+    # prints each traceback in one write)
+    assert f"PeerFailure: processor 2 (MPI rank 2) failed before the run: {BAD_B}" in job.err
+    if mode == "raise":
+        assert f"distal.errors.{BAD_B}" in job.err, job
+    if mode == "catch-end":
+        assert {"rank": 2, "end": "catch-end"} in job.lines(), job
+    if mode == "catch-barrier":
+        assert "did not end within" in job.err, job
+
+
+def test_a_wrong_shaped_input_caught_everywhere_leaves_the_job_usable() -> None:
+    """All ranks raise together before anything runs (rank 2 its InputError, the others a
+    PeerFailure naming it) and nothing is left pending: the next run works, the job ends
+    normally."""
+    job = run_job(4, "catch-all", "2", script=USER_SCRIPT, timeout=FAIL_WITHIN + 30)
+    assert job.rc == 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    reports = {d["rank"]: d for d in job.lines() if "kind" in d}
+    assert set(reports) == {0, 1, 2, 3}, job
+    assert reports[2]["kind"] == "InputError", job
+    assert reports[2]["error"] == BAD_B.split(": ", 1)[1], job
+    for r in (0, 1, 3):
+        assert reports[r]["kind"] == "PeerFailure", job
+        assert reports[r]["error"] == f"processor 2 (MPI rank 2) failed before the run: {BAD_B}"
+    assert {d["rank"] for d in job.lines() if d.get("rerun") == "ok"} == {0, 1, 2, 3}, job
+
+
+def test_uncaught_failure_mid_run_ends_the_job_under_plain_mpiexec() -> None:
+    job = run_job(4, "fail-raise", "2", "1", timeout=FAIL_WITHIN + 30)
+    assert job.rc != 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    assert "RuntimeFailure: processor 2 (MPI rank 2) failed" in job.err, job
+    named_on_every_rank(job, 4, "processor 2 (MPI rank 2) failed", "injected failure at step 1")
+
+
+def test_failure_mid_run_caught_by_the_failing_rank_alone_ends_the_job() -> None:
+    """Rank 2 catches its own failure and its script ends; the others do not catch theirs."""
+    job = run_job(4, "fail-own", "2", "1", timeout=FAIL_WITHIN + 30)
+    assert job.rc != 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    assert "PeerFailure: processor 2 (MPI rank 2) failed" in job.err, job
+    named_on_every_rank(job, 4, "processor 2 (MPI rank 2) failed", "injected failure at step 1")
+
+
+def test_sys_exit_on_one_rank_ends_the_job_via_distal_run() -> None:
+    """Rank 1 leaves with ``sys.exit(3)`` before the run the others are waiting in."""
+    job = run_job(4, "exit", "1", script=USER_SCRIPT, via_cli=True, timeout=FAIL_WITHIN + 30)
+    assert job.rc != 0, job
+    assert job.seconds < FAIL_WITHIN, job
+    for r in (0, 2, 3):  # rank 1 left on purpose and prints nothing
+        lines = re.findall(rf"distal: MPI rank {r}: [^\n]*", job.err)
+        assert any("(MPI rank 1) failed: SystemExit: 3" in line for line in lines), (r, job)
+
+
+def test_ranks_that_compiled_different_kernels_fail_together() -> None:
+    """Rank 0 compiles Cannon where the others compile SUMMA (then another routing of one
+    schedule): every rank raises DistalUserError before any transfer, and the same kernel
+    everywhere runs afterwards."""
+    job = run_job(4, "different-kernels", timeout=FAIL_WITHIN + 30)
+    assert job.rc == 0, job
+    reports = [d for d in job.lines() if "kind" in d]
+    for case in ("schedule", "routing"):
+        got = {d["rank"]: d for d in reports if d["case"] == case}
+        assert set(got) == {0, 1, 2, 3}, job
+        for d in got.values():
+            assert d["kind"] == "DistalUserError", job
+            assert "the ranks compiled different kernels" in d["error"], job
+    assert {"case": "same kernel after different ones", "ok": True} in job.lines(), job
 
 
 def test_cli_run_without_launcher(tmp_path: Path) -> None:

@@ -1,8 +1,10 @@
 """``python -m distal.runtime._mpi_launch SCRIPT [ARGS]``: what ``distal run`` starts per rank.
 
-It installs the MPI runtime's exception hook before the user's script runs, so an exception
-on any rank -- inside a kernel run or anywhere else in the script -- ends the whole job
-instead of leaving the other ranks waiting; then it runs the script as ``__main__``.
+It imports the MPI runtime (which installs its exception hook and exit handler) before the
+user's script runs, so an exception on any rank -- inside a kernel run or anywhere else in
+the script -- ends the whole job instead of leaving the other ranks waiting; then it runs the
+script as ``__main__``. A script that ends with ``sys.exit(code)``, ``code`` non-zero, on one
+rank ends the job the same way (a plain ``mpiexec -n P python SCRIPT`` cannot see that code).
 """
 
 from __future__ import annotations
@@ -16,14 +18,21 @@ def main(argv: list[str]) -> None:
     if not argv:
         sys.exit("usage: python -m distal.runtime._mpi_launch SCRIPT [ARGS...]")
     try:
-        from distal.runtime.mpi import install_excepthook
+        from distal.runtime.mpi import end_job, install_excepthook
     except ModuleNotFoundError as e:
         sys.exit(f"distal run needs {e.name!r}: pip install 'distal[mpi]'")
     install_excepthook()
     script = argv[0]
     sys.argv = list(argv)
     sys.path.insert(0, str(Path(script).resolve().parent))
-    runpy.run_path(script, run_name="__main__")
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            if not isinstance(e.code, int):
+                print(e.code, file=sys.stderr)
+            end_job(True, f"SystemExit: {e.code}")
+        raise
 
 
 if __name__ == "__main__":

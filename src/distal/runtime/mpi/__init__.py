@@ -17,11 +17,16 @@ out ``plan.programs[p]`` and holds only its own blocks. It mirrors
   all-gathered, so every rank's ``Result.stats`` is the full ``Stats``.
 
 Failures never hang the job: every wait polls its requests with ``Test`` and, in between,
-an *error channel* (a private duplicate communicator, probed with ``Iprobe``). A rank whose
-execution raises sends its error text to every other rank there and raises
-:class:`~distal.errors.RuntimeFailure` with its own number; the others raise a
-``RuntimeFailure`` naming that rank at their next poll. An uncaught exception then ends the
-whole job with ``MPI_Abort`` (see :func:`install_excepthook`).
+the *error channels* (private duplicate communicators, probed with ``Iprobe``). Every run
+starts with all ranks agreeing that each passed its checks (options, size, inputs, same
+kernel): a rank whose inputs are wrong raises ``InputError`` and the others a
+:class:`PeerFailure` naming it, together. A rank whose execution raises sends its error text
+to every other rank and raises :class:`~distal.errors.RuntimeFailure` with its own number;
+the others raise a ``RuntimeFailure`` naming that rank at their next poll. Importing this
+package installs an exception hook and an exit handler (see :func:`.channel.end_job`): an
+uncaught exception on any rank, or a rank ending its script after a failure while others
+did not catch theirs, ends the whole job with ``MPI_Abort`` once every rank has printed its
+report (or after a few seconds), so the job never hangs.
 
 The package is split by what each part does: :mod:`.channel` (communicators, the error
 channel, ending the job), :mod:`.rank` (one rank's store, transfers and steps) and
@@ -31,7 +36,17 @@ that imports ``mpi4py``.
 
 from __future__ import annotations
 
-from distal.runtime.mpi.channel import PeerFailure, install_excepthook
+from distal.runtime.mpi.channel import PeerFailure, end_job, install_excepthook, start
 from distal.runtime.mpi.entry import GATHER_MODES, MPISizeError, run, world
 
-__all__ = ["GATHER_MODES", "MPISizeError", "PeerFailure", "install_excepthook", "run", "world"]
+start()
+
+__all__ = [
+    "GATHER_MODES",
+    "MPISizeError",
+    "PeerFailure",
+    "end_job",
+    "install_excepthook",
+    "run",
+    "world",
+]

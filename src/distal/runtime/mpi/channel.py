@@ -1,14 +1,23 @@
-"""Communicators and the error channel: waits that never hang, and ending the job.
+"""Communicators, the error channels and ending the job: waits that never hang.
 
-Every wait polls its requests with ``Test`` and, in between, an *error channel* (a private
-duplicate communicator, probed with ``Iprobe``); a failing rank reports there, and the
-others raise :class:`PeerFailure` naming it at their next poll.
+Every wait polls its requests with ``Test`` and, in between, two *error channels*: the run's
+own (a private duplicate of its communicator, probed with ``Iprobe``), where a rank whose run
+fails reports, and the job's (a private duplicate of ``COMM_WORLD``, made without blocking
+when the runtime is imported), where a rank whose script ends with an exception -- inside a
+run or not -- reports and every rank that saw a failure says when its script is over. The
+others raise :class:`PeerFailure` naming the failed rank at their next poll.
+
+:func:`start` (run when :mod:`distal.runtime.mpi` is imported) installs the exception hook
+and the exit handler that end the whole job after a failure (see :func:`end_job`).
 """
 
 from __future__ import annotations
 
+import atexit
+import os
 import sys
 import time
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,8 +26,20 @@ from mpi4py import MPI
 
 from distal.errors import RuntimeFailure
 
-ERR_TAG = 7
+ERR_TAG = 7  # an error's text (run channel, job channel)
+END_TAG = 8  # job channel: this rank's script is over (one byte: 1 with an exception, else 0)
 TAG_BASE = 16
+
+
+def _grace() -> float:
+    try:
+        return max(0.0, float(os.environ.get("DISTAL_MPI_GRACE", "5")))
+    except ValueError:
+        return 5.0
+
+
+# how long a rank whose script is over waits for the others' scripts to be over too
+EXIT_GRACE = _grace()
 
 
 class PeerFailure(RuntimeFailure):
@@ -29,22 +50,146 @@ _CHANNELS: dict[int, Channel] = {}
 GRAVEYARD: list[Any] = []  # stores of failed runs: peers may still touch their buffers
 
 
+def _note(text: str) -> None:
+    """One line on this rank's stderr (an error the user may catch and never print)."""
+    try:
+        sys.stderr.write(f"distal: MPI rank {MPI.COMM_WORLD.Get_rank()}: {text}\n")
+        sys.stderr.flush()
+    except Exception:  # pragma: no cover - stderr closed
+        pass
+
+
+class Job:
+    """The job's error channel: a private duplicate of ``COMM_WORLD``, plus what this rank
+    has learned through it and the failures it took part in.
+
+    The duplicate is made with ``Idup`` (nothing blocks; it is usable once every rank has
+    imported the runtime). ``errors``: world rank -> the text of the exception that ended
+    its script; ``ended``: world rank -> 1 if its script ended with an exception, 0 if
+    normally (only ranks that saw a failure say so); ``seen``: the failures of runs this
+    rank took part in (its own or a peer's), each printed once on stderr.
+    """
+
+    def __init__(self) -> None:
+        world = MPI.COMM_WORLD
+        self.rank, self.size = world.Get_rank(), world.Get_size()
+        self.comm: Any = None
+        self.req: Any = None
+        self.ready = False
+        if self.size > 1 and MPI.Is_initialized() and not MPI.Is_finalized():
+            self.comm, self.req = world.Idup()
+        self.errors: dict[int, str] = {}
+        self.ended: dict[int, int] = {}
+        self.seen: list[str] = []
+        self.told = False  # this rank's error text was sent
+        self.said_end = False  # this rank's end of script was announced
+
+    def get(self, timeout: float = 0.0) -> Any:
+        """The duplicate once it is complete (waiting up to ``timeout`` s), else None."""
+        if self.ready or self.req is None:
+            return self.comm if self.ready else None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.req.Test():
+                self.ready = True
+                return self.comm
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(1e-3)
+
+    def poll(self) -> None:
+        """Take in every error and end-of-script message that has arrived."""
+        comm = self.get()
+        if comm is None:
+            return
+        status = MPI.Status()
+        while True:
+            msg = comm.Improbe(source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG, status=status)
+            if msg is None:
+                return
+            src, tag = status.Get_source(), status.Get_tag()
+            buf = bytearray(status.Get_count(MPI.BYTE))
+            msg.Recv([buf, MPI.BYTE])
+            if tag == ERR_TAG:
+                self.errors.setdefault(src, buf.decode("utf-8", "replace"))
+            elif tag == END_TAG:
+                self.ended[src] = max(self.ended.get(src, 0), int(buf[0]) if buf else 1)
+
+    def send(self, tag: int, payload: bytes) -> list[Any]:
+        """Post ``payload`` to every other rank (the buffers are kept alive for good)."""
+        comm = self.get()
+        if comm is None:
+            return []
+        buf = bytearray(payload)
+        reqs = [
+            comm.Isend([buf, MPI.BYTE], dest=r, tag=tag) for r in range(self.size) if r != self.rank
+        ]
+        GRAVEYARD.append((reqs, buf))
+        return reqs
+
+    def record(self, text: str) -> None:
+        """A run this rank takes part in failed: remember it, and print it once."""
+        if text not in self.seen:
+            self.seen.append(text)
+            _note(text)
+
+
+JOB: Job | None = None
+
+
+def job() -> Job:
+    global JOB
+    if JOB is None:
+        JOB = Job()
+    return JOB
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # pragma: no cover - closed
+            pass
+
+
+def _world_ranks(comm: Any) -> list[int]:
+    """The ``COMM_WORLD`` rank of each rank of ``comm``."""
+    size = comm.Get_size()
+    if comm == MPI.COMM_WORLD:
+        return list(range(size))
+    group, world = comm.Get_group(), MPI.COMM_WORLD.Get_group()
+    try:
+        return [int(r) for r in MPI.Group.Translate_ranks(group, list(range(size)), world)]
+    finally:
+        group.Free()
+        world.Free()
+
+
 class Channel:
     """Private duplicates of the user's communicator: one for data, one for errors.
 
-    Waits never block inside MPI: they poll the requests and the error channel, backing off
-    to short sleeps so that oversubscribed ranks leave the cores to those computing.
+    Waits never block inside MPI: they poll the requests and the error channels (this one's
+    and the job's), backing off to short sleeps so that oversubscribed ranks leave the cores
+    to those computing. The duplicates are made with ``Idup`` and polled the same way, so a
+    rank that fails before its first run cannot leave the others waiting in a ``Dup``.
+    ``broken`` is set once a run on it failed: its data communicator may still hold that
+    run's messages and collectives, so it is never used again.
     """
 
     def __init__(self, comm: Any) -> None:
-        self.data = comm.Dup()
-        self.err = comm.Dup()
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self.members = _world_ranks(comm)
+        self.deferred: PeerFailure | None = None
+        self.broken: str | None = None
+        self.ready = False  # the error duplicate is usable
+        self.data, r1 = comm.Idup()
+        self.err, r2 = comm.Idup()
+        self.wait([r1, r2])
+        self.ready = True
         ub = self.data.Get_attr(MPI.TAG_UB) or 32767
         self.span = max(1, (int(ub) - TAG_BASE) // 2)
         self.gather_base = TAG_BASE + self.span
-        self.deferred: PeerFailure | None = None
 
     def tag(self, seq: int) -> int:
         """Data tag of the ``seq``-th plan message between one pair of ranks."""
@@ -53,19 +198,44 @@ class Channel:
     def gather_tag(self, seq: int) -> int:
         return self.gather_base + seq % self.span
 
-    def check(self) -> None:
-        """Raise :class:`PeerFailure` if another rank has reported an error."""
+    def name(self, p: int) -> str:
+        return f"processor {p} (MPI rank {self.members[p]})"
+
+    def check(self, record: bool = True) -> None:
+        """Raise :class:`PeerFailure` if another rank has reported an error, or its script
+        has ended (it will never take part in anything again). ``record``: print the
+        failure (once; :meth:`wait` does it only if it does not defer it)."""
         if self.deferred is not None:
             failure, self.deferred = self.deferred, None
+            if record:
+                job().record(str(failure))
             raise failure
         status = MPI.Status()
-        if not self.err.Iprobe(source=MPI.ANY_SOURCE, tag=ERR_TAG, status=status):
+        if self.ready and self.err.Iprobe(source=MPI.ANY_SOURCE, tag=ERR_TAG, status=status):
+            src = status.Get_source()
+            buf = bytearray(status.Get_count(MPI.BYTE))
+            self.err.Recv([buf, MPI.BYTE], source=src, tag=ERR_TAG)
+            text = f"{self.name(src)} failed: {buf.decode('utf-8', 'replace')}"
+            self.broken = self.broken or text
+            if record:
+                job().record(text)
+            raise PeerFailure(text, processor=src)
+        state = job()
+        state.poll()
+        if not (state.errors or state.ended):
             return
-        src = status.Get_source()
-        buf = bytearray(status.Get_count(MPI.BYTE))
-        self.err.Recv([buf, MPI.BYTE], source=src, tag=ERR_TAG)
-        text = buf.decode("utf-8", "replace")
-        raise PeerFailure(f"processor {src} (MPI rank {src}) failed: {text}", processor=src)
+        for p, w in enumerate(self.members):
+            if w in state.errors:
+                text = f"{self.name(p)} failed: {state.errors[w]}"
+            elif w in state.ended:
+                how = "with an exception" if state.ended[w] else "normally"
+                text = f"{self.name(p)} has ended its script ({how}) while this rank waits for it"
+            else:
+                continue
+            self.broken = self.broken or text
+            if record:
+                state.record(text)
+            raise PeerFailure(text, processor=p)
 
     def wait(
         self, reqs: Sequence[Any], keep: tuple[Any, ...] = (), cancel: Sequence[Any] = ()
@@ -84,7 +254,7 @@ class Channel:
         try:
             while not MPI.Request.Testall(list(reqs)):
                 try:
-                    self.check()
+                    self.check(record=False)
                 except PeerFailure as failure:
                     self._settle(reqs, failure)
                     return
@@ -112,6 +282,7 @@ class Channel:
                 self.deferred = failure
                 return
             time.sleep(1e-3)
+        job().record(str(failure))
         raise failure
 
     def barrier(self) -> None:
@@ -125,8 +296,19 @@ class Channel:
         self.wait([self.data.Iallgather([row, MPI.DOUBLE], [out, MPI.DOUBLE])], keep=(row, out))
         return out
 
+    def allgather_bytes(self, payload: bytes, width: int) -> list[bytes]:
+        """All ranks' ``payload`` (each at most ``width`` bytes), via a polled ``Iallgather``."""
+        row = np.zeros(max(width, 1), np.uint8)
+        row[: len(payload)] = np.frombuffer(payload[:width], np.uint8)
+        out = np.zeros((self.size, row.size), np.uint8)
+        self.wait([self.data.Iallgather([row, MPI.BYTE], [out, MPI.BYTE])], keep=(row, out))
+        return [bytes(r) for r in out]
+
     def notify(self, text: str, grace: float = 2.0) -> None:
         """Tell every other rank that this one failed (best effort, bounded time)."""
+        full = f"{self.name(self.rank)} failed: {text}"
+        self.broken = self.broken or full
+        job().record(full)
         buf = bytearray(text.encode("utf-8")[:8000])
         reqs = [
             self.err.Isend([buf, MPI.BYTE], dest=r, tag=ERR_TAG)
@@ -146,38 +328,118 @@ def channel(comm: Any) -> Channel:
     return _CHANNELS[key]
 
 
+def end_job(failed: bool, text: str = "") -> None:
+    """This rank's script is over (``failed``: with an exception, whose ``text`` is given).
+
+    The rank says so on the job channel (with the error's text first if ``failed``), so
+    that ranks still waiting for it in a run raise :class:`PeerFailure`. A rank whose
+    script failed, or that knows another one's did, then waits at most ``EXIT_GRACE``
+    seconds (``$DISTAL_MPI_GRACE``, default 5) until every other rank has said the same --
+    so every rank has printed its report -- and ends the whole job with ``MPI_Abort(1)``,
+    naming the ranks that failed or never got there. A rank that ends normally, with no
+    other rank known to have failed, returns at once: when every rank caught its error the
+    job ends normally.
+    """
+    state = job()
+    if state.size == 1 or MPI.Is_finalized():
+        return
+    _flush()
+    comm = state.get(timeout=EXIT_GRACE if failed else 0.5)
+    if comm is not None:
+        if failed and not state.told:
+            state.told = True
+            state.send(ERR_TAG, text.encode("utf-8")[:8000])
+        if not state.said_end:
+            state.said_end = True
+            state.send(END_TAG, b"\x01" if failed else b"\x00")
+        state.poll()
+    if not failed and not state.errors and not any(state.ended.values()):
+        return  # a normal end; no rank is known to have failed for good
+    if comm is not None:
+        deadline = time.monotonic() + EXIT_GRACE
+        spins = 0
+        while time.monotonic() < deadline and len(state.ended) < state.size - 1:
+            spins += 1
+            time.sleep(min(5e-3, 1e-5 * spins))
+            state.poll()
+    others = [r for r in range(state.size) if r != state.rank]
+    missing = [r for r in others if r not in state.ended]
+    failing = sorted({r for r in others if state.ended.get(r)} | set(state.errors))
+    if missing or not failed:
+        why = [f"rank(s) {failing} ended with an exception"] if failing else []
+        if missing:
+            why.append(f"rank(s) {missing} did not end within {EXIT_GRACE:g} s")
+        cause = f" after: {state.seen[0]}" if state.seen else ""
+        _note(f"ending the MPI job (MPI_Abort): {'; '.join(why)}{cause}")
+    _flush()
+    MPI.COMM_WORLD.Abort(1)
+    os._exit(1)  # MPI_Abort may return before the process manager ends this process
+
+
+def _at_exit() -> None:
+    """At the normal end of a script: if this rank saw a failure, or heard of another rank's
+    script ending, tell the others this one is over (:func:`end_job`)."""
+    if JOB is None or JOB.size == 1 or MPI.Is_finalized():
+        return
+    JOB.get(timeout=2.0)  # let the duplicate complete: MPI_Finalize warns of a pending one
+    JOB.poll()
+    if not JOB.seen and not JOB.errors and not JOB.ended:
+        return
+    if not JOB.seen:  # a peer's script failed, and this rank never heard of it in a run
+        for r, text in sorted(JOB.errors.items()):
+            JOB.record(f"MPI rank {r} failed: {text}")
+    end_job(False)
+
+
 def install_excepthook() -> None:
     """End the whole MPI job when an exception escapes a rank's script.
 
-    Like ``python -m mpi4py``: the traceback is printed, then ``MPI_Abort`` stops every rank
-    (a rank that merely learned of another's failure waits a moment first, so the failing
-    rank's own report comes out). Errors raised identically on every rank (a wrong number
-    of ranks) exit normally instead, so that every rank prints its message.
+    Like ``python -m mpi4py``: the traceback is printed, then the job ends with
+    ``MPI_Abort`` -- after every other rank has printed its own report, or after
+    ``EXIT_GRACE`` seconds (see :func:`end_job`). The exception's text goes to every other
+    rank first, so those waiting for this one in a run raise :class:`PeerFailure` at once.
     """
+    start()
+
+
+def start() -> None:
+    """Set up ending the job (done once, when :mod:`distal.runtime.mpi` is imported): the
+    job's error channel, the exception hook and the exit handler."""
+    job()
     if getattr(sys.excepthook, "_distal_mpi", False):
         return
     previous = sys.excepthook
 
     def hook(tp: type[BaseException], value: BaseException, tb: Any) -> None:
-        previous(tp, value, tb)
-        if getattr(value, "collective", False) or MPI.COMM_WORLD.Get_size() == 1:
+        if previous is sys.__excepthook__:  # in one write: other ranks' output cannot split it
+            try:
+                sys.stderr.write("".join(traceback.format_exception(tp, value, tb)))
+                sys.stderr.flush()
+            except Exception:  # pragma: no cover - stderr closed
+                previous(tp, value, tb)
+        else:
+            previous(tp, value, tb)
+        if MPI.Is_finalized() or MPI.COMM_WORLD.Get_size() == 1:
             return
-        # let the other ranks print their reports before the abort reaches them
-        time.sleep(2.0 if isinstance(value, PeerFailure) else 0.5)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.COMM_WORLD.Abort(1)
+        end_job(True, f"{tp.__name__}: {value}")
 
     hook._distal_mpi = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+    atexit.register(_at_exit)
 
 
 __all__ = [
+    "END_TAG",
     "ERR_TAG",
+    "EXIT_GRACE",
     "GRAVEYARD",
     "TAG_BASE",
     "Channel",
+    "Job",
     "PeerFailure",
     "channel",
+    "end_job",
     "install_excepthook",
+    "job",
+    "start",
 ]

@@ -1,4 +1,11 @@
-"""``run``: one kernel on every rank — checks, execution, the collective result and stats."""
+"""``run``: one kernel on every rank — checks, execution, the collective result and stats.
+
+Before anything else every rank checks its part (the options, the number of ranks, its
+inputs, its kernel's fingerprint) and all ranks agree on the outcome with one polled
+``Iallgather``: a rank whose inputs are wrong raises its ``InputError`` and every other rank
+raises :class:`PeerFailure` naming it and carrying the error's text, all at the same point,
+with nothing left pending (the communicator stays usable).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +20,7 @@ from distal.data import DistributedResult, chunks_for
 from distal.errors import DistalUserError, InputError, RuntimeFailure
 from distal.plan.ir import FETCH, FINAL, Plan
 from distal.plan.stats import Stats, ops_by_step
-from distal.runtime.mpi.channel import Channel, PeerFailure, channel, install_excepthook
+from distal.runtime.mpi.channel import Channel, PeerFailure, channel, job
 from distal.runtime.mpi.rank import STAT_FIELDS, Rank
 from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.typing import box_volume
@@ -22,17 +29,54 @@ GATHER_MODES = ("all", "root", "none")
 
 
 class MPISizeError(DistalUserError):
-    """Raised identically on every rank, so no rank needs to abort the others."""
+    """The job's size is not the machine's: raised on every rank before anything runs (on
+    the others, if only some ranks compiled such a kernel, as a :class:`PeerFailure`)."""
 
     collective = True
 
 
-def _fingerprint(plan: Plan) -> float:
-    """A cheap summary of the plan, equal on every rank that compiled the same kernel."""
-    words = sum(m.words for m in plan.messages)
-    shapes = sorted((n, pl.shape, pl.grid) for n, pl in plan.placements.items())
-    text = repr((plan.nprocs, plan.nsteps, len(plan.messages), words, plan.output, shapes))
+def _fingerprint(kernel: Any, predicted: Stats) -> float:
+    """A cheap summary of the kernel, equal on every rank that compiled the same one: its
+    predicted stats, its schedule (as code), routing and tensors (no plan needed)."""
+    s = kernel.schedule
+    tensors = sorted((n, t.shape, str(t.dtype)) for n, t in s.tensors().items())
+    dists = sorted((n, str(d)) for n, d in s.distributions.items())
+    text = repr((predicted.as_dict(), repr(s), kernel.routing, tensors, dists))
     return float(zlib.crc32(text.encode()))
+
+
+_TEXT_WIDTH = 2000  # bytes of each failed rank's error text sent to the others
+
+
+def _agree(chan: Channel, error: Exception | None, fingerprint: float) -> None:
+    """All ranks learn whether every rank passed its checks, and raise together if not: a
+    failed rank its own error, the others :class:`PeerFailure` naming the first failed rank
+    and carrying its error's text; ranks that compiled different kernels a
+    :class:`DistalUserError` each. Two polled collectives, nothing left pending."""
+    text = b"" if error is None else f"{type(error).__name__}: {error}".encode()[:_TEXT_WIDTH]
+    table = chan.allgather(np.array([error is not None, fingerprint, len(text)], np.float64))
+    failed = [r for r in range(chan.size) if table[r, 0]]
+    if failed:
+        lengths = [int(n) for n in table[:, 2]]
+        rows = chan.allgather_bytes(text, max(lengths))
+        texts = [row[:n].decode("utf-8", "replace") for row, n in zip(rows, lengths, strict=True)]
+        who = failed[0] if error is None else chan.rank
+        msg = f"{chan.name(who)} failed before the run: {texts[who]}"
+        others = [r for r in failed if r != who]
+        if error is None and others:
+            msg += f" (and {', '.join(chan.name(r) for r in others)})"
+        job().record(msg)
+        if error is not None:
+            raise error
+        raise PeerFailure(msg, processor=who)
+    prints = [int(x) for x in table[:, 1]]
+    differ = [r for r, x in enumerate(prints) if x != prints[0]]
+    if differ:
+        raise DistalUserError(
+            f"the ranks compiled different kernels: rank(s) {differ} differ from rank 0 in "
+            f"schedule, routing, tensors or predicted stats (kernel fingerprints by rank: "
+            f"{prints}); every rank must build the same kernel"
+        )
 
 
 def run(
@@ -48,39 +92,48 @@ def run(
 
     Args:
         kernel: the compiled kernel (the same on every rank).
-        data: input name -> array or block source, as validated by ``Kernel.run``; a rank
-            reads only its own blocks.
+        data: input name -> array or block source; every rank checks its own
+            (``kernel.check_inputs``) before anything runs, and if any rank's are wrong every
+            rank raises (see the module docstring). A rank reads only its own blocks.
         gather: ``"all"`` (every rank gets ``Result.value``), ``"root"`` (rank 0 only) or
             ``"none"`` (the output stays distributed: ``Result.blocks`` and the collective
             writers of :class:`~distal.data.DistributedResult`).
         comm: the communicator to run on (default ``MPI.COMM_WORLD``); its size must equal
-            ``kernel.plan.nprocs``, and rank ``p`` plays processor ``p``.
+            the machine's, and rank ``p`` plays processor ``p``.
         _fail_on_rank, _fail_at_step: testing only -- raise on that rank at that step.
     """
     t_start = time.perf_counter()
-    if gather not in GATHER_MODES:
-        raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
     comm = MPI.COMM_WORLD if comm is None else comm
-    plan: Plan = kernel.plan
-    size, rank = comm.Get_size(), comm.Get_rank()
-    if size != plan.nprocs:
-        raise MPISizeError(
-            f"the machine has {plan.nprocs} processors but this MPI job has {size} ranks "
-            f"(this is rank {rank}): launch with `mpiexec -n {plan.nprocs} python SCRIPT` "
-            f"or `distal run -n {plan.nprocs} SCRIPT`"
-        )
-    if comm is MPI.COMM_WORLD or comm == MPI.COMM_WORLD:
-        install_excepthook()
     chan = channel(comm)
+    size, rank = chan.size, chan.rank
+    if chan.broken is not None:
+        raise RuntimeFailure(
+            f"an earlier run on this communicator failed ({chan.broken}); the MPI runtime "
+            "does not use a communicator again after a failure: end the job",
+            processor=rank,
+        )
+    error: Exception | None = None
+    fingerprint = 0.0
+    try:  # every rank's checks, then one agreement: a rank that fails here fails them all
+        if gather not in GATHER_MODES:
+            raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
+        predicted = kernel.stats()
+        nprocs = predicted.nprocs
+        if size != nprocs:
+            raise MPISizeError(
+                f"the machine has {nprocs} processors but this MPI job has {size} ranks "
+                f"(this is rank {rank}): launch with `mpiexec -n {nprocs} python SCRIPT` "
+                f"or `distal run -n {nprocs} SCRIPT`"
+            )
+        data = kernel.check_inputs(data)
+        fingerprint = _fingerprint(kernel, predicted)
+    except Exception as e:
+        error = e
+    _agree(chan, error, fingerprint)
     me: Rank | None = None
     try:
-        prints = chan.allgather(np.array([_fingerprint(plan)]))
-        if len(set(prints[:, 0].tolist())) != 1:
-            raise DistalUserError(
-                "the ranks compiled different plans (ranks with different plan fingerprints: "
-                f"{prints[:, 0].tolist()}); every rank must build the same kernel"
-            )
         me = Rank(kernel, data, chan)
+        plan: Plan = me.plan
         steps = ops_by_step(plan, rank)
         fail_at = _fail_at_step if _fail_on_rank == rank else None
         me.where = "placing the inputs"
@@ -109,9 +162,7 @@ def run(
         chan.notify(text)
         if me is not None:
             me.abandon()
-        raise RuntimeFailure(
-            f"processor {rank} (MPI rank {rank}) failed: {text}", processor=rank
-        ) from e
+        raise RuntimeFailure(f"{chan.name(rank)} failed: {text}", processor=rank) from e
     me.free_types()
     nf = len(STAT_FIELDS)
     levels = [[int(x) for x in table[:, c]] for c in range(nf + 3, table.shape[1])]
