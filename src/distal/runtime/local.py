@@ -8,12 +8,18 @@ every BLAS call gets all of the machine's cores; the copies of the next step's
 fetches run on a helper thread meanwhile, as an MPI rank receives them while it
 computes.
 
+Everything a run derives from the plan alone (which blocks each processor owns, the
+slices of every fetched piece, the machine level of every message, the instructions of
+each step) is worked out once per plan and kept (:func:`prepared`), so a run of a small
+kernel pays only for its copies, its leaves and one dispatch per instruction.
+
 This runtime is the correctness oracle the other runtimes are compared with.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any
 
@@ -57,8 +63,125 @@ def _copier() -> Any:
 ASYNC_FETCH_MIN = 1 << 18  # elements: a step fetching less copies inline (handing the copies to
 # the helper thread and waiting for it costs more than copying a few MiB, more under load)
 
-_KIND = {Fetch: FETCH, Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
+_KIND = {Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
 _ORIGIN = [((0, 0),) * n for n in range(33)]
+_INPUT, _PRIMARY, _REPLICA = 0, 1, 2  # roles of an owned block
+_NOTHING, _VIEW, _BUFFER = 0, 1, 2  # what a fetch makes
+
+
+class Prepared:
+    """What runs of one plan share, derived once from the plan.
+
+    ``blocks[p]``: ``(tensor, box, slices in the whole array, role)`` of every block ``p``
+    owns. ``fetches[s][p]``: ``(op, what, tensor, box, shape, own slices, pieces, whole)``
+    for each fetch of step ``s``, where a piece is ``(source, slices in the buffer, slices in
+    the source's block, words, machine level, routing hop or None)`` and ``whole`` says the
+    buffer is one direct piece (a copy of a view). ``work[s][p]``: the other instructions.
+    """
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        n, nsteps = plan.nprocs, plan.nsteps
+        self.levels: dict[tuple[int, int], int] = {}
+        owned_box: list[dict[str, Box]] = [{} for _ in range(n)]
+        self.blocks: list[list[tuple[str, Box, tuple, int]]] = [[] for _ in range(n)]
+        for name, pl in plan.placements.items():
+            for p in range(n):
+                idx = pl.block_index(plan.coord_in(pl, p))
+                if idx is None:
+                    continue
+                box = pl.block_box(idx)
+                if name != plan.output:
+                    role = _INPUT
+                else:
+                    role = _PRIMARY if plan.primary.get(idx) == p else _REPLICA
+                owned_box[p][name] = box
+                self.blocks[p].append((name, box, box_index(box, _ORIGIN[len(box)]), role))
+        self.owned_words = [sum(box_volume(b) for b in ob.values()) for ob in owned_box]
+        relayed = {
+            (m.step, m.tensor, m.dst, m.box): m.hop
+            for m in plan.messages
+            if m.kind == FETCH and m.relay
+        }
+        self.partial_route = {
+            (m.step, m.src, m.box): (m.hop, m.relay) for m in plan.messages if m.kind == PARTIAL
+        }
+        by_step = [ops_by_step(plan, p) for p in range(n)]
+        self.fetches: list[list[list[tuple]]] = []
+        self.work: list[list[list[Any]]] = []
+        self.fetch_words: list[int] = []
+        for s in range(nsteps):
+            fs, ws, copied = [], [], 0
+            for p in range(n):
+                mine, other = [], []
+                for op in by_step[p][s]:
+                    if isinstance(op, Fetch):
+                        mine.append(self._fetch(op, p, owned_box[p], relayed))
+                        if not op.view:
+                            copied += sum(box_volume(piece) for _, piece in op.pieces)
+                    else:
+                        other.append(op)
+                fs.append(mine)
+                ws.append(other)
+            self.fetches.append(fs)
+            self.work.append(ws)
+            self.fetch_words.append(copied)
+        self.finals = [by_step[p][nsteps] for p in range(n)]
+
+    def level(self, src: int, dst: int) -> int:
+        """Machine level a message from ``src`` to ``dst`` crosses (cached)."""
+        lv = self.levels.get((src, dst))
+        if lv is None:
+            lv = self.levels[src, dst] = self.plan.level_of(src, dst)
+        return lv
+
+    def _fetch(self, op: Fetch, p: int, owned: dict[str, Box], relayed: dict) -> tuple:
+        if op.box is None:
+            return (op, _NOTHING, op.tensor, None, (), (), (), False)
+        if op.view:
+            own_sl = box_index(op.box, owned[op.tensor])
+            return (op, _VIEW, op.tensor, op.box, (), own_sl, (), False)
+        pieces = []
+        for src, piece in op.pieces:
+            hop = relayed.get((op.step, op.tensor, p, piece))
+            src_box = None if hop is not None else self._owner_box(op.tensor, src)
+            pieces.append(
+                (
+                    src,
+                    box_index(piece, op.box),
+                    None if src_box is None else box_index(piece, src_box),
+                    box_volume(piece),
+                    self.level(src, p),
+                    hop,
+                    piece,
+                )
+            )
+        whole = len(pieces) == 1 and pieces[0][5] is None and pieces[0][6] == op.box
+        return (op, _BUFFER, op.tensor, op.box, box_shape(op.box), (), tuple(pieces), whole)
+
+    def _owner_box(self, tensor: str, p: int) -> Box | None:
+        for name, box, _, _ in self.blocks[p]:
+            if name == tensor:
+                return box
+        return None
+
+
+PREPARED_PLANS = 8  # plans whose prepared runs are kept (the most recently prepared)
+_PREPARED: dict[int, Prepared] = {}
+_PREPARED_LOCK = threading.Lock()
+
+
+def prepared(plan: Plan) -> Prepared:
+    """The run-independent part of executing ``plan`` here (made once, then reused)."""
+    e = _PREPARED.get(id(plan))
+    if e is not None and e.plan is plan:
+        return e
+    e = Prepared(plan)
+    with _PREPARED_LOCK:
+        while len(_PREPARED) >= PREPARED_PLANS:
+            _PREPARED.pop(next(iter(_PREPARED)))
+        _PREPARED[id(plan)] = e
+    return e
 
 
 class LocalRuntime:
@@ -81,90 +204,77 @@ class LocalRuntime:
         self.tracing = trace
         self.progress = progress
         self.trace = Recorder()
-        # routing (plan.engine): pieces a processor gets from a relay's fetch buffer,
-        # and the tree position of every partial-sum message
-        self.relayed = {
-            (m.step, m.tensor, m.dst, m.box): m.hop
-            for m in plan.messages
-            if m.kind == FETCH and m.relay
-        }
-        self.partial_route = {
-            (m.step, m.src, m.box): (m.hop, m.relay) for m in plan.messages if m.kind == PARTIAL
-        }
+        self.prep = prepared(plan)
         self.pending_fetch: list[tuple] = []
         self.pending_partial: list[tuple] = []
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
-        plan = self.plan
-        procs = [Store(p, plan.output, self.dtypes[plan.output]) for p in range(plan.nprocs)]
-        out_pl = plan.placements[plan.output]
-        result = np.zeros(out_pl.shape, self.dtypes[plan.output])
-        for name, pl in plan.placements.items():
-            for q in procs:
-                idx = pl.block_index(plan.coord_in(pl, q.p))
-                if idx is None:
-                    continue
-                box = pl.block_box(idx)
-                if name == plan.output:
+        plan, prep = self.plan, self.prep
+        out_dtype = self.dtypes[plan.output]
+        procs = [Store(p, plan.output, out_dtype) for p in range(plan.nprocs)]
+        result = np.zeros(plan.placements[plan.output].shape, out_dtype)
+        for q in procs:
+            owned = q.owned
+            for name, box, sl, role in prep.blocks[q.p]:
+                if role == _INPUT:
+                    owned[name] = (self._input_block(name, inputs[name], box, sl), box)
+                elif role == _PRIMARY:
                     # the reducer's block is a view of the result: gathering is free
-                    arr = (
-                        result[box_index(box, _ORIGIN[len(box)])]
-                        if plan.primary.get(idx) == q.p
-                        else np.zeros(box_shape(box), self.dtypes[name])
-                    )
-                    q.owned[name] = (arr, box)
+                    owned[name] = (result[sl], box)
                 else:
-                    q.owned[name] = (self._input_block(name, inputs[name], box), box)
+                    owned[name] = (np.zeros(box_shape(box), out_dtype), box)
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
-        by_step = [ops_by_step(plan, q.p) for q in procs]
         start = time.perf_counter()
         self.trace = Recorder()
-        for q in procs:
-            self._prefetch(q, by_step[q.p][0], procs, stats)
-        self._relay_fetches(procs, stats)
-        for q in procs:
-            q.swap()
+        if plan.nsteps:
+            for q in procs:
+                self._fetch_all(q, 0, procs, stats)
+            self._relay_fetches(procs, stats)
+            for q in procs:
+                q.swap()
         bar = Progress(plan.nsteps, plan.nprocs, enabled=self.progress)
         try:
             for s in range(plan.nsteps):
-                self._step(s, procs, by_step, stats, bar)
+                self._step(s, procs, stats, bar)
         finally:
             bar.close()
+        peak = stats.peak_words
         for q in procs:
-            stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
-        finals = [(q, op) for q in procs for op in by_step[q.p][plan.nsteps]]
-        for q, op in finals:
-            if isinstance(op, RecvFinal):
-                self._exec(q, op, procs, stats)
+            peak[q.p] = max(peak[q.p], self._held(q))
+        for q in procs:
+            for op in prep.finals[q.p]:
+                if isinstance(op, RecvFinal):
+                    self._exec(q, op, procs, stats)
         seconds = time.perf_counter() - start
         return result, stats, seconds
 
-    def _step(self, s: int, procs: list[Store], by_step: list, stats: Stats, bar: Progress) -> None:
+    def _step(self, s: int, procs: list[Store], stats: Stats, bar: Progress) -> None:
         """Step ``s`` of every processor: prefetch ``s+1``, compute, flush, then reduce."""
-        plan = self.plan
+        plan, prep = self.plan, self.prep
         ahead = None
-        if s + 1 < plan.nsteps and self._fetch_words(by_step, s + 1) < ASYNC_FETCH_MIN:
+        if s + 1 < plan.nsteps and prep.fetch_words[s + 1] < ASYNC_FETCH_MIN:
             for q in procs:
-                self._prefetch(q, by_step[q.p][s + 1], procs, stats)
+                self._fetch_all(q, s + 1, procs, stats)
         elif s + 1 < plan.nsteps:
             # the copies read only input blocks (never written) into new buffers (not used
             # before the swap below), so they can run while the step computes: BLAS leaves
             # memory bandwidth the copies use (the counters they touch are not the compute's)
             ahead = _copier().submit(
-                lambda: [self._prefetch(q, by_step[q.p][s + 1], procs, stats) for q in procs]
+                lambda: [self._fetch_all(q, s + 1, procs, stats) for q in procs]
             )
+        work = prep.work[s]
         for q in procs:
-            for op in by_step[q.p][s]:
-                if not isinstance(op, Fetch):
-                    self._exec(q, op, procs, stats)
+            for op in work[q.p]:
+                self._exec(q, op, procs, stats)
             bar.advance(q.p, s)
         if ahead is not None:
             ahead.result()
         self._relay_fetches(procs, stats)
         self._send_partials(procs, stats)
+        peak = stats.peak_words
         for q in procs:
-            stats.peak_words[q.p] = max(stats.peak_words[q.p], q.held_words())
+            peak[q.p] = max(peak[q.p], self._held(q))
             t = self.trace.now()
             words = q.reduce_inbox()
             if words and self.tracing:
@@ -172,37 +282,72 @@ class LocalRuntime:
             q.end_step()
             q.swap()
 
-    def _fetch_words(self, by_step: list, s: int) -> int:
-        """Elements the fetches of step ``s`` copy, over every processor."""
-        return sum(
-            box_volume(piece)
-            for ops in by_step
-            for op in ops[s]
-            if isinstance(op, Fetch) and not op.view
-            for _, piece in op.pieces
-        )
+    def _held(self, q: Store) -> int:
+        """``q.held_words()`` with the owned blocks' size known in advance."""
+        total = self.prep.owned_words[q.p]
+        for a, _ in q.buffers.values():
+            if a.base is None:
+                total += a.size
+        for b in q.next.values():
+            if b is not None and b[0].base is None:
+                total += b[0].size
+        if q.partial is not None and not q.direct:
+            total += q.partial[0].size
+        for a, _ in q.inbox:
+            total += a.size
+        for a, _ in q.combined:
+            total += a.size
+        return total
 
-    def _prefetch(self, q: Store, ops: list[Any], procs: list[Store], stats: Stats) -> None:
-        """Carry out the next step's fetches now (overlap), or step 0's before the first."""
-        for op in ops:
-            if isinstance(op, Fetch):
-                self._exec(q, op, procs, stats)
+    def _fetch_all(self, q: Store, s: int, procs: list[Store], stats: Stats) -> None:
+        """Carry out processor ``q``'s fetches of step ``s`` (into its next buffers)."""
+        p = q.p
+        tracing = self.tracing
+        for item in self.prep.fetches[s][p]:
+            op, what, tensor, box, shape, own_sl, pieces, whole = item
+            t = self.trace.now() if tracing else 0.0
+            words = 0
+            try:
+                if what == _NOTHING:
+                    q.next[tensor] = None
+                elif what == _VIEW:
+                    q.next[tensor] = (q.owned[tensor][0][own_sl], box)
+                else:
+                    if whole:
+                        src, _, ssl, w, level, _, _ = pieces[0]
+                        buf = procs[src].owned[tensor][0][ssl].copy()
+                        if src != p:
+                            stats.record(src, p, w, level)
+                            words = w
+                    else:
+                        buf = np.empty(shape, self.dtypes[tensor])
+                        for src, dsl, ssl, w, level, hop, piece in pieces:
+                            if hop is not None:  # from the relay's fetch buffer, once it has it
+                                self.pending_fetch.append((hop, p, tensor, piece, src))
+                                continue
+                            buf[dsl] = procs[src].owned[tensor][0][ssl]
+                            if src != p:
+                                stats.record(src, p, w, level)
+                                words += w
+                    q.next[tensor] = (buf, box)
+            except Exception as e:
+                raise RuntimeFailure(f"processor {p} failed at {op}: {e}", processor=p) from e
+            if tracing:
+                self.trace.add(p, FETCH, s, t, words)
 
     def _exec(self, q: Store, op: Any, procs: list[Store], stats: Stats) -> None:
         plan = self.plan
-        t = self.trace.now()
-        before = stats.words_received[q.p] + stats.words_sent[q.p]
+        t = self.trace.now() if self.tracing else 0.0
+        words = 0
         try:
-            if isinstance(op, Fetch):
-                self._fetch(q, op, procs, stats)
+            if isinstance(op, Compute):
+                stats.iterations[q.p] += q.compute(op, self.kernels)
             elif isinstance(op, OpenOutput):
                 q.open_output(op)
-            elif isinstance(op, Compute):
-                stats.iterations[q.p] += q.compute(op, self.kernels)
             elif isinstance(op, Flush):
                 q.flush_local(op)
                 for dst, box in op.sends:
-                    hop, relay = self.partial_route[op.step, q.p, box]
+                    hop, relay = self.prep.partial_route[op.step, q.p, box]
                     self.pending_partial.append((hop, q.p, dst, box, relay))
             elif isinstance(op, Reduce | SendFinal | Forward | Combine):
                 pass  # the sender's Flush / the receiver's copy moves the data
@@ -210,30 +355,18 @@ class LocalRuntime:
                 src_arr, sorigin = procs[op.src].owned[plan.output]
                 own, origin = q.owned[plan.output]
                 own[box_index(op.box, origin)] = src_arr[box_index(op.box, sorigin)].copy()
-                self._count(stats, op.src, q.p, op.box)
+                words = self._count(stats, op.src, q.p, op.box) * (1 + (op.src == q.p))
         except Exception as e:
             raise RuntimeFailure(f"processor {q.p} failed at {op}: {e}", processor=q.p) from e
-        kind = _KIND.get(type(op))
-        if kind is not None and self.tracing:
-            words = stats.words_received[q.p] + stats.words_sent[q.p] - before
-            self.trace.add(q.p, kind, getattr(op, "step", plan.nsteps), t, words)
-
-    def _fetch(self, q: Store, op: Fetch, procs: list[Store], stats: Stats) -> None:
-        buf = q.fetch_buffer(op, self.dtypes[op.tensor])
-        if buf is None:
-            return
-        for src, piece in op.pieces:
-            hop = self.relayed.get((op.step, op.tensor, q.p, piece))
-            if hop is not None:  # from the relay's fetch buffer, once it has its copy
-                self.pending_fetch.append((hop, q.p, op.tensor, piece, src))
-                continue
-            sarr, sorigin = procs[src].owned[op.tensor]
-            buf[box_index(piece, op.box)] = sarr[box_index(piece, sorigin)]
-            if src != q.p:
-                self._count(stats, src, q.p, piece)
+        if self.tracing:
+            kind = _KIND.get(type(op))
+            if kind is not None:
+                self.trace.add(q.p, kind, getattr(op, "step", plan.nsteps), t, words)
 
     def _relay_fetches(self, procs: list[Store], stats: Stats) -> None:
         """Copies of routed pieces out of relays' buffers, nearest the owner first."""
+        if not self.pending_fetch:
+            return
         for _, dst, tensor, piece, src in sorted(self.pending_fetch, key=lambda x: x[:2]):
             sbuf, sbox = procs[src].next[tensor]  # type: ignore[misc]
             dbuf, dbox = procs[dst].next[tensor]  # type: ignore[misc]
@@ -244,6 +377,8 @@ class LocalRuntime:
     def _send_partials(self, procs: list[Store], stats: Stats) -> None:
         """Partial sums of this step: deepest tree nodes first, so a relay's message
         carries its children's sums (``Combine``) along with its own."""
+        if not self.pending_partial:
+            return
         for _, src, dst, box, relay in sorted(self.pending_partial, key=lambda x: (-x[0], x[1])):
             arr, origin = procs[src].partial  # type: ignore[misc]
             piece = arr[box_index(box, origin)].copy()
@@ -256,15 +391,17 @@ class LocalRuntime:
                 procs[dst].inbox.append((piece, box))
         self.pending_partial.clear()
 
-    def _count(self, stats: Stats, src: int, dst: int, box: Box) -> None:
-        stats.record(src, dst, box_volume(box), self.plan.level_of(src, dst))
+    def _count(self, stats: Stats, src: int, dst: int, box: Box) -> int:
+        words = box_volume(box)
+        stats.record(src, dst, words, self.prep.level(src, dst))
+        return words
 
-    def _input_block(self, name: str, data: Any, box: Box) -> np.ndarray:
+    def _input_block(self, name: str, data: Any, box: Box, sl: tuple) -> np.ndarray:
         """A processor's owned block of an input: a read-only view of the caller's array
         (placing inputs is not traffic, and the caller's data can never be changed),
         or a block read from a block source."""
         if isinstance(data, np.ndarray) and data.dtype == self.dtypes[name]:
-            view = data[box_index(box, _ORIGIN[len(box)])]
+            view = data[sl]
             view.flags.writeable = False
             return view
         return read_block(name, data, box, self.dtypes[name])
