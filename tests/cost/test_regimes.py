@@ -10,7 +10,8 @@ of every element.
 from __future__ import annotations
 
 import pytest
-from tests.cost.regimes import POWERS_OF_TWO, REGIMES, measure
+
+from .regimes import POWERS_OF_TWO, REGIMES, measure
 
 CUBES = {8, 64, 512, 4096}
 
