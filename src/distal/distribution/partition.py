@@ -61,14 +61,16 @@ class Placement:
         )
         bounds = []
         for d, n in enumerate(self.shape):
-            ivs = [(0, n)]
+            # each level cuts every piece of the previous one (block_interval, on arrays)
+            lo, hi = np.zeros(1, np.int64), np.full(1, n, np.int64)
             for g in radix[d]:
-                ivs = [
-                    (lo + a, lo + b)
-                    for lo, hi in ivs
-                    for a, b in (block_interval(hi - lo, g, x) for x in range(g))
-                ]
-            bounds.append(tuple(ivs))
+                size = hi - lo
+                c = -(-size // g)
+                x = np.arange(g, dtype=np.int64)
+                a = np.minimum(x[None, :] * c[:, None], size[:, None])
+                b = np.minimum((x[None, :] + 1) * c[:, None], size[:, None])
+                lo, hi = (lo[:, None] + a).ravel(), (lo[:, None] + b).ravel()
+            bounds.append(tuple(zip(lo.tolist(), hi.tolist(), strict=True)))
         object.__setattr__(self, "layers", tuple(layers))
         object.__setattr__(self, "radix", radix)
         object.__setattr__(self, "bounds", tuple(bounds))
