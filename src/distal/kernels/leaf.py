@@ -75,6 +75,8 @@ def release_buffers() -> None:
 def _matrix(x: np.ndarray, rows: Sequence[int], cols: Sequence[int]) -> np.ndarray | None:
     """``x`` with axes ``rows`` merged into one dimension and ``cols`` into another, as a
     view; None when that needs a copy."""
+    if len(rows) == 1 and len(cols) == 1 and x.ndim == 2:  # a matrix already (or its .T)
+        return x if rows[0] == 0 else x.T
     t = x.transpose((*rows, *cols))
     shape = (math.prod(t.shape[: len(rows)]), math.prod(t.shape[len(rows) :]))
     try:
