@@ -25,12 +25,14 @@ from distal.kernel import Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
+from distal.sparse import Format, SparseArray
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DistalError",
     "DistalUserError",
+    "Format",
     "IndexVar",
     "InputError",
     "InternalError",
@@ -43,6 +45,7 @@ __all__ = [
     "Schedule",
     "ScheduleError",
     "ShapeError",
+    "SparseArray",
     "Stats",
     "Tensor",
     "algorithms",

@@ -36,6 +36,11 @@ class Kernel:
 
     def __init__(self, schedule: Schedule, routing: str = "auto", params: Any = None) -> None:
         self.schedule = schedule
+        if sparse := [t for t in schedule.tensors().values() if not t.format.is_dense]:
+            raise NotSupportedYet(
+                f"tensor {sparse[0].name!r} has format {sparse[0].format} "
+                f"({sparse[0].format!r}): sparse lowering is not in this version"
+            )
         placements_of(schedule)  # check every tensor's machine now, not at the first run
         self.kernels = term_kernels(schedule.statement, schedule)
         self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}

@@ -17,6 +17,7 @@ import numpy as np
 from distal.distribution.machine import Machine
 from distal.distribution.notation import Distribution, parse_layout
 from distal.errors import NotationError, ShapeError
+from distal.sparse.formats import Format, parse_format
 
 
 class IndexVar:
@@ -166,7 +167,7 @@ class Assignment:
 
 
 class Tensor:
-    """A named dense tensor with an optional distribution over a machine.
+    """A named tensor with an optional storage format and distribution over a machine.
 
     Args:
         name: the name used in inputs, plans and messages.
@@ -175,9 +176,21 @@ class Tensor:
             tensor on processor 0; ``"auto"`` leaves it to the scheduler.
         machine: the processor grid ``dist`` refers to.
         dtype: element type (default float64).
+        format: storage format: ``"dense"`` (the default), a name (``"csr"``, ``"csc"``,
+            ``"dcsr"``, ``"dcsc"``, ``"coo"``, ``"csf"``, ``"dss"``, ``"dds"``) or a
+            ``dl.Format``; see :mod:`distal.sparse.formats`. ``format`` is the parsed Format.
     """
 
-    __slots__ = ("assignment", "dist", "distribution", "dtype", "machine", "name", "shape")
+    __slots__ = (
+        "assignment",
+        "dist",
+        "distribution",
+        "dtype",
+        "format",
+        "machine",
+        "name",
+        "shape",
+    )
 
     def __init__(
         self,
@@ -186,6 +199,8 @@ class Tensor:
         dist: str | list[str] | None = None,
         machine: Machine | None = None,
         dtype: Any = np.float64,
+        *,
+        format: str | Format = "dense",
     ) -> None:
         if not isinstance(name, str) or not name.isidentifier():
             raise NotationError(f"tensor name must be an identifier string, got {name!r}")
@@ -208,6 +223,7 @@ class Tensor:
             raise NotationError(f"tensor {name!r} has an unknown dtype {dtype!r}") from e
         if self.dtype.kind not in "biufc":
             raise NotationError(f"tensor {name!r} has non-numeric dtype {self.dtype}")
+        self.format: Format = parse_format(format, len(self.shape), name)
         if machine is not None and not isinstance(machine, Machine):
             raise NotationError(f"machine of tensor {name!r} must be a distal Machine")
         self.machine = machine
@@ -258,7 +274,8 @@ class Tensor:
 
     def __repr__(self) -> str:
         d = f", dist={self.dist!r}" if self.dist is not None else ""
-        return f"Tensor({self.name!r}, {self.shape}{d})"
+        f = "" if self.format.is_dense else f", format={self.format}"
+        return f"Tensor({self.name!r}, {self.shape}{d}{f})"
 
 
 # -- checks an assignment must pass before it becomes a tensor's computation ----------------
