@@ -297,44 +297,50 @@ class _Tally:
         self.incoming: list[tuple[Arr, Arr, Arr]] = []  # partial sums held: (step, proc, words)
 
     def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
-        n = len(src)
-        if n == 0:
-            return
+        if len(src):
+            words = _vol(lo, hi) if words is None else words
+            self.apply(self.delta(step, kind, tensor, src, dst, words))
+
+    def delta(self, step, kind, tensor, src, dst, words) -> tuple:
+        """What one batch of messages adds to the counts (shared by the routings that send
+        the batch the same way)."""
         P = self.P
-        words = _vol(lo, hi) if words is None else words
-        key = self.names[tensor], _KINDS[kind]
-        self.moved[key][0] += int(words.sum())
-        self.moved[key][1] += n
-        if len(self.lv) > 1:
-            np.add.at(self.lv, (self.levels(src, dst), dst), words)
-        if self.per_step is None and len(self.lv) == 1 and bool(np.all(dst[1:] > dst[:-1])):
-            # one message per receiver (a fetch's usual shape): add in place, no histogram
-            wr, ws, mr, ms = self.totals
-            wr[dst] += words
-            mr[dst] += 1
-            ws += np.bincount(src, weights=words, minlength=P)
-            ms += np.bincount(src, minlength=P)
-            self.lv[0][dst] += words
-            return
         counts = (
             np.bincount(dst, weights=words, minlength=P),
             np.bincount(src, weights=words, minlength=P),
             np.bincount(dst, minlength=P),
             np.bincount(src, minlength=P),
         )
+        levels = None
+        if len(self.lv) > 1:
+            levels = np.zeros_like(self.lv)
+            np.add.at(levels, (self.levels(src, dst), dst), words)
+        steps = None
+        if self.per_step is not None and np.ndim(step) != 0:
+            steps = np.zeros_like(self.per_step)
+            step = np.asarray(step, np.int64)
+            for k, (who, w) in enumerate(((dst, words), (src, words), (dst, 1), (src, 1))):
+                np.add.at(steps[k], (step, who), w)
+        key = self.names[tensor], _KINDS[kind]
+        return key, int(words.sum()), len(src), counts, levels, step, steps
+
+    def apply(self, delta: tuple) -> None:
+        key, words, n, counts, levels, step, steps = delta
+        self.moved[key][0] += words
+        self.moved[key][1] += n
         for total, c in zip(self.totals, counts, strict=True):
             total += c
-        if len(self.lv) == 1:
+        if levels is None:
             self.lv[0] += counts[0]
+        else:
+            self.lv += levels
         if self.per_step is None:
             return
-        if np.ndim(step) == 0:
+        if steps is None:
             for k, c in enumerate(counts):
                 self.per_step[k, int(step)] += c
-            return
-        step = np.asarray(step, np.int64)
-        for k, (who, w) in enumerate(((dst, words), (src, words), (dst, 1), (src, 1))):
-            np.add.at(self.per_step[k], (step, who), w)
+        else:
+            self.per_step += steps
 
     def ints(self, a: Arr) -> list:
         return np.rint(a).astype(np.int64).tolist()
@@ -685,11 +691,20 @@ class Engine:
     def _emit(self, step, kind, tensor, lo, hi, words, plain, treed) -> None:
         """Hand messages to every sink: ``plain`` (direct) or ``treed`` (routed) senders and
         receivers, as each sink's routing says (``broadcast`` routes fetches only)."""
+        deltas: dict[int, tuple] = {}  # a batch sent the same way is counted once
         for routing, sink in self.sinks.items():
             routed = routing == "tree" or (routing == "broadcast" and kind == 0)
-            src, dst, hop, relay = treed if routed and treed is not None else plain
-            sink.add(step, kind, tensor, src, dst, lo, hi, hop, relay, words)
-            if kind == 1 and isinstance(sink, _Tally):
+            way = treed if routed and treed is not None else plain
+            src, dst, hop, relay = way
+            if not isinstance(sink, _Tally):
+                sink.add(step, kind, tensor, src, dst, lo, hi, hop, relay, words)
+                continue
+            if len(src) == 0:
+                continue
+            if id(way) not in deltas:
+                deltas[id(way)] = sink.delta(step, kind, tensor, src, dst, words)
+            sink.apply(deltas[id(way)])
+            if kind == 1:
                 sink.incoming.append((step, dst, words))
 
     def replica_groups(self, name: str) -> Arr:
