@@ -14,8 +14,8 @@ help: ## list the targets
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
-install: $(BIN)/python ## create .venv and install distal editable with test+lint extras
-	$(BIN)/python -m pip install -e ".[test,lint]"
+install: $(BIN)/python ## create .venv and install distal editable with the extras CI installs
+	$(BIN)/python -m pip install -e ".[test,lint,viz,dask]"
 
 test: ## run the test suite (python -m pytest -q)
 	$(BIN)/python -m pytest -q

@@ -23,7 +23,7 @@ from distal.cost.bounds import hbl_bound, matmul_regime
 @pytest.mark.parametrize(
     ("m", "n", "k", "P", "want"),
     [
-        # peers-and-bounds.md section 5.5 worked numbers
+        # worked numbers: 3-D regime 3*(mnk/P)**(2/3) - (mn+nk+mk)/P, then one and two large
         (8192, 8192, 8192, 8, 25_165_824),
         (8192, 8192, 8192, 64, 9_437_184),
         (8192, 8192, 8192, 512, 2_752_512),
@@ -101,7 +101,9 @@ def test_contraction_bound_of_a_statement():
 
 
 def _cube_3d(n: int, g: int):
-    """DESIGN.md's one-copy 3-D schedule with a serial split of k (public API only)."""
+    """The one-copy 3-D schedule with a serial split of k: joint partitions spread each
+    tensor over the whole cube, k is divided into g serial chunks and distributed inside
+    each (public API only)."""
     M = dl.Machine(g, g, g)
     i, j, k = dl.index_vars("i j k")
     A = dl.Tensor("A", (n, n), dist="ij -> iji", machine=M)
