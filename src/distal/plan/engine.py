@@ -410,8 +410,7 @@ class Engine:
             hit = np.nonzero(self.active == focus)[0]
             self.frow = int(hit[0]) if len(hit) else None
         self._coords: dict[str, Arr] = {}
-        self._cls: dict[IndexVar, tuple] = {}
-        self._tcls: dict[str, tuple] = {}
+        self._cls: dict[frozenset, tuple] = {}
         self._roff: dict[str, Arr] = {}
         self._rgrp: dict[str, Arr] = {}
         self._own: dict[str, tuple[Arr, ...]] = {}
@@ -456,32 +455,35 @@ class Engine:
         fixed.update(zip(self.step_loops, vals, strict=False))
         return fixed, {}
 
-    def _classes(self, v: IndexVar) -> tuple[list[IndexVar], Arr, Arr]:
-        """The processor loops ``v`` depends on, their distinct values and each processor's.
-
-        A variable's interval depends only on the loops it is derived from, so it is computed
-        once per distinct value of those (a row of processors for ``i``, a column for ``j``)
-        and spread to the processors by index.
-        """
-        if v not in self._cls:
-            under = self.bounds.loops_under(v)
-            procs = list(self.proc_vals)
-            cols = [k for k, x in enumerate(procs) if x in under]
-            if cols:
-                m = np.stack([self.proc_vals[procs[k]] for k in cols], axis=1)
+    def _distinct(self, under: set[IndexVar]) -> tuple[list[IndexVar], Arr, Arr]:
+        """The processor loops among ``under``, their distinct values, and each processor's
+        row among them (a quantity that depends only on those loops is computed once per
+        distinct value -- a row of processors for ``i``, a column for ``j`` -- and spread to
+        the processors by index)."""
+        key = frozenset(under)
+        if key not in self._cls:
+            procs = [x for x in self.proc_vals if x in under]
+            if procs:
+                m = np.stack([self.proc_vals[x] for x in procs], axis=1)
                 uniq, inv = np.unique(m, axis=0, return_inverse=True)
             else:
                 uniq, inv = np.zeros((1, 0), np.int64), np.zeros(self.A, np.int64)
-            self._cls[v] = ([procs[k] for k in cols], uniq, inv.reshape(-1))
-        return self._cls[v]
+            self._cls[key] = (procs, uniq, inv.reshape(-1))
+        return self._cls[key]
+
+    def _class_hull(self, v: IndexVar, fixed: dict) -> tuple[Arr, Arr, Arr]:
+        """``v``'s interval per class of the processor loops it depends on, and each row's
+        class."""
+        names, uniq, inv = self._distinct(self.bounds.loops_under(v))
+        f = {x: fixed[x] for x in self.step_loops if x in fixed}
+        f.update((x, uniq[:, c]) for c, x in enumerate(names))
+        lo, hi = self.bounds.hull_arrays(v, f, len(uniq), {})
+        return lo, hi, inv
 
     def hull(self, v: IndexVar, fixed: dict, memo: dict) -> tuple[Arr, Arr]:
         """:meth:`Bounds.hull_arrays` of ``v`` for every active processor."""
         if v not in memo:
-            names, uniq, inv = self._classes(v)
-            f = {x: fixed[x] for x in self.step_loops if x in fixed}
-            f.update((x, uniq[:, c]) for c, x in enumerate(names))
-            lo, hi = self.bounds.hull_arrays(v, f, len(uniq), {})
+            lo, hi, inv = self._class_hull(v, fixed)
             memo[v] = (lo[inv], hi[inv])
         return memo[v]
 
@@ -492,32 +494,20 @@ class Engine:
             if v in memo:
                 lo, hi = memo[v]
                 ok &= hi > lo
-                continue
-            names, uniq, inv = self._classes(v)  # per class, then spread: one gather
-            f = {x: fixed[x] for x in self.step_loops if x in fixed}
-            f.update((x, uniq[:, c]) for c, x in enumerate(names))
-            lo, hi = self.bounds.hull_arrays(v, f, len(uniq), {})
-            ok &= (hi > lo)[inv]
+            else:  # per class, then spread: one gather
+                lo, hi, inv = self._class_hull(v, fixed)
+                ok &= (hi > lo)[inv]
         return ok
 
     def _tensor_classes(self, name: str) -> tuple[list[IndexVar], Arr, Arr]:
-        """Like :meth:`_classes`, for the box of input ``name``: the processor loops its
-        accesses (and the terms' gates) depend on, their distinct values and each row's."""
-        if name not in self._tcls:
-            under: set[IndexVar] = set()
-            for term, gate in zip(self.st.terms, self.gates, strict=True):
-                fs = [f for f in term.factors if f.tensor.name == name]
-                for v in [v for f in fs for v in f.indices] + (list(gate) if fs else []):
-                    under |= self.bounds.loops_under(v)
-            procs = list(self.proc_vals)
-            cols = [k for k, x in enumerate(procs) if x in under]
-            if cols:
-                m = np.stack([self.proc_vals[procs[k]] for k in cols], axis=1)
-                uniq, inv = np.unique(m, axis=0, return_inverse=True)
-            else:
-                uniq, inv = np.zeros((1, 0), np.int64), np.zeros(self.A, np.int64)
-            self._tcls[name] = ([procs[k] for k in cols], uniq, inv.reshape(-1))
-        return self._tcls[name]
+        """:meth:`_distinct` for the box of input ``name``: the processor loops its accesses
+        (and the gates of the terms holding them) depend on."""
+        under: set[IndexVar] = set()
+        for term, gate in zip(self.st.terms, self.gates, strict=True):
+            fs = [f for f in term.factors if f.tensor.name == name]
+            for v in [v for f in fs for v in f.indices] + (list(gate) if fs else []):
+                under |= self.bounds.loops_under(v)
+        return self._distinct(under)
 
     def needed(self, name: str, vals: tuple[int, ...]) -> tuple[Arr, Arr, Arr]:
         """``(has, lo, hi)`` of the box of input ``name`` per class of processors (see
