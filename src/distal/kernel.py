@@ -38,8 +38,8 @@ class Kernel:
         self.schedule = schedule
         if sparse := [t for t in schedule.tensors().values() if not t.format.is_dense]:
             raise NotSupportedYet(
-                f"tensor {sparse[0].name!r} has format {sparse[0].format} "
-                f"({sparse[0].format!r}): sparse lowering is not in this version"
+                f"tensor {sparse[0].name!r} has format {sparse[0].format.describe()}: "
+                "sparse lowering is not in this version"
             )
         placements_of(schedule)  # check every tensor's machine now, not at the first run
         self.kernels = term_kernels(schedule.statement, schedule)

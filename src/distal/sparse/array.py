@@ -380,7 +380,9 @@ class SparseArray:
     def to_dense(self) -> np.ndarray:
         """The dense numpy array (of ``shape``, without the offset)."""
         out = np.zeros(self.shape, dtype=self.dtype)
-        if self.nnz:
+        if self.ndim == 0:
+            out[()] = self.vals[0]
+        elif self.nnz:
             out[tuple(self.coordinates())] = self.vals
         return out
 
@@ -631,7 +633,7 @@ class SparseArray:
         self._need_levels("piece")
         if "d" in self.format.levels[1:]:
             raise NotSupportedYet(
-                f"piece() of a {self.format} array ({self.format!r}): a dense level below "
+                f"piece() of a {self.format.describe()} array: a dense level below "
                 "the top cannot be cut at positions; use rows_piece()"
             )
         lo, hi = self._check_range("piece", lo, hi, self.nnz, "positions")

@@ -136,6 +136,10 @@ class Format:
                 continue
         return None
 
+    def describe(self) -> str:
+        """``"csr (Format('dc'))"`` for a named format, ``"Format('cdc')"`` otherwise."""
+        return f"{self.name} ({self!r})" if self.name else repr(self)
+
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Format):
             return NotImplemented
