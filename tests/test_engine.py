@@ -125,12 +125,12 @@ def test_totals_without_per_step_counts_agree(case: Case) -> None:
     """Large plans keep only totals (and count one-message-per-receiver batches in place)."""
     from unittest import mock
 
-    from distal.plan import engine
+    from distal.plan import sinks
 
     built = case.build()
     sched = apply_schedule(dl.schedule(built.output), case.ops, built)
     kept = Engine(sched).summaries(ROUTINGS)
-    with mock.patch.object(engine, "PER_STEP_LIMIT", -1):
+    with mock.patch.object(sinks, "PER_STEP_LIMIT", -1):
         lean = Engine(sched).summaries(ROUTINGS)
     for routing in ROUTINGS:
         assert lean[routing].per_step is None

@@ -12,17 +12,10 @@ import numpy as np
 
 from distal.errors import InputError, NotSupportedYet, ScheduleError
 from distal.kernels.leaf import term_kernels
-from distal.plan.engine import (
-    ROUTINGS,
-    Engine,
-    PlanSummary,
-    lower,
-    placements_of,
-    program,
-    summarize,
-)
+from distal.plan.engine import ROUTINGS, Engine, lower, placements_of, program, summarize
 from distal.plan.ir import Plan
 from distal.plan.printer import explain, program_text
+from distal.plan.sinks import PlanSummary
 from distal.plan.stats import Stats
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source

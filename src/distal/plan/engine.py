@@ -46,7 +46,6 @@ from __future__ import annotations
 import itertools
 import math
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,6 +53,7 @@ from distal.distribution.notation import parse_layout, whole_on_processor0
 from distal.distribution.partition import Placement
 from distal.errors import ScheduleError
 from distal.lang.nodes import IndexVar
+from distal.plan.arrays import every, group_ids, meets, same, tree_links, volumes, within
 from distal.plan.ir import (
     FETCH,
     FINAL,
@@ -71,6 +71,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
+from distal.plan.sinks import KINDS, MessageRows, PlanSummary, Tally
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
 from distal.schedule.bounds import Bounds
@@ -80,10 +81,6 @@ Arr = np.ndarray
 #: Routing strategies a kernel can be compiled with ("auto": the cost model's choice):
 #: "broadcast" routes shared fetches through trees and partial sums directly, "tree" both.
 ROUTINGS = ("direct", "broadcast", "tree")
-_KINDS = (FETCH, PARTIAL, FINAL)
-#: Stats keep per-step counts (for the lockstep cost of ``routing="auto"``) up to this many
-#: steps x processors; beyond, only totals.
-PER_STEP_LIMIT = 2_000_000
 # Order of a processor's instructions inside one step.
 _PHASE = {
     Fetch: 0,
@@ -139,232 +136,6 @@ def loop_roles(s: Schedule) -> tuple[dict[str, int], tuple[IndexVar, ...]]:
     return depth, tuple(rest[: max(depth.values(), default=0)])
 
 
-def tree_links(root: Arr, member: Arr, group: Arr) -> tuple[Arr, Arr, Arr]:
-    """Binomial trees: ``(parent, position, relay)`` of each member.
-
-    Rows with equal ``group`` (non-negative integers) form one group rooted at ``root``; its
-    members, ordered by processor number, are nodes ``1, 2, ...`` and node ``i`` hangs under
-    node ``i - 2**floor(log2(i))`` (node 0 is the root). ``relay`` is True where the parent
-    is a member (it passes the piece on, or combines the sums below it), not the root.
-    """
-    n = len(member)
-    if n == 0:
-        return root.copy(), np.zeros(0, np.int64), np.zeros(0, bool)
-    group = np.asarray(group, np.int64)
-    # members usually arrive in processor order: a stable sort by group alone (a radix sort
-    # for small group numbers) then orders each group; otherwise sort by both
-    order = np.argsort(group.astype(np.uint16) if group.max() < 1 << 16 else group, kind="stable")
-    gs, ms = group[order], member[order]
-    first = np.ones(n, bool)
-    first[1:] = gs[1:] != gs[:-1]
-    if not np.all(first[1:] | (ms[1:] > ms[:-1])):
-        order = np.lexsort((member, group))
-        gs, ms = group[order], member[order]
-        first[1:] = gs[1:] != gs[:-1]
-    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    pos = np.arange(n) - start + 1
-    parent = pos - (1 << (np.floor(np.log2(pos)).astype(np.int64)))
-    sorted_parent = np.where(parent == 0, root[order], ms[np.maximum(start + parent - 1, 0)])
-    out_parent = np.empty(n, np.int64)
-    out_parent[order] = sorted_parent
-    out_pos = np.empty(n, np.int64)
-    out_pos[order] = pos
-    out_relay = np.empty(n, bool)
-    out_relay[order] = parent != 0
-    return out_parent, out_pos, out_relay
-
-
-def _group_ids(*cols: Arr) -> Arr:
-    """Small non-negative integers, equal exactly where all the columns are equal."""
-    key = np.column_stack(cols)
-    if len(key) == 0:
-        return np.zeros(0, np.int64)
-    return np.unique(key, axis=0, return_inverse=True)[1].reshape(-1)
-
-
-# Row-wise box predicates, one column at a time: boxes have a handful of dimensions, and
-# numpy's reductions along such a short axis cost far more than a few elementwise operations.
-
-
-def _vol(lo: Arr, hi: Arr) -> Arr:
-    """Elements of each row's box ``[lo, hi)``."""
-    out = np.ones(len(lo), np.int64)
-    for d in range(lo.shape[1]):
-        out *= np.maximum(hi[:, d] - lo[:, d], 0)
-    return out
-
-
-def _every(rows: int, cols: int, test) -> Arr:
-    out = np.ones(rows, bool)
-    for d in range(cols):
-        out &= test(d)
-    return out
-
-
-def _meets(lo: Arr, hi: Arr, blo: Arr, bhi: Arr) -> Arr:
-    """Rows whose box ``[lo, hi)`` meets box ``[blo, bhi)`` (rows or one box) in a non-empty box."""
-    return _every(
-        len(lo),
-        lo.shape[1],
-        lambda d: np.maximum(lo[:, d], blo[:, d]) < np.minimum(hi[:, d], bhi[:, d]),
-    )
-
-
-def _within(lo: Arr, hi: Arr, olo: Arr, ohi: Arr) -> Arr:
-    """Rows whose box lies inside the box ``[olo, ohi)`` of the same row."""
-    return _every(len(lo), lo.shape[1], lambda d: (olo[:, d] <= lo[:, d]) & (hi[:, d] <= ohi[:, d]))
-
-
-def _same(lo: Arr, hi: Arr, lo2: Arr, hi2: Arr) -> Arr:
-    """Rows whose boxes are equal."""
-    return _every(len(lo), lo.shape[1], lambda d: (lo[:, d] == lo2[:, d]) & (hi[:, d] == hi2[:, d]))
-
-
-@dataclass
-class PlanSummary:
-    """What ``explain`` and ``stats`` need: exact stats and totals per tensor and kind."""
-
-    stats: Stats
-    moved: dict[tuple[str, str], list[int]]  # (tensor, kind) -> [words, messages]
-    nsteps: int
-    # per step (the final phase last) and processor: words in, words out, messages in, out;
-    # None when steps x processors is too large to keep
-    per_step: np.ndarray | None = None
-
-    def step_comm_seconds(self, alpha: float, beta: float) -> float | None:
-        """Communication time if every step waits for its busiest processor (BSP):
-        ``sum over steps of max over processors of alpha * messages + beta * words``."""
-        if self.per_step is None:
-            return None
-        wi, wo, mi, mo = self.per_step
-        per = alpha * np.maximum(mi, mo) + beta * np.maximum(wi, wo)
-        return float(per.max(axis=1).sum()) if per.size else 0.0
-
-
-class _Rows:
-    """Messages collected during the walk, kept whole: arrays per batch (for plans)."""
-
-    def __init__(self) -> None:
-        self.cols: dict[str, list[Arr]] = defaultdict(list)
-        self.boxes: list[tuple[int, Arr, Arr]] = []  # (tensor index, lo, hi) per batch
-
-    def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
-        n = len(src)
-        if n == 0:
-            return
-        c = self.cols
-        c["step"].append(np.broadcast_to(np.asarray(step, np.int64), (n,)))
-        c["kind"].append(np.full(n, kind, np.int64))
-        c["tensor"].append(np.full(n, tensor, np.int64))
-        c["src"].append(src)
-        c["dst"].append(dst)
-        c["hop"].append(np.zeros(n, np.int64) if hop is None else hop)
-        c["relay"].append(np.zeros(n, bool) if relay is None else relay)
-        self.boxes.append((tensor, lo, hi))
-
-    def arrays(self) -> dict[str, Arr]:
-        keys = ("step", "kind", "tensor", "src", "dst", "hop")
-        out = {
-            k: np.concatenate(self.cols[k]) if self.cols[k] else np.zeros(0, np.int64)
-            for k in keys
-        }
-        out["relay"] = (
-            np.concatenate(self.cols["relay"]) if self.cols["relay"] else np.zeros(0, bool)
-        )
-        return out
-
-
-class _Tally:
-    """Messages counted as they are found (for stats): per processor, level, tensor and step.
-
-    Nothing per message is kept, so stats of plans with tens of millions of messages fit in
-    the memory of a few per-processor arrays. Word counts accumulate in float64 (bincount's
-    weights), exact below 2**53.
-    """
-
-    def __init__(self, engine: Engine) -> None:
-        P, S = engine.P, engine.S
-        self.P = P
-        self.levels = engine._levels
-        self.totals = np.zeros((4, P), np.float64)  # words in, words out, messages in, out
-        self.lv = np.zeros((engine.machine.nlevels, P), np.float64)
-        self.moved: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-        self.names = engine.names
-        # per step (the final phase last) and processor, when small enough to keep
-        self.per_step = (
-            np.zeros((4, S + 1, P), np.float64) if (S + 1) * P <= PER_STEP_LIMIT else None
-        )
-        self.incoming: list[tuple[Arr, Arr, Arr]] = []  # partial sums held: (step, proc, words)
-
-    def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
-        if len(src):
-            words = _vol(lo, hi) if words is None else words
-            self.apply(self.delta(step, kind, tensor, src, dst, words))
-
-    def delta(self, step, kind, tensor, src, dst, words) -> tuple:
-        """What one batch of messages adds to the counts (shared by the routings that send
-        the batch the same way)."""
-        P = self.P
-        counts = (
-            np.bincount(dst, weights=words, minlength=P),
-            np.bincount(src, weights=words, minlength=P),
-            np.bincount(dst, minlength=P),
-            np.bincount(src, minlength=P),
-        )
-        levels = None
-        if len(self.lv) > 1:
-            levels = np.zeros_like(self.lv)
-            np.add.at(levels, (self.levels(src, dst), dst), words)
-        steps = None
-        if self.per_step is not None and np.ndim(step) != 0:
-            steps = np.zeros_like(self.per_step)
-            step = np.asarray(step, np.int64)
-            for k, (who, w) in enumerate(((dst, words), (src, words), (dst, 1), (src, 1))):
-                np.add.at(steps[k], (step, who), w)
-        key = self.names[tensor], _KINDS[kind]
-        return key, int(words.sum()), len(src), counts, levels, step, steps
-
-    def apply(self, delta: tuple) -> None:
-        key, words, n, counts, levels, step, steps = delta
-        self.moved[key][0] += words
-        self.moved[key][1] += n
-        for total, c in zip(self.totals, counts, strict=True):
-            total += c
-        if levels is None:
-            self.lv[0] += counts[0]
-        else:
-            self.lv += levels
-        if self.per_step is None:
-            return
-        if steps is None:
-            for k, c in enumerate(counts):
-                self.per_step[k, int(step)] += c
-        else:
-            self.per_step += steps
-
-    def ints(self, a: Arr) -> list:
-        return np.rint(a).astype(np.int64).tolist()
-
-    def peak_beyond(self, load: Arr, held: Arr) -> Arr:
-        """Per processor: the most words beyond its owned blocks at the end of any step.
-
-        ``load`` (steps x processors) holds the buffers every routing shares, ``held`` what
-        stays all along; the partial sums a processor receives in a step (which depend on
-        the routing) add to that step only.
-        """
-        S, P = load.shape
-        peak = (load.max(axis=0) if S else np.zeros(P, np.int64)) + held
-        if self.incoming:
-            step = np.concatenate([np.broadcast_to(a, b.shape) for a, b, _ in self.incoming])
-            who = np.concatenate([b for _, b, _ in self.incoming])
-            words = np.concatenate([w for _, _, w in self.incoming])
-            keys, inv = np.unique(step * P + who, return_inverse=True)
-            add = np.bincount(inv.reshape(-1), weights=words).astype(np.int64)
-            cand = load.reshape(-1)[keys] + add + held[keys % P]
-            np.maximum.at(peak, keys % P, cand)
-        return peak
-
-
 class Engine:
     """One evaluation of the lowering rules for a schedule and a routing.
 
@@ -415,7 +186,7 @@ class Engine:
         self._rgrp: dict[str, Arr] = {}
         self._own: dict[str, tuple[Arr, ...]] = {}
         # where messages go: the plan's table, or one tally per routing counted (summaries)
-        self.sinks: dict[str, _Rows | _Tally] = {routing: _Rows()}
+        self.sinks: dict[str, MessageRows | Tally] = {routing: MessageRows()}
         self.summarizing = False
         # what the programs are built from (only for the processors they are built for)
         self.fetch_ops: list[tuple] = []  # (step, tensor, recv, box | None, view)
@@ -581,12 +352,12 @@ class Engine:
                     changed = np.ones(A, bool)
                 else:
                     pchas, pclo, pchi, phas, _ = cur[name]
-                    moved = ~(_same(clo, chi, pclo, pchi) & (chas == pchas))
+                    moved = ~(same(clo, chi, pclo, pchi) & (chas == pchas))
                     changed = (has != phas) | (has & moved[inv])
                 lo, hi = clo[inv], chi[inv]
                 own_has, _, own_lo, own_hi = self.own(name)
-                inside = own_has & _within(lo, hi, own_lo, own_hi)
-                words = np.where(has & ~inside, _vol(clo, chi)[inv], 0)
+                inside = own_has & within(lo, hi, own_lo, own_hi)
+                words = np.where(has & ~inside, volumes(clo, chi)[inv], 0)
                 old_words = cur[name][4] if si > 0 else np.zeros(A, np.int64)
                 fetched += np.where(changed, words, 0)
                 cur[name] = (chas, clo, chi, has, np.where(changed, words, old_words))
@@ -608,12 +379,12 @@ class Engine:
         """Receivers that can exchange pieces of ``name`` with the focus processor."""
         ok = np.zeros(self.A, bool)
         if fown is not None:  # it may serve them from its own block
-            ok |= has & _meets(lo, hi, fown[0], fown[1])
+            ok |= has & meets(lo, hi, fown[0], fown[1])
         if self.frow is not None and has[self.frow]:
             ok[self.frow] = True
             if routed:  # the trees of the pieces it receives: everyone receiving them
                 f = self.frow
-                ok |= has & _meets(lo, hi, lo[f : f + 1], hi[f : f + 1])
+                ok |= has & meets(lo, hi, lo[f : f + 1], hi[f : f + 1])
         return ok
 
     def _fetch_ops(self, si, name, changed, has, lo, hi, inside) -> None:
@@ -661,7 +432,7 @@ class Engine:
             # the sender of a remote piece becomes its parent in the piece's tree
             # a group: one piece from one replica; pieces of equal boxes are one piece, and a
             # piece's replica is fixed by the receiver's coordinates on replicated dimensions
-            same = _group_ids(plo, phi)
+            same = group_ids(plo, phi)
             reps = self.replica_groups(name)
             group = same[piece[r]] * (int(reps.max()) + 1) + reps[rows[r]]
             parent, hop, relay = tree_links(src[r], recv[r], group)
@@ -676,7 +447,7 @@ class Engine:
                 self.fetch_pieces[si, name, int(recv[x])].append((int(src[x]), box))
         k = piece[r]
         lo, hi = (plo[k], phi[k]) if self.build_ops else (None, None)  # counts need only words
-        self._emit(si, 0, self.tid[name], lo, hi, _vol(plo, phi)[k], plain, treed)
+        self._emit(si, 0, self.tid[name], lo, hi, volumes(plo, phi)[k], plain, treed)
 
     def _emit(self, step, kind, tensor, lo, hi, words, plain, treed) -> None:
         """Hand messages to every sink: ``plain`` (direct) or ``treed`` (routed) senders and
@@ -686,7 +457,7 @@ class Engine:
             routed = routing == "tree" or (routing == "broadcast" and kind == 0)
             way = treed if routed and treed is not None else plain
             src, dst, hop, relay = way
-            if not isinstance(sink, _Tally):
+            if not isinstance(sink, Tally):
                 sink.add(step, kind, tensor, src, dst, lo, hi, hop, relay, words)
                 continue
             if len(src) == 0:
@@ -734,7 +505,7 @@ class Engine:
             hi = np.zeros((A, order), np.int64)
             for k, v in enumerate(lhs):
                 lo[:, k], hi[:, k] = self.hull(v, fixed, memo)
-            has = _every(A, order, lambda k, lo=lo, hi=hi: hi[:, k] > lo[:, k])
+            has = every(A, order, lambda k, lo=lo, hi=hi: hi[:, k] > lo[:, k])
             has &= self.alive(fixed, memo)
             lo, hi = np.where(has[:, None], lo, 0), np.where(has[:, None], hi, 0)
             boxes.append((has, lo, hi))
@@ -745,13 +516,13 @@ class Engine:
             has, lo, hi = boxes[si]
             if si > 0:
                 ph, plo_, phi_ = boxes[si - 1]
-                new = (has != ph) | (has & ~_same(lo, hi, plo_, phi_))
+                new = (has != ph) | (has & ~same(lo, hi, plo_, phi_))
                 open_at = np.where(new, si, open_at)
             if si == S - 1:
                 flush = has
             else:
                 nh, nl, nu = boxes[si + 1]
-                flush = has & ((nh != has) | ~_same(lo, hi, nl, nu))
+                flush = has & ((nh != has) | ~same(lo, hi, nl, nu))
             rows = np.nonzero(flush)[0]
             rec["rows"].append(rows)
             rec["open"].append(open_at[rows])
@@ -775,7 +546,7 @@ class Engine:
         # reducers: the lowest replica whose own accumulation touches the block, else the lowest
         own_has, own_idx, own_lo, own_hi = self.own(name)
         own_lin = lin(own_idx)
-        contrib = own_has[rows] & _meets(lo, hi, own_lo[rows], own_hi[rows])
+        contrib = own_has[rows] & meets(lo, hi, own_lo[rows], own_hi[rows])
         big = np.iinfo(np.int64).max
         primary = np.full(nb, big, np.int64)
         np.minimum.at(primary, own_lin[rows][contrib], ranks[contrib])
@@ -785,10 +556,10 @@ class Engine:
         primary = np.where(primary == big, lowest, primary)
         self.primary, self.all_idx = primary, all_idx
         # direct accumulation: the box inside the own block, whose reducer is this processor
-        inside = own_has[rows] & _within(lo, hi, own_lo[rows], own_hi[rows])
+        inside = own_has[rows] & within(lo, hi, own_lo[rows], own_hi[rows])
         direct = inside & (primary[own_lin[rows]] == ranks)
         if self.summarizing:  # partial buffers: alive from their opening to their flush
-            vol = np.where(direct, 0, _vol(lo, hi))
+            vol = np.where(direct, 0, volumes(lo, hi))
             whole = (opened == 0) & (flushed == S - 1)  # held throughout: a constant
             np.add.at(self.held, ranks[whole], vol[whole])
             if not whole.all():
@@ -816,7 +587,7 @@ class Engine:
         sent = senders[remote]
         treed = None
         if "tree" in self.sinks:
-            group = _group_ids(at[remote], root, plo[remote], phi[remote])
+            group = group_ids(at[remote], root, plo[remote], phi[remote])
             parent, hop, relay = tree_links(root, sent, group)
             treed = (sent, parent, hop, relay)
         parent = treed[1] if self.routing == "tree" else root
@@ -828,7 +599,7 @@ class Engine:
                 self.flush_pieces[int(senders[r]), int(at[r])].append(
                     (int(to[r]), piece, bool(remote[r]))
                 )
-        words = _vol(plo[remote], phi[remote])
+        words = volumes(plo[remote], phi[remote])
         plain = (sent, root, None, None)
         self._emit(at[remote], 1, self.tid[name], plo[remote], phi[remote], words, plain, treed)
         self._finals(pl, nb)
@@ -838,11 +609,11 @@ class Engine:
         ok = ranks == self.focus
         fown = self._focus_own(self.out)
         if fown is not None:  # it reduces (some of) its own block
-            ok |= _meets(lo, hi, fown[0], fown[1])
+            ok |= meets(lo, hi, fown[0], fown[1])
         if self.routing == "tree" and ok.any():  # the trees its own sums travel along
             mine = np.nonzero(ranks == self.focus)[0]
             for r in mine.tolist():
-                ok |= (flushed == flushed[r]) & _meets(lo, hi, lo[r : r + 1], hi[r : r + 1])
+                ok |= (flushed == flushed[r]) & meets(lo, hi, lo[r : r + 1], hi[r : r + 1])
         return ok
 
     def _finals(self, pl: Placement, nb: int) -> None:
@@ -870,7 +641,7 @@ class Engine:
             blo[:, k] = lo_of[k][self.all_idx[bi, k]]
             bhi[:, k] = hi_of[k][self.all_idx[bi, k]]
         plain = (prim, r, None, None)
-        self._emit(self.S, 2, self.tid[self.out], blo, bhi, _vol(blo, bhi), plain, None)
+        self._emit(self.S, 2, self.tid[self.out], blo, bhi, volumes(blo, bhi), plain, None)
 
     # -- iterations --------------------------------------------------------------------------
 
@@ -937,7 +708,10 @@ class Engine:
         for r in routings:
             if r not in ROUTINGS:
                 raise ScheduleError(f"routing {r!r} is not one of {[*ROUTINGS, 'auto']}")
-        self.sinks = {r: _Tally(self) for r in routings}
+        self.sinks = {
+            r: Tally(self.P, self.S, self.names, self.machine.nlevels, self._levels)
+            for r in routings
+        }
         self.summarizing = True
         self.inputs_pass()
         self.output_pass()
@@ -946,11 +720,11 @@ class Engine:
         ranks = np.arange(P)
         for pl in self.placements.values():
             has, _, lo, hi = pl.own_arrays(pl.coords_of(ranks))
-            owned += np.where(has, _vol(lo, hi), 0)
+            owned += np.where(has, volumes(lo, hi), 0)
         iterations = self.iterations().tolist()
         out = {}
         for routing, tally in self.sinks.items():
-            assert isinstance(tally, _Tally)
+            assert isinstance(tally, Tally)
             peak = owned + tally.peak_beyond(self.load, self.held)
             wr, ws, mr, ms = (tally.ints(x) for x in tally.totals)
             st = Stats(
@@ -1066,7 +840,7 @@ class Engine:
             out.append(
                 Message(
                     int(a["step"][r]),
-                    _KINDS[a["kind"][r]],
+                    KINDS[a["kind"][r]],
                     self.names[a["tensor"][r]],
                     int(a["src"][r]),
                     int(a["dst"][r]),
@@ -1077,7 +851,7 @@ class Engine:
             )
         out.sort(
             key=lambda m: (
-                m.step, _KINDS.index(m.kind), m.src, m.dst, m.hop, self.tid[m.tensor], m.box
+                m.step, KINDS.index(m.kind), m.src, m.dst, m.hop, self.tid[m.tensor], m.box
             )
         )
         return out
@@ -1086,11 +860,6 @@ class Engine:
 def summarize(s: Schedule, routing: str = "direct") -> PlanSummary:
     """Exact stats of ``s``'s plan (routed by ``routing``), computed without building it."""
     return Engine(s, routing).summaries((routing,))[routing]
-
-
-def summarize_all(s: Schedule) -> dict[str, PlanSummary]:
-    """:func:`summarize` for every routing at once (what ``routing="auto"`` compares)."""
-    return Engine(s).summaries(ROUTINGS)
 
 
 def lower(s: Schedule, routing: str = "direct") -> Plan:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from distal.lang.nodes import IndexVar
-from distal.plan.engine import PlanSummary, loop_roles
+from distal.plan.engine import loop_roles
 from distal.plan.ir import (
     FETCH,
     FINAL,
@@ -21,6 +21,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
+from distal.plan.sinks import PlanSummary
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Rotate, Split
