@@ -140,7 +140,8 @@ class Engine:
     """One evaluation of the lowering rules for a schedule and a routing.
 
     ``focus=None`` evaluates everything (stats, the whole plan); ``focus=p`` only what
-    processor ``p``'s program and messages need.
+    processor ``p``'s program and messages need. An engine is used once: either
+    :meth:`summaries` or :meth:`plan`.
     """
 
     def __init__(self, s: Schedule, routing: str = "direct", focus: int | None = None) -> None:
@@ -188,14 +189,16 @@ class Engine:
         # where messages go: the plan's table, or one tally per routing counted (summaries)
         self.sinks: dict[str, MessageRows | Tally] = {routing: MessageRows()}
         self.summarizing = False
+        self.build_ops = False  # whether instructions are being built (plan())
         # what the programs are built from (only for the processors they are built for)
         self.fetch_ops: list[tuple] = []  # (step, tensor, recv, box | None, view)
         self.fetch_pieces: dict[tuple[int, str, int], list] = defaultdict(list)
         self.out_recs: list[tuple] = []  # (proc, open step, flush step, box, direct)
         self.flush_pieces: dict[tuple[int, int], list] = defaultdict(list)  # (p, step) -> [...]
         self.primary = np.zeros(0, np.int64)
-        self.load = np.zeros((self.S, self.P), np.int64)  # memory beyond owned blocks
-        self.held = np.zeros(self.P, np.int64)  # ... and what is held at every step
+        # memory beyond owned blocks per step, and what is held at every step (summaries only)
+        self.load = np.zeros((0, self.P), np.int64)
+        self.held = np.zeros(self.P, np.int64)
 
     # -- per-tensor ownership of the active processors -----------------------------------
 
@@ -687,10 +690,8 @@ class Engine:
 
     # -- results -----------------------------------------------------------------------------
 
-    build_ops = False
-
     def table(self) -> dict[str, Arr]:
-        """Every message as arrays, sorted in the plan's canonical order."""
+        """Every message kept by the plan's sink, as arrays (boxes as tuples), unsorted."""
         rows = self.sinks[self.routing]
         a = rows.arrays()
         boxes = rows.boxes
@@ -713,6 +714,7 @@ class Engine:
             for r in routings
         }
         self.summarizing = True
+        self.load = np.zeros((self.S, self.P), np.int64)
         self.inputs_pass()
         self.output_pass()
         P = self.P
