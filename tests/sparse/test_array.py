@@ -4,6 +4,7 @@ pattern queries, each checked against the source's dense form or a plain-Python 
 from __future__ import annotations
 
 import math
+import pickle
 import re
 import sys
 
@@ -747,6 +748,16 @@ def test_queries_of_an_order_0_array_are_not_supported() -> None:
     with pytest.raises(dl.NotSupportedYet, match="order-0"):
         s.row_of_position()
     assert s.split_positions(2).tolist() == [0, 1, 1]
+
+
+def test_pickle_keeps_the_pattern_and_read_only_arrays() -> None:
+    a = SparseArray.from_scipy(MATRICES["empty_rows"], "dcsr").rows_piece(1, 5)
+    b = pickle.loads(pickle.dumps(a))
+    assert b.pattern_fingerprint() == a.pattern_fingerprint()
+    assert b.offset == (1, 0)
+    assert np.array_equal(b.to_dense(), a.to_dense())
+    assert not b.vals.flags.writeable
+    assert not any(c.flags.writeable for c in b.crd if c is not None)
 
 
 def test_level_objects() -> None:

@@ -270,6 +270,9 @@ class SparseArray:
         out._init(shape, fmt, tuple(levels), vals, offset or (0,) * len(shape))
         return out
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_restore, (self.shape, self.format, self.levels, self.vals, self.offset))
+
     # -- what it is ------------------------------------------------------------------------
 
     @property
@@ -657,6 +660,17 @@ class SparseArray:
 
 
 # -- helpers ----------------------------------------------------------------------------------
+
+
+def _restore(
+    shape: tuple[int, ...],
+    fmt: Format,
+    levels: tuple[Level, ...],
+    vals: np.ndarray,
+    offset: tuple[int, ...],
+) -> SparseArray:
+    """Unpickling: the arrays come back writable; make them read-only again."""
+    return SparseArray._make(shape, fmt, levels, vals, offset)
 
 
 def _check_sorted(crd: np.ndarray, pos: np.ndarray, strict: bool, level: int) -> None:
