@@ -4,9 +4,9 @@ Each simulated processor has its own store holding exactly the blocks it owns
 and the buffers the plan gives it; every message is a real copy out of the
 sender's store, counted as it happens, so the measured ``Stats`` are honest.
 Processors run step by step in lockstep, one after another inside a step, so
-every BLAS call gets all of the machine's cores; the copies of the next step's
-fetches run on a helper thread meanwhile, as an MPI rank receives them while it
-computes.
+every BLAS call gets all of the machine's cores; the next step's fetches are copied
+at the start of a step, before its computation (a large step's copies in one share
+per core), so no copy competes with a BLAS thread for a core.
 
 Everything a run derives from the plan alone (which blocks each processor owns, the
 slices of every fetched piece, the machine level of every message, the instructions of
