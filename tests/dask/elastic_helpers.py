@@ -6,6 +6,8 @@ finishes tasks in: results are compared with ``np.array_equal``.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -72,3 +74,30 @@ def mttkrp_inputs(n: int = 12, r: int = 5, seed: int = 0) -> dict[str, np.ndarra
 
 def mttkrp_expected(x: dict[str, np.ndarray]) -> np.ndarray:
     return np.einsum("ijk,jl,kl->il", x["B"], x["C"], x["D"])
+
+
+@contextlib.contextmanager
+def process_pool(envs: list[dict[str, str]], security: Any = None) -> Iterator[Any]:
+    """A loopback pool of single-threaded worker *processes*, one per entry of ``envs``
+    (the environment variables of that worker's process); yields a connected client."""
+    from distributed import Client, Nanny, Scheduler, SpecCluster
+
+    proto = "tls://" if security is not None else "tcp://"
+    sec = {"security": security} if security is not None else {}
+    workers = {
+        f"w{n}": {
+            "cls": Nanny,
+            "options": {"nthreads": 1, "env": env, "host": "127.0.0.1", **sec},
+        }
+        for n, env in enumerate(envs)
+    }
+    scheduler = {
+        "cls": Scheduler,
+        "options": {"host": "127.0.0.1", "dashboard_address": ":0", "protocol": proto, **sec},
+    }
+    with (
+        SpecCluster(workers=workers, scheduler=scheduler, **sec) as cluster,
+        Client(cluster, **sec) as client,
+    ):
+        client.wait_for_workers(len(envs), timeout=60)
+        yield client

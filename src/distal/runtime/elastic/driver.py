@@ -6,7 +6,9 @@ only module importing ``distributed``); it never places or retries a task itself
 
 from __future__ import annotations
 
+import hashlib
 import os
+import secrets
 import time
 import uuid
 import warnings
@@ -30,12 +32,16 @@ from distal.runtime.elastic.feeder import Feeder
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Events, measured_traffic, summarize
 from distal.runtime.elastic.tasks import (
+    CheckFailed,
     Ctx,
     Traffic,
+    VerificationFailed,
     agree_task,
+    check_task,
     drain,
     hash_block,
     input_block,
+    recheck_task,
     source_block,
     transfer_bytes,
     unit_task,
@@ -88,6 +94,16 @@ class Driver:
         # messages counted on the driver as results arrive (see _delivered)
         self.delivered: Traffic = []
         self.replicas = self._replica_copies()
+        # verification: workers caught lying (no further tasks go there), what was rejected
+        self.excluded: set[str] = set()
+        self.rejections: list[dict[str, Any]] = []
+        self.rechecked = 0
+        # the checks' random vectors derive from a secret only the check tasks carry, so a
+        # worker computing a unit cannot know the vectors its result will be tested with
+        self.secret = secrets.token_bytes(16)
+        self.events: Events | None = None
+        self.present: set[str] = set()
+        self.feeder: Feeder | None = None
 
     def _replica_copies(self) -> list[tuple[int, int, Box]]:
         """The plan's copies of finished output pieces to other replicas ``(src, dst, box)``."""
@@ -210,6 +226,7 @@ class Driver:
 
         topic = f"distal-{self.nonce}"
         events = Events(client, topic)
+        self.events, self.present = events, present
         ctx = Ctx(
             topic=topic,
             kernels=self.kernel.kernels,
@@ -225,8 +242,14 @@ class Driver:
         bar = Progress(total, enabled=opts.progress, label="tasks")
         try:
             # speculation: only with single copies (verify=k pins its copies on purpose)
-            spec = opts.speculate and opts.verify == 1
-            feeder = Feeder(self, ctx, needed, pending, present, set(finals), spec)
+            spec = opts.speculate and opts.copies == 1
+            if opts.verify != 1 and len(self.allowed()) < 2:
+                raise InputError(
+                    f"verify={opts.verify!r} needs at least 2 workers; the pool has "
+                    f"{len(self.allowed())}"
+                )
+            feeder = Feeder(self, ctx, needed, pending, present, set(finals), spec, opts.check)
+            self.feeder = feeder
             self._collect(feeder, pending, value, origin, bar, events, reused_direct)
             if store is not None:
                 self._drain(topic, store.root, events)
@@ -245,7 +268,7 @@ class Driver:
             events,
             total,
             logical={u.name for u in needed} | {block_name(i) for i in pending},
-            verify=opts.verify,
+            verify=opts.copies,
             reused_direct=reused_direct,
             corrupt_blocks=corrupt_blocks,
             workers_before=workers_before,
@@ -254,6 +277,12 @@ class Driver:
             speculative=feeder.n_dups,
             speculative_won=len(feeder.won),
         )
+        summary.excluded_workers = sorted(self.excluded)
+        summary.units_rejected = len({r["unit"] for r in self.rejections})
+        summary.rejections = list(self.rejections)
+        summary.rechecked = self.rechecked
+        if opts.check:
+            summary.checked = events.checked()
         summary.seconds = time.perf_counter() - t0
         if store is not None:
             self._finish_checkpoint(store, units, blocks)
@@ -303,21 +332,55 @@ class Driver:
                 ) from e
         return store
 
-    def submit_unit(self, ctx: Ctx, u: Unit, n: int, present: set[str]) -> Any:
-        """One unit (or, with ``verify=k``, k pinned copies and their agreement)."""
-        client, opts = self.client, self.opts
-        k, save = opts.verify, ctx.store is not None
-        blocks = [
+    def allowed(self) -> list[str]:
+        """The pool's workers still trusted (not excluded), sorted."""
+        return sorted(set(workers(self.client)) - self.excluded)
+
+    def restrict(self, avoid: set[str] | None = None) -> dict[str, Any]:
+        """Submit keywords keeping a task off excluded workers (and ``avoid``)."""
+        bad = self.excluded | (avoid or set())
+        if not bad:
+            return {}
+        pool = [w for w in self.allowed() if w not in bad]
+        if not pool:
+            raise VerificationFailed(
+                f"no trusted worker left to run on: excluded {sorted(self.excluded)}"
+                + (f", and {sorted(avoid)} may not take this task" if avoid else "")
+            )
+        return {"workers": pool, "allow_other_workers": False}
+
+    def _blocks(self, u: Unit) -> list[tuple[str, Box, Any]]:
+        return [
             (t, self.plan.placements[t].block_box(idx), self._block_future(t, idx))
             for t, idx in u.needs
         ]
+
+    def _seed(self, name: str, attempt: int) -> int:
+        h = hashlib.blake2b(self.secret + f"{name}#{attempt}".encode(), digest_size=8)
+        return int.from_bytes(h.digest(), "little")
+
+    def submit_unit(self, ctx: Ctx, u: Unit, n: int, present: set[str]) -> Any:
+        """One unit (or, with ``verify=k``, k pinned copies and their agreement)."""
+        client, opts = self.client, self.opts
+        k, save = opts.copies, ctx.store is not None
+        blocks = self._blocks(u)
         key = f"distal-unit-{self.nonce}-{n}"
+        if opts.check:
+            # computed anywhere Dask likes (but not on an excluded worker); saved by its
+            # check, so an entry is only ever a checked result; a saved entry is loaded
+            # (and checked all the same)
+            load = u.name in present
+            return client.submit(
+                unit_task, ctx, u, blocks, load, False, key=key, pure=False, **self.restrict()
+            )
         if k == 1 or u.name in present:
             # Always look in the checkpoint first: when Dask re-runs a unit after losing
             # the worker that held its result, the saved partial is loaded, not redone.
-            return client.submit(unit_task, ctx, u, blocks, save, save, key=key, pure=False)
-        pool = sorted(workers(client))
-        if len(pool) < k:
+            return client.submit(
+                unit_task, ctx, u, blocks, save, save, key=key, pure=False, **self.restrict()
+            )
+        pool = self.allowed()
+        if len(pool) < min(k, 2) or (not self.excluded and len(pool) < k):
             raise InputError(f"verify={k} needs at least {k} workers; the pool has {len(pool)}")
         copies = [
             client.submit(
@@ -330,26 +393,120 @@ class Driver:
                 r,
                 key=f"distal-copy-{self.nonce}-{n}-{r}",
                 workers=[pool[(n + r) % len(pool)]],
-                allow_other_workers=True,
+                # once a worker is excluded, copies stay on the trusted ones
+                allow_other_workers=not self.excluded,
                 pure=False,
             )
             for r in range(k)
         ]
         return client.submit(
-            agree_task, ctx, u, copies, opts.verify_rtol, opts.verify_atol, key=key, pure=False
+            agree_task,
+            ctx,
+            u,
+            copies,
+            opts.verify_rtol,
+            opts.verify_atol,
+            key=key,
+            pure=False,
+            **self.restrict(),
         )
+
+    def where(self, f: Any, name: str) -> str:
+        """The worker that computed future ``f`` (of unit ``name``)."""
+        holders = self.client.who_has([f]).get(f.key) or ()
+        if holders:
+            return str(sorted(holders)[0])
+        assert self.events is not None
+        self.events.sync()
+        dones = [m for m in self.events.by_name().get(name, []) if m["kind"] == "done"]
+        return str(dones[-1]["worker"]) if dones else ""
+
+    def submit_check(self, ctx: Ctx, u: Unit, f: Any, who: str, attempt: int) -> Any:
+        """The check of unit ``u``'s result ``f`` (computed on ``who``), on another worker."""
+        save = ctx.store is not None and u.name not in self.present
+        return self.client.submit(
+            check_task,
+            ctx,
+            u,
+            self._blocks(u),
+            f,
+            self._seed(u.name, attempt),
+            self.opts.verify_repeats,
+            who,
+            save,
+            key=f"distal-check-{self.nonce}-{u.name}-{attempt}",
+            pure=False,
+            **self.restrict({who}),
+        )
+
+    def submit_redo(self, ctx: Ctx, u: Unit, attempt: int, avoid: set[str]) -> Any:
+        """Unit ``u`` again, after its result was rejected, away from ``avoid``."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "large graph": array blocks travel in their tasks
+            return self.client.submit(
+                unit_task,
+                ctx,
+                u,
+                self._blocks(u),
+                False,
+                False,
+                key=f"distal-unit-{self.nonce}-{u.name}-redo-{attempt}",
+                pure=False,
+                **self.restrict(avoid),
+            )
+
+    def exclude(self, worker: str, unit: str, how: str, **more: Any) -> list[Any]:
+        """Stop trusting ``worker`` (it computed a rejected result of ``unit``).
+
+        No further task is submitted to it; the checkpoint entries it wrote in this run are
+        re-verified on a trusted worker (and recomputed if they fail). Returns the futures
+        of those re-verifications.
+        """
+        self.rejections.append({"unit": unit, "worker": worker, "how": how, **more})
+        if not worker or worker in self.excluded:
+            return []
+        self.excluded.add(worker)
+        out: list[Any] = []
+        if self.events is None or self.feeder is None:
+            return out
+        self.events.sync()
+        wrote = self.events.entries_written_by(worker)
+        for name in sorted(wrote):
+            u = self.units.get(name)
+            if u is None:
+                continue
+            f = self.client.submit(
+                recheck_task,
+                self.feeder.ctx,
+                u,
+                self._blocks(u),
+                self._seed(name, -1),
+                self.opts.verify_repeats,
+                key=f"distal-recheck-{self.nonce}-{name}",
+                pure=False,
+                **self.restrict(),
+            )
+            self.feeder.aux.add(f.key)
+            self.rechecked += 1
+            out.append(f)
+        return out
+
+    def _outvoted(self, events: Events) -> None:
+        """``verify=k``: exclude the workers whose copies a majority outvoted."""
+        for m in events.take_notes("outvoted"):
+            for w in m.get("workers", ()):
+                self.exclude(str(w), m["name"], f"outvoted by {', '.join(m.get('accepted', ()))}")
 
     def submit_copy(self, ctx: Ctx, u: Unit, key: str, n: int, worker: str) -> Any:
         """A speculative duplicate of unit ``u``, pinned to ``worker``.
 
         Same function, same inputs, same checkpoint entry as the original (it first looks
         in the checkpoint too, so a copy started after the original saved just loads).
+        With ``verify="check"`` neither copy saves: the check of the winner does.
         """
-        save = ctx.store is not None
-        blocks = [
-            (t, self.plan.placements[t].block_box(idx), self._block_future(t, idx))
-            for t, idx in u.needs
-        ]
+        save = ctx.store is not None and not self.opts.check
+        load = save or (self.opts.check and u.name in self.present)
+        blocks = self._blocks(u)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "large graph": array blocks travel in their tasks
             return self.client.submit(
@@ -357,7 +514,7 @@ class Driver:
                 ctx,
                 u,
                 blocks,
-                save,
+                load,
                 save,
                 None,
                 n,
@@ -419,6 +576,7 @@ class Driver:
                         idle_since = None
                     ac.update(feeder.feed(window))
                 ac.update(feeder.speculate(events))
+                self._outvoted(events)
                 tick()
                 continue
             for f in batch:
@@ -430,15 +588,20 @@ class Driver:
                     if feeder.is_dup(f.key):
                         feeder.drop(f.key)  # a failed copy; the original still runs
                         continue
+                    if f.key in feeder.checks and isinstance(self._exception(f), CheckFailed):
+                        feeder.rejected(f)
+                        continue
                     self._fail(f)
+                if f.key in feeder.aux:
+                    continue
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
                     arr = f.result()
                     value[box_index(pending[idx], origin)] = arr
                     name = feeder.unit_of.get(f.key)
                     self._delivered(pending[idx], arr, self.units[name] if name else None)
-                feeder.finished(f)
-                done += 1
+                done += feeder.finished(f)
+            self._outvoted(events)
             ac.update(feeder.feed(window))
             ac.update(feeder.speculate(events))
             tick()
@@ -468,6 +631,12 @@ class Driver:
                 return
             time.sleep(0.01)
         events.sync()
+
+    def _exception(self, f: Any) -> BaseException | None:
+        try:
+            return f.exception(timeout=10)
+        except Exception as e:  # cancelled or lost
+            return e
 
     def _fail(self, f: Any) -> None:
         try:

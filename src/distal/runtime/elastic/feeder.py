@@ -24,12 +24,23 @@ class Submitter(Protocol):
 
     client: Any
     nonce: str
+    rejections: list[dict[str, Any]]
 
     def prefetch(self, units: list[Unit]) -> None: ...
 
     def submit_unit(self, ctx: Ctx, u: Unit, n: int, present: set[str]) -> Any: ...
 
     def submit_copy(self, ctx: Ctx, u: Unit, key: str, n: int, worker: str) -> Any: ...
+
+    def submit_check(self, ctx: Ctx, u: Unit, f: Any, who: str, attempt: int) -> Any: ...
+
+    def submit_redo(self, ctx: Ctx, u: Unit, attempt: int, avoid: set[str]) -> Any: ...
+
+    def where(self, f: Any, name: str) -> str: ...
+
+    def restrict(self) -> dict[str, Any]: ...
+
+    def exclude(self, worker: str, unit: str, how: str) -> list[Any]: ...
 
 
 PROBE_EVERY = 0.05
@@ -76,8 +87,17 @@ class Feeder:
         present: set[str],
         finals: set[tuple[int, ...]],
         speculative: bool = False,
+        check: bool = False,
     ) -> None:
         self.driver, self.ctx, self.present = driver, ctx, present
+        self.by_name = {u.name: u for u in needed}
+        # verify="check": a unit is done once its check passed (see finished / rejected)
+        self.check = check
+        self.extra: list[Any] = []  # futures submitted between feeds (checks, redos)
+        self.checks: dict[str, tuple[str, int, str]] = {}  # check key -> (unit, attempt, by)
+        self.attempts: dict[str, int] = defaultdict(int)
+        self.redo_keys: set[str] = set()
+        self.aux: set[str] = set()  # re-verifications of an excluded worker's entries
         contrib: dict[tuple[int, ...], list[tuple[Unit, Box]]] = defaultdict(list)
         for u in sorted(needed, key=lambda u: (u.first, u.proc, u.name)):
             for idx, piece in u.pieces:
@@ -116,7 +136,7 @@ class Feeder:
 
     def feed(self, window: int) -> list[Any]:
         """Submit units up to the window, and every reduction whose units are all done."""
-        out: list[Any] = []
+        out, self.extra = self.extra, []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "large graph": array blocks travel in their tasks
             while self.queue and len(self.inflight) < window:
@@ -127,7 +147,7 @@ class Feeder:
                 self.unit_of[f.key] = u.name
                 self.inflight.add(f.key)
                 out.append(f)
-                if u.final:
+                if u.final and not self.check:
                     self.block_of[f.key] = u.pieces[0][0]
             for idx in self.ready:
                 del self.waiting[idx]
@@ -143,6 +163,7 @@ class Feeder:
                     contribs,
                     key=f"distal-block-{self.driver.nonce}-{'.'.join(map(str, idx))}",
                     pure=False,
+                    **self.driver.restrict(),
                 )
                 self.block_of[f.key] = idx
                 out.append(f)
@@ -170,13 +191,22 @@ class Feeder:
         if c is not None:
             c.dups = [d for d in c.dups if d.key != key]
 
-    def finished(self, f: Any) -> None:
-        """A task is done. For a unit: the first copy wins, the others are cancelled."""
+    def finished(self, f: Any) -> bool:
+        """A task is done; True when it completes one of the run's tasks (for progress).
+
+        For a unit, the first copy wins and the others are cancelled; with
+        ``verify="check"`` the winner is then checked on another worker, and the unit is
+        done only once its check passes (the check's future is then the unit's result).
+        """
         self.inflight.discard(f.key)
+        if f.key in self.checks:
+            name, _, _ = self.checks.pop(f.key)
+            self._accept(self.by_name[name], f)
+            return True
         name = self.unit_of.get(f.key)
         c = self.copies.pop(name, None) if name is not None else None
         if c is None:
-            return
+            return True
         losers = [g for g in (c.original, *c.dups) if g.key != f.key]
         if losers:
             self.dropped.update(g.key for g in losers)
@@ -184,13 +214,48 @@ class Feeder:
         if f.key != c.original.key:
             self.won.add(c.unit.name)
         self.inflight.discard(c.original.key)
-        if self.users[c.unit.name]:
-            self.unit_f[c.unit.name] = f
-        for idx, _ in c.unit.pieces:
+        if self.check:
+            self._submit_check(c.unit, f)
+            return False
+        self._accept(c.unit, f)
+        return True
+
+    def _accept(self, unit: Unit, f: Any) -> None:
+        if self.users[unit.name]:
+            self.unit_f[unit.name] = f
+        for idx, _ in unit.pieces:
             if idx in self.waiting:
                 self.waiting[idx] -= 1
                 if self.waiting[idx] == 0:
                     self.ready.append(idx)
+
+    def _submit_check(self, unit: Unit, f: Any) -> None:
+        who = self.driver.where(f, unit.name)
+        attempt = self.attempts[unit.name]
+        for r in self.driver.rejections:
+            if r["unit"] == unit.name and "recomputed_on" not in r:
+                r["recomputed_on"] = who
+        g = self.driver.submit_check(self.ctx, unit, f, who, attempt)
+        self.checks[g.key] = (unit.name, attempt, who)
+        self.inflight.add(g.key)
+        if unit.final:
+            self.block_of[g.key] = unit.pieces[0][0]
+        self.extra.append(g)
+
+    def rejected(self, f: Any) -> None:
+        """A unit's check failed: exclude the worker that computed it, recompute elsewhere."""
+        name, attempt, who = self.checks.pop(f.key)
+        self.inflight.discard(f.key)
+        self.block_of.pop(f.key, None)
+        unit = self.by_name[name]
+        self.extra.extend(self.driver.exclude(who, name, "check"))
+        self.attempts[name] = attempt + 1
+        r = self.driver.submit_redo(self.ctx, unit, attempt + 1, {who})
+        self.copies[name] = _Copies(unit, r, time.monotonic())
+        self.unit_of[r.key] = name
+        self.redo_keys.add(r.key)
+        self.inflight.add(r.key)
+        self.extra.append(r)
 
     def speculate(self, events: Events) -> list[Any]:
         """Duplicates of stragglers onto idle workers, once no unit is left to hand out.
@@ -238,7 +303,7 @@ class Feeder:
             c.dups.append(d)
             self.unit_of[d.key] = name
             self.dup_keys.add(d.key)
-            if c.unit.final:
+            if c.unit.final and not self.check:
                 self.block_of[d.key] = c.unit.pieces[0][0]
             self.n_dups += 1
             out.append(d)

@@ -17,7 +17,8 @@ class Options:
     client: Any = None
     checkpoint: Any = None
     granularity: str | int = "flush"
-    verify: int = 1
+    verify: int | str = 1
+    verify_repeats: int | None = None
     verify_rtol: float = 1e-9
     verify_atol: float = 0.0
     progress: bool | None = None
@@ -47,8 +48,13 @@ class Options:
             raise InputError(
                 f"granularity {g!r} is not valid; use 'flush', 'step' or a positive integer"
             )
-        if not isinstance(o.verify, int) or isinstance(o.verify, bool) or o.verify < 1:
-            raise InputError(f"verify must be a positive integer, got {o.verify!r}")
+        if o.verify != "check" and (
+            not isinstance(o.verify, int) or isinstance(o.verify, bool) or o.verify < 1
+        ):
+            raise InputError(f"verify must be a positive integer or 'check', got {o.verify!r}")
+        r = o.verify_repeats
+        if r is not None and (not isinstance(r, int) or isinstance(r, bool) or r < 1):
+            raise InputError(f"verify_repeats must be a positive integer or None, got {r!r}")
         if o.window is not None and (not isinstance(o.window, int) or o.window < 1):
             raise InputError(f"window must be a positive integer or None, got {o.window!r}")
         if not isinstance(o.speculate, bool):
@@ -56,6 +62,16 @@ class Options:
         if o.n_workers < 1:
             raise InputError(f"n_workers must be positive, got {o.n_workers!r}")
         return o
+
+    @property
+    def check(self) -> bool:
+        """``verify="check"``: every unit's result is checked on another worker."""
+        return self.verify == "check"
+
+    @property
+    def copies(self) -> int:
+        """Copies of each unit computed (``verify=k``); 1 with ``"check"`` or no verify."""
+        return 1 if isinstance(self.verify, str) else int(self.verify)
 
 
 __all__ = ["Options"]

@@ -31,6 +31,15 @@ class Summary:
     :mod:`.speculate`), ``speculative_won`` those that finished first and were used; the
     losing copies are neither recomputations nor lost work, and ``per_worker`` counts only
     the copy that was used.
+
+    Verification (``verify="check"`` or ``verify=k``): ``checked`` counts units whose
+    result passed its randomized check, ``units_rejected`` the units whose result a check
+    rejected or a majority outvoted (each was recomputed elsewhere, or taken from the
+    majority), ``rejections`` says which worker computed each rejected result and, for a
+    check, which worker recomputed it (``recomputed_on``); ``excluded_workers`` are the
+    workers that lost the run's trust (no further task was submitted to them), and
+    ``rechecked`` the checkpoint entries they had written in the run that were
+    re-verified.
     """
 
     tasks_total: int
@@ -46,6 +55,11 @@ class Summary:
     verify_same_worker: int = 0
     speculative: int = 0
     speculative_won: int = 0
+    checked: int = 0
+    units_rejected: int = 0
+    excluded_workers: list[str] = field(default_factory=list)
+    rejections: list[dict[str, Any]] = field(default_factory=list)
+    rechecked: int = 0
     checkpoint: str | None = None
     seconds: float = 0.0
 
@@ -64,6 +78,19 @@ class Summary:
             lines.append(f"checkpoint: {self.corrupt} corrupt entr(y/ies) recomputed")
         if self.verified:
             lines.append(f"verify: {self.verified} task(s) accepted by agreement")
+        if self.checked:
+            lines.append(f"check: {self.checked} task(s) passed their randomized check")
+        if self.units_rejected or self.excluded_workers:
+            excl = ", ".join(self.excluded_workers) or "none"
+            lines.append(
+                f"rejected: {self.units_rejected} unit(s) recomputed elsewhere; "
+                f"excluded workers: {excl}"
+                + (
+                    f"; {self.rechecked} of their checkpoint entries re-verified"
+                    if self.rechecked
+                    else ""
+                )
+            )
         if self.speculative:
             lines.append(
                 f"speculation: {self.speculative} duplicate(s) of straggling tasks, "
@@ -81,6 +108,7 @@ class Events:
         self.client, self.topic = client, topic
         self.lock = threading.Lock()
         self.seen: dict[tuple, dict[str, Any]] = {}
+        self.notes: list[dict[str, Any]] = []  # "outvoted" messages not yet taken
         client.subscribe_topic(topic, self._add)
 
     def _add(self, event: tuple[float, dict[str, Any]]) -> None:
@@ -88,7 +116,32 @@ class Events:
         key = (msg["kind"], msg["name"], msg["worker"], msg["t"])
         with self.lock:
             # ``recv``: the driver's clock when it first heard (ages without clock skew)
+            if key not in self.seen and msg["kind"] == "outvoted":
+                self.notes.append(msg)
             self.seen.setdefault(key, {**msg, "recv": time.monotonic()})
+
+    def take_notes(self, kind: str) -> list[dict[str, Any]]:
+        """Messages of ``kind`` (``outvoted``) heard since the last call."""
+        with self.lock:
+            out = [m for m in self.notes if m["kind"] == kind]
+            self.notes = [m for m in self.notes if m["kind"] != kind]
+        return out
+
+    def entries_written_by(self, worker: str) -> set[str]:
+        """Checkpoint entries ``worker`` wrote in this run (as it logged them)."""
+        with self.lock:
+            return {
+                str(m.get("entry", m["name"]))
+                for m in self.seen.values()
+                if m.get("written") and m["worker"] == worker
+            }
+
+    def checked(self) -> int:
+        """Units whose result passed a check (each once)."""
+        with self.lock:
+            return len(
+                {m["name"] for m in self.seen.values() if m["kind"] == "check" and m.get("ok")}
+            )
 
     def sync(self) -> None:
         """Pull the scheduler's copy too (in case a subscription message raced)."""
@@ -118,7 +171,9 @@ class Events:
         """``done`` events logged by checkpoint writers (after the entry landed), per worker."""
         with self.lock:
             return Counter(
-                m["worker"] for m in self.seen.values() if m["kind"] == "done" and m.get("written")
+                m["worker"]
+                for m in self.seen.values()
+                if m["kind"] in ("done", "check") and m.get("written")
             )
 
     def recomputed(self) -> int:

@@ -14,6 +14,8 @@ worker at the end.
 from __future__ import annotations
 
 import asyncio
+import math
+import os
 import threading
 import time
 from collections import Counter, defaultdict
@@ -27,6 +29,7 @@ from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, run_leaf
 from distal.runtime import checkpoint
 from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
+from distal.runtime.elastic.check import Call, Verdict, project
 from distal.runtime.elastic.units import Unit
 from distal.runtime.source import read_block
 from distal.typing import (
@@ -41,7 +44,46 @@ from distal.typing import (
 
 
 class VerificationFailed(RuntimeFailure):
-    """Copies of one task computed on different workers disagree (``verify=k``)."""
+    """No agreement on a unit's result: ``verify=2``'s copies differ, ``verify=k`` has no
+    majority, or no trusted worker is left to compute or check a unit on."""
+
+
+class CheckFailed(RuntimeFailure):
+    """A unit's result failed its randomized check (``verify="check"``).
+
+    ``unit`` is the unit's name, ``worker`` the address of the worker that computed the
+    rejected result, ``detail`` what the check found. The driver recomputes the unit
+    elsewhere and excludes that worker.
+    """
+
+    def __init__(self, message: str, unit: str = "", worker: str = "", detail: str = "") -> None:
+        super().__init__(message)
+        self.unit, self.worker, self.detail = unit, worker, detail
+
+    def __reduce__(self) -> Any:
+        return (CheckFailed, (str(self), self.unit, self.worker, self.detail))
+
+
+FAULT_ENV = "DISTAL_FAULT_CORRUPT"
+"""Test hook: a worker process whose environment sets this to ``q`` perturbs each unit
+result it returns with probability ``q`` (adds 1.0 to one random element)."""
+
+_fault_rng: list[np.random.Generator] = []
+
+
+def _fault(arr: np.ndarray) -> np.ndarray:
+    """Apply the ``DISTAL_FAULT_CORRUPT`` test hook (off unless the variable is set)."""
+    q = os.environ.get(FAULT_ENV)
+    if not q:
+        return arr
+    if not _fault_rng:
+        _fault_rng.append(np.random.default_rng())
+    rng = _fault_rng[0]
+    if arr.size == 0 or rng.random() >= float(q):
+        return arr
+    out = np.array(arr, copy=True)
+    out.reshape(-1)[rng.integers(out.size)] += 1.0
+    return out
 
 
 @dataclass(frozen=True)
@@ -81,18 +123,21 @@ _written: Counter[tuple[str, str]] = Counter()  # (topic, worker) -> done events
 _written_lock = threading.Lock()
 
 
-def finish(ctx: Ctx, w: Any, name: str, arr: np.ndarray, label: str, **done: Any) -> None:
-    """Checkpoint ``arr`` as entry ``name`` behind the task, then log it ``done``.
+def finish(
+    ctx: Ctx, w: Any, name: str, arr: np.ndarray, label: str, kind: str = "done", **done: Any
+) -> None:
+    """Checkpoint ``arr`` as entry ``name`` behind the task, then log it ``done`` (or
+    ``kind``: a check logs ``checked``).
 
     Without a checkpoint the task is done at once.
     """
     if ctx.store is None:
-        event(ctx, "done", label, w, **done)
+        event(ctx, kind, label, w, **done)
         return
     key = (ctx.topic, w.address)
 
     def then(_digest: str) -> None:
-        event(ctx, "done", label, w, written=True, **done)
+        event(ctx, kind, label, w, written=True, entry=name, **done)
         with _written_lock:
             _written[key] += 1
 
@@ -203,27 +248,91 @@ def _received(unit: Unit, by_tensor: Mapping[str, list[tuple[Box, np.ndarray]]])
     return out
 
 
-def _compute(
-    ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]
-) -> tuple[np.ndarray, Traffic, int]:
-    """The unit's partial output, the fetch traffic it received, and its iterations."""
+def _by_tensor(
+    blocks: list[tuple[str, Box, np.ndarray]],
+) -> dict[str, list[tuple[Box, np.ndarray]]]:
     by_tensor: dict[str, list[tuple[Box, np.ndarray]]] = defaultdict(list)
     for t, bbox, arr in blocks:
         by_tensor[t].append((bbox, arr))
-    out = np.zeros(box_shape(unit.out_box), ctx.out_dtype)
+    return by_tensor
+
+
+def _steps(ctx: Ctx, unit: Unit, by_tensor: Mapping[str, list[tuple[Box, np.ndarray]]]) -> Any:
+    """Per step of the unit: its operands ``{tensor: (buffer, box)}`` and compute boxes."""
     cache: dict[tuple[str, Box], tuple[np.ndarray, Box]] = {}
-    iterations = 0
     for bufs, boxes in unit.steps:
         operands = {}
         for t, b in bufs:
             if (t, b) not in cache:
-                dtype = by_tensor[t][0][1].dtype if by_tensor[t] else ctx.out_dtype
-                cache[(t, b)] = (_assemble(unit, t, b, by_tensor[t], dtype), b)
+                dtype = by_tensor[t][0][1].dtype if by_tensor.get(t) else ctx.out_dtype
+                cache[(t, b)] = (_assemble(unit, t, b, by_tensor.get(t, []), dtype), b)
             operands[t] = cache[(t, b)]
+        yield operands, boxes
+
+
+def _compute(
+    ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]
+) -> tuple[np.ndarray, Traffic, int]:
+    """The unit's partial output, the fetch traffic it received, and its iterations."""
+    by_tensor = _by_tensor(blocks)
+    out = np.zeros(box_shape(unit.out_box), ctx.out_dtype)
+    iterations = 0
+    for operands, boxes in _steps(ctx, unit, by_tensor):
         for box in boxes:
             run_leaf(ctx.kernels, box, operands, out, unit.out_box)
             iterations += box_volume(box)
     return out, _received(unit, by_tensor), iterations
+
+
+def _view(arr: np.ndarray, box: Box, origin: Box) -> np.ndarray:
+    if not box:
+        return arr
+    return arr[tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))]
+
+
+def _calls(ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]) -> list[Call]:
+    """The leaf calls the unit makes: every term on every compute box (as ``run_leaf``)."""
+    out: list[Call] = []
+    for operands, boxes in _steps(ctx, unit, _by_tensor(blocks)):
+        for box in boxes:
+            for tk in ctx.kernels:
+                if tk.gates and any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
+                    continue
+                alpha = tk.coeff
+                if tk.multipliers:
+                    alpha = alpha * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
+                ops = []
+                for name, idx in tk.factors:
+                    arr, origin = operands[name]
+                    ops.append(_view(arr, tuple(box[i] for i in idx), origin))
+                ranges = tuple(
+                    (box[i][0] - o[0], box[i][1] - o[0])
+                    for i, o in zip(tk.out, unit.out_box, strict=True)
+                )
+                out.append((tk, alpha, ops, ranges))
+    return out
+
+
+def verdict(
+    ctx: Ctx,
+    unit: Unit,
+    blocks: list[tuple[str, Box, np.ndarray]],
+    claimed: np.ndarray,
+    seed: int,
+    reps: int | None,
+) -> Verdict:
+    """The randomized check of ``claimed`` (see :mod:`.check`); non-finite operands are
+    checked by recomputing the unit."""
+    v = project(
+        claimed, _calls(ctx, unit, blocks), box_shape(unit.out_box), ctx.out_dtype, seed, reps
+    )
+    if v.exact:
+        want, _, _ = _compute(ctx, unit, blocks)
+        same = claimed.shape == want.shape and bool(
+            np.allclose(claimed, want, rtol=1e-12, atol=0.0, equal_nan=True)
+        )
+        return Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
+    return v
 
 
 def unit_task(
@@ -250,12 +359,13 @@ def unit_task(
         arr, status = ctx.store.load(unit.name)
         if arr is not None:
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
-            return arr
+            return _fault(arr) if replica is None else (_fault(arr), w.address, {})
         corrupt = status == CORRUPT
     out, traffic, iterations = _compute(ctx, unit, blocks)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         out = out + 1
+    out = _fault(out)
     seconds = time.perf_counter() - t0
     counts = {"traffic": traffic, "iterations": [unit.proc, iterations]}
     done = {"status": "computed", "corrupt": corrupt, "seconds": seconds, **tags}
@@ -271,6 +381,22 @@ def unit_task(
     return out
 
 
+def _groups(
+    copies: list[tuple[np.ndarray, str, dict[str, Any]]], rtol: float, atol: float
+) -> list[list[int]]:
+    """Copies grouped by agreement with each group's first copy (in copy order)."""
+    groups: list[list[int]] = []
+    for n, (arr, _, _) in enumerate(copies):
+        for g in groups:
+            first = copies[g[0]][0]
+            if arr.shape == first.shape and np.allclose(arr, first, rtol=rtol, atol=atol):
+                g.append(n)
+                break
+        else:
+            groups.append([n])
+    return groups
+
+
 def agree_task(
     ctx: Ctx,
     unit: Unit,
@@ -278,20 +404,30 @@ def agree_task(
     rtol: float,
     atol: float,
 ) -> np.ndarray:
-    """Accept a unit computed on several workers only when every copy agrees.
+    """Accept a unit computed on several workers when a strict majority of copies agree.
 
-    The accepted unit's traffic is the first copy's: the plan moves each piece once, the
-    other copies' inputs are Dask's extra transfers (``dask_transfer_bytes``).
+    With two copies that means both. The workers whose copies disagree with the majority
+    are reported (an ``outvoted`` event) so the driver excludes them. No majority is
+    :class:`VerificationFailed`. The accepted unit's traffic is a majority copy's: the plan
+    moves each piece once, the other copies' inputs are Dask's extra transfers
+    (``dask_transfer_bytes``).
     """
     w = event(ctx, "start", unit.name)
-    first, where, counts = copies[0]
-    for arr, other, _ in copies[1:]:
-        if not np.allclose(arr, first, rtol=rtol, atol=atol):
-            raise VerificationFailed(
-                f"task {unit.name} (virtual processor {unit.proc}) disagrees between workers "
-                f"{where} and {other} (rtol={rtol}, atol={atol})",
-                processor=unit.proc,
-            )
+    groups = _groups(copies, rtol, atol)
+    best = max(groups, key=len)
+    if 2 * len(best) <= len(copies):
+        where = sorted({copies[g[0]][1] for g in groups})
+        raise VerificationFailed(
+            f"task {unit.name} (virtual processor {unit.proc}) disagrees between workers "
+            f"{', '.join(where)}: no majority of the {len(copies)} copies agrees "
+            f"(rtol={rtol}, atol={atol})",
+            processor=unit.proc,
+        )
+    first, _, counts = copies[best[0]]
+    winners = sorted({copies[n][1] for n in best})
+    losers = sorted({copies[n][1] for n in range(len(copies)) if n not in best} - set(winners))
+    if len(best) < len(copies):
+        event(ctx, "outvoted", unit.name, w, workers=losers, accepted=winners)
     distinct = len({a for _, a, _ in copies})
     finish(
         ctx,
@@ -305,6 +441,67 @@ def agree_task(
         **counts,
     )
     return first
+
+
+def check_task(
+    ctx: Ctx,
+    unit: Unit,
+    blocks: list[tuple[str, Box, np.ndarray]],
+    claimed: np.ndarray,
+    seed: int,
+    reps: int | None,
+    computed_by: str,
+    save: bool,
+) -> np.ndarray:
+    """Check a unit's result away from the worker that computed it; the result if it passes.
+
+    Run pinned to another worker. A passing result is checkpointed here (so an entry is
+    only ever a checked result) and returned: reductions and the driver read this task's
+    copy, not the computing worker's. A failing one raises :class:`CheckFailed`.
+    """
+    w = ctx.worker()
+    t0 = time.perf_counter()
+    v = verdict(ctx, unit, blocks, claimed, seed, reps)
+    seconds = time.perf_counter() - t0
+    info = {"ok": v.ok, "by": computed_by, "seconds": seconds, "diff": v.diff, "tol": v.tol}
+    if not v.ok:
+        event(ctx, "check", unit.name, w, **info)
+        raise CheckFailed(
+            f"unit {unit.name} (virtual processor {unit.proc}) computed on {computed_by} "
+            f"failed its check on {w.address}: {v.describe()}",
+            unit.name,
+            computed_by,
+            v.describe(),
+        )
+    if save and ctx.store is not None:
+        finish(ctx, w, unit.name, claimed, unit.name, kind="check", **info)
+    else:
+        event(ctx, "check", unit.name, w, **info)
+    return claimed
+
+
+def recheck_task(
+    ctx: Ctx,
+    unit: Unit,
+    blocks: list[tuple[str, Box, np.ndarray]],
+    seed: int,
+    reps: int | None,
+) -> bool:
+    """Re-verify the checkpoint entry of ``unit`` (written by a worker since excluded).
+
+    A damaged, missing or failing entry is recomputed here and rewritten. True when the
+    entry was sound.
+    """
+    w = ctx.worker()
+    arr, _ = ctx.store.load(unit.name) if ctx.store is not None else (None, None)
+    if arr is not None and verdict(ctx, unit, blocks, arr, seed, reps).ok:
+        event(ctx, "recheck", unit.name, w, ok=True)
+        return True
+    out, _, _ = _compute(ctx, unit, blocks)
+    if ctx.store is not None:
+        ctx.store.save(unit.name, out)
+    event(ctx, "recheck", unit.name, w, ok=False)
+    return False
 
 
 def reduce_task(
@@ -339,17 +536,22 @@ def reduce_task(
 
 
 __all__ = [
+    "FAULT_ENV",
+    "CheckFailed",
     "Ctx",
     "Traffic",
     "VerificationFailed",
     "agree_task",
+    "check_task",
     "drain",
     "event",
     "finish",
     "hash_block",
     "input_block",
+    "recheck_task",
     "reduce_task",
     "source_block",
     "transfer_bytes",
     "unit_task",
+    "verdict",
 ]

@@ -1,0 +1,253 @@
+"""A randomized check of a unit's result that costs about its words, not its flops.
+
+A unit adds, over its compute boxes, every term ``alpha * prod(factors)`` of the leaf
+statement into its output buffer ``A``. Freivalds' check of a matrix product, ``A r == B (C
+r)``, generalizes to any such contraction: draw one random vector ``r_d`` per output
+dimension, project the claimed output onto all of them at once (``sum_e A[e] prod_d
+r_d[e_d]``, a scalar per repetition) and compare with the same projection pushed into the
+operands, ``sum_box sum_term alpha * contract(factors..., r_1, ..., r_D)``, evaluated along
+opt_einsum's pairwise path. For GEMM that path is ``C r_j`` (a matrix-vector product), then
+``B (C r_j)``, then a dot with ``r_i``; for TTV, TTM, MTTKRP and inner products too, every
+pairwise step contracts a vector-like operand into a factor, so the cost is a small
+multiple of the operands' and the result's words per repetition. Repetitions are batched:
+``r_d`` is a ``reps x extent`` matrix, the projection a vector of ``reps`` values.
+
+**Random entries.** Each entry of ``r_d`` is ``±(1 + j 2^-20)`` with a uniformly random sign
+and ``j`` uniform in ``[0, 2^20)``: a set ``S`` of ``2^21`` distinct values, all of magnitude
+in ``[1, 2)`` (so no entry is small and an error's projection is never scaled down).
+For a wrong result ``A' = A + E`` with ``E != 0`` the difference of the two sides is, in
+exact arithmetic, ``sum_e E[e] prod_d r_d[e_d]``: a nonzero polynomial of total degree
+``D`` (the number of output dimensions) in the random entries. By the Schwartz-Zippel lemma
+it vanishes with probability at most ``D / |S| = D 2^-21`` per repetition, independently
+across repetitions. (With ``±1`` entries the same polynomial can vanish with probability
+``1 - 2^-D``: ``E`` all ones on a ``2 x 2`` block passes ``3/4`` of the time; hence the
+larger set.) ``default_repeats`` takes the fewest repetitions giving at most ``2^-20``.
+
+**Tolerance.** Both sides are sums of the same products ``alpha * prod(factors) * prod_d
+r_d``, computed in different orders. A sum of products in any order and association
+differs from the exact sum by at most ``gamma_m * M`` (Higham, *Accuracy and Stability of
+Numerical Algorithms*, sections 3.1-3.5), where ``gamma_m = m u / (1 - m u)``, ``u`` is the unit
+roundoff, ``m`` bounds the roundings any one product goes through, and ``M`` is the sum of
+the products' absolute values. Here:
+
+- the claimed ``A`` (computed by the worker, in the output dtype): at most ``K + p + 1``
+  roundings per product, ``K`` the number of products summed into one output element
+  (the product of the summed variables' extents over the unit's boxes), ``p`` the factors;
+- the left side (projecting ``A``, float64): the additions along its contraction path (the
+  sum, over the path's pairwise steps, of the extents each step sums over) plus ``D``
+  multiplications;
+- the right side (float64): the same for each box's path, plus ``p + D + 1``
+  multiplications and one addition per box and term accumulated.
+
+``M`` is bounded without the claimed result (a liar cannot widen the tolerance) by
+``2^D * sum |alpha| contract(|factors|..., 1, ..., 1)``, one more repetition's work, itself
+rounded at most ``gamma`` of its own path. The check accepts when every repetition has
+``|lhs - rhs| <= ((1 + g_A)(1 + g_lhs) - 1 + g_rhs) * M / (1 - g_M)``: a correct result is
+never rejected, and a wrong one passes only if its error's projection is below that
+rounding bound (or, with the probability above, vanishes).
+
+Operands holding ``inf`` or ``nan`` make the bound meaningless: such units are checked by
+recomputing them and comparing elementwise (``equal_nan``), which costs their flops.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import opt_einsum as oe
+
+from distal.kernels.leaf import TermKernel
+
+VALUE_BITS = 20
+"""Entries are ``±(1 + j 2^-VALUE_BITS)``: ``2^(VALUE_BITS + 1)`` values in all."""
+
+TARGET_BITS = 20
+"""Default repetitions make the false-accept probability at most ``2^-TARGET_BITS``."""
+
+
+def default_repeats(dims: int, target_bits: int = TARGET_BITS) -> int:
+    """The fewest repetitions with ``(dims / 2^(VALUE_BITS+1))^reps <= 2^-target_bits``."""
+    if dims <= 0:
+        return 1  # nothing random: the projection of a scalar is the scalar itself
+    per = VALUE_BITS + 1 - math.log2(dims)
+    return max(1, math.ceil(target_bits / per))
+
+
+def false_accept_bound(dims: int, reps: int) -> float:
+    """Probability (exact arithmetic) that a wrong result passes ``reps`` repetitions."""
+    if dims <= 0:
+        return 0.0
+    return (dims / 2.0 ** (VALUE_BITS + 1)) ** reps
+
+
+def vectors(seed: int, extents: Sequence[int], reps: int) -> list[np.ndarray]:
+    """One ``reps x extent`` float64 matrix of random entries per output dimension."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in extents:
+        mag = 1.0 + rng.integers(0, 1 << VALUE_BITS, (reps, n)) * 2.0**-VALUE_BITS
+        sign = rng.integers(0, 2, (reps, n)) * 2.0 - 1.0
+        out.append(mag * sign)
+    return out
+
+
+def _gamma(m: float, u: float) -> float:
+    mu = m * u
+    return mu / (1.0 - mu) if mu < 1.0 else math.inf
+
+
+def _unit_roundoff(dtype: np.dtype) -> float:
+    if dtype.kind in "fc":
+        return float(np.finfo(dtype).eps) / 2.0
+    return 0.0  # integers and booleans are computed exactly
+
+
+U64 = float(np.finfo(np.float64).eps) / 2.0
+
+
+def _depth(path_info: Any, sizes: dict[str, int]) -> int:
+    """Additions any one product goes through along a contraction path: per pairwise step,
+    the number of terms that step sums (the product of the extents it removes)."""
+    total = 0
+    for step in path_info.contraction_list:
+        removed = step[1]
+        total += math.prod(sizes[c] for c in removed) if removed else 0
+    return total
+
+
+def _contract(expr: str, ops: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
+    """``einsum(expr, *ops)`` along opt_einsum's path, and that path's addition depth."""
+    if len(ops) == 1:
+        ins, _ = expr.split("->")
+        sizes = dict(zip(ins, ops[0].shape, strict=True))
+        kept = expr.split("->")[1]
+        return np.einsum(expr, ops[0]), math.prod(v for c, v in sizes.items() if c not in kept)
+    _, info = oe.contract_path(expr, *ops, optimize="auto")
+    return oe.contract(expr, *ops, optimize=info.path), _depth(info, info.size_dict)
+
+
+Call = tuple[TermKernel, float, list[np.ndarray], tuple[tuple[int, int], ...]]
+"""One term on one box: the kernel, its coefficient, its factors' views, and the box's
+ranges over the output dimensions (relative to the unit's output buffer)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one check found: ``ok``, the worst ``|lhs - rhs|`` and the tolerance."""
+
+    ok: bool
+    diff: float
+    tol: float
+    reps: int
+    dims: int
+    exact: bool = False  # checked by recomputing (non-finite operands)
+
+    def describe(self) -> str:
+        how = "recomputed" if self.exact else f"{self.reps} projection(s) over {self.dims} dim(s)"
+        return f"|lhs - rhs| = {self.diff:.3g} vs tolerance {self.tol:.3g} ({how})"
+
+
+REP = "\u0100"  # the repetition index: a symbol no statement variable uses
+
+
+def project(
+    claimed: np.ndarray,
+    calls: Iterable[Call],
+    out_shape: tuple[int, ...],
+    out_dtype: np.dtype,
+    seed: int,
+    reps: int | None = None,
+) -> Verdict:
+    """Check ``claimed`` (the unit's output buffer) against the terms ``calls`` add into it.
+
+    ``calls`` are the leaf calls of the unit (see :func:`distal.runtime.elastic.tasks`'s
+    ``_calls``): every term on every compute box, with its factors' views. The check
+    projects every output dimension (module docstring).
+    """
+    dims = len(out_shape)
+    reps = default_repeats(dims) if reps is None else int(reps)
+    R = vectors(seed, out_shape, reps)
+    out_letters = [oe.get_symbol(300 + d) for d in range(dims)]
+    claimed = np.asarray(claimed)
+    if claimed.shape != tuple(out_shape):
+        return Verdict(False, math.inf, 0.0, reps, dims)
+    u_out = _unit_roundoff(np.dtype(out_dtype))
+    cplx = 2 if np.dtype(out_dtype).kind == "c" else 1  # a complex product rounds twice
+
+    # left: the claimed output projected on every dimension
+    if dims:
+        expr = ",".join(["".join(out_letters), *(REP + c for c in out_letters)]) + "->" + REP
+        lhs, depth_lhs = _contract(expr, [np.asarray(claimed, np.result_type(claimed, 1.0)), *R])
+    else:
+        lhs, depth_lhs = np.full(reps, claimed[()], dtype=np.result_type(claimed, np.float64)), 0
+
+    rhs = np.zeros(reps, dtype=lhs.dtype)
+    mag = 0.0
+    depth_rhs = depth_mag = n_calls = 0
+    k_products: dict[tuple, int] = {}
+    factors = 0
+    finite = True
+    for tk, alpha, ops, ranges in calls:
+        n_calls += 1
+        ins, _ = tk.spec.split("->")
+        parts = ins.split(",") if ins else []
+        spec_out = tk.spec.split("->")[1]
+        # the term's output letters stand for the unit's output dimensions, in order
+        sub = dict(zip(spec_out, out_letters, strict=True))
+        parts = ["".join(sub.get(c, c) for c in p) for p in parts]
+        rs = [R[d][:, lo:hi] for d, (lo, hi) in enumerate(ranges)]
+        expr = ",".join([*parts, *(REP + c for c in out_letters)]) + "->" + REP
+        val, dep = _contract(expr, [*ops, *rs]) if (ops or rs) else (np.ones(reps), 0)
+        rhs = rhs + alpha * np.broadcast_to(val, (reps,))
+        depth_rhs = max(depth_rhs, dep)
+        # magnitude bound: |alpha| * contract(|factors|, ones), times max |r|^D below
+        ones = [np.ones((1, hi - lo)) for lo, hi in ranges]
+        aops = [np.abs(o) for o in ops]
+        m, depm = _contract(expr, [*aops, *ones]) if (ops or ones) else (np.ones(1), 0)
+        m0 = float(np.real(m).reshape(-1)[0]) * abs(alpha)
+        finite = finite and math.isfinite(m0) and all(np.isfinite(o).all() for o in ops)
+        mag += m0
+        depth_mag = max(depth_mag, depm)
+        # products summed into one output element by this call
+        summed = _summed_count(parts, ops, sub)
+        key = tuple(ranges)
+        k_products[key] = k_products.get(key, 0) + summed
+        factors = max(factors, len(ops))
+    if not finite:
+        return Verdict(False, math.nan, math.nan, reps, dims, exact=True)
+    K = max(k_products.values(), default=0)
+    p = cplx * (factors + 1)
+    D = cplx * dims
+    g_a = _gamma(K + p, u_out)
+    g_l = _gamma(depth_lhs + D, U64)
+    g_r = _gamma(depth_rhs + p + D + n_calls, U64)
+    g_m = _gamma(depth_mag + factors + 1 + n_calls, U64)
+    bound = mag * 2.0**dims / (1.0 - g_m) if g_m < 1 else math.inf
+    tol = ((1 + g_a) * (1 + g_l) - 1 + g_r) * bound
+    diff = float(np.max(np.abs(lhs - rhs))) if reps else 0.0
+    ok = bool(diff <= tol)  # nan (a non-finite claimed result) is never ok
+    return Verdict(ok, diff, tol, reps, dims)
+
+
+def _summed_count(parts: Sequence[str], ops: Sequence[np.ndarray], sub: dict[str, str]) -> int:
+    """How many products of the term land in one output element (summed extents)."""
+    out = set(sub.values())
+    sizes: dict[str, int] = {}
+    for p, o in zip(parts, ops, strict=True):
+        sizes.update(zip(p, o.shape, strict=True))
+    return math.prod(v for c, v in sizes.items() if c not in out)
+
+
+__all__ = [
+    "TARGET_BITS",
+    "VALUE_BITS",
+    "Verdict",
+    "default_repeats",
+    "false_accept_bound",
+    "project",
+    "vectors",
+]
