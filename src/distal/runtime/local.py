@@ -114,6 +114,35 @@ def _zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return arr
 
 
+SPARE_BYTES = 1 << 23  # a plan's fetch buffers up to this size are kept for its next run
+
+
+class _Buffers:
+    """The fetch buffers of one run: a buffer a step lets go of serves a later fetch of the
+    same shape, and a small plan's buffers serve its next run, so copies land in memory
+    that is already mapped (a fresh 128 KiB buffer costs more in page faults than the copy
+    into it: 16 fetches at n=256 took 0.79 ms fresh against 0.06 ms reused)."""
+
+    def __init__(self) -> None:
+        self.free: dict[tuple[tuple[int, ...], str], list[np.ndarray]] = {}
+        self.mine: set[int] = set()
+        self.nbytes = 0
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        dt = np.dtype(dtype)
+        stack = self.free.get((shape, dt.str))
+        if stack:
+            return stack.pop()
+        arr = np.empty(shape, dt)
+        self.mine.add(id(arr))
+        self.nbytes += arr.nbytes
+        return arr
+
+    def give(self, arr: np.ndarray) -> None:
+        if id(arr) in self.mine:
+            self.free.setdefault((arr.shape, arr.dtype.str), []).append(arr)
+
+
 class Prepared:
     """What runs of one plan share, derived once from the plan.
 
@@ -172,6 +201,7 @@ class Prepared:
             self.work.append(ws)
             self.fetch_words.append(copied)
         self.finals = [by_step[p][nsteps] for p in range(n)]
+        self.spare: list[_Buffers] = []  # buffers of an earlier run, free to take
 
     def level(self, src: int, dst: int) -> int:
         """Machine level a message from ``src`` to ``dst`` crosses (cached)."""
@@ -252,6 +282,7 @@ class LocalRuntime:
         self.prep = prepared(plan)
         self.pending_fetch: list[tuple] = []
         self.pending_partial: list[tuple] = []
+        self.bufs = _Buffers()
 
     def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
@@ -270,6 +301,10 @@ class LocalRuntime:
                 else:
                     owned[name] = (_zeros(box_shape(box), out_dtype), box)
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
+        try:
+            self.bufs = prep.spare.pop()
+        except IndexError:
+            self.bufs = _Buffers()
         start = time.perf_counter()
         self.trace = Recorder()
         if plan.nsteps:
@@ -291,7 +326,19 @@ class LocalRuntime:
                 if isinstance(op, RecvFinal):
                     self._exec(q, op, procs, stats)
         seconds = time.perf_counter() - start
+        if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:
+            for q in procs:
+                self._release(q, q.buffers)
+                self._release(q, q.next)
+            prep.spare.append(self.bufs)
         return result, stats, seconds
+
+    def _release(self, q: Store, held: dict[str, Any]) -> None:
+        """Give ``held``'s fetch buffers back (they are not used again in this run)."""
+        for b in held.values():
+            if b is not None:
+                self.bufs.give(b[0])
+        held.clear()
 
     def _step(self, s: int, procs: list[Store], stats: Stats, bar: Progress) -> None:
         """Step ``s`` of every processor: prefetch ``s+1``, compute, flush, then reduce.
@@ -318,6 +365,10 @@ class LocalRuntime:
             if words and self.tracing:
                 self.trace.add(q.p, REDUCE, s, t, words)
             q.end_step()
+            for name, b in q.next.items():
+                old = q.buffers.get(name)
+                if old is not None and (b is None or old[0] is not b[0]):
+                    self.bufs.give(old[0])
             q.swap()
 
     def _held(self, q: Store) -> int:
@@ -379,12 +430,13 @@ class LocalRuntime:
                 else:
                     if whole and jobs is None:
                         src, _, ssl, w, level, _, _ = pieces[0]
-                        buf = procs[src].owned[tensor][0][ssl].copy()
+                        buf = self.bufs.take(shape, self.dtypes[tensor])
+                        np.copyto(buf, procs[src].owned[tensor][0][ssl])
                         if src != p:
                             stats.record(src, p, w, level)
                             words = w
                     else:
-                        buf = np.empty(shape, self.dtypes[tensor])
+                        buf = self.bufs.take(shape, self.dtypes[tensor])
                         for src, dsl, ssl, w, level, hop, piece in pieces:
                             if hop is not None:  # from the relay's fetch buffer, once it has it
                                 self.pending_fetch.append((hop, p, tensor, piece, src))
