@@ -42,8 +42,10 @@ def liar_pool() -> Any:
 
 
 def _problems() -> list[tuple[str, Any, dict[str, np.ndarray], np.ndarray]]:
+    # 64 and 48 units (granularity="step"): the liar computes about a third of them, each
+    # wrong with probability 1/2, so a run where it is never caught has odds ~2^-16
     g, gx = gemm(), gemm_inputs()
-    m, mx = mttkrp(), mttkrp_inputs()
+    m, mx = mttkrp(n=24, grid=(4, 4)), mttkrp_inputs(n=24)
     return [("gemm", g, gx, gx["B"] @ gx["C"]), ("mttkrp", m, mx, mttkrp_expected(mx))]
 
 

@@ -64,8 +64,16 @@ STATS_NOTE = (
 
 
 def workers(client: Any) -> dict[str, Any]:
-    """The pool's workers, by address, as the scheduler sees them now."""
-    return dict(client.scheduler_info(n_workers=-1).get("workers", {}))
+    """The pool's workers, by address, as the scheduler sees them now.
+
+    Asked of the scheduler directly: ``Client.scheduler_info()`` returns the client's cached
+    copy, which its periodic refresh may overwrite, between the fetch and the return, with
+    one that lists no workers.
+    """
+    if getattr(client, "asynchronous", False) or not hasattr(client, "sync"):
+        return dict(client.scheduler_info(n_workers=-1).get("workers", {}))
+    info = client.sync(client.scheduler.identity, n_workers=-1)
+    return dict(info.get("workers", {}))
 
 
 class Driver:
