@@ -53,6 +53,7 @@ recomputing them and comparing elementwise (``equal_nan``), which costs their fl
 from __future__ import annotations
 
 import math
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -151,6 +152,25 @@ class Verdict:
         return f"|lhs - rhs| = {self.diff:.3g} vs tolerance {self.tol:.3g} ({how})"
 
 
+_LOCAL = threading.local()
+
+
+def _abs(o: np.ndarray, slot: int) -> np.ndarray:
+    """``|o|`` in a buffer reused across checks on this thread: fresh memory costs a page
+    fault per page on machines whose host backs guest memory lazily, which for large
+    operands costs more than the arithmetic of the check."""
+    bufs = getattr(_LOCAL, "bufs", None)
+    if bufs is None:
+        bufs = _LOCAL.bufs = {}
+    dtype = np.abs(np.zeros(0, o.dtype)).dtype
+    buf = bufs.get(slot)
+    if buf is None or buf.size < o.size or buf.dtype != dtype:
+        buf = bufs[slot] = np.empty(o.size, dtype)
+    out = buf[: o.size].reshape(o.shape)
+    np.abs(o, out=out)
+    return out
+
+
 REP = "\u0100"  # the repetition index: a symbol no statement variable uses
 
 
@@ -206,10 +226,11 @@ def project(
         depth_rhs = max(depth_rhs, dep)
         # magnitude bound: |alpha| * contract(|factors|, ones), times max |r|^D below
         ones = [np.ones((1, hi - lo)) for lo, hi in ranges]
-        aops = [np.abs(o) for o in ops]
+        aops = [_abs(o, n) for n, o in enumerate(ops)]
         m, depm = _contract(expr, [*aops, *ones]) if (ops or ones) else (np.ones(1), 0)
         m0 = float(np.real(m).reshape(-1)[0]) * abs(alpha)
-        finite = finite and math.isfinite(m0) and all(np.isfinite(o).all() for o in ops)
+        # an inf or nan in an operand makes the sum of absolute values inf or nan
+        finite = finite and math.isfinite(m0)
         mag += m0
         depth_mag = max(depth_mag, depm)
         # products summed into one output element by this call
