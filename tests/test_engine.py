@@ -147,3 +147,36 @@ def test_explain_lists_one_processors_program() -> None:
     assert "program of processor 1 (2 steps; sends 2 messages, 32 words" in listing
     assert listing.count("fetch ") == sum(type(op).__name__ == "Fetch" for op in own.ops(1))
     assert "[4:8, 4:8] from 3" in listing  # processor 1 gets C's block from processor 3
+
+
+@pytest.mark.parametrize("ordered", [True, False])
+def test_tree_links_are_binomial_trees(ordered: bool) -> None:
+    """Every group's members, by processor number, form the binomial tree under its root."""
+    import numpy as np
+
+    from distal.plan.arrays import tree_links
+
+    rng = np.random.default_rng(7)
+    member = np.sort(rng.choice(100_000, size=6000, replace=False))
+    group = rng.integers(0, 3, size=len(member))
+    group[:4500] = 3  # one group larger than 4096
+    if ordered:
+        idx = np.argsort(group, kind="stable")
+        member, group = member[idx], group[idx]
+    else:
+        idx = rng.permutation(len(member))
+        member, group = member[idx], group[idx]
+    root = -1 - group
+    parent, pos, relay = tree_links(root, member, group)
+    for g in np.unique(group):
+        nodes = [int(-1 - g), *sorted(member[group == g].tolist())]
+        for i in range(1, len(nodes)):
+            k = np.nonzero(member == nodes[i])[0][0]
+            up = i - (1 << (i.bit_length() - 1))
+            assert parent[k] == nodes[up]
+            assert pos[k] == i
+            assert relay[k] == (up != 0)
+    alone, no_pos, no_relay = tree_links(root, member, group, links=False)
+    assert (alone == parent).all()
+    assert no_pos is None
+    assert no_relay is None

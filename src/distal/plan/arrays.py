@@ -11,34 +11,65 @@ import numpy as np
 Arr = np.ndarray
 
 
-def tree_links(root: Arr, member: Arr, group: Arr) -> tuple[Arr, Arr, Arr]:
+_HIGHEST = np.zeros(1, np.int64)  # _HIGHEST[i]: the largest power of two <= i (i >= 1)
+
+
+def _highest_power(pos: Arr) -> Arr:
+    """``2**floor(log2(pos))`` for positive integers, by table lookup (grown on demand)."""
+    global _HIGHEST
+    top = int(pos.max())
+    if top >= len(_HIGHEST):
+        size = 1 << max(top.bit_length(), 10)
+        table = np.zeros(size, np.int64)
+        for k in range(size.bit_length() - 1):
+            table[1 << k : 1 << (k + 1)] = 1 << k
+        _HIGHEST = table
+    return _HIGHEST[pos]
+
+
+def tree_links(
+    root: Arr, member: Arr, group: Arr, links: bool = True
+) -> tuple[Arr, Arr | None, Arr | None]:
     """Binomial trees: ``(parent, position, relay)`` of each member.
 
     Rows with equal ``group`` (non-negative integers) form one group rooted at ``root``; its
     members, ordered by processor number, are nodes ``1, 2, ...`` and node ``i`` hangs under
     node ``i - 2**floor(log2(i))`` (node 0 is the root). ``relay`` is True where the parent
     is a member (it passes the piece on, or combines the sums below it), not the root.
+    Without ``links`` only the parents are computed (position and relay are None).
     """
     n = len(member)
     if n == 0:
         return root.copy(), np.zeros(0, np.int64), np.zeros(0, bool)
     group = np.asarray(group, np.int64)
-    # members usually arrive in processor order: a stable sort by group alone (a radix sort
-    # for small group numbers) then orders each group; otherwise sort by both
-    order = np.argsort(group.astype(np.uint16) if group.max() < 1 << 16 else group, kind="stable")
-    gs, ms = group[order], member[order]
     first = np.ones(n, bool)
-    first[1:] = gs[1:] != gs[:-1]
-    if not np.all(first[1:] | (ms[1:] > ms[:-1])):
-        order = np.lexsort((member, group))
+    first[1:] = group[1:] != group[:-1]
+    if np.all(group[1:] >= group[:-1]) and np.all(first[1:] | (member[1:] > member[:-1])):
+        order = None  # already grouped, each group in processor order
+        gs, ms, rs = group, member, root
+    else:
+        # members usually arrive in processor order: a stable sort by group alone (a radix
+        # sort for small group numbers) then orders each group; otherwise sort by both
+        key = group.astype(np.uint16) if group.max() < 1 << 16 else group
+        order = np.argsort(key, kind="stable")
         gs, ms = group[order], member[order]
         first[1:] = gs[1:] != gs[:-1]
-    start = np.maximum.accumulate(np.where(first, np.arange(n), 0))
-    pos = np.arange(n) - start + 1
-    parent = pos - (1 << (np.floor(np.log2(pos)).astype(np.int64)))
-    sorted_parent = np.where(parent == 0, root[order], ms[np.maximum(start + parent - 1, 0)])
+        if not np.all(first[1:] | (ms[1:] > ms[:-1])):
+            order = np.lexsort((member, group))
+            gs, ms = group[order], member[order]
+            first[1:] = gs[1:] != gs[:-1]
+        rs = root[order]
+    idx = np.arange(n)
+    start = np.maximum.accumulate(np.where(first, idx, 0))
+    pos = idx - start + 1
+    parent = pos - _highest_power(pos)
+    sorted_parent = np.where(parent == 0, rs, ms[np.maximum(start + parent - 1, 0)])
+    if order is None:
+        return sorted_parent, (pos if links else None), (parent != 0 if links else None)
     out_parent = np.empty(n, np.int64)
     out_parent[order] = sorted_parent
+    if not links:
+        return out_parent, None, None
     out_pos = np.empty(n, np.int64)
     out_pos[order] = pos
     out_relay = np.empty(n, bool)

@@ -438,7 +438,7 @@ class Engine:
             same = group_ids(plo, phi)
             reps = self.replica_groups(name)
             group = same[piece[r]] * (int(reps.max()) + 1) + reps[rows[r]]
-            parent, hop, relay = tree_links(src[r], recv[r], group)
+            parent, hop, relay = tree_links(src[r], recv[r], group, links=self.build_ops)
             treed = (parent, recv[r], hop, relay)
             if routed:
                 src = src.copy()
@@ -591,7 +591,7 @@ class Engine:
         treed = None
         if "tree" in self.sinks:
             group = group_ids(at[remote], root, plo[remote], phi[remote])
-            parent, hop, relay = tree_links(root, sent, group)
+            parent, hop, relay = tree_links(root, sent, group, links=self.build_ops)
             treed = (sent, parent, hop, relay)
         parent = treed[1] if self.routing == "tree" else root
         if self.build_ops:
