@@ -15,7 +15,9 @@ measured too, and a second ideal uses that measured per-unit cost (the slow work
 ``(slow - 1) * delay`` more per unit). The slow worker should get about 1/13 of the units.
 
 The heterogeneous pool runs with speculative tail duplication (the default) and, for
-comparison, without (``speculate=False``); ``--no-compare`` skips the latter.
+comparison, without (``speculate=False``); ``--no-compare`` skips the latter. The same GEMM
+also runs on a pool of only the three fast workers: adding the slow worker should never make
+a run slower than that pool without it (``with_slow_vs_without``, target <= 1.10).
 """
 
 from __future__ import annotations
@@ -98,6 +100,22 @@ def main() -> None:
         equal = [timed({})[0] for _ in range(args.reps)]
         hetero = [timed({0: args.slow}) for _ in range(args.reps)]
         plain = [] if args.no_compare else [timed({0: args.slow}, False) for _ in range(args.reps)]
+    with (
+        LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster3,
+        Client(cluster3) as client3,
+    ):
+        kernel.run(x, runtime="dask", client=client3)  # warm up
+        without = []
+        for _ in range(args.reps):
+            time.sleep(0.5)
+            t0 = time.perf_counter()
+            r3 = kernel.run(
+                x, runtime="dask", client=client3, window=args.window, _delay=args.delay
+            )
+            without.append(time.perf_counter() - t0)
+            assert np.allclose(r3.value, x["B"] @ x["C"])
     t_eq = statistics.median(equal)
     t = statistics.median(h[0] for h in hetero)
     # The per-unit cost on this machine, overheads included, measured on the equal pool;
@@ -121,6 +139,9 @@ def main() -> None:
         "speculative_copies": [h[2] for h in hetero],
         "speculative_won": [h[3] for h in hetero],
         "ideal_slow_worker_units": round(units * speeds[0] / sum(speeds), 1),
+        "without_slow_worker_times_s": [round(v, 3) for v in without],
+        "without_slow_worker_median_s": round(statistics.median(without), 3),
+        "with_slow_vs_without": round(t / statistics.median(without), 3),
     }
     if plain:
         t_plain = statistics.median(h[0] for h in plain)
