@@ -25,6 +25,7 @@ from distal.kernel import Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
+from distal.session import Session
 from distal.sparse import Format, SparseArray
 
 __version__ = "0.1.0"
@@ -44,6 +45,7 @@ __all__ = [
     "RuntimeFailure",
     "Schedule",
     "ScheduleError",
+    "Session",
     "ShapeError",
     "SparseArray",
     "Stats",

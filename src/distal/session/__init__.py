@@ -1,0 +1,287 @@
+"""Sessions: tensor values that stay distributed across kernel runs.
+
+``dl.Session(runtime, **options)`` holds named values. ``run(kernel)`` takes every input of
+the kernel that is not given from the session (by tensor name), runs the kernel on the
+session's runtime and keeps its output, distributed, without gathering it. A held value
+whose layout differs from the one the next kernel's tensor gives it is redistributed by a
+copy kernel (:mod:`distal.session.redistribute`) that moves exactly the elements each
+processor needs and does not hold; ``moved_words`` adds them up.
+
+Where values live, by runtime:
+
+* ``"local"``: every processor is in this process and a held value is one numpy array, of
+  which each processor's block is a view (the local runtime assembles results in one
+  array). Redistributing moves nothing in memory; its words are counted from the copy
+  kernel's exact stats.
+* ``"mpi"``: each rank holds only its own block of every value; kernels run with
+  ``gather="none"`` and read held values as block sources over the rank's blocks; a
+  redistribution runs the copy kernel on MPI.
+* ``"dask"``: values are held on the driver as gathered numpy arrays (each kernel's result
+  comes back to the driver); redistribution words are counted as on ``"local"``.
+
+Checkpointed loops (``checkpoint=`` and :meth:`Session.iterations`) are in
+:mod:`distal.session.loops`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError, InternalError
+from distal.runtime.result import Result
+from distal.runtime.source import check_source, is_block_source, read_block
+from distal.session.layout import Layout, layout_of
+from distal.session.redistribute import SRC, Copy, compile_copy
+from distal.typing import Box, box_contains, box_index
+
+RUNTIMES = ("local", "mpi", "dask")
+
+
+@dataclass
+class HeldBlock:
+    """One rank's block of a held value, read as a block source by the next kernel.
+
+    It serves exactly the boxes inside the block it holds: what a kernel whose layout
+    agrees with the value's reads.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    box: Box | None
+    array: np.ndarray | None
+
+    def read_block(self, box: Box) -> np.ndarray:
+        box = tuple((int(lo), int(hi)) for lo, hi in box)
+        if self.box is None or self.array is None or not box_contains(self.box, box):
+            raise InternalError(
+                f"a held block {self.box} was asked for box {box}, which it does not hold"
+            )
+        return self.array[box_index(box, self.box)]
+
+
+@dataclass
+class Held:
+    """A value in the session: its layout (``None``: as ``put`` gave it, not placed yet)
+    and its data (local / dask: the whole array; mpi: the put array or source, or this
+    rank's :class:`HeldBlock`)."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    layout: Layout | None
+    data: Any
+
+
+class Session:
+    """Tensor values kept distributed across kernel runs (see the module docstring).
+
+    Args:
+        runtime: ``"local"`` (default), ``"mpi"`` or ``"dask"``, as for ``kernel.run``.
+        checkpoint: a directory or fsspec URL for :meth:`iterations` (optional).
+        **runtime_options: passed to every ``kernel.run`` (e.g. ``comm=`` for MPI,
+            ``client=`` for Dask).
+    """
+
+    def __init__(
+        self, runtime: str = "local", *, checkpoint: Any = None, **runtime_options: Any
+    ) -> None:
+        if runtime not in RUNTIMES:
+            raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+        if runtime == "mpi" and "gather" in runtime_options:
+            raise InputError(
+                "a session keeps MPI results distributed: do not pass gather= to Session "
+                "(use sess.get(name), or sess.run(kernel, gather=True))"
+            )
+        self.runtime = runtime
+        self.options = dict(runtime_options)
+        self.checkpoint = checkpoint
+        self.moved_words = 0
+        self.resumed_from: int | None = None
+        self.values: dict[str, Held] = {}
+        self._copies: dict[tuple, Copy] = {}
+        self.rank, self.nranks = 0, 1
+        if runtime == "mpi":
+            from distal.runtime.mpi.session import rank_size
+
+            self.rank, self.nranks = rank_size(self.options.get("comm"))
+
+    # -- values ----------------------------------------------------------------------------
+
+    def put(self, name: str, array: Any) -> None:
+        """Give the session a value (a numpy array or a block source); it is placed per the
+        distribution of the first kernel that reads it (not counted as moved words)."""
+        if not isinstance(name, str) or not name:
+            raise InputError(f"a session value needs a tensor name, got {name!r}")
+        if is_block_source(array):
+            shape = tuple(int(n) for n in array.shape)
+            dtype = np.dtype(getattr(array, "dtype", np.float64))
+            if self.runtime != "mpi":  # one process holds it whole anyway
+                whole = tuple((0, n) for n in shape)
+                array = read_block(name, array, whole, dtype)
+            self.values[name] = Held(shape, dtype, None, array)
+            return
+        try:
+            arr = np.array(array)  # a copy: the session's value never changes under the caller
+        except Exception as e:
+            raise InputError(f"value {name!r} cannot be read as an array: {e}") from e
+        if arr.dtype.kind not in "biufc":
+            raise InputError(f"value {name!r} has non-numeric dtype {arr.dtype}")
+        self.values[name] = Held(arr.shape, arr.dtype, None, arr)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.values
+
+    def names(self) -> list[str]:
+        """The names of the values held."""
+        return sorted(self.values)
+
+    def layout(self, name: str) -> Layout | None:
+        """Where value ``name`` lives now (``None``: not placed yet)."""
+        return self._held(name).layout
+
+    def _held(self, name: str) -> Held:
+        try:
+            return self.values[name]
+        except KeyError:
+            raise InputError(
+                f"value {name!r} is not in the session; it holds {self.names()}"
+            ) from None
+
+    def get(self, name: str) -> np.ndarray:
+        """Value ``name`` gathered as a numpy array (a 0-d array for a scalar); under MPI a
+        collective: every rank calls it and gets the whole value."""
+        held = self._held(name)
+        if self.runtime != "mpi":
+            return np.array(held.data)
+        if held.layout is None:
+            data = held.data
+            whole = tuple((0, n) for n in held.shape)
+            return read_block(name, data, whole, held.dtype)
+        return self._gather(held)
+
+    def _gather(self, held: Held) -> np.ndarray:
+        from distal.runtime.mpi.session import allgather_objects
+
+        assert held.layout is not None
+        block: HeldBlock = held.data
+        mine = [(box, block.array) for box, p in held.layout.blocks if p == self.rank]
+        out = np.zeros(held.shape, held.dtype)
+        whole = tuple((0, n) for n in held.shape)
+        for part in allgather_objects(mine, self.options.get("comm")):
+            for box, arr in part:
+                out[box_index(box, whole)] = arr
+        return out
+
+    # -- runs ------------------------------------------------------------------------------
+
+    def run(
+        self, kernel: Any, inputs: Mapping[str, Any] | None = None, *, gather: bool = False
+    ) -> Result:
+        """Run ``kernel`` on the session's runtime and keep its output under its name.
+
+        Every input not in ``inputs`` comes from the session; a held value is redistributed
+        first when its layout differs from the kernel's (``moved_words`` grows by the exact
+        words). ``Result.value`` is None unless ``gather=True``.
+        """
+        st = kernel.schedule.statement
+        given = dict(inputs or {})
+        need = [t.name for t in st.inputs()]
+        data: dict[str, Any] = {}
+        for name in need:
+            if name in given:
+                data[name] = given.pop(name)
+                continue
+            if name not in self.values:
+                raise InputError(
+                    f"input {name!r} of the kernel is neither given nor in the session "
+                    f"(the session holds {self.names()})"
+                )
+            data[name] = self._input(name, layout_of(kernel, name))
+        if given:
+            data.update(given)  # kernel.run names the extra ones
+        out = st.output.name
+        if self.runtime == "mpi":
+            res = kernel.run(data, runtime="mpi", gather="none", **self.options)
+            lay = layout_of(kernel, out)
+            box = lay.boxes[self.rank]
+            arr = next(iter(res.blocks.values()), None) if box is not None else None
+            t = st.output
+            self.values[out] = Held(
+                t.shape, np.dtype(t.dtype), lay, HeldBlock(t.shape, np.dtype(t.dtype), box, arr)
+            )
+            if gather:
+                res.value = self.get(out)
+            return res
+        res = kernel.run(data, runtime=self.runtime, **self.options)
+        value = np.asarray(res.value)
+        self.values[out] = Held(value.shape, value.dtype, layout_of(kernel, out), value)
+        if not gather:
+            res.value = None
+        else:
+            res.value = np.array(value)
+        return res
+
+    def _input(self, name: str, target: Layout) -> Any:
+        """Value ``name`` as the kernel's input in layout ``target`` (placed, or moved)."""
+        held = self.values[name]
+        if held.shape != target.shape:
+            raise InputError(
+                f"value {name!r} has shape {held.shape}; the kernel's tensor {name!r} expects "
+                f"{target.shape}"
+            )
+        if held.layout is None:  # as put: the kernel reads its blocks, which is not traffic
+            if self.runtime == "mpi":
+                data = held.data
+                if is_block_source(data):
+                    check_source(name, data, target.shape)
+                box = target.boxes[self.rank]
+                arr = None if box is None else read_block(name, data, box, held.dtype)
+                held.data = HeldBlock(held.shape, held.dtype, box, arr)
+            held.layout = target
+            return held.data
+        if held.layout.agrees(target):
+            return held.data
+        self._move(name, held, target)
+        return held.data
+
+    def copy_kernel(
+        self, shape: tuple[int, ...], dtype: Any, source: Layout, target: Layout
+    ) -> Copy:
+        """The (cached) copy kernel redistributing from ``source`` to ``target``."""
+        key = (tuple(shape), np.dtype(dtype).str, source.key, target.key)
+        if key not in self._copies:
+            self._copies[key] = compile_copy(tuple(shape), np.dtype(dtype), source, target)
+        return self._copies[key]
+
+    def _move(self, name: str, held: Held, target: Layout) -> None:
+        assert held.layout is not None
+        copy = self.copy_kernel(held.shape, held.dtype, held.layout, target)
+        if self.runtime == "mpi":
+            res = copy.kernel.run({SRC: held.data}, runtime="mpi", gather="none", **self.options)
+            box = target.boxes[self.rank]
+            held.data = HeldBlock(held.shape, held.dtype, box, copy.block(res.blocks, box))
+        # local / dask: the one array already holds every block of the new layout
+        held.layout = target
+        self.moved_words += copy.words
+
+    # -- checkpointed loops ------------------------------------------------------------------
+
+    def iterations(self, n: int, keep: Sequence[str] = (), name: str = "loop") -> Iterator[int]:
+        """Iteration numbers ``0 .. n-1``, the ``keep`` values saved after each one.
+
+        With ``checkpoint=`` a later session on the same location and loop ``name``
+        restores the kept values of the last completed iteration (``resumed_from``) and
+        yields from the next one. Restoring happens here, before the first iteration.
+        """
+        from distal.session.loops import Loop
+
+        return Loop(self, n, keep, name).start()
+
+    def __repr__(self) -> str:
+        return f"Session({self.runtime!r}, values={self.names()}, moved_words={self.moved_words})"
+
+
+__all__ = ["Held", "HeldBlock", "Session"]

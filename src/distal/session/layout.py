@@ -1,0 +1,107 @@
+"""Where a held value lives: a tensor's distribution on a machine, and its blocks.
+
+A :class:`Layout` is what a kernel's tensor says about placement (its distribution string,
+or ``None`` for "all on processor 0", and the machine), together with the tensor's shape.
+Two layouts *agree* when every processor holds the same box under both, whatever the
+strings look like (``"xy -> xy"`` and ``"ab -> ab"`` agree), so agreement is decided on
+the boxes, never on the text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from distal.distribution.machine import Machine
+from distal.distribution.notation import Distribution, parse_layout, whole_on_processor0
+from distal.distribution.partition import Placement
+from distal.errors import InputError
+from distal.plan.ir import Plan
+from distal.typing import Box, box_is_empty
+
+
+def _dist_key(dist: Any) -> str | tuple[str, ...] | None:
+    if dist is None or isinstance(dist, str):
+        return dist
+    return tuple(str(d) for d in dist)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A tensor of ``shape`` distributed as ``dist`` (``None``: on processor 0) over
+    ``machine``."""
+
+    shape: tuple[int, ...]
+    dist: str | tuple[str, ...] | None
+    machine: Machine
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        return (self.shape, self.dist, self.machine.levels)
+
+    @cached_property
+    def distribution(self) -> Distribution | tuple[Distribution, ...]:
+        if self.dist is None:
+            return whole_on_processor0(len(self.shape), self.machine.shape)
+        dist = self.dist if isinstance(self.dist, str) else list(self.dist)
+        return parse_layout(dist, "held value", len(self.shape), self.machine)
+
+    @cached_property
+    def placement(self) -> Placement:
+        return Placement(self.shape, self.distribution, self.machine.shape)
+
+    @property
+    def nprocs(self) -> int:
+        return self.machine.size
+
+    @cached_property
+    def boxes(self) -> tuple[Box | None, ...]:
+        """The box each processor holds (``None``: nothing), by processor number."""
+        pl = self.placement
+        return tuple(pl.owned_box(Plan.coord_in(pl, p)) for p in range(self.nprocs))
+
+    @cached_property
+    def blocks(self) -> tuple[tuple[Box, int], ...]:
+        """Every distinct non-empty block once, with the lowest processor holding it."""
+        seen: dict[Box, int] = {}
+        for p, box in enumerate(self.boxes):
+            if box is None or (box and box_is_empty(box)) or box in seen:
+                continue
+            seen[box] = p
+        return tuple(seen.items())
+
+    def agrees(self, other: Layout) -> bool:
+        """Every processor holds the same box under both layouts."""
+        return self.shape == other.shape and self.boxes == other.boxes
+
+    def to_json(self) -> dict[str, Any]:
+        dist = list(self.dist) if isinstance(self.dist, tuple) else self.dist
+        return {"dist": dist, "levels": [list(lv) for lv in self.machine.levels]}
+
+    @staticmethod
+    def from_json(shape: tuple[int, ...], doc: dict[str, Any]) -> Layout:
+        levels = [tuple(int(x) for x in lv) for lv in doc["levels"]]
+        machine = Machine(*levels[0])
+        for lv in levels[1:]:
+            machine = machine.nest(Machine(*lv))
+        return Layout(tuple(shape), _dist_key(doc["dist"]), machine)
+
+    def __str__(self) -> str:
+        dist = "on processor 0" if self.dist is None else repr(self.dist)
+        return f"{dist} over {self.machine!r}"
+
+
+def layout_of(kernel: Any, name: str) -> Layout:
+    """The layout a compiled kernel gives tensor ``name``."""
+    schedule = kernel.schedule
+    tensors = schedule.tensors()
+    if name not in tensors:
+        raise InputError(f"tensor {name!r} is not in kernel {kernel!r}")
+    dist, machine = schedule.layouts()[name]
+    if dist is None or machine is None:
+        dist, machine = None, schedule.machine
+    return Layout(tuple(tensors[name].shape), _dist_key(dist), machine)
+
+
+__all__ = ["Layout", "layout_of"]

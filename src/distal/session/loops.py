@@ -1,0 +1,284 @@
+"""Checkpointed iterations: ``Session.iterations(n, keep=[...], name="loop")``.
+
+After each iteration the kept values are saved under
+``<checkpoint>/sessions/<name>/<iteration>/`` as entries of the checkpoint format of
+:mod:`distal.runtime.checkpoint` (one entry ``<value>.<k>`` per distinct block of the value's
+layout, each written atomically with its xxh3-128 checksum), then a ``manifest.json``
+listing every entry, its box and checksum, and the value's shape, dtype and layout. The
+manifest is written last, atomically (temporary name, then rename), so an iteration is
+complete exactly when its manifest exists. Under MPI each block is written by the lowest
+rank holding it, the ranks exchange their checksums and rank 0 writes the manifest.
+
+A loop that starts finds the newest complete iteration whose entries all load with a good
+checksum (an older one if the newest is damaged), restores the kept values in their saved
+layouts (each MPI rank reads only its own block) and yields from the next iteration. Once
+an iteration is complete, iterations older than its predecessor are deleted, so a
+location holds at most the last two complete iterations and the one being written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError
+from distal.runtime.checkpoint import OK, CheckpointStore
+from distal.session import Held, HeldBlock, Session
+from distal.session.layout import Layout
+from distal.typing import Box, box_index, box_shape
+
+FORMAT = "distal-session"
+VERSION = 1
+_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def loop_root(location: Any, name: str) -> str:
+    """The run path of loop ``name`` inside a checkpoint location."""
+    return f"sessions/{name}"
+
+
+def iteration_dirs(location: Any, name: str) -> list[int]:
+    """Iteration numbers that have a directory under loop ``name`` (complete or not),
+    ascending."""
+    store = CheckpointStore(location, loop_root(location, name))
+    try:
+        if store.local:
+            names = os.listdir(store.root)
+        else:
+            names = [p.rstrip("/").rsplit("/", 1)[-1] for p in store.fs().ls(store.root)]
+    except (FileNotFoundError, NotADirectoryError, OSError):
+        return []
+    return sorted(int(x) for x in names if x.isdigit())
+
+
+def iteration_store(location: Any, name: str, it: int) -> CheckpointStore:
+    return CheckpointStore(location, f"{loop_root(location, name)}/{it}")
+
+
+def read_manifest(location: Any, name: str, it: int) -> dict[str, Any] | None:
+    """Iteration ``it``'s manifest if it is complete (a valid manifest), else None."""
+    man = iteration_store(location, name, it).read_manifest()
+    if not man or man.get("format") != FORMAT or man.get("iteration") != it:
+        return None
+    if not isinstance(man.get("values"), dict):
+        return None
+    return man
+
+
+def _box(doc: Any) -> Box:
+    return tuple((int(lo), int(hi)) for lo, hi in doc)
+
+
+class Loop:
+    """One ``iterations`` call of a session."""
+
+    def __init__(self, sess: Session, n: int, keep: Sequence[str], name: str) -> None:
+        if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
+            raise InputError(f"iterations() needs a non-negative integer count, got {n!r}")
+        if isinstance(keep, str):
+            keep = [keep]
+        keep = list(keep)
+        if not all(isinstance(k, str) for k in keep):
+            raise InputError(f"keep must be a list of value names, got {keep!r}")
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise InputError(
+                f"loop name {name!r} must be letters, digits, '_', '.' or '-' (it names a "
+                "directory of the checkpoint location)"
+            )
+        self.sess, self.n, self.keep, self.name = sess, int(n), keep, name
+        self.mpi = sess.runtime == "mpi"
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def start(self) -> Iterator[int]:
+        sess = self.sess
+        sess.resumed_from = None
+        first = 0
+        if sess.checkpoint is not None:
+            last = self.restore()
+            if last is not None:
+                sess.resumed_from = last
+                first = last + 1
+        return self._iterate(first)
+
+    def _iterate(self, first: int) -> Iterator[int]:
+        for it in range(first, self.n):
+            yield it  # a ``break`` in the body closes the generator here: nothing is saved
+            if self.sess.checkpoint is not None:
+                self.save(it)
+
+    # -- saving ----------------------------------------------------------------------------
+
+    def save(self, it: int) -> None:
+        """Write iteration ``it``'s kept values, then its manifest (last, atomically)."""
+        sess = self.sess
+        store = iteration_store(sess.checkpoint, self.name, it)
+        mine: list[tuple[str, int, str]] = []
+        docs: dict[str, dict[str, Any]] = {}
+        for v in self.keep:
+            held = sess._held(v)
+            whole = tuple((0, s) for s in held.shape)
+            blocks = held.layout.blocks if held.layout is not None else ((whole, 0),)
+            for k, (box, p) in enumerate(blocks):
+                arr = self._block(held, box, p)
+                if arr is not None:
+                    mine.append((v, k, store.save(f"{v}.{k}", arr)))
+            docs[v] = {
+                "shape": list(held.shape),
+                "dtype": held.dtype.str,
+                "layout": None if held.layout is None else held.layout.to_json(),
+                "entries": [
+                    {"entry": f"{v}.{k}", "box": [list(iv) for iv in b]}
+                    for k, (b, _) in enumerate(blocks)
+                ],
+            }
+        if self.mpi:
+            from distal.runtime.mpi.session import allgather_objects
+
+            every = [x for part in allgather_objects(mine, sess.options.get("comm")) for x in part]
+        else:
+            every = mine
+        digests = {(v, k): d for v, k, d in every}
+        for v, doc in docs.items():
+            for k, e in enumerate(doc["entries"]):
+                e["xxh3_128"] = digests[(v, k)]
+        if sess.rank == 0:
+            store.write_manifest(
+                {
+                    "format": FORMAT,
+                    "version": VERSION,
+                    "loop": self.name,
+                    "iteration": it,
+                    "n": self.n,
+                    "runtime": sess.runtime,
+                    "values": docs,
+                }
+            )
+            self._prune(it)
+
+    def _block(self, held: Held, box: Box, p: int) -> np.ndarray | None:
+        """The array of ``box`` this process writes (None: another rank writes it)."""
+        if not self.mpi:
+            return held.data[box_index(box, tuple((0, s) for s in held.shape))]
+        if p != self.sess.rank:
+            return None
+        data = held.data
+        if isinstance(data, HeldBlock):
+            return data.read_block(box)
+        from distal.runtime.source import read_block
+
+        return read_block("kept value", data, box, held.dtype)
+
+    def _prune(self, it: int) -> None:
+        """Delete iterations older than ``it - 1`` (the previous complete one stays)."""
+        for old in iteration_dirs(self.sess.checkpoint, self.name):
+            if old >= it - 1:
+                break
+            store = iteration_store(self.sess.checkpoint, self.name, old)
+            try:
+                if store.local:
+                    shutil.rmtree(store.root, ignore_errors=True)
+                else:
+                    store.fs().rm(store.root, recursive=True)
+            except (FileNotFoundError, OSError):
+                pass
+
+    # -- restoring -------------------------------------------------------------------------
+
+    def restore(self) -> int | None:
+        """Install the kept values of the newest complete, intact iteration; its number."""
+        sess = self.sess
+        for it in reversed(iteration_dirs(sess.checkpoint, self.name)):
+            man = read_manifest(sess.checkpoint, self.name, it)
+            values: dict[str, Held] | None = None
+            ok = man is not None
+            if ok:
+                assert man is not None
+                missing = [v for v in self.keep if v not in man["values"]]
+                if missing:
+                    raise InputError(
+                        f"loop {self.name!r} at {sess.checkpoint!s}: iteration {it} kept "
+                        f"{sorted(man['values'])}, not {missing}; use another loop name"
+                    )
+                values = self._load(it, man)
+                ok = values is not None
+            if self.mpi:
+                from distal.runtime.mpi.session import allgather_objects
+
+                ok = all(allgather_objects(ok, sess.options.get("comm")))
+            if ok:
+                assert values is not None
+                sess.values.update(values)
+                return it
+        return None
+
+    def _load(self, it: int, man: dict[str, Any]) -> dict[str, Held] | None:
+        store = iteration_store(self.sess.checkpoint, self.name, it)
+        out: dict[str, Held] = {}
+        for v in self.keep:
+            doc = man["values"][v]
+            shape = tuple(int(s) for s in doc["shape"])
+            dtype = np.dtype(doc["dtype"])
+            cur = self.sess.values.get(v)
+            if cur is not None and (cur.shape != shape or cur.dtype != dtype):
+                raise InputError(
+                    f"loop {self.name!r}: the checkpoint's {v!r} has shape {shape} and dtype "
+                    f"{dtype}, the session's {cur.shape} and {cur.dtype}"
+                )
+            layout = None if doc["layout"] is None else Layout.from_json(shape, doc["layout"])
+            entries = [(e["entry"], _box(e["box"])) for e in doc["entries"]]
+            held = self._load_value(store, shape, dtype, layout, entries)
+            if held is None:
+                return None
+            out[v] = held
+        return out
+
+    def _load_value(
+        self,
+        store: CheckpointStore,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        layout: Layout | None,
+        entries: list[tuple[str, Box]],
+    ) -> Held | None:
+        def entry(name: str, box: Box) -> np.ndarray | None:
+            arr, status = store.load(name)
+            if status != OK or arr is None or arr.dtype != dtype:
+                return None
+            if arr.shape != box_shape(box):  # the entry writer stores a 0-d array as (1,)
+                if arr.size != int(np.prod(box_shape(box))) or box:
+                    return None
+                arr = arr.reshape(())
+            return arr
+
+        whole = tuple((0, s) for s in shape)
+        if not self.mpi or layout is None:  # the whole value in this process
+            out = np.empty(shape, dtype)
+            for name, box in entries:
+                arr = entry(name, box)
+                if arr is None:
+                    return None
+                out[box_index(box, whole)] = arr
+            return Held(shape, dtype, layout, out)
+        box = layout.boxes[self.sess.rank]
+        if box is None:
+            return Held(shape, dtype, layout, HeldBlock(shape, dtype, None, None))
+        for name, b in entries:
+            if b == box:
+                arr = entry(name, b)
+                if arr is None:
+                    return None
+                return Held(shape, dtype, layout, HeldBlock(shape, dtype, box, np.array(arr)))
+        if 0 in box_shape(box):  # an empty block is never saved
+            return Held(
+                shape, dtype, layout, HeldBlock(shape, dtype, box, np.empty(box_shape(box), dtype))
+            )
+        return None
+
+
+__all__ = ["FORMAT", "Loop", "iteration_dirs", "read_manifest"]
