@@ -274,3 +274,17 @@ def test_targets_the_copy_kernel_cannot_express_are_not_supported() -> None:
     face1 = elementwise(n, "D", "ij1", {"A": "ij1"}, M)
     with pytest.raises(dl.NotSupportedYet, match="coordinate 1"):
         sess.run(face1)
+
+
+def test_dask_session_holds_values_on_the_driver() -> None:
+    pytest.importorskip("distributed")
+    n = 8
+    rng = np.random.default_rng(4)
+    b, c = rng.random((n, n)), rng.random((n, n))
+    sess = dl.Session("dask", n_workers=2, processes=False, progress=False)
+    sess.put("B", b)
+    sess.put("C", c)
+    sess.run(matmul(n, "A", "B", "C", {"A": "ij", "B": "ij", "C": "ij"}, M22))
+    sess.run(elementwise(n, "D", "ij", {"A": "i*"}, M22, 2.0))
+    assert sess.moved_words == n * n
+    assert np.allclose(sess.get("D"), 2 * (b @ c))
