@@ -229,3 +229,21 @@ def killed_and_resumed(prefix: list[str], tmp_path: Path, runtime: str) -> None:
 
 def test_killed_loop_resumes_exactly_local(tmp_path: Path) -> None:
     killed_and_resumed([sys.executable], tmp_path, "local")
+
+
+def test_checkpoint_tools_list_and_verify_session_loops(tmp_path: Path) -> None:
+    from distal.runtime import checkpoint_tools as tools
+
+    sess, ks = _session(tmp_path)
+    _loop(sess, ks, 3)
+    infos = {r.run: r for r in tools.runs(tmp_path)}
+    assert set(infos) == {"sessions/fix/1", "sessions/fix/2"}
+    assert infos["sessions/fix/2"].complete
+    assert infos["sessions/fix/2"].entries == 4
+    assert "fix" in (infos["sessions/fix/2"].statement or "")
+    assert tools.verify(tmp_path, "sessions/fix/2")["corrupt"] == []
+    path = Path(CheckpointStore(tmp_path, "sessions/fix/2").path("X.0"))
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    assert tools.verify(tmp_path, "sessions/fix/2")["corrupt"] == ["X.0"]

@@ -66,23 +66,35 @@ def runs(location: str | os.PathLike[str]) -> list[RunInfo]:
     base = _store(location)
     if base.local and not os.path.isdir(base.base):
         raise InputError(f"checkpoint location {os.fspath(location)!r} is not a directory")
-    out = []
+    names = []
     for name, _, _, is_dir in _listing(base, base.base):
-        if not is_dir:
-            continue
+        if is_dir and name == "sessions":  # session loops: sessions/<loop>/<iteration>
+            for loop, _, _, d in _listing(base, f"{base.base}/sessions"):
+                its = _listing(base, f"{base.base}/sessions/{loop}") if d else []
+                names += [f"sessions/{loop}/{it}" for it, _, _, d2 in its if d2]
+        elif is_dir:
+            names.append(name)
+    out = []
+    for name in names:
         store = _store(location, name)
         files = _listing(store, store.root)
         if not any(f == MANIFEST or f.endswith(SUFFIX) for f, *_ in files):
             continue  # not a run directory
         manifest = store.read_manifest() or {}
+        session = manifest.get("format") == "distal-session"
         entries = [(f, size) for f, size, _, _ in files if f.endswith(SUFFIX)]
         stamps = [t for _, _, t, _ in files if t is not None]
         out.append(
             RunInfo(
                 run=name,
                 root=store.root,
-                statement=manifest.get("statement"),
-                complete=bool(manifest.get("complete")),
+                statement=(
+                    f"session loop {manifest.get('loop')!r} iteration {manifest.get('iteration')}"
+                    f" (kept: {', '.join(sorted(manifest.get('values') or {}))})"
+                    if session
+                    else manifest.get("statement")
+                ),
+                complete=session or bool(manifest.get("complete")),
                 entries=len(entries),
                 blocks=sum(f.startswith("block-") for f, _ in entries),
                 nbytes=sum(size for _, size in entries),
