@@ -5,7 +5,7 @@ notation) and how the computation is mapped (a schedule); distal compiles the
 three into an exact per-processor plan and runs it.
 """
 
-from distal import algorithms, data
+from distal import algorithms, apps, data
 from distal.cost.autoschedule import autoschedule
 from distal.data import from_box_function, from_function, from_npy_dir, from_zarr, write_npy_dir
 from distal.distribution.machine import Machine
@@ -51,6 +51,7 @@ __all__ = [
     "Stats",
     "Tensor",
     "algorithms",
+    "apps",
     "autoschedule",
     "compile",
     "data",

@@ -1,0 +1,110 @@
+"""What the applications share: inputs, the machine, the session, kernels, progress."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from distal.distribution.machine import Machine
+from distal.errors import InputError, NotSupportedYet, ScheduleError
+from distal.kernel import Kernel, compile
+from distal.lang.nodes import Tensor, index_vars
+from distal.runtime.progress import Progress
+from distal.schedule.api import schedule as default_schedule
+from distal.session import Session
+from distal.sparse import SparseArray
+
+#: sparse inputs whose dense form has at most this many elements are densified
+DENSE_LIMIT = 2**24
+SCHEDULES = ("auto", "owner")
+
+
+def dense_input(x: Any, name: str, order: int | None = None) -> np.ndarray:
+    """``x`` as a float64 numpy array. A scipy.sparse matrix or a ``dl.SparseArray`` is
+    made dense when it has at most ``DENSE_LIMIT`` elements (sparse kernels are not in
+    this version), else ``NotSupportedYet`` naming the input."""
+    sparse = isinstance(x, SparseArray) or (
+        hasattr(x, "toarray") and type(x).__module__.startswith("scipy.sparse")
+    )
+    if sparse:
+        size = int(np.prod([int(s) for s in x.shape], dtype=np.int64))
+        if size > DENSE_LIMIT:
+            raise NotSupportedYet(
+                f"input {name!r} is sparse with a dense size of {size} elements (> 2**24); "
+                "sparse kernels are not in this version, and it is too large to make dense"
+            )
+        x = x.to_dense() if isinstance(x, SparseArray) else x.toarray()
+    try:
+        arr = np.array(x, dtype=np.float64)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"input {name!r} cannot be read as a float64 array: {e}") from e
+    if order is not None and arr.ndim != order:
+        raise InputError(f"input {name!r} must have order {order}, got shape {arr.shape}")
+    if arr.size == 0:
+        raise InputError(f"input {name!r} is empty (shape {arr.shape})")
+    if not np.all(np.isfinite(arr)):
+        raise InputError(f"input {name!r} has non-finite values")
+    return arr
+
+
+def session_for(session: Session | None) -> Session:
+    """The caller's session, or a new local one whose kernel runs draw no bar of their own
+    (the application draws one per iteration)."""
+    if session is None:
+        return Session("local", progress=False)
+    if not isinstance(session, Session):
+        raise InputError(f"session must be a dl.Session, got {session!r}")
+    return session
+
+
+def machine_for(sess: Session, machine: Machine | int | None) -> Machine:
+    """The 1-D machine the application runs on: ``machine`` (a ``dl.Machine`` of any shape
+    is used as a line of its ``size`` processors, an int is a count); by default one
+    processor per MPI rank, or one per core (at most 8) on the other runtimes."""
+    if machine is None:
+        if sess.runtime == "mpi":
+            p = sess.nranks
+        else:
+            p = max(1, min(os.cpu_count() or 1, 8))
+    elif isinstance(machine, Machine):
+        p = machine.size
+    elif isinstance(machine, int | np.integer) and not isinstance(machine, bool) and machine > 0:
+        p = int(machine)
+    else:
+        raise InputError(f"machine must be a dl.Machine or a processor count, got {machine!r}")
+    if sess.runtime == "mpi" and p != sess.nranks:
+        raise InputError(
+            f"the machine has {p} processors but the MPI session runs on {sess.nranks} ranks"
+        )
+    return Machine(p)
+
+
+def check_schedule(schedule: str, app: str) -> str:
+    if schedule not in SCHEDULES:
+        raise ScheduleError(f"{app}: schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
+    return "owner"
+
+
+def owner(out: Tensor, var: Any, machine: Machine) -> Kernel:
+    """Owner-computes over a line of processors: ``var`` cut into ``machine.size`` parts,
+    every tensor fetched once per processor."""
+    (vo, vi) = index_vars("po pi")
+    return compile(default_schedule(out).distribute([var], [vo], [vi], machine))
+
+
+def scalar(name: str, machine: Machine, where: str = "0") -> Tensor:
+    """A 0-d tensor on processor 0 (``where="0"``) or on every processor (``"*"``)."""
+    return Tensor(name, (), dist=f"-> {where}", machine=machine)
+
+
+def rename(sess: Session, src: str, dst: str) -> None:
+    """Value ``src`` of the session becomes ``dst`` (where it lives is unchanged)."""
+    sess.values[dst] = sess.values.pop(src)
+
+
+def progress(sess: Session, total: int, label: str) -> Progress:
+    """The runtime's progress bar, one row counting iterations; on a terminal only, and
+    only on rank 0 under MPI."""
+    return Progress(total, 1, enabled=False if sess.rank != 0 else None, label=label)
