@@ -1,0 +1,91 @@
+"""dl.apps on the local runtime: CP-ALS, PageRank and CG against numpy in float64."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _problems import cp_tensor, graph, numpy_pagerank, reconstruct, spd
+
+import distal as dl
+
+
+def _session() -> dl.Session:
+    return dl.Session(progress=False)
+
+
+def test_cp_als_recovers_a_rank_4_tensor() -> None:
+    x = cp_tensor()
+    w, fs, fit = dl.apps.cp_als(x, 4, machine=4, iters=500, tol=1e-12, session=_session())
+    assert fit >= 0.999
+    assert [f.shape for f in fs] == [(20, 4), (18, 4), (16, 4)]
+    assert w.shape == (4,)
+    np.testing.assert_allclose(np.linalg.norm(fs[1], axis=0), 1.0, rtol=1e-12)
+    true_fit = 1 - np.linalg.norm(x - reconstruct(w, fs)) / np.linalg.norm(x)
+    assert true_fit >= 0.999
+    assert abs(true_fit - fit) < 1e-6  # the fit from MTTKRP and Grams is the real one
+
+
+def test_cp_als_order_4_and_seed() -> None:
+    rng = np.random.default_rng(0)
+    fs = [rng.random((s, 2)) for s in (5, 4, 6, 3)]
+    x = np.einsum("ir,jr,kr,mr->ijkm", *fs)
+    a = dl.apps.cp_als(x, 2, machine=3, iters=300, tol=1e-12, seed=1)
+    b = dl.apps.cp_als(x, 2, machine=3, iters=300, tol=1e-12, seed=1)
+    assert a[2] >= 0.999
+    assert np.array_equal(a[0], b[0]) and all(
+        np.array_equal(u, v) for u, v in zip(a[1], b[1], strict=True)
+    )
+    assert np.linalg.norm(x - reconstruct(a[0], a[1])) / np.linalg.norm(x) <= 1e-3
+
+
+def test_pagerank_matches_numpy_power_iteration() -> None:
+    a = graph()
+    assert (a.sum(axis=1) == 0).sum() >= 20  # dangling nodes present
+    x = dl.apps.pagerank(a, machine=4, session=_session())
+    ref = numpy_pagerank(a)
+    assert abs(x.sum() - 1.0) < 1e-12
+    assert np.max(np.abs(x - ref)) <= 1e-10
+    assert np.abs(x - ref).sum() <= 1e-10  # the 1-norm bound the stopping rule promises
+
+
+def test_pagerank_of_a_sparse_input_and_damping() -> None:
+    sp = pytest.importorskip("scipy.sparse")
+    a = graph(n=60, seed=4, dangling=5)
+    x = dl.apps.pagerank(sp.csr_array(a), machine=2, damping=0.5)
+    assert np.max(np.abs(x - numpy_pagerank(a, d=0.5))) <= 1e-10
+
+
+def test_cg_matches_numpy_solve() -> None:
+    A, b = spd()
+    sess = _session()
+    x, its = dl.apps.cg(A, b, machine=4, session=sess)
+    assert np.max(np.abs(x - np.linalg.solve(A, b))) <= 1e-8
+    assert 0 < its < 100
+    # one redistribution of p per iteration but the first (p is put, then replicated)
+    assert sess.moved_words == (its - 1) * 100 * 3
+
+
+def test_cg_sparse_inputs() -> None:
+    sp = pytest.importorskip("scipy.sparse")
+    A, b = spd(n=30, seed=5)
+    x, _ = dl.apps.cg(sp.csr_matrix(A), b, machine=3)
+    assert np.max(np.abs(x - np.linalg.solve(A, b))) <= 1e-8
+    x2, _ = dl.apps.cg(dl.SparseArray.from_dense(A, format="csr"), b, machine=3)
+    assert np.array_equal(x, x2)
+    big = sp.random(2**13, 2**12, density=1e-6, format="csr", random_state=0)
+    with pytest.raises(dl.NotSupportedYet, match="'A'"):
+        dl.apps.cg(big, np.ones(2**13))
+
+
+def test_cg_zero_rhs_and_bad_inputs() -> None:
+    A, _ = spd(n=10)
+    x, its = dl.apps.cg(A, np.zeros(10), machine=2)
+    assert its == 0 and np.array_equal(x, np.zeros(10))
+    with pytest.raises(dl.InputError):
+        dl.apps.cg(A, np.ones(9))
+    with pytest.raises(dl.InputError, match="positive definite"):
+        dl.apps.cg(-A, np.ones(10), machine=2)
+    with pytest.raises(dl.ScheduleError):
+        dl.apps.cg(A, np.ones(10), schedule="nope")
+    with pytest.raises(dl.InputError):
+        dl.apps.pagerank(-np.ones((3, 3)))
