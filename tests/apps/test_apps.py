@@ -32,7 +32,8 @@ def test_cp_als_order_4_and_seed() -> None:
     a = dl.apps.cp_als(x, 2, machine=3, iters=300, tol=1e-12, seed=1)
     b = dl.apps.cp_als(x, 2, machine=3, iters=300, tol=1e-12, seed=1)
     assert a[2] >= 0.999
-    assert np.array_equal(a[0], b[0]) and all(
+    assert np.array_equal(a[0], b[0])
+    assert all(
         np.array_equal(u, v) for u, v in zip(a[1], b[1], strict=True)
     )
     assert np.linalg.norm(x - reconstruct(a[0], a[1])) / np.linalg.norm(x) <= 1e-3
@@ -80,7 +81,8 @@ def test_cg_sparse_inputs() -> None:
 def test_cg_zero_rhs_and_bad_inputs() -> None:
     A, _ = spd(n=10)
     x, its = dl.apps.cg(A, np.zeros(10), machine=2)
-    assert its == 0 and np.array_equal(x, np.zeros(10))
+    assert its == 0
+    assert np.array_equal(x, np.zeros(10))
     with pytest.raises(dl.InputError):
         dl.apps.cg(A, np.ones(9))
     with pytest.raises(dl.InputError, match="positive definite"):

@@ -1,0 +1,43 @@
+"""A checkpointed application run, as a subprocess (or on every rank under ``mpiexec``).
+
+``python _resume_script.py APP RUNTIME LOCATION OUT PAUSE``: runs ``cp_als`` (30 iterations,
+``tol=0``: all of them) or ``cg`` in a session with checkpoint LOCATION ("-": none), each
+kernel run PAUSE seconds slower (so that a test can kill it mid-run), saves the result to
+OUT and prints ``{"resumed_from": ...}`` (rank 0).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _problems import cp_tensor, spd
+
+import distal as dl
+
+app, runtime, location, out, pause = sys.argv[1:6]
+
+
+class Slow(dl.Session):
+    def run(self, kernel, inputs=None, *, gather=False):  # type: ignore[no-untyped-def]
+        time.sleep(float(pause))
+        return super().run(kernel, inputs, gather=gather)
+
+
+opts = {} if runtime == "mpi" else {"progress": False}
+sess = Slow(runtime, checkpoint=None if location == "-" else location, **opts)
+if app == "cp_als":
+    w, fs, fit = dl.apps.cp_als(cp_tensor(), 4, iters=30, tol=0.0, session=sess, machine=4)
+    arrays = {"w": w, "fit": np.array(fit), **{f"F{n}": f for n, f in enumerate(fs)}}
+else:
+    A, b = spd()
+    x, its = dl.apps.cg(A, b, session=sess, machine=4)
+    arrays = {"x": x, "iterations": np.array(its)}
+if sess.rank == 0:
+    np.savez(out, **arrays)
+    print(json.dumps({"resumed_from": sess.resumed_from}), flush=True)
