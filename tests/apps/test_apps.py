@@ -33,9 +33,7 @@ def test_cp_als_order_4_and_seed() -> None:
     b = dl.apps.cp_als(x, 2, machine=3, iters=300, tol=1e-12, seed=1)
     assert a[2] >= 0.999
     assert np.array_equal(a[0], b[0])
-    assert all(
-        np.array_equal(u, v) for u, v in zip(a[1], b[1], strict=True)
-    )
+    assert all(np.array_equal(u, v) for u, v in zip(a[1], b[1], strict=True))
     assert np.linalg.norm(x - reconstruct(a[0], a[1])) / np.linalg.norm(x) <= 1e-3
 
 

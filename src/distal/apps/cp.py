@@ -60,9 +60,7 @@ def _kernels(shape: tuple[int, ...], rank: int, M: Machine) -> tuple[list[Any], 
     mttkrp = []
     for n in range(order):
         X = Tensor("cp_X", shape, dist=xdist, machine=M)
-        out = Tensor(
-            "cp_M", (shape[n], rank), dist=f"{letters[n]}l -> {letters[n]}", machine=M
-        )
+        out = Tensor("cp_M", (shape[n], rank), dist=f"{letters[n]}l -> {letters[n]}", machine=M)
         expr: Any = X[tuple(vs)]
         for m in range(order):
             if m == n:
