@@ -183,6 +183,7 @@ class Engine:
             self.frow = int(hit[0]) if len(hit) else None
         self._coords: dict[str, Arr] = {}
         self._cls: dict[frozenset, tuple] = {}
+        self._under: dict[str, set[IndexVar]] = {}
         self._roff: dict[str, Arr] = {}
         self._rgrp: dict[str, Arr] = {}
         self._own: dict[str, tuple[Arr, ...]] = {}
@@ -276,12 +277,14 @@ class Engine:
     def _tensor_classes(self, name: str) -> tuple[list[IndexVar], Arr, Arr]:
         """:meth:`_distinct` for the box of input ``name``: the processor loops its accesses
         (and the gates of the terms holding them) depend on."""
-        under: set[IndexVar] = set()
-        for term, gate in zip(self.st.terms, self.gates, strict=True):
-            fs = [f for f in term.factors if f.tensor.name == name]
-            for v in [v for f in fs for v in f.indices] + (list(gate) if fs else []):
-                under |= self.bounds.loops_under(v)
-        return self._distinct(under)
+        if name not in self._under:
+            under: set[IndexVar] = set()
+            for term, gate in zip(self.st.terms, self.gates, strict=True):
+                fs = [f for f in term.factors if f.tensor.name == name]
+                for v in [v for f in fs for v in f.indices] + (list(gate) if fs else []):
+                    under |= self.bounds.loops_under(v)
+            self._under[name] = under
+        return self._distinct(self._under[name])
 
     def needed(self, name: str, vals: tuple[int, ...]) -> tuple[Arr, Arr, Arr]:
         """``(has, lo, hi)`` of the box of input ``name`` per class of processors (see

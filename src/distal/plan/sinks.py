@@ -104,44 +104,62 @@ class Tally:
 
     def delta(self, step, kind, tensor, src, dst, words) -> tuple:
         """What one batch of messages adds to the counts (shared by the routings that send
-        the batch the same way)."""
+        the batch the same way). Receivers are kept as ``(processors, words)`` when each
+        gets one message of the batch (a fetch's usual shape), else as histograms."""
         P = self.P
-        counts = (
-            np.bincount(dst, weights=words, minlength=P),
-            np.bincount(src, weights=words, minlength=P),
-            np.bincount(dst, minlength=P),
-            np.bincount(src, minlength=P),
-        )
+        if len(dst) < 2 or bool(np.all(dst[1:] > dst[:-1])):
+            recv = (dst, words, np.ones(len(dst), np.int64))
+        else:
+            recv = (
+                None,
+                np.bincount(dst, weights=words, minlength=P),
+                np.bincount(dst, minlength=P),
+            )
+        send = (np.bincount(src, weights=words, minlength=P), np.bincount(src, minlength=P))
         levels = None
         if len(self.lv) > 1:
-            levels = np.zeros_like(self.lv)
-            np.add.at(levels, (self.levels(src, dst), dst), words)
-        steps = None
-        if self.per_step is not None and np.ndim(step) != 0:
-            steps = np.zeros_like(self.per_step)
-            step = np.asarray(step, np.int64)
-            for k, (who, w) in enumerate(((dst, words), (src, words), (dst, 1), (src, 1))):
-                np.add.at(steps[k], (step, who), w)
+            levels = (self.levels(src, dst), dst, words)
         key = self.names[tensor], KINDS[kind]
-        return key, int(words.sum()), len(src), counts, levels, step, steps
+        return key, int(words.sum()), len(src), recv, send, levels, step, src, dst, words
 
     def apply(self, delta: tuple) -> None:
-        key, words, n, counts, levels, step, steps = delta
-        self.moved[key][0] += words
+        key, total, n, recv, send, levels, step, src, dst, words = delta
+        self.moved[key][0] += total
         self.moved[key][1] += n
-        for total, c in zip(self.totals, counts, strict=True):
-            total += c
+        wr, ws, mr, ms = self.totals
+        who, rw, rm = recv
+        if who is None:
+            wr += rw
+            mr += rm
+        else:
+            wr[who] += rw
+            mr[who] += rm
+        ws += send[0]
+        ms += send[1]
         if levels is None:
-            self.lv[0] += counts[0]
+            if who is None:
+                self.lv[0] += rw
+            else:
+                self.lv[0][who] += rw
         else:
-            self.lv += levels
-        if self.per_step is None:
+            np.add.at(self.lv, levels[:2], levels[2])
+        ps = self.per_step
+        if ps is None:
             return
-        if steps is None:
-            for k, c in enumerate(counts):
-                self.per_step[k, int(step)] += c
-        else:
-            self.per_step += steps
+        if np.ndim(step) == 0:
+            at = int(step)
+            if who is None:
+                ps[0, at] += rw
+                ps[2, at] += rm
+            else:
+                ps[0, at, who] += rw
+                ps[2, at, who] += rm
+            ps[1, at] += send[0]
+            ps[3, at] += send[1]
+            return
+        step = np.asarray(step, np.int64)
+        for k, (x, w) in enumerate(((dst, words), (src, words), (dst, 1), (src, 1))):
+            np.add.at(ps[k], (step, x), w)
 
     def ints(self, a: Arr) -> list:
         return np.rint(a).astype(np.int64).tolist()
