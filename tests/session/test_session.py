@@ -288,3 +288,18 @@ def test_dask_session_holds_values_on_the_driver() -> None:
     sess.run(elementwise(n, "D", "ij", {"A": "i*"}, M22, 2.0))
     assert sess.moved_words == n * n
     assert np.allclose(sess.get("D"), 2 * (b @ c))
+
+
+@pytest.mark.parametrize(("src", "dst"), [("i -> *", "i -> i"), ("i -> i", "i -> *")])
+def test_vectors_redistribute_on_a_line(src: str, dst: str) -> None:
+    """Order-1 values on a 1-D machine (one-entry distribution sides)."""
+    n, M = 10, dl.Machine(4)
+    x = np.arange(n, dtype=np.float64)
+    copy = dl.Session().copy_kernel((n,), np.float64, Layout((n,), src, M), Layout((n,), dst, M))
+    res = copy.kernel.run({"src": x})
+    assert res.stats == copy.kernel.stats()
+    extra = res.value.reshape(n, -1)
+    assert all(np.array_equal(extra[:, r], x) for r in range(extra.shape[1]))
+    # replicated -> cut: everyone holds its block already; cut -> replicated: each of the 4
+    # processors needs all n and holds its own block (the blocks add up to n)
+    assert copy.words == (0 if src == "i -> *" else 4 * n - n)

@@ -21,6 +21,7 @@ than 0, and one distribution statement per level of a hierarchical machine.
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,20 +90,23 @@ def compile_copy(shape: tuple[int, ...], dtype: Any, source: Layout, target: Lay
     grid = target.machine.shape
     machine = Machine(*grid)  # same processor numbers as the (possibly nested) target machine
     order = len(shape)
-    names = [f"a{d}" for d in range(order)]
+    # one letter per entry: the notation reads unspaced sides letter by letter (a one-entry
+    # side such as "a0 -> a0" would not be one entry)
+    letters = iter(string.ascii_letters)
+    names = [next(letters) for _ in range(order)]
     extents = list(shape)
     rhs: list[str] = []
     for m, r in enumerate(dist.rules):
         if r.kind == PART:
             rhs.append(names[r.dim])
         elif r.kind == REPL:
-            names.append(f"e{m}")
+            names.append(next(letters))
             extents.append(grid[m])
-            rhs.append(f"e{m}")
+            rhs.append(names[-1])
         else:  # restricted to coordinate 0: an extent-1 dimension only coordinate 0 holds
-            names.append(f"e{m}")
+            names.append(next(letters))
             extents.append(1)
-            rhs.append(f"e{m}")
+            rhs.append(names[-1])
     extra = len(names) - order
     src_dist = (
         source.dist if source.dist is None or isinstance(source.dist, str) else list(source.dist)
