@@ -197,9 +197,11 @@ class Engine:
         self.out_recs: list[tuple] = []  # (proc, open step, flush step, box, direct)
         self.flush_pieces: dict[tuple[int, int], list] = defaultdict(list)  # (p, step) -> [...]
         self.primary = np.zeros(0, np.int64)
-        # memory beyond owned blocks per step, and what is held at every step (summaries only)
-        self.load = np.zeros((0, self.P), np.int64)
+        # memory beyond owned blocks (summaries only): what is held at every step, the partial
+        # buffers opening (+) and closing (-) at each step, and those alive now
         self.held = np.zeros(self.P, np.int64)
+        self.part_events: dict[int, list[tuple[Arr, Arr]]] = defaultdict(list)
+        self.part_now = np.zeros(self.P, np.int64)
 
     # -- per-tensor ownership of the active processors -----------------------------------
 
@@ -376,10 +378,10 @@ class Engine:
             if self.summarizing:
                 total = sum(v[4] for v in cur.values()) if cur else np.zeros(A, np.int64)
                 if prev_total is not None:
-                    self.load[si - 1, self.active] += prev_total + fetched
+                    self._memory_at(si - 1, prev_total + fetched)
                 prev_total = total
         if self.summarizing and prev_total is not None and S:
-            self.load[S - 1, self.active] += prev_total
+            self._memory_at(S - 1, prev_total)
 
     def _fetch_interest(self, name, has, lo, hi, fown, routed) -> Arr:
         """Receivers that can exchange pieces of ``name`` with the focus processor."""
@@ -568,11 +570,11 @@ class Engine:
             vol = np.where(direct, 0, volumes(lo, hi))
             whole = (opened == 0) & (flushed == S - 1)  # held throughout: a constant
             np.add.at(self.held, ranks[whole], vol[whole])
-            if not whole.all():
-                part = np.zeros((S + 1, self.P), np.int64)
-                np.add.at(part, (opened[~whole], ranks[~whole]), vol[~whole])
-                np.add.at(part, (flushed[~whole] + 1, ranks[~whole]), -vol[~whole])
-                self.load += np.cumsum(part, axis=0, out=part)[:S]
+            some = np.nonzero(~whole & (vol > 0))[0]
+            for at, sign in ((opened[some], 1), (flushed[some] + 1, -1)):
+                for s_ in np.unique(at).tolist():
+                    sel = some[at == s_]
+                    self.part_events[s_].append((ranks[sel], sign * vol[sel]))
         if self.build_ops:
             for r in np.nonzero(self.wanted(ranks))[0].tolist():
                 box = tuple(zip(lo[r].tolist(), hi[r].tolist(), strict=True))
@@ -706,6 +708,18 @@ class Engine:
         a["lo"], a["hi"] = lo_rows, hi_rows
         return a
 
+    def _memory_at(self, step: int, fetch: Arr) -> None:
+        """The end of ``step``: fetch buffers (``fetch``, per active processor) + partial
+        buffers alive + the partial sums each routing delivers in that step; each routing's
+        tally keeps the largest such total per processor (nothing per step is stored)."""
+        for who, words in self.part_events.pop(step, ()):
+            np.add.at(self.part_now, who, words)
+        base = self.part_now.copy()
+        base[self.active] += fetch
+        for tally in self.sinks.values():
+            assert isinstance(tally, Tally)
+            tally.note_peak(step, base)
+
     def summaries(self, routings: tuple[str, ...]) -> dict[str, PlanSummary]:
         """Exact stats of the whole plan under each routing, counted in one walk (the boxes,
         pieces and reducers are the routings' common part) without building any plan."""
@@ -717,9 +731,11 @@ class Engine:
             for r in routings
         }
         self.summarizing = True
-        self.load = np.zeros((self.S, self.P), np.int64)
+        self.output_pass()  # first: the partial buffers and sums each step's memory counts
+        for tally in self.sinks.values():
+            assert isinstance(tally, Tally)
+            tally.group_incoming()
         self.inputs_pass()
-        self.output_pass()
         P = self.P
         owned = np.zeros(P, np.int64)
         ranks = np.arange(P)
@@ -730,7 +746,7 @@ class Engine:
         out = {}
         for routing, tally in self.sinks.items():
             assert isinstance(tally, Tally)
-            peak = owned + tally.peak_beyond(self.load, self.held)
+            peak = owned + tally.peak + self.held
             wr, ws, mr, ms = (tally.ints(x) for x in tally.totals)
             st = Stats(
                 words_received=wr,

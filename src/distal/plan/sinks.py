@@ -96,6 +96,8 @@ class Tally:
             np.zeros((4, S + 1, P), np.float64) if (S + 1) * P <= PER_STEP_LIMIT else None
         )
         self.incoming: list[tuple[Arr, Arr, Arr]] = []  # partial sums held: (step, proc, words)
+        self.arriving: dict[int, tuple[Arr, Arr]] = {}
+        self.peak = np.zeros(P, np.int64)  # the most words beyond owned blocks, per processor
 
     def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
         if len(src):
@@ -164,23 +166,26 @@ class Tally:
     def ints(self, a: Arr) -> list:
         return np.rint(a).astype(np.int64).tolist()
 
-    def peak_beyond(self, load: Arr, held: Arr) -> Arr:
-        """Per processor: the most words beyond its owned blocks at the end of any step.
+    def group_incoming(self) -> None:
+        """The partial sums each processor receives, grouped by the step they arrive in."""
+        self.arriving: dict[int, tuple[Arr, Arr]] = {}
+        if not self.incoming:
+            return
+        step = np.concatenate([np.broadcast_to(a, b.shape) for a, b, _ in self.incoming])
+        who = np.concatenate([b for _, b, _ in self.incoming])
+        words = np.concatenate([w for _, _, w in self.incoming])
+        for s in np.unique(step).tolist():
+            sel = step == s
+            self.arriving[s] = (who[sel], words[sel])
 
-        ``load`` (steps x processors) holds the buffers every routing shares, ``held`` what
-        stays all along; the partial sums a processor receives in a step (which depend on
-        the routing) add to that step only.
-        """
-        S, P = load.shape
-        peak = (load.max(axis=0) if S else np.zeros(P, np.int64)) + held
-        if self.incoming:
-            step = np.concatenate([np.broadcast_to(a, b.shape) for a, b, _ in self.incoming])
-            who = np.concatenate([b for _, b, _ in self.incoming])
-            words = np.concatenate([w for _, _, w in self.incoming])
-            keys, inv = np.unique(step * P + who, return_inverse=True)
-            add = np.bincount(inv.reshape(-1), weights=words).astype(np.int64)
-            cand = load.reshape(-1)[keys] + add + held[keys % P]
-            np.maximum.at(peak, keys % P, cand)
-        return peak
+    def note_peak(self, step: int, base: Arr) -> None:
+        """Memory at the end of ``step``: ``base`` (what every routing holds) plus the
+        partial sums this routing delivers in that step; keep the most per processor."""
+        now = base
+        if step in self.arriving:
+            who, words = self.arriving[step]
+            now = base.copy()
+            np.add.at(now, who, words)
+        np.maximum(self.peak, now, out=self.peak)
 
 
