@@ -69,3 +69,12 @@ def test_errors_name_the_culprit(capsys, argv, needle):
     pytest.importorskip("distal.algorithms")
     assert main(argv) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_explain_lists_a_processors_program(capsys) -> None:
+    from distal.cli import main
+
+    assert main(["explain", "A(i,j) = B(i,k) * C(k,j)", "--n", "8", "--processor", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "program of processor 3" in out
+    assert "fetch B[4:8, 0:8]: [4:8, 0:4] from 2, [4:8, 4:8] own" in out

@@ -315,7 +315,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     """Print the configuration, the loop nest and the per-processor traffic table."""
     cfg = build(args)
     print(cfg.description)
-    print(cfg.kernel.explain())
+    print(cfg.kernel.explain(processor=args.processor))
     return 0
 
 
@@ -380,6 +380,9 @@ def add_subcommands(sub: Any) -> None:
     nets = sorted(PRESETS)
     ex = sub.add_parser("explain", help="print the plan of an expression + algorithm")
     _common(ex)
+    ex.add_argument(
+        "--processor", type=int, default=None, help="also list this processor's program"
+    )
     ex.set_defaults(func=cmd_explain)
     pl = sub.add_parser("plot", help="draw distribution / traffic / timeline pictures")
     _common(pl)
