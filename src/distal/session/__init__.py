@@ -25,6 +25,8 @@ Checkpointed loops (``checkpoint=`` and :meth:`Session.iterations`) are in
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -204,7 +206,7 @@ class Session:
             data.update(given)  # kernel.run names the extra ones
         out = st.output.name
         if self.runtime == "mpi":
-            res = kernel.run(data, runtime="mpi", gather="none", **self.options)
+            res = kernel.run(data, runtime="mpi", gather="none", **self._run_options())
             lay = layout_of(kernel, out)
             box = lay.boxes[self.rank]
             arr = next(iter(res.blocks.values()), None) if box is not None else None
@@ -215,7 +217,11 @@ class Session:
             if gather:
                 res.value = self.get(out)
             return res
-        res = kernel.run(data, runtime=self.runtime, **self.options)
+        res = None
+        if self.runtime == "local" and not inputs:
+            res = self._run_local(kernel, data)
+        if res is None:
+            res = kernel.run(data, runtime=self.runtime, **self._run_options())
         value = np.asarray(res.value)
         self.values[out] = Held(value.shape, value.dtype, layout_of(kernel, out), value)
         if not gather:
@@ -223,6 +229,31 @@ class Session:
         else:
             res.value = np.array(value)
         return res
+
+    def _run_options(self) -> dict[str, Any]:
+        """The options of every ``kernel.run``: the session's, and on the local runtime no
+        trace unless asked for (``trace=True``, or ``DISTAL_TRACE=1``)."""
+        if self.runtime == "local" and "trace" not in self.options:
+            return {**self.options, "trace": os.environ.get("DISTAL_TRACE", "0") == "1"}
+        return self.options
+
+    def _run_local(self, kernel: Any, data: dict[str, Any]) -> Result | None:
+        """``kernel.run`` on the local runtime for inputs that all come from the session:
+        held arrays of the kernel's shapes (checked when placed) and dtypes need no checking
+        or conversion, so they go to the runtime as they are. None when one does not qualify
+        (or an option is not the local runtime's): ``kernel.run`` then checks everything."""
+        from distal.runtime.local import LocalRuntime
+
+        if not self.options.keys() <= {"trace", "progress"}:
+            return None
+        dtypes = kernel.dtypes
+        for name, arr in data.items():
+            if type(arr) is not np.ndarray or arr.dtype != dtypes[name]:
+                return None
+        t0 = time.perf_counter()
+        rt = LocalRuntime(kernel.plan, kernel.kernels, dtypes, **self._run_options())
+        value, stats, _ = rt.run(data)
+        return Result(value, stats, time.perf_counter() - t0, trace=rt.trace.events)
 
     def _input(self, name: str, target: Layout) -> Any:
         """Value ``name`` as the kernel's input in layout ``target`` (placed, or moved)."""
@@ -260,7 +291,9 @@ class Session:
         assert held.layout is not None
         copy = self.copy_kernel(held.shape, held.dtype, held.layout, target)
         if self.runtime == "mpi":
-            res = copy.kernel.run({SRC: held.data}, runtime="mpi", gather="none", **self.options)
+            res = copy.kernel.run(
+                {SRC: held.data}, runtime="mpi", gather="none", **self._run_options()
+            )
             box = target.boxes[self.rank]
             held.data = HeldBlock(held.shape, held.dtype, box, copy.block(res.blocks, box))
         # local / dask: the one array already holds every block of the new layout

@@ -9,6 +9,7 @@ the boxes, never on the text.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -57,9 +58,17 @@ class Layout:
 
     @cached_property
     def boxes(self) -> tuple[Box | None, ...]:
-        """The box each processor holds (``None``: nothing), by processor number."""
-        pl = self.placement
-        return tuple(pl.owned_box(Plan.coord_in(pl, p)) for p in range(self.nprocs))
+        """The box each processor holds (``None``: nothing), by processor number (worked
+        out once per key, shared by every equal layout)."""
+        key = self.key
+        boxes = _BOXES.get(key)
+        if boxes is None:
+            pl = self.placement
+            boxes = tuple(pl.owned_box(Plan.coord_in(pl, p)) for p in range(self.nprocs))
+            while len(_BOXES) >= BOXES_KEPT:
+                _BOXES.pop(next(iter(_BOXES)))
+            _BOXES[key] = boxes
+        return boxes
 
     @cached_property
     def blocks(self) -> tuple[tuple[Box, int], ...]:
@@ -73,6 +82,8 @@ class Layout:
 
     def agrees(self, other: Layout) -> bool:
         """Every processor holds the same box under both layouts."""
+        if self is other:
+            return True
         return self.shape == other.shape and self.boxes == other.boxes
 
     def to_json(self) -> dict[str, Any]:
@@ -92,8 +103,27 @@ class Layout:
         return f"{dist} over {self.machine!r}"
 
 
+BOXES_KEPT = 256  # layouts (by key) whose boxes are kept
+_BOXES: dict[tuple[Any, ...], tuple[Box | None, ...]] = {}
+_KERNEL_LAYOUTS: weakref.WeakKeyDictionary[Any, dict[str, Layout]] = weakref.WeakKeyDictionary()
+
+
 def layout_of(kernel: Any, name: str) -> Layout:
-    """The layout a compiled kernel gives tensor ``name``."""
+    """The layout a compiled kernel gives tensor ``name`` (one object per kernel and name,
+    kept while the kernel lives, so a kernel run again finds its layouts made)."""
+    try:
+        per = _KERNEL_LAYOUTS.get(kernel)
+    except TypeError:  # not weakly referenceable: made each time
+        return _layout_of(kernel, name)
+    if per is None:
+        per = _KERNEL_LAYOUTS[kernel] = {}
+    lay = per.get(name)
+    if lay is None:
+        lay = per[name] = _layout_of(kernel, name)
+    return lay
+
+
+def _layout_of(kernel: Any, name: str) -> Layout:
     schedule = kernel.schedule
     tensors = schedule.tensors()
     if name not in tensors:
