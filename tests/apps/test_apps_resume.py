@@ -79,6 +79,6 @@ def test_cg_killed_and_resumed(tmp_path: Path) -> None:
 
 @pytest.mark.mpi
 def test_cg_killed_and_resumed_mpi(tmp_path: Path) -> None:
-    from test_apps_mpi import mpiexec
+    from mpi_jobs import require_mpi
 
-    killed_and_resumed([mpiexec(), "-n", "4", sys.executable], tmp_path, "cg", "cg", kill_at=5)
+    killed_and_resumed([require_mpi(), "-n", "4", sys.executable], tmp_path, "cg", "cg", kill_at=5)

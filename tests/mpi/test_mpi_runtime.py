@@ -11,105 +11,30 @@ Without mpi4py or an ``mpiexec`` the tests are skipped with the reason -- except
 
 from __future__ import annotations
 
-import json
-import os
 import pickle
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from mpi_jobs import Job
+from mpi_jobs import run_job as _run_job
+
 HERE = Path(__file__).resolve().parent
 SCRIPT = HERE / "_script.py"
 USER_SCRIPT = HERE / "_user_script.py"  # imports only distal and mpi4py
 SIZES = (1, 2, 4, 8)
-JOB_TIMEOUT = 90.0
 FAIL_WITHIN = 20.0
 
 pytestmark = pytest.mark.mpi
 
 
-def _mpiexec() -> str | None:
-    beside = Path(sys.executable).parent / "mpiexec"
-    return str(beside) if beside.is_file() else shutil.which("mpiexec")
-
-
-def _require_mpi() -> str:
-    """The launcher, or skip (fail under CI) with the reason."""
-    reason = None
-    try:
-        import mpi4py  # noqa: F401
-    except ModuleNotFoundError:
-        reason = "mpi4py is not installed (pip install 'distal[mpi]')"
-    launcher = _mpiexec()
-    if reason is None and launcher is None:
-        reason = "no mpiexec found beside the Python interpreter or on PATH"
-    if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"MPI tests cannot run in CI: {reason}")
-        pytest.skip(reason)
-    return launcher  # type: ignore[return-value]
-
-
-class Job:
-    def __init__(self, rc: int, out: str, err: str, seconds: float) -> None:
-        self.rc, self.out, self.err, self.seconds = rc, out, err, seconds
-
-    def lines(self) -> list[dict[str, Any]]:
-        """The JSON objects in stdout (ranks' lines may interleave, so objects are searched)."""
-        out = []
-        for m in re.finditer(r"\{\"[^{}]*\}", self.out):
-            try:
-                out.append(json.loads(m.group(0)))
-            except ValueError:
-                continue
-        return out
-
-    def __repr__(self) -> str:
-        head = f"rc={self.rc} after {self.seconds:.1f}s"
-        return f"{head}\n--stdout--\n{self.out}\n--stderr--\n{self.err}"
-
-
-def run_job(
-    nprocs: int,
-    *args: str,
-    via_cli: bool = False,
-    timeout: float = JOB_TIMEOUT,
-    env: dict[str, str] | None = None,
-    script: Path = SCRIPT,
-) -> Job:
-    """Launch the script on ``nprocs`` ranks; kill the whole process group on a time-out."""
-    launcher = _require_mpi()
-    base = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    env = {**base, "PYTHONUNBUFFERED": "1", **(env or {})}
-    if via_cli:
-        cmd = [sys.executable, "-m", "distal", "run", "-n", str(nprocs), "--mpiexec", launcher]
-        cmd += [str(script), *args]
-    else:
-        cmd = [launcher, "-n", str(nprocs), sys.executable, str(script), *args]
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=env,
-        start_new_session=True,
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"mpiexec -n {nprocs} {' '.join(args)} hung for {timeout}s\n{out}\n{err}")
-    return Job(proc.returncode, out, err, time.monotonic() - t0)
+def run_job(*args: Any, script: Path = SCRIPT, **options: Any) -> Job:
+    """:func:`mpi_jobs.run_job` with this module's script by default."""
+    return _run_job(*args, script=script, **options)
 
 
 # --------------------------------------------------------------------------------------------
