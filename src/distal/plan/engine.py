@@ -755,7 +755,7 @@ class Engine:
                 messages_sent=ms,
                 iterations=list(iterations),
                 peak_words=np.maximum(peak, owned).tolist(),
-                level_words_received=tally.ints(tally.lv),
+                level_words_received=tally.level_words(),
             )
             ps = None if tally.per_step is None else np.rint(tally.per_step).astype(np.int64)
             out[routing] = PlanSummary(st, dict(tally.moved), self.S, ps)

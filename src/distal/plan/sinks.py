@@ -110,7 +110,7 @@ class Tally:
         gets one message of the batch (a fetch's usual shape), else as histograms."""
         P = self.P
         if len(dst) < 2 or bool(np.all(dst[1:] > dst[:-1])):
-            recv = (dst, words, np.ones(len(dst), np.int64))
+            recv = (dst, words, 1)
         else:
             recv = (
                 None,
@@ -138,12 +138,7 @@ class Tally:
             mr[who] += rm
         ws += send[0]
         ms += send[1]
-        if levels is None:
-            if who is None:
-                self.lv[0] += rw
-            else:
-                self.lv[0][who] += rw
-        else:
+        if levels is not None:  # one machine level: level 0 is words received (see ints)
             np.add.at(self.lv, levels[:2], levels[2])
         ps = self.per_step
         if ps is None:
@@ -165,6 +160,10 @@ class Tally:
 
     def ints(self, a: Arr) -> list:
         return np.rint(a).astype(np.int64).tolist()
+
+    def level_words(self) -> list[list[int]]:
+        """Words received per machine level crossed (one level: all of them)."""
+        return self.ints(self.totals[:1] if len(self.lv) == 1 else self.lv)
 
     def group_incoming(self) -> None:
         """The partial sums each processor receives, grouped by the step they arrive in."""
