@@ -68,6 +68,8 @@ def test_a_lying_worker_is_caught_excluded_and_its_units_recomputed(
             # every rejected unit was recomputed, on a worker other than the liar
             assert all(r.get("recomputed_on") not in (None, liar) for r in s.rejections)
             assert s.checked == len(decompose(k.plan, "step"))
+            if name == "mttkrp":
+                assert s.reductions_checked == len(k.plan.primary)
         assert "excluded workers: " + liar in str(s)
 
 
@@ -81,6 +83,106 @@ def test_without_verification_the_corruption_gets_through() -> None:
     assert res.extra["summary"].per_worker.get(liar, 0) >= 1
     assert not np.allclose(res.value, x["B"] @ x["C"], rtol=1e-12)
     assert res.extra["summary"].excluded_workers == []
+
+
+def test_a_lying_reducer_is_caught_and_its_block_summed_again(liar_pool: Any) -> None:
+    """MTTKRP on 2x2 processors sums partials into 2 blocks. The liar (q=0.5, units and
+    reductions alike) is usually caught on a unit before it sums a block, so the run is
+    repeated until one of its reductions was rejected (each run ~1/6; 80 runs miss with
+    odds ~5e-7); every run must be exact and exclude only the liar."""
+    liar = _liar(liar_pool)
+    k, x = mttkrp(), mttkrp_inputs()
+    want = mttkrp_expected(x)
+    blocks = len(k.plan.primary)
+    for _ in range(80):
+        res = k.run(x, runtime="dask", client=liar_pool, verify="check", timeout=60)
+        assert np.array_equal(res.value, want)
+        s = res.extra["summary"]
+        assert s.excluded_workers in ([], [liar]), str(s)
+        assert all(r["worker"] == liar for r in s.rejections)
+        assert s.reductions_checked == blocks
+        red = [r for r in s.rejections if r["kind"] == "reduction"]
+        if red:
+            break
+    else:
+        pytest.fail("the liar never had a reduction rejected in 80 runs")
+    assert s.excluded_workers == [liar]
+    assert s.reductions_rejected == len({r["unit"] for r in red}) >= 1
+    assert all(r["unit"].startswith("block-") for r in red)
+    assert all(r.get("recomputed_on") not in (None, liar) for r in red)
+    assert "reduction(s) recomputed elsewhere" in str(s)
+
+
+def _done_on(client: Any, worker: str) -> tuple[int, int]:
+    """Units and reductions the last run computed on ``worker`` (from the event log)."""
+    topics = {t: ev for t, ev in client.get_events().items() if str(t).startswith("distal-")}
+    last = max(topics, key=lambda t: max(e[0] for e in topics[t]))
+    done = [
+        m
+        for _, m in topics[last]
+        if m["kind"] == "done" and m["worker"] == worker and m.get("status") == "computed"
+    ]
+    units = sum(1 for m in done if m.get("unit"))
+    blocks = sum(1 for m in done if str(m["name"]).startswith("block-"))
+    return units, blocks
+
+
+def test_without_verification_a_corrupted_reduction_gets_through() -> None:
+    """q=1: every unit and every reduction the liar returns is off by exactly 1.0 in one
+    element (integer data: all sums exact), so with verify=1 the output's total error is
+    the number of tasks it computed, reductions included."""
+    with process_pool([{"DISTAL_FAULT_CORRUPT": "1.0"}, {}, {}]) as c:
+        liar = _liar(c)
+        k, x = mttkrp(n=24, grid=(4, 4)), mttkrp_inputs(n=24)
+        want = mttkrp_expected(x)
+        for _ in range(20):
+            res = k.run(x, runtime="dask", client=c, speculate=False, timeout=60)
+            units, blocks = _done_on(c, liar)
+            assert float(np.sum(res.value - want)) == units + blocks
+            if blocks:
+                break
+        else:
+            pytest.fail("the liar summed no block in 20 runs")
+        assert res.extra["summary"].excluded_workers == []
+
+
+def test_the_reduction_check_accepts_correct_sums_and_rejects_any_single_change() -> None:
+    """Random (non-integer) partials: the rounding of a correct sum is within the bound; an
+    error far below the data's size is caught; inf/nan summands are summed again."""
+    rng = np.random.default_rng(3)
+    ctx = tasks.Ctx("t", (), np.dtype(np.float64), None, lambda: None)
+    box = ((4, 20), (0, 9))
+    # three partials: one covering the block, two covering parts of it (one beyond it)
+    boxes = [((4, 20), (0, 9)), ((4, 12), (0, 9)), ((10, 24), (3, 9))]
+    pieces = [((4, 20), (0, 9)), ((4, 12), (0, 9)), ((10, 20), (3, 9))]
+    contribs = [
+        (rng.standard_normal(tuple(hi - lo for lo, hi in b)) * 1e3, b, p, 0, -1)
+        for b, p in zip(boxes, pieces, strict=True)
+    ]
+    block, _ = tasks._sum_block(ctx, box, contribs)
+    for seed in range(20):
+        v = tasks.reduction_verdict(ctx, box, contribs, block, seed, None)
+        assert v.ok, v
+        assert v.diff <= v.tol
+        e = block.copy()
+        e.reshape(-1)[(7 * seed) % e.size] += 1e-6  # relative 1e-9 of entries ~1e3
+        assert not tasks.reduction_verdict(ctx, box, contribs, e, seed, None).ok
+    # a wrong shape, or a nan in the claimed block, never passes
+    assert not tasks.reduction_verdict(ctx, box, contribs, block[:-1], 0, None).ok
+    bad = block.copy()
+    bad[0, 0] = np.nan
+    assert not tasks.reduction_verdict(ctx, box, contribs, bad, 0, None).ok
+    # a summand with inf: checked by summing again (exact, nan for nan)
+    arr = contribs[1][0].copy()
+    arr[0, 0] = np.inf
+    contribs[1] = (arr, *contribs[1][1:])
+    block, _ = tasks._sum_block(ctx, box, contribs)
+    v = tasks.reduction_verdict(ctx, box, contribs, block, 0, None)
+    assert v.ok
+    assert v.exact
+    bad = block.copy()
+    bad[3, 3] += 1.0
+    assert not tasks.reduction_verdict(ctx, box, contribs, bad, 0, None).ok
 
 
 def _calls(k: Any, x: dict[str, np.ndarray], unit: Any) -> tuple[Any, list[Any]]:

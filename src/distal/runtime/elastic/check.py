@@ -174,6 +174,20 @@ def _abs(o: np.ndarray, slot: int) -> np.ndarray:
 REP = "\u0100"  # the repetition index: a symbol no statement variable uses
 
 
+def _letters(dims: int) -> list[str]:
+    return [oe.get_symbol(300 + d) for d in range(dims)]
+
+
+def _project_claimed(claimed: np.ndarray, R: Sequence[np.ndarray], reps: int) -> tuple[Any, int]:
+    """The left side: ``claimed`` projected on every dimension, and the path's depth."""
+    dims = len(R)
+    if not dims:
+        return np.full(reps, claimed[()], dtype=np.result_type(claimed, np.float64)), 0
+    letters = _letters(dims)
+    expr = ",".join(["".join(letters), *(REP + c for c in letters)]) + "->" + REP
+    return _contract(expr, [np.asarray(claimed, np.result_type(claimed, 1.0)), *R])
+
+
 def project(
     claimed: np.ndarray,
     calls: Iterable[Call],
@@ -191,19 +205,14 @@ def project(
     dims = len(out_shape)
     reps = default_repeats(dims) if reps is None else int(reps)
     R = vectors(seed, out_shape, reps)
-    out_letters = [oe.get_symbol(300 + d) for d in range(dims)]
+    out_letters = _letters(dims)
     claimed = np.asarray(claimed)
     if claimed.shape != tuple(out_shape):
         return Verdict(False, math.inf, 0.0, reps, dims)
     u_out = _unit_roundoff(np.dtype(out_dtype))
     cplx = 2 if np.dtype(out_dtype).kind == "c" else 1  # a complex product rounds twice
 
-    # left: the claimed output projected on every dimension
-    if dims:
-        expr = ",".join(["".join(out_letters), *(REP + c for c in out_letters)]) + "->" + REP
-        lhs, depth_lhs = _contract(expr, [np.asarray(claimed, np.result_type(claimed, 1.0)), *R])
-    else:
-        lhs, depth_lhs = np.full(reps, claimed[()], dtype=np.result_type(claimed, np.float64)), 0
+    lhs, depth_lhs = _project_claimed(claimed, R, reps)
 
     rhs = np.zeros(reps, dtype=lhs.dtype)
     mag = 0.0
@@ -254,6 +263,73 @@ def project(
     return Verdict(ok, diff, tol, reps, dims)
 
 
+Part = tuple[np.ndarray, tuple[tuple[int, int], ...]]
+"""One summand of a reduction: the piece of a partial, and its ranges in the block."""
+
+
+def project_sum(
+    claimed: np.ndarray,
+    parts: Sequence[Part],
+    out_shape: tuple[int, ...],
+    out_dtype: np.dtype,
+    seed: int,
+    reps: int | None = None,
+) -> Verdict:
+    """Check a reduction: ``claimed`` (the block) against the pieces ``parts`` summed into it.
+
+    The same projection as :func:`project`, with each piece as a one-factor term: the
+    projection of the claimed block must equal the sum of the pieces' projections on the
+    same vectors. Each element of the block is the sum of at most ``c = len(parts)``
+    pieces, so the claimed block is within ``gamma_c`` (output dtype) of the exact sum of
+    the pieces' absolute values, elementwise; the two projections add their own paths'
+    roundings (float64) and the right side ``c`` additions more. ``M`` is
+    ``2^D sum_parts sum |piece|`` (the pieces only, never the claimed block), rounded at
+    most ``gamma`` of the largest piece's size plus ``c``. A piece holding ``inf`` or
+    ``nan`` is a ``Verdict`` with ``exact=True`` (the caller recomputes the sum).
+    Cost: one read of the block and of every piece, plus one ``|piece|`` pass.
+    """
+    dims = len(out_shape)
+    reps = default_repeats(dims) if reps is None else int(reps)
+    R = vectors(seed, out_shape, reps)
+    claimed = np.asarray(claimed)
+    if claimed.shape != tuple(out_shape):
+        return Verdict(False, math.inf, 0.0, reps, dims)
+    u_out = _unit_roundoff(np.dtype(out_dtype))
+    cplx = 2 if np.dtype(out_dtype).kind == "c" else 1
+    lhs, depth_lhs = _project_claimed(claimed, R, reps)
+    letters = _letters(dims)
+    expr = ",".join(["".join(letters), *(REP + c for c in letters)]) + "->" + REP
+    rhs = np.zeros(reps, dtype=lhs.dtype)
+    mag = 0.0
+    depth_rhs = largest = 0
+    for arr, ranges in parts:
+        arr = np.asarray(arr)
+        if arr.size == 0:
+            continue
+        if dims:
+            rs = [R[d][:, lo:hi] for d, (lo, hi) in enumerate(ranges)]
+            val, dep = _contract(expr, [arr, *rs])
+        else:
+            val, dep = np.full(reps, arr[()]), 0
+        rhs = rhs + val
+        depth_rhs = max(depth_rhs, dep)
+        m = float(np.sum(_abs(arr, 0)))
+        if not math.isfinite(m):
+            return Verdict(False, math.nan, math.nan, reps, dims, exact=True)
+        mag += m
+        largest = max(largest, arr.size)
+    c = len(parts)
+    D = cplx * dims
+    g_a = _gamma(c, u_out)
+    g_l = _gamma(depth_lhs + D, U64)
+    g_r = _gamma(depth_rhs + D + c, U64)
+    g_m = _gamma(largest + c, U64)
+    bound = mag * 2.0**dims / (1.0 - g_m) if g_m < 1 else math.inf
+    tol = ((1 + g_a) * (1 + g_l) - 1 + g_r) * bound
+    diff = float(np.max(np.abs(lhs - rhs))) if reps else 0.0
+    return Verdict(bool(diff <= tol), diff, tol, reps, dims)
+
+
 def _summed_count(parts: Sequence[str], ops: Sequence[np.ndarray], sub: dict[str, str]) -> int:
     """How many products of the term land in one output element (summed extents)."""
     out = set(sub.values())
@@ -270,5 +346,6 @@ __all__ = [
     "default_repeats",
     "false_accept_bound",
     "project",
+    "project_sum",
     "vectors",
 ]

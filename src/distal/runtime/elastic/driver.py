@@ -36,12 +36,15 @@ from distal.runtime.elastic.tasks import (
     Ctx,
     Traffic,
     VerificationFailed,
+    agree_block_task,
     agree_task,
+    check_reduce_task,
     check_task,
     drain,
     hash_block,
     input_block,
     recheck_task,
+    reduce_task,
     source_block,
     transfer_bytes,
     unit_task,
@@ -106,6 +109,7 @@ class Driver:
         self.excluded: set[str] = set()
         self.rejections: list[dict[str, Any]] = []
         self.rechecked = 0
+        self.n_reduce = 0  # reductions submitted as verify=k copies (round-robin start)
         # the checks' random vectors derive from a secret only the check tasks carry, so a
         # worker computing a unit cannot know the vectors its result will be tested with
         self.secret = secrets.token_bytes(16)
@@ -286,11 +290,14 @@ class Driver:
             speculative_won=len(feeder.won),
         )
         summary.excluded_workers = sorted(self.excluded)
-        summary.units_rejected = len({r["unit"] for r in self.rejections})
+        blocks_out = {r["unit"] for r in self.rejections if r.get("kind") == "reduction"}
+        summary.units_rejected = len({r["unit"] for r in self.rejections} - blocks_out)
+        summary.reductions_rejected = len(blocks_out)
         summary.rejections = list(self.rejections)
         summary.rechecked = self.rechecked
         if opts.check:
             summary.checked = events.checked()
+            summary.reductions_checked = events.checked(blocks=True)
         summary.seconds = time.perf_counter() - t0
         if store is not None:
             self._finish_checkpoint(store, units, blocks)
@@ -447,6 +454,79 @@ class Driver:
             **self.restrict({who}),
         )
 
+    def submit_reduce(
+        self, ctx: Ctx, name: str, box: Box, contribs: list[Any], key: str, avoid: set[str]
+    ) -> Any:
+        """Block ``name``'s reduction: once (``verify="check"``: unsaved, its check saves
+        it; away from ``avoid``), or with ``verify=k`` as ``k`` pinned copies and their
+        agreement, like a unit."""
+        client, opts = self.client, self.opts
+        k = opts.copies
+        if k == 1:
+            return client.submit(
+                reduce_task,
+                ctx,
+                name,
+                box,
+                contribs,
+                not opts.check,
+                key=key,
+                pure=False,
+                **self.restrict(avoid),
+            )
+        pool = self.allowed()
+        if len(pool) < min(k, 2) or (not self.excluded and len(pool) < k):
+            raise InputError(f"verify={k} needs at least {k} workers; the pool has {len(pool)}")
+        self.n_reduce += 1
+        copies = [
+            client.submit(
+                reduce_task,
+                ctx,
+                name,
+                box,
+                contribs,
+                False,
+                r,
+                key=f"{key}-v{r}",
+                workers=[pool[(self.n_reduce + r) % len(pool)]],
+                allow_other_workers=not self.excluded,
+                pure=False,
+            )
+            for r in range(k)
+        ]
+        return client.submit(
+            agree_block_task,
+            ctx,
+            name,
+            copies,
+            opts.verify_rtol,
+            opts.verify_atol,
+            key=key,
+            pure=False,
+            **self.restrict(),
+        )
+
+    def submit_reduce_check(
+        self, ctx: Ctx, name: str, box: Box, contribs: list[Any], f: Any, who: str, attempt: int
+    ) -> Any:
+        """The check of block ``name``'s reduction ``f`` (summed on ``who``), elsewhere."""
+        save = ctx.store is not None
+        return self.client.submit(
+            check_reduce_task,
+            ctx,
+            name,
+            box,
+            contribs,
+            f,
+            self._seed(name, attempt),
+            self.opts.verify_repeats,
+            who,
+            save,
+            key=f"distal-check-{self.nonce}-{name}-{attempt}",
+            pure=False,
+            **self.restrict({who}),
+        )
+
     def submit_redo(self, ctx: Ctx, u: Unit, attempt: int, avoid: set[str]) -> Any:
         """Unit ``u`` again, after its result was rejected, away from ``avoid``."""
         with warnings.catch_warnings():
@@ -502,8 +582,10 @@ class Driver:
     def _outvoted(self, events: Events) -> None:
         """``verify=k``: exclude the workers whose copies a majority outvoted."""
         for m in events.take_notes("outvoted"):
+            kind = "reduction" if m.get("block") else "unit"
             for w in m.get("workers", ()):
-                self.exclude(str(w), m["name"], f"outvoted by {', '.join(m.get('accepted', ()))}")
+                how = f"outvoted by {', '.join(m.get('accepted', ()))}"
+                self.exclude(str(w), m["name"], how, kind=kind)
 
     def submit_copy(self, ctx: Ctx, u: Unit, key: str, n: int, worker: str) -> Any:
         """A speculative duplicate of unit ``u``, pinned to ``worker``.
@@ -596,7 +678,7 @@ class Driver:
                     if feeder.is_dup(f.key):
                         feeder.drop(f.key)  # a failed copy; the original still runs
                         continue
-                    if f.key in feeder.checks and isinstance(self._exception(f), CheckFailed):
+                    if feeder.is_check(f.key) and isinstance(self._exception(f), CheckFailed):
                         feeder.rejected(f)
                         continue
                     self._fail(f)

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from distal.runtime.elastic import speculate
 from distal.runtime.elastic.summary import Events
-from distal.runtime.elastic.tasks import Ctx, reduce_task
+from distal.runtime.elastic.tasks import Ctx
 from distal.runtime.elastic.units import Unit, block_name
 from distal.typing import Box
 
@@ -36,11 +36,19 @@ class Submitter(Protocol):
 
     def submit_redo(self, ctx: Ctx, u: Unit, attempt: int, avoid: set[str]) -> Any: ...
 
+    def submit_reduce(
+        self, ctx: Ctx, name: str, box: Box, contribs: list[Any], key: str, avoid: set[str]
+    ) -> Any: ...
+
+    def submit_reduce_check(
+        self, ctx: Ctx, name: str, box: Box, contribs: list[Any], f: Any, who: str, attempt: int
+    ) -> Any: ...
+
     def where(self, f: Any, name: str) -> str: ...
 
-    def restrict(self) -> dict[str, Any]: ...
+    def restrict(self, avoid: set[str] | None = None) -> dict[str, Any]: ...
 
-    def exclude(self, worker: str, unit: str, how: str) -> list[Any]: ...
+    def exclude(self, worker: str, unit: str, how: str, **more: Any) -> list[Any]: ...
 
 
 PROBE_EVERY = 0.05
@@ -98,6 +106,10 @@ class Feeder:
         self.attempts: dict[str, int] = defaultdict(int)
         self.redo_keys: set[str] = set()
         self.aux: set[str] = set()  # re-verifications of an excluded worker's entries
+        # verify="check" on reductions: a block is done once its reduction's check passed
+        self.reducing: dict[str, tuple[int, ...]] = {}  # reduction key -> block
+        self.red_checks: dict[str, tuple[tuple[int, ...], int, str]] = {}  # -> (block, attempt, by)
+        self.red_contribs: dict[tuple[int, ...], list[Any]] = {}  # kept until the block passes
         contrib: dict[tuple[int, ...], list[tuple[Unit, Box]]] = defaultdict(list)
         for u in sorted(needed, key=lambda u: (u.first, u.proc, u.name)):
             for idx, piece in u.pieces:
@@ -155,17 +167,19 @@ class Feeder:
                     (self.unit_f[u.name], u.out_box, piece, u.proc, sent_to(u, piece))
                     for u, piece in self.contrib[idx]
                 ]
-                f = self.driver.client.submit(
-                    reduce_task,
+                f = self.driver.submit_reduce(
                     self.ctx,
                     block_name(idx),
                     self.reduces[idx],
                     contribs,
-                    key=f"distal-block-{self.driver.nonce}-{'.'.join(map(str, idx))}",
-                    pure=False,
-                    **self.driver.restrict(),
+                    f"distal-block-{self.driver.nonce}-{'.'.join(map(str, idx))}",
+                    set(),
                 )
-                self.block_of[f.key] = idx
+                if self.check:
+                    self.reducing[f.key] = idx
+                    self.red_contribs[idx] = contribs
+                else:
+                    self.block_of[f.key] = idx
                 out.append(f)
                 # Dask keeps a unit's result while a submitted reduction needs it; we hold
                 # the future only until every reduction using it is submitted.
@@ -203,6 +217,13 @@ class Feeder:
             name, _, _ = self.checks.pop(f.key)
             self._accept(self.by_name[name], f)
             return True
+        if f.key in self.reducing:
+            self._submit_reduce_check(self.reducing.pop(f.key), f)
+            return False
+        if f.key in self.red_checks:
+            idx, _, _ = self.red_checks.pop(f.key)
+            del self.red_contribs[idx]
+            return True
         name = self.unit_of.get(f.key)
         c = self.copies.pop(name, None) if name is not None else None
         if c is None:
@@ -232,9 +253,7 @@ class Feeder:
     def _submit_check(self, unit: Unit, f: Any) -> None:
         who = self.driver.where(f, unit.name)
         attempt = self.attempts[unit.name]
-        for r in self.driver.rejections:
-            if r["unit"] == unit.name and "recomputed_on" not in r:
-                r["recomputed_on"] = who
+        self._note_redone(unit.name, who)
         g = self.driver.submit_check(self.ctx, unit, f, who, attempt)
         self.checks[g.key] = (unit.name, attempt, who)
         self.inflight.add(g.key)
@@ -242,13 +261,51 @@ class Feeder:
             self.block_of[g.key] = unit.pieces[0][0]
         self.extra.append(g)
 
+    def is_check(self, key: str) -> bool:
+        """A check (of a unit or of a reduction)."""
+        return key in self.checks or key in self.red_checks
+
+    def _note_redone(self, name: str, who: str) -> None:
+        for r in self.driver.rejections:
+            if r["unit"] == name and "recomputed_on" not in r:
+                r["recomputed_on"] = who
+
+    def _submit_reduce_check(self, idx: tuple[int, ...], f: Any) -> None:
+        name = block_name(idx)
+        who = self.driver.where(f, name)
+        attempt = self.attempts[name]
+        self._note_redone(name, who)
+        g = self.driver.submit_reduce_check(
+            self.ctx, name, self.reduces[idx], self.red_contribs[idx], f, who, attempt
+        )
+        self.red_checks[g.key] = (idx, attempt, who)
+        self.block_of[g.key] = idx
+        self.extra.append(g)
+
     def rejected(self, f: Any) -> None:
-        """A unit's check failed: exclude the worker that computed it, recompute elsewhere."""
-        name, attempt, who = self.checks.pop(f.key)
+        """A check failed: exclude the worker that computed the result, recompute elsewhere
+        (a unit, or a reduction from the same checked partials)."""
         self.inflight.discard(f.key)
         self.block_of.pop(f.key, None)
+        if f.key in self.red_checks:
+            idx, attempt, who = self.red_checks.pop(f.key)
+            name = block_name(idx)
+            self.extra.extend(self.driver.exclude(who, name, "check", kind="reduction"))
+            self.attempts[name] = attempt + 1
+            r = self.driver.submit_reduce(
+                self.ctx,
+                name,
+                self.reduces[idx],
+                self.red_contribs[idx],
+                f"distal-block-{self.driver.nonce}-{'.'.join(map(str, idx))}-redo-{attempt + 1}",
+                {who},
+            )
+            self.reducing[r.key] = idx
+            self.extra.append(r)
+            return
+        name, attempt, who = self.checks.pop(f.key)
         unit = self.by_name[name]
-        self.extra.extend(self.driver.exclude(who, name, "check"))
+        self.extra.extend(self.driver.exclude(who, name, "check", kind="unit"))
         self.attempts[name] = attempt + 1
         r = self.driver.submit_redo(self.ctx, unit, attempt + 1, {who})
         self.copies[name] = _Copies(unit, r, time.monotonic())

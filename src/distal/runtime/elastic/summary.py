@@ -33,10 +33,13 @@ class Summary:
     the copy that was used.
 
     Verification (``verify="check"`` or ``verify=k``): ``checked`` counts units whose
-    result passed its randomized check, ``units_rejected`` the units whose result a check
-    rejected or a majority outvoted (each was recomputed elsewhere, or taken from the
-    majority), ``rejections`` says which worker computed each rejected result and, for a
-    check, which worker recomputed it (``recomputed_on``); ``excluded_workers`` are the
+    result passed its randomized check (``reductions_checked``: the reductions, i.e. summed
+    blocks), ``units_rejected`` the units whose result a check rejected or a majority
+    outvoted (each was recomputed elsewhere, or taken from the majority),
+    ``reductions_rejected`` the same for reductions; ``rejections`` says, per rejected
+    result, what it was (``kind``: ``"unit"`` or ``"reduction"``; ``unit`` is its name),
+    which worker computed it and, for a check, which worker recomputed it
+    (``recomputed_on``); ``excluded_workers`` are the
     workers that lost the run's trust (no further task was submitted to them), and
     ``rechecked`` the checkpoint entries they had written in the run that were
     re-verified.
@@ -56,7 +59,9 @@ class Summary:
     speculative: int = 0
     speculative_won: int = 0
     checked: int = 0
+    reductions_checked: int = 0
     units_rejected: int = 0
+    reductions_rejected: int = 0
     excluded_workers: list[str] = field(default_factory=list)
     rejections: list[dict[str, Any]] = field(default_factory=list)
     rechecked: int = 0
@@ -78,12 +83,15 @@ class Summary:
             lines.append(f"checkpoint: {self.corrupt} corrupt entr(y/ies) recomputed")
         if self.verified:
             lines.append(f"verify: {self.verified} task(s) accepted by agreement")
-        if self.checked:
-            lines.append(f"check: {self.checked} task(s) passed their randomized check")
-        if self.units_rejected or self.excluded_workers:
+        if self.checked or self.reductions_checked:
+            red = f" and {self.reductions_checked} reduction(s)" if self.reductions_checked else ""
+            lines.append(f"check: {self.checked} task(s){red} passed their randomized check")
+        if self.units_rejected or self.reductions_rejected or self.excluded_workers:
             excl = ", ".join(self.excluded_workers) or "none"
+            n_red = self.reductions_rejected
+            red = f" and {n_red} reduction(s)" if n_red else ""
             lines.append(
-                f"rejected: {self.units_rejected} unit(s) recomputed elsewhere; "
+                f"rejected: {self.units_rejected} unit(s){red} recomputed elsewhere; "
                 f"excluded workers: {excl}"
                 + (
                     f"; {self.rechecked} of their checkpoint entries re-verified"
@@ -136,11 +144,15 @@ class Events:
                 if m.get("written") and m["worker"] == worker
             }
 
-    def checked(self) -> int:
-        """Units whose result passed a check (each once)."""
+    def checked(self, blocks: bool = False) -> int:
+        """Units (``blocks``: reductions) whose result passed a check (each once)."""
         with self.lock:
             return len(
-                {m["name"] for m in self.seen.values() if m["kind"] == "check" and m.get("ok")}
+                {
+                    m["name"]
+                    for m in self.seen.values()
+                    if m["kind"] == "check" and m.get("ok") and bool(m.get("block")) == blocks
+                }
             )
 
     def sync(self) -> None:

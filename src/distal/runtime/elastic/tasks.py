@@ -29,7 +29,7 @@ from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, run_leaf
 from distal.runtime import checkpoint
 from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
-from distal.runtime.elastic.check import Call, Verdict, project
+from distal.runtime.elastic.check import Call, Part, Verdict, project, project_sum
 from distal.runtime.elastic.units import Unit
 from distal.runtime.source import read_block
 from distal.typing import (
@@ -66,7 +66,8 @@ class CheckFailed(RuntimeFailure):
 
 FAULT_ENV = "DISTAL_FAULT_CORRUPT"
 """Test hook: a worker process whose environment sets this to ``q`` perturbs each unit
-result it returns with probability ``q`` (adds 1.0 to one random element)."""
+result and each reduction (summed block) it returns with probability ``q`` (adds 1.0 to
+one random element)."""
 
 _fault_rng: list[np.random.Generator] = []
 
@@ -412,29 +413,61 @@ def agree_task(
     moves each piece once, the other copies' inputs are Dask's extra transfers
     (``dask_transfer_bytes``).
     """
-    w = event(ctx, "start", unit.name)
+    return _agree(
+        ctx,
+        unit.name,
+        f"task {unit.name} (virtual processor {unit.proc})",
+        unit.proc,
+        copies,
+        rtol,
+        atol,
+    )
+
+
+def agree_block_task(
+    ctx: Ctx,
+    name: str,
+    copies: list[tuple[np.ndarray, str, dict[str, Any]]],
+    rtol: float,
+    atol: float,
+) -> np.ndarray:
+    """:func:`agree_task` for a reduction's copies (``verify=k``): block ``name``."""
+    return _agree(ctx, name, f"reduction {name}", None, copies, rtol, atol, block=True)
+
+
+def _agree(
+    ctx: Ctx,
+    name: str,
+    what: str,
+    proc: int | None,
+    copies: list[tuple[np.ndarray, str, dict[str, Any]]],
+    rtol: float,
+    atol: float,
+    **tags: Any,
+) -> np.ndarray:
+    w = event(ctx, "start", name)
     groups = _groups(copies, rtol, atol)
     best = max(groups, key=len)
     if 2 * len(best) <= len(copies):
         where = sorted({copies[g[0]][1] for g in groups})
         raise VerificationFailed(
-            f"task {unit.name} (virtual processor {unit.proc}) disagrees between workers "
+            f"{what} disagrees between workers "
             f"{', '.join(where)}: no majority of the {len(copies)} copies agrees "
             f"(rtol={rtol}, atol={atol})",
-            processor=unit.proc,
+            processor=proc,
         )
     first, _, counts = copies[best[0]]
     winners = sorted({copies[n][1] for n in best})
     losers = sorted({copies[n][1] for n in range(len(copies)) if n not in best} - set(winners))
     if len(best) < len(copies):
-        event(ctx, "outvoted", unit.name, w, workers=losers, accepted=winners)
+        event(ctx, "outvoted", name, w, workers=losers, accepted=winners, **tags)
     distinct = len({a for _, a, _ in copies})
     finish(
         ctx,
         w,
-        unit.name,
+        name,
         first,
-        unit.name,
+        name,
         status="verified",
         distinct=distinct,
         seconds=0.0,
@@ -462,22 +495,80 @@ def check_task(
     w = ctx.worker()
     t0 = time.perf_counter()
     v = verdict(ctx, unit, blocks, claimed, seed, reps)
+    what = f"unit {unit.name} (virtual processor {unit.proc})"
+    return _judge(ctx, w, unit.name, what, v, claimed, computed_by, save, t0)
+
+
+def _judge(
+    ctx: Ctx,
+    w: Any,
+    name: str,
+    what: str,
+    v: Verdict,
+    claimed: np.ndarray,
+    computed_by: str,
+    save: bool,
+    t0: float,
+    **tags: Any,
+) -> np.ndarray:
+    """Log a check's verdict; raise :class:`CheckFailed`, or checkpoint and return."""
     seconds = time.perf_counter() - t0
     info = {"ok": v.ok, "by": computed_by, "seconds": seconds, "diff": v.diff, "tol": v.tol}
+    info |= tags
     if not v.ok:
-        event(ctx, "check", unit.name, w, **info)
+        event(ctx, "check", name, w, **info)
         raise CheckFailed(
-            f"unit {unit.name} (virtual processor {unit.proc}) computed on {computed_by} "
-            f"failed its check on {w.address}: {v.describe()}",
-            unit.name,
+            f"{what} computed on {computed_by} failed its check on {w.address}: {v.describe()}",
+            name,
             computed_by,
             v.describe(),
         )
     if save and ctx.store is not None:
-        finish(ctx, w, unit.name, claimed, unit.name, kind="check", **info)
+        finish(ctx, w, name, claimed, name, kind="check", **info)
     else:
-        event(ctx, "check", unit.name, w, **info)
+        event(ctx, "check", name, w, **info)
     return claimed
+
+
+Contribs = list[tuple[np.ndarray, Box, Box, int, int]]
+"""A reduction's summands: ``(partial, its box, piece, source, destination)``."""
+
+
+def reduction_verdict(
+    ctx: Ctx, box: Box, contribs: Contribs, claimed: np.ndarray, seed: int, reps: int | None
+) -> Verdict:
+    """The randomized check of a claimed block against its summands (see
+    :func:`.check.project_sum`); non-finite summands are checked by summing them again
+    (in the reducer's order, so the sum must be identical, ``nan`` for ``nan``)."""
+    parts: list[Part] = []
+    for arr, out_box, piece, _, _ in contribs:
+        ranges = tuple((lo - o, hi - o) for (lo, hi), (o, _) in zip(piece, box, strict=True))
+        parts.append((arr[box_index(piece, out_box)], ranges))
+    v = project_sum(claimed, parts, box_shape(box), ctx.out_dtype, seed, reps)
+    if v.exact:
+        want, _ = _sum_block(ctx, box, contribs)
+        same = claimed.shape == want.shape and bool(np.array_equal(claimed, want, equal_nan=True))
+        return Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
+    return v
+
+
+def check_reduce_task(
+    ctx: Ctx,
+    name: str,
+    box: Box,
+    contribs: Contribs,
+    claimed: np.ndarray,
+    seed: int,
+    reps: int | None,
+    computed_by: str,
+    save: bool,
+) -> np.ndarray:
+    """Check a reduction's block away from the worker that summed it (``verify="check"``);
+    the block if it passes (checkpointed here), else :class:`CheckFailed`."""
+    w = ctx.worker()
+    t0 = time.perf_counter()
+    v = reduction_verdict(ctx, box, contribs, claimed, seed, reps)
+    return _judge(ctx, w, name, f"reduction {name}", v, claimed, computed_by, save, t0, block=True)
 
 
 def recheck_task(
@@ -504,9 +595,25 @@ def recheck_task(
     return False
 
 
+def _sum_block(ctx: Ctx, box: Box, contribs: Contribs) -> tuple[np.ndarray, Traffic]:
+    block = np.zeros(box_shape(box), ctx.out_dtype)
+    traffic: Traffic = []
+    for arr, out_box, piece, src, dst in contribs:
+        part = arr[box_index(piece, out_box)]
+        block[box_index(piece, box)] += part
+        if dst >= 0 and part.size:
+            traffic.append((src, dst, part.size))
+    return block, traffic
+
+
 def reduce_task(
-    ctx: Ctx, name: str, box: Box, contribs: list[tuple[np.ndarray, Box, Box, int, int]]
-) -> np.ndarray:
+    ctx: Ctx,
+    name: str,
+    box: Box,
+    contribs: Contribs,
+    save: bool = True,
+    replica: int | None = None,
+) -> Any:
     """Sum the unit partials' pieces of one output block; checkpoint the finished block.
 
     ``contribs`` are ``(partial, its box, piece, source, destination)``: the destination is
@@ -515,23 +622,29 @@ def reduce_task(
     (an earlier unit of a split output buffer). The elements of each sent piece found in
     the partial that arrived are this block's received traffic.
     A re-run (after the worker holding the block died) loads the block it already saved.
+
+    ``save=False`` (``verify="check"``: the block's check saves it) only sums.
+    ``replica=r`` is copy ``r`` of ``verify=k``: it returns ``(block, worker, counts)`` for
+    :func:`agree_block_task`, which saves the agreed block and logs its traffic.
     """
-    w = event(ctx, "start", name)
+    label = name if replica is None else f"{name}#v{replica}"
+    w = event(ctx, "start", label)
     t0 = time.perf_counter()
-    if ctx.store is not None:
+    if ctx.store is not None and replica is None:
         saved, _ = ctx.store.load(name)
         if saved is not None:
-            event(ctx, "done", name, w, status="reused", seconds=time.perf_counter() - t0)
-            return saved
-    block = np.zeros(box_shape(box), ctx.out_dtype)
-    traffic: Traffic = []
-    for arr, out_box, piece, src, dst in contribs:
-        part = arr[box_index(piece, out_box)]
-        block[box_index(piece, box)] += part
-        if dst >= 0 and part.size:
-            traffic.append((src, dst, part.size))
+            event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0)
+            return _fault(saved)
+    block, traffic = _sum_block(ctx, box, contribs)
+    block = _fault(block)
     seconds = time.perf_counter() - t0
-    finish(ctx, w, name, block, name, status="computed", seconds=seconds, traffic=traffic)
+    if replica is not None:
+        event(ctx, "done", label, w, status="computed", seconds=seconds)
+        return block, w.address, {"traffic": traffic}
+    if save:
+        finish(ctx, w, name, block, name, status="computed", seconds=seconds, traffic=traffic)
+    else:
+        event(ctx, "done", label, w, status="computed", seconds=seconds, traffic=traffic)
     return block
 
 
@@ -541,7 +654,9 @@ __all__ = [
     "Ctx",
     "Traffic",
     "VerificationFailed",
+    "agree_block_task",
     "agree_task",
+    "check_reduce_task",
     "check_task",
     "drain",
     "event",
@@ -550,6 +665,7 @@ __all__ = [
     "input_block",
     "recheck_task",
     "reduce_task",
+    "reduction_verdict",
     "source_block",
     "transfer_bytes",
     "unit_task",
