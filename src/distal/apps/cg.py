@@ -126,7 +126,9 @@ def cg(
     bnorm = float(np.sqrt(sess.get("cg_bb")))
     sess.run(ks["rr"])
     rename(sess, "cg_rrn", "cg_rr")
-    loop = sess.iterations(maxiter, keep=["cg_x", "cg_r", "cg_p", "cg_rr"], name="cg")
+    loop = sess.iterations(
+        maxiter, keep=["cg_x", "cg_r", "cg_p", "cg_rr"], name="cg", save="latest"
+    )
     first = 0 if sess.resumed_from is None else sess.resumed_from + 1
     rs = float(sess.get("cg_rr"))
     done = first
@@ -159,5 +161,6 @@ def cg(
             rename(sess, "cg_rrn", "cg_rr")
             rs = rs_new
     finally:
+        loop.close()  # the last finished iteration is saved
         bar.close()
     return sess.get("cg_x"), done

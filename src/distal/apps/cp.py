@@ -133,7 +133,7 @@ def cp_als(
     sess.run(norm)
     xx = float(sess.get("cp_xx"))
     keep = [_factor(n) for n in range(order)] + ["cp_w", "cp_fit"]
-    loop = sess.iterations(iters, keep=keep, name="cp_als")
+    loop = sess.iterations(iters, keep=keep, name="cp_als", save="latest")
     factors = [sess.get(_factor(n)) for n in range(order)]
     weights = sess.get("cp_w")
     fit = float(sess.get("cp_fit"))
@@ -168,5 +168,6 @@ def cp_als(
             if change < tol:
                 break
     finally:
+        loop.close()  # the last finished iteration is saved
         bar.close()
     return weights, factors, fit

@@ -1,17 +1,19 @@
-"""PageRank by power iteration, with the dangling-node correction computed exactly.
+"""PageRank by power iteration, with the dangling-node correction.
 
 ``A[i, j] != 0`` is a link from ``i`` to ``j`` of weight ``A[i, j] / sum_j A[i, j]``. A row
 with no links (a dangling node) spreads its rank uniformly over all nodes. One iteration is
 
-    x'[j] = d * sum_i P[i, j] x[i] + (d * sum_{i dangling} x[i] + 1 - d) / n
+    x'[j] = d * sum_i G[j, i] x[i] + (1 - d) / n,
 
-Distributed on a line of ``P`` processors, owner computes: ``P^T`` in row blocks
+``G = P^T`` with every dangling node's column set to ``1 / n`` (so ``d * sum_{i dangling}
+x[i] / n``, the dangling mass spread uniformly, is part of the product: the matrix is dense
+in this version anyway, and one kernel fewer runs per iteration).
+
+Distributed on a line of ``P`` processors, owner computes: ``G`` in row blocks
 (``"ji -> j"``), the new vector in blocks. Each iteration runs
 
-* ``dm[()] = x[i] * dangling[i]``: the dangling mass, a distributed inner product;
-* ``xn[j] = PT[j, i] * x[i] * d + c[()]``: the matrix-vector product, reading ``x``
-  replicated (the session moves ``n * (P - 1)`` words) with ``c = (d * dm + 1 - d) / n``
-  computed on the driver and replicated;
+* ``xn[j] = G[j, i] * x[i] * d + c[()]``: the matrix-vector product, reading ``x``
+  replicated (the session moves ``n * (P - 1)`` words), ``c = (1 - d) / n`` replicated;
 * ``dx[i] = xn[i] - x[i]`` and ``e[()] = dx[i] * dx[i]``: the squared change, a
   distributed scalar (the difference is formed first, so nothing cancels).
 
@@ -45,16 +47,13 @@ from distal.session import Session
 
 def _kernels(n: int, d: float, M: Machine) -> dict[str, Any]:
     i, j = index_vars("i j")
-    # x is always read replicated: the product needs it so, the other kernels read their
-    # own block of it without moving anything
+    # x is always read replicated: the product needs it so, the other kernel reads its own
+    # block of it without moving anything
     x = Tensor("pr_x", (n,), dist="i -> *", machine=M)
-    mask = Tensor("pr_dangling", (n,), dist="i -> i", machine=M)
-    dm = scalar("pr_dm", M)
-    dm[()] = x[i] * mask[i]
-    PT = Tensor("pr_PT", (n, n), dist="ji -> j", machine=M)
+    G = Tensor("pr_G", (n, n), dist="ji -> j", machine=M)
     c = scalar("pr_c", M, "*")
     xn = Tensor("pr_xn", (n,), dist="j -> j", machine=M)
-    xn[j] = PT[j, i] * x[i] * d + c[()]
+    xn[j] = G[j, i] * x[i] * d + c[()]
     # the change as a vector first: the squares of a difference summed as one statement
     # would be expanded into products of x and xn and cancel near convergence
     xn2 = Tensor("pr_xn", (n,), dist="i -> i", machine=M)
@@ -62,12 +61,7 @@ def _kernels(n: int, d: float, M: Machine) -> dict[str, Any]:
     dx[i] = xn2[i] - x[i]
     e, dx2 = scalar("pr_e", M), Tensor("pr_dx", (n,), dist="i -> i", machine=M)
     e[()] = dx2[i] * dx2[i]
-    return {
-        "dm": owner(dm, i, M),
-        "step": owner(xn, j, M),
-        "diff": owner(dx, i, M),
-        "change": owner(e, i, M),
-    }
+    return {"step": owner(xn, j, M), "diff": owner(dx, i, M), "change": owner(e, i, M)}
 
 
 def pagerank(
@@ -109,19 +103,20 @@ def pagerank(
     d = float(damping)
     rows = a.sum(axis=1)
     dangling = rows == 0
-    P = np.divide(a, rows[:, None], out=np.zeros_like(a), where=~dangling[:, None])
+    # the transposed link matrix with every dangling column spread uniformly: x' = d G x + c
+    G = np.divide(a, rows[:, None], out=np.zeros_like(a), where=~dangling[:, None]).T
+    G[:, dangling] = 1.0 / n
     sess = session_for(session)
     M = machine_for(sess, machine)
     ks = _kernels(n, d, M)
-    sess.put("pr_PT", np.ascontiguousarray(P.T))
-    sess.put("pr_dangling", dangling.astype(np.float64))
+    sess.put("pr_G", np.ascontiguousarray(G))
+    sess.put("pr_c", np.array((1 - d) / n))
     sess.put("pr_x", np.full(n, 1.0 / n))
     bound = d / (1 - d) * np.sqrt(n)
+    loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="latest")
     bar = progress(sess, maxiter, "pagerank iterations")
     try:
-        for it in sess.iterations(maxiter, keep=["pr_x"], name="pagerank"):
-            sess.run(ks["dm"])
-            sess.put("pr_c", np.array((d * float(sess.get("pr_dm")) + 1 - d) / n))
+        for it in loop:
             sess.run(ks["step"])
             sess.run(ks["diff"])
             sess.run(ks["change"])
@@ -131,6 +126,7 @@ def pagerank(
             if err <= tol:
                 break
     finally:
+        loop.close()  # the last finished iteration is saved
         bar.close()
     x = sess.get("pr_x")
     return x / x.sum()

@@ -102,6 +102,8 @@ class Session:
         self.checkpoint = checkpoint
         self.moved_words = 0
         self.resumed_from: int | None = None
+        self._writing: Any = None  # the iteration being written behind (session.loops)
+        self._unsaved: Any = None  # (loop, snapshot) of an iteration left while writing
         self.values: dict[str, Held] = {}
         self._copies: dict[tuple, Copy] = {}
         self.rank, self.nranks = 0, 1
@@ -302,16 +304,21 @@ class Session:
 
     # -- checkpointed loops ------------------------------------------------------------------
 
-    def iterations(self, n: int, keep: Sequence[str] = (), name: str = "loop") -> Iterator[int]:
+    def iterations(
+        self, n: int, keep: Sequence[str] = (), name: str = "loop", *, save: str = "every"
+    ) -> Iterator[int]:
         """Iteration numbers ``0 .. n-1``, the ``keep`` values saved after each one.
 
         With ``checkpoint=`` a later session on the same location and loop ``name``
         restores the kept values of the last completed iteration (``resumed_from``) and
         yields from the next one. Restoring happens here, before the first iteration.
+        ``save="latest"`` saves an iteration only when the previous save is done (the
+        iterations finished meanwhile are skipped, the last one is always saved), so
+        saving never holds up the computation.
         """
         from distal.session.loops import Loop
 
-        return Loop(self, n, keep, name).start()
+        return Loop(self, n, keep, name, save).start()
 
     def __repr__(self) -> str:
         return f"Session({self.runtime!r}, values={self.names()}, moved_words={self.moved_words})"

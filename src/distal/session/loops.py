@@ -9,6 +9,12 @@ manifest is written last, atomically (temporary name, then rename), so an iterat
 complete exactly when its manifest exists. Under MPI each block is written by the lowest
 rank holding it, the ranks exchange their checksums and rank 0 writes the manifest.
 
+``save="latest"`` writes behind the computation (local and Dask runtimes): a writer thread
+saves an iteration while the next ones compute, iterations finished while it is busy are
+not saved, and the loop's last finished iteration is saved when the loop ends. An
+iteration still counts as complete only once its manifest is written after all its
+entries, so a resumed loop starts after the newest iteration that was saved whole.
+
 A loop that starts finds the newest complete iteration whose entries all load with a good
 checksum (an older one if the newest is damaged), restores the kept values in their saved
 layouts (each MPI rank reads only its own block) and yields from the next iteration. Once
@@ -22,6 +28,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -35,6 +42,7 @@ from distal.typing import Box, box_index, box_shape
 FORMAT = "distal-session"
 VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+SAVES = ("every", "latest")
 
 
 def loop_root(location: Any, name: str) -> str:
@@ -74,10 +82,36 @@ def _box(doc: Any) -> Box:
     return tuple((int(lo), int(hi)) for lo, hi in doc)
 
 
+_WRITER: list[ThreadPoolExecutor] = []
+
+
+def _writer() -> ThreadPoolExecutor:
+    """The thread that writes iterations behind the computation (one per process)."""
+    if not _WRITER:
+        _WRITER.append(ThreadPoolExecutor(1, "distal-session-save"))
+    return _WRITER[0]
+
+
+def finish(sess: Session, last: bool = False) -> None:
+    """Wait until the iteration the session's writer is saving is complete (its manifest
+    written); a failure to write it is raised here, once. With ``last``, an iteration
+    left unsaved while the writer was busy (``save="latest"``) is then saved too."""
+    pending: Future[None] | None = sess._writing
+    if pending is not None:
+        sess._writing = None
+        pending.result()
+    if last and sess._unsaved is not None:
+        loop, snap = sess._unsaved
+        loop._submit(snap)
+        finish(sess)
+
+
 class Loop:
     """One ``iterations`` call of a session."""
 
-    def __init__(self, sess: Session, n: int, keep: Sequence[str], name: str) -> None:
+    def __init__(
+        self, sess: Session, n: int, keep: Sequence[str], name: str, save: str = "every"
+    ) -> None:
         if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 0:
             raise InputError(f"iterations() needs a non-negative integer count, got {n!r}")
         if isinstance(keep, str):
@@ -90,13 +124,18 @@ class Loop:
                 f"loop name {name!r} must be letters, digits, '_', '.' or '-' (it names a "
                 "directory of the checkpoint location)"
             )
+        if save not in SAVES:
+            raise InputError(f"save must be one of {list(SAVES)}, got {save!r}")
         self.sess, self.n, self.keep, self.name = sess, int(n), keep, name
+        self.latest = save == "latest"
+        self.last_complete: int | None = None  # the newest iteration this loop knows complete
         self.mpi = sess.runtime == "mpi"
 
     # -- the loop --------------------------------------------------------------------------
 
     def start(self) -> Iterator[int]:
         sess = self.sess
+        finish(sess, last=True)  # an earlier loop's last iteration is on disk first
         sess.resumed_from = None
         first = 0
         if sess.checkpoint is not None:
@@ -107,18 +146,60 @@ class Loop:
         return self._iterate(first)
 
     def _iterate(self, first: int) -> Iterator[int]:
-        for it in range(first, self.n):
-            yield it  # a ``break`` in the body closes the generator here: nothing is saved
-            if self.sess.checkpoint is not None:
-                self.save(it)
+        try:
+            for it in range(first, self.n):
+                yield it  # a ``break`` in the body closes the generator here: nothing is saved
+                if self.sess.checkpoint is not None:
+                    self.save(it)
+        finally:
+            finish(self.sess, last=True)  # every finished iteration due is on disk
 
     # -- saving ----------------------------------------------------------------------------
 
     def save(self, it: int) -> None:
-        """Write iteration ``it``'s kept values, then its manifest (last, atomically)."""
+        """Write iteration ``it``'s kept values, then its manifest (last, atomically).
+
+        By default (``save="every"``) this happens here: when the next iteration starts,
+        this one is complete. With ``save="latest"`` on the local and Dask runtimes it
+        happens on a writer thread while the next iterations compute (under MPI, where the
+        ranks exchange checksums, it still happens here): the blocks written are the held
+        arrays themselves, which the session never changes in place (a run keeps a new
+        array, ``put`` a copy); an iteration finished while the writer is busy is left
+        unsaved, except the loop's last, which is saved when the loop ends.
+        """
+        snap = self._snapshot(it)
+        sess = self.sess
+        if self.latest and not self.mpi:
+            pending = sess._writing
+            if pending is not None and not pending.done():
+                sess._unsaved = (self, snap)  # written when the writer is free or the loop ends
+                return
+        self._submit(snap)
+
+    def _submit(self, snap: tuple) -> None:
+        """Write a snapshot: on the writer thread (local, Dask) or here (MPI)."""
+        sess = self.sess
+        sess._unsaved = None
+        finish(sess)  # the previous iteration's manifest is written (or its error raised)
+        it, store, todo, docs = snap
+        if self.latest and not self.mpi:
+            sess._writing = _writer().submit(self._write, it, store, todo, docs)
+            return
+        if not self.mpi:
+            self._write(it, store, todo, docs)
+            return
+        from distal.runtime.mpi.session import allgather_objects
+
+        mine = [(v, k, store.save(f"{v}.{k}", arr)) for v, k, arr in todo]
+        every = [x for part in allgather_objects(mine, sess.options.get("comm")) for x in part]
+        self._finish_iteration(it, store, every, docs)
+
+    def _snapshot(self, it: int) -> tuple:
+        """What saving iteration ``it`` writes: ``(it, store, blocks, value documents)``,
+        the blocks being (views of) the held arrays."""
         sess = self.sess
         store = iteration_store(sess.checkpoint, self.name, it)
-        mine: list[tuple[str, int, str]] = []
+        todo: list[tuple[str, int, np.ndarray]] = []
         docs: dict[str, dict[str, Any]] = {}
         for v in self.keep:
             held = sess._held(v)
@@ -127,7 +208,7 @@ class Loop:
             for k, (box, p) in enumerate(blocks):
                 arr = self._block(held, box, p)
                 if arr is not None:
-                    mine.append((v, k, store.save(f"{v}.{k}", arr)))
+                    todo.append((v, k, arr))
             docs[v] = {
                 "shape": list(held.shape),
                 "dtype": held.dtype.str,
@@ -137,12 +218,28 @@ class Loop:
                     for k, (b, _) in enumerate(blocks)
                 ],
             }
-        if self.mpi:
-            from distal.runtime.mpi.session import allgather_objects
+        return it, store, todo, docs
 
-            every = [x for part in allgather_objects(mine, sess.options.get("comm")) for x in part]
-        else:
-            every = mine
+    def _write(
+        self,
+        it: int,
+        store: CheckpointStore,
+        todo: list[tuple[str, int, np.ndarray]],
+        docs: dict[str, dict[str, Any]],
+    ) -> None:
+        """The writer thread's part of :meth:`save`: entries, then the manifest."""
+        every = [(v, k, store.save(f"{v}.{k}", arr)) for v, k, arr in todo]
+        self._finish_iteration(it, store, every, docs)
+
+    def _finish_iteration(
+        self,
+        it: int,
+        store: CheckpointStore,
+        every: list[tuple[str, int, str]],
+        docs: dict[str, dict[str, Any]],
+    ) -> None:
+        """Every entry is in place: write the manifest (rank 0) and prune."""
+        sess = self.sess
         digests = {(v, k): d for v, k, d in every}
         for v, doc in docs.items():
             for k, e in enumerate(doc["entries"]):
@@ -160,6 +257,7 @@ class Loop:
                 }
             )
             self._prune(it)
+        self.last_complete = it
 
     def _block(self, held: Held, box: Box, p: int) -> np.ndarray | None:
         """The array of ``box`` this process writes (None: another rank writes it)."""
@@ -175,9 +273,11 @@ class Loop:
         return read_block("kept value", data, box, held.dtype)
 
     def _prune(self, it: int) -> None:
-        """Delete iterations older than ``it - 1`` (the previous complete one stays)."""
+        """Delete iterations older than the complete one before ``it`` (which stays; with
+        ``save="latest"`` that may be older than ``it - 1``)."""
+        keep = it - 1 if self.last_complete is None else min(self.last_complete, it - 1)
         for old in iteration_dirs(self.sess.checkpoint, self.name):
-            if old >= it - 1:
+            if old >= keep:
                 break
             store = iteration_store(self.sess.checkpoint, self.name, old)
             try:
@@ -214,6 +314,7 @@ class Loop:
             if ok:
                 assert values is not None
                 sess.values.update(values)
+                self.last_complete = it
                 return it
         return None
 
