@@ -1,9 +1,10 @@
 """dl.apps against their usual single-process peers: per-iteration times from one run.
 
-    python benchmarks/apps.py [--procs P] [--json PATH]
+    python benchmarks/apps.py [--procs P] [--json PATH] [--large]
 
 * CP-ALS (dense ``I x J x K`` tensor, rank ``R``, a fixed number of iterations) against
-  tensorly's ``parafac`` (random init, the error computed each iteration as here);
+  tensorly's ``parafac`` (random init, the error computed each iteration as here), and
+  once more in a session with a checkpoint location (the loop's ``save="latest"``);
 * CG (dense SPD ``n x n``, a fixed number of iterations) against
   ``scipy.sparse.linalg.cg`` on the same dense matrix and on it as a CSR matrix;
 * PageRank (random graph with dangling nodes, a fixed number of iterations) against a numpy
@@ -11,7 +12,8 @@
 
 distal runs on the local runtime, ``P`` processors in this one process (every processor's
 kernel part runs in turn), so its times include the whole runtime's work per kernel. The
-load average is printed with the figures: the machine may be shared.
+load average is printed with the figures: the machine may be shared. Every distal call is
+made once first (one iteration), so first-call costs such as imports are not counted.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -37,15 +40,26 @@ def bench_cp(P: int, shape=(60, 50, 40), rank=8, iters=20) -> list[dict]:
     X = np.einsum("ir,jr,kr->ijk", *(rng.random((s, rank)) for s in shape))
     X += 0.01 * rng.standard_normal(shape)
     rows = []
+    problem = f"{'x'.join(map(str, shape))} R={rank}"
 
-    def run(k: int):  # type: ignore[no-untyped-def]
-        return dl.apps.cp_als(X, rank, machine=P, iters=k, tol=0.0, session=_sess())
+    def run(k: int, checkpoint: str | None = None):  # type: ignore[no-untyped-def]
+        sess = _sess(checkpoint)
+        return dl.apps.cp_als(X, rank, machine=P, iters=k, tol=0.0, session=sess)
 
+    run(1)  # first-call costs (imports, BLAS set-up) are not the loop's
     (_, _, fit), sec = timed(lambda: run(iters))
     _, setup = timed(lambda: run(0))
     rows.append(
-        dict(app="cp_als", impl=f"distal local P={P}", iters=iters, sec=sec, setup=setup, fit=fit)
-    )
+        dict(app="cp_als", problem=problem, impl=f"distal local P={P}", iters=iters, sec=sec,
+             setup=setup, fit=fit)
+    )  # fmt: skip
+    with tempfile.TemporaryDirectory() as ck:  # every iteration offered to the checkpoint
+        _, sec = timed(lambda: run(iters, f"{ck}/a"))
+        _, setup = timed(lambda: run(0, f"{ck}/b"))
+    rows.append(
+        dict(app="cp_als", problem=problem, impl=f"distal local P={P} checkpointed", iters=iters,
+             sec=sec, setup=setup)
+    )  # fmt: skip
     try:
         import tensorly as tl
         from tensorly.decomposition import parafac
@@ -65,8 +79,9 @@ def bench_cp(P: int, shape=(60, 50, 40), rank=8, iters=20) -> list[dict]:
         )
     )
     rows.append(
-        dict(app="cp_als", impl="tensorly parafac", iters=len(errs), sec=sec, fit=1 - errs[-1])
-    )
+        dict(app="cp_als", problem=problem, impl="tensorly parafac", iters=len(errs), sec=sec,
+             fit=1 - errs[-1])
+    )  # fmt: skip
     return rows
 
 
@@ -75,17 +90,28 @@ def bench_cg(P: int, n=2000, iters=50) -> list[dict]:
     from scipy.sparse.linalg import cg
 
     rng = np.random.default_rng(1)
-    Q = rng.standard_normal((n, n))
-    A = Q @ Q.T / n + np.eye(n)
+    if n <= 4000:
+        Q = rng.standard_normal((n, n))
+        A = Q @ Q.T / n + np.eye(n)
+    else:  # a shifted symmetric random matrix (eigenvalues in about [1.6, 4.4]): no n^3 set-up
+        A = rng.standard_normal((n, n))
+        A += A.T
+        A /= 2 * np.sqrt(n)
+        A[np.diag_indices(n)] += 3.0
     b = rng.standard_normal(n)
     rows = []
+    problem = f"n={n}"
 
     def run(k: int):  # type: ignore[no-untyped-def]
         return dl.apps.cg(A, b, machine=P, tol=0.0, maxiter=k, session=_sess())
 
+    run(1)
     (x, its), sec = timed(lambda: run(iters))
     _, setup = timed(lambda: run(0))
-    rows.append(dict(app="cg", impl=f"distal local P={P}", iters=its, sec=sec, setup=setup))
+    rows.append(
+        dict(app="cg", problem=problem, impl=f"distal local P={P}", iters=its, sec=sec,
+             setup=setup)
+    )  # fmt: skip
     for name, M in (("scipy cg (dense)", A), ("scipy cg (CSR)", sp.csr_array(A))):
         count = [0]
 
@@ -93,7 +119,7 @@ def bench_cg(P: int, n=2000, iters=50) -> list[dict]:
             count[0] += 1
 
         (y, _), sec = timed(lambda M=M, cb=cb: cg(M, b, rtol=1e-300, maxiter=iters, callback=cb))
-        rows.append(dict(app="cg", impl=name, iters=count[0], sec=sec))
+        rows.append(dict(app="cg", problem=problem, impl=name, iters=count[0], sec=sec))
         rows[-1]["max_diff_vs_distal"] = float(np.max(np.abs(y - x)))
     return rows
 
@@ -109,9 +135,13 @@ def bench_pagerank(P: int, n=2000, iters=50, d=0.85) -> list[dict]:
     def run(k: int):  # type: ignore[no-untyped-def]
         return dl.apps.pagerank(a, machine=P, damping=d, tol=0.0, maxiter=k, session=_sess())
 
+    run(1)
     x, sec = timed(lambda: run(iters))
     _, setup = timed(lambda: run(0))
-    rows.append(dict(app="pagerank", impl=f"distal local P={P}", iters=iters, sec=sec, setup=setup))
+    rows.append(
+        dict(app="pagerank", problem=f"n={n}", impl=f"distal local P={P}", iters=iters, sec=sec,
+             setup=setup)
+    )  # fmt: skip
     s = a.sum(axis=1)
     dangling = s == 0
     P_ = np.divide(a, s[:, None], out=np.zeros_like(a), where=~dangling[:, None])
@@ -136,40 +166,48 @@ def bench_pagerank(P: int, n=2000, iters=50, d=0.85) -> list[dict]:
         ("scipy CSR power iteration", sparse),
     ):
         y, sec = timed(fn)
-        rows.append(dict(app="pagerank", impl=name, iters=iters, sec=sec))
+        rows.append(dict(app="pagerank", problem=f"n={n}", impl=name, iters=iters, sec=sec))
         rows[-1]["max_diff_vs_distal"] = float(np.max(np.abs(y / y.sum() - x)))
     return rows
 
 
-def _sess() -> dl.Session:
-    return dl.Session(progress=False)
+def _sess(checkpoint: str | None = None) -> dl.Session:
+    return dl.Session(progress=False, checkpoint=checkpoint)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--procs", type=int, default=max(1, min(os.cpu_count() or 1, 8)))
     ap.add_argument("--json", default=None, help="also write the rows to this file")
+    ap.add_argument(
+        "--large",
+        action="store_true",
+        help="also CP-ALS 200x200x200 rank 16 and CG n=8000 (arithmetic-bound sizes)",
+    )
     args = ap.parse_args()
     load = os.getloadavg()
     print(
         f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  cores: {os.cpu_count()}"
     )
     rows = bench_cp(args.procs) + bench_cg(args.procs) + bench_pagerank(args.procs)
-    base: dict[str, float] = {}
+    if args.large:
+        rows += bench_cp(args.procs, (200, 200, 200), 16, 10) + bench_cg(args.procs, 8000, 30)
+    base: dict[tuple[str, str], float] = {}
     print(
-        f"{'app':9} {'implementation':34} {'iters':>5} {'total s':>9} {'ms/iter':>9} {'ratio':>7}"
+        f"{'app':9} {'problem':18} {'implementation':34} {'iters':>5} {'total s':>9} "
+        f"{'ms/iter':>9} {'ratio':>7}"
     )
     for r in rows:
         # distal: the time of the same call without iterations (inputs, kernels compiled,
         # the set-up kernels) is taken off, so the figure is the loop's own
         r["ms_per_iter"] = 1e3 * (r["sec"] - r.get("setup", 0.0)) / max(r["iters"], 1)
-        base.setdefault(r["app"], r["ms_per_iter"])
-        r["distal_over_this"] = base[r["app"]] / r["ms_per_iter"]
+        base.setdefault((r["app"], r["problem"]), r["ms_per_iter"])
+        r["distal_over_this"] = base[r["app"], r["problem"]] / r["ms_per_iter"]
         extra = "".join(
             f"  {k}={v:.3g}" for k, v in r.items() if k in ("setup", "fit", "max_diff_vs_distal")
         )
         print(
-            f"{r['app']:9} {r['impl']:34} {r['iters']:5d} {r['sec']:9.3f} "
+            f"{r['app']:9} {r['problem']:18} {r['impl']:34} {r['iters']:5d} {r['sec']:9.3f} "
             f"{r['ms_per_iter']:9.2f} {r['distal_over_this']:7.2f}{extra}"
         )
     load = os.getloadavg()

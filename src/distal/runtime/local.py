@@ -241,7 +241,8 @@ class Prepared:
         return None
 
 
-PREPARED_PLANS = 8  # plans whose prepared runs are kept (the most recently prepared)
+PREPARED_PLANS = 16  # plans whose prepared runs are kept (the most recently prepared): an
+# iterative program runs several kernels per iteration (CG: 7, with the copy kernels more)
 _PREPARED: dict[int, Prepared] = {}
 _PREPARED_LOCK = threading.Lock()
 

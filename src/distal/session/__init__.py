@@ -103,6 +103,7 @@ class Session:
         self.moved_words = 0
         self.resumed_from: int | None = None
         self._writing: Any = None  # the iteration being written behind (session.loops)
+        self._write_free_at = 0.0  # when the writer takes the next iteration
         self._unsaved: Any = None  # (loop, snapshot) of an iteration left while writing
         self.values: dict[str, Held] = {}
         self._copies: dict[tuple, Copy] = {}

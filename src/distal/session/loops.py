@@ -11,7 +11,8 @@ rank holding it, the ranks exchange their checksums and rank 0 writes the manife
 
 ``save="latest"`` writes behind the computation (local and Dask runtimes): a writer thread
 saves an iteration while the next ones compute, iterations finished while it is busy are
-not saved, and the loop's last finished iteration is saved when the loop ends. An
+not saved (it rests ``WRITER_REST`` times as long as each write took, so writing takes at
+most a tenth of the time), and the loop's last finished iteration is saved when the loop ends. An
 iteration still counts as complete only once its manifest is written after all its
 entries, so a resumed loop starts after the newest iteration that was saved whole.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -43,6 +45,9 @@ FORMAT = "distal-session"
 VERSION = 1
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 SAVES = ("every", "latest")
+WRITER_REST = 9  # save="latest": after writing an iteration for t seconds the writer takes no
+# new one for WRITER_REST * t, so writing is at most a tenth of the loop's time (its Python
+# parts share the interpreter with the computation)
 
 
 def loop_root(location: Any, name: str) -> str:
@@ -164,14 +169,16 @@ class Loop:
         happens on a writer thread while the next iterations compute (under MPI, where the
         ranks exchange checksums, it still happens here): the blocks written are the held
         arrays themselves, which the session never changes in place (a run keeps a new
-        array, ``put`` a copy); an iteration finished while the writer is busy is left
-        unsaved, except the loop's last, which is saved when the loop ends.
+        array, ``put`` a copy); an iteration finished while the writer is busy (writing,
+        or resting ``WRITER_REST`` times as long as its last write took) is left unsaved,
+        except the loop's last, which is saved when the loop ends.
         """
         snap = self._snapshot(it)
         sess = self.sess
         if self.latest and not self.mpi:
             pending = sess._writing
-            if pending is not None and not pending.done():
+            busy = pending is not None and not pending.done()
+            if busy or time.perf_counter() < sess._write_free_at:
                 sess._unsaved = (self, snap)  # written when the writer is free or the loop ends
                 return
         self._submit(snap)
@@ -227,9 +234,13 @@ class Loop:
         todo: list[tuple[str, int, np.ndarray]],
         docs: dict[str, dict[str, Any]],
     ) -> None:
-        """The writer thread's part of :meth:`save`: entries, then the manifest."""
+        """The writer thread's part of :meth:`save`: entries, then the manifest; then the
+        writer rests ``WRITER_REST`` times as long as that took."""
+        t0 = time.perf_counter()
         every = [(v, k, store.save(f"{v}.{k}", arr)) for v, k, arr in todo]
         self._finish_iteration(it, store, every, docs)
+        t1 = time.perf_counter()
+        self.sess._write_free_at = t1 + WRITER_REST * (t1 - t0)
 
     def _finish_iteration(
         self,
