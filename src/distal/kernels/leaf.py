@@ -768,6 +768,20 @@ def _run_leaf(
     out_origin: Box,
     fresh: bool,
 ) -> None:
+    for tk, alpha, ops in term_calls(kernels, box, operands):
+        dst = _view(out, tuple(box[i] for i in tk.out), out_origin)
+        contraction(tk.spec)(ops, dst, alpha, fresh)
+        fresh = False
+
+
+def term_calls(
+    kernels: Sequence[TermKernel], box: Box, operands: dict[str, tuple[np.ndarray, Box]]
+) -> list[tuple[TermKernel, float, list[np.ndarray]]]:
+    """The terms a leaf runs on ``box``: ``(term, coefficient, operand views)`` for each term
+    that reads here (one that does not use a statement variable runs only at its first
+    value), its coefficient times the extents of the variables it sums without using.
+    Running a leaf and checking one (the elastic runtime's verification) both start here."""
+    calls = []
     for tk in kernels:
         if tk.gates and any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
             continue
@@ -778,6 +792,5 @@ def _run_leaf(
         for name, idx in tk.factors:
             arr, origin = operands[name]
             ops.append(_view(arr, tuple(box[i] for i in idx), origin))
-        dst = _view(out, tuple(box[i] for i in tk.out), out_origin)
-        contraction(tk.spec)(ops, dst, alpha, fresh)
-        fresh = False
+        calls.append((tk, alpha, ops))
+    return calls

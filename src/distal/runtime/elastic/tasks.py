@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import RuntimeFailure
-from distal.kernels.leaf import TermKernel, run_leaf
+from distal.kernels.leaf import TermKernel, run_leaf, term_calls
 from distal.runtime import checkpoint
 from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
 from distal.runtime.elastic.check import Call, Part, Verdict, project, project_sum
@@ -285,27 +285,12 @@ def _compute(
     return out, _received(unit, by_tensor), iterations
 
 
-def _view(arr: np.ndarray, box: Box, origin: Box) -> np.ndarray:
-    if not box:
-        return arr
-    return arr[tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))]
-
-
 def _calls(ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]) -> list[Call]:
     """The leaf calls the unit makes: every term on every compute box (as ``run_leaf``)."""
     out: list[Call] = []
     for operands, boxes in _steps(ctx, unit, _by_tensor(blocks)):
         for box in boxes:
-            for tk in ctx.kernels:
-                if tk.gates and any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
-                    continue
-                alpha = tk.coeff
-                if tk.multipliers:
-                    alpha = alpha * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
-                ops = []
-                for name, idx in tk.factors:
-                    arr, origin = operands[name]
-                    ops.append(_view(arr, tuple(box[i] for i in idx), origin))
+            for tk, alpha, ops in term_calls(ctx.kernels, box, operands):
                 ranges = tuple(
                     (box[i][0] - o[0], box[i][1] - o[0])
                     for i, o in zip(tk.out, unit.out_box, strict=True)
