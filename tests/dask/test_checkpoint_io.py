@@ -288,3 +288,17 @@ def test_a_failing_report_after_a_write_is_nobody_elses_failure(tmp_path: Path) 
     store.save_soon("e", np.ones(3), closed)
     ck.drain()  # no root: every failure would be raised
     assert store.load("e")[1] == ck.OK
+
+
+def test_a_scalar_entry_keeps_its_shape(tmp_path) -> None:
+    """0-d arrays (scalars a kernel produced) come back 0-d."""
+    import numpy as np
+
+    from distal.runtime.checkpoint import CheckpointStore
+
+    store = CheckpointStore(str(tmp_path), "run")
+    store.save("s", np.array(2.5))
+    back, state = store.load("s")
+    assert state == "ok"
+    assert back.shape == ()
+    assert back == 2.5

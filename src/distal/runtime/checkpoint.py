@@ -62,7 +62,7 @@ OK, MISSING, CORRUPT = "ok", "missing", "corrupt"
 
 def fingerprint_array(arr: np.ndarray) -> str:
     """xxh3-128 of an array's bytes, dtype and shape: equal data, equal fingerprint."""
-    a = np.ascontiguousarray(arr)
+    a = np.require(arr, requirements="C")  # C order; a 0-d array stays 0-d
     h = xxhash.xxh3_128(f"{a.dtype.str}{a.shape}".encode())
     if a.size:
         h.update(memoryview(a.reshape(-1).view(np.uint8)))
@@ -151,7 +151,7 @@ def _payload(a: np.ndarray) -> memoryview:
 
 def encode(name: str, arr: np.ndarray) -> tuple[bytes, memoryview, str]:
     """Header, payload and checksum of one entry."""
-    a = np.ascontiguousarray(arr)
+    a = np.require(arr, requirements="C")  # C order; a 0-d array stays 0-d
     payload = _payload(a)
     digest = xxhash.xxh3_128(payload).hexdigest()
     return header(name, a, digest), payload, digest
@@ -264,7 +264,7 @@ class CheckpointStore:
 
     def save(self, name: str, arr: np.ndarray) -> str:
         """Write entry ``name`` atomically; returns its checksum."""
-        a = np.ascontiguousarray(arr)
+        a = np.require(arr, requirements="C")  # C order; a 0-d array stays 0-d
         path = self.path(name)
         if self.local and self._direct and a.nbytes >= direct_io.MIN_BYTES:
             os.makedirs(self.root, exist_ok=True)
