@@ -38,7 +38,7 @@ import contextlib
 import math
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -530,6 +530,11 @@ def _einsum(ins: str, out: str) -> Contraction:
     kept = "".join(c for c in out if c in ins)
     missing = tuple(n for n, c in enumerate(out) if c not in ins)
     inner = f"{ins}->{kept}"
+    # one operand, every letter once and kept: einsum returns a view, its axes permuted
+    perm = None
+    if "," not in ins and len(set(ins)) == len(ins) == len(kept):
+        perm = tuple(ins.index(c) for c in kept)
+    identity = tuple(range(len(kept)))
     exprs: dict[tuple[tuple[int, ...], ...], Any] = {}
     lock = threading.Lock()
 
@@ -548,7 +553,12 @@ def _einsum(ins: str, out: str) -> Contraction:
         if not ops:
             dst += alpha
             return
-        r = expression(ops)(*ops) if len(ops) > 1 else np.einsum(inner, ops[0])
+        if len(ops) > 1:
+            r = expression(ops)(*ops)
+        elif perm is not None:
+            r = ops[0] if perm == identity else ops[0].transpose(perm)
+        else:
+            r = np.einsum(inner, ops[0])
         if alpha != 1:
             r = r * alpha
         if missing:
@@ -676,12 +686,6 @@ def term_kernels(st: Statement, schedule: Any | None = None) -> tuple[TermKernel
     return tuple(out)
 
 
-def _view(arr: np.ndarray, box: Box, origin: Box) -> np.ndarray:
-    if not box:
-        return arr
-    return arr[tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))]
-
-
 PARALLEL_MIN_POINTS = 1 << 15  # iterations below which a parallelized leaf stays on one thread
 _PAR_POOL: list[Any] = []
 
@@ -760,6 +764,81 @@ def _run_chunks(
             f.result()
 
 
+LEAF_PLANS = 64  # kernel tuples whose per-box leaf calls are kept ...
+LEAF_BOXES = 4096  # ... each with up to this many (box, origins) entries
+
+
+class _LeafPlan:
+    """What running ``kernels`` on one box derives from the box and the blocks' origins
+    alone, kept per (box, operand origins, output origin): the terms that run, their
+    routines, coefficients and the slices of every operand and of the output. A repeated
+    run on the same boxes then only slices the arrays it is given."""
+
+    __slots__ = ("calls", "kernels", "names")
+
+    def __init__(self, kernels: tuple[TermKernel, ...]) -> None:
+        self.kernels = kernels
+        self.names = tuple(dict.fromkeys(n for tk in kernels for n, _ in tk.factors))
+        self.calls: dict[tuple, tuple] = {}
+
+    def get(
+        self, box: Box, operands: dict[str, tuple[np.ndarray, Box]], out_origin: Box | None
+    ) -> tuple:
+        try:
+            key = (box, out_origin, *[operands[n][1] for n in self.names])
+        except KeyError:  # a tensor only gated-off terms read is not held here
+            key = (
+                box,
+                out_origin,
+                *[operands[n][1] if n in operands else None for n in self.names],
+            )
+        c = self.calls.get(key)
+        if c is None:
+            c = tuple(self._derive(box, operands, out_origin))
+            if len(self.calls) >= LEAF_BOXES:
+                self.calls.clear()
+            self.calls[key] = c
+        return c
+
+    def _derive(
+        self, box: Box, operands: dict[str, tuple[np.ndarray, Box]], out_origin: Box | None
+    ) -> Iterator[tuple]:
+        for tk in self.kernels:
+            if tk.gates and any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
+                continue
+            alpha = tk.coeff
+            if tk.multipliers:
+                alpha = alpha * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
+            ops = tuple(
+                (name, _slices(tuple(box[i] for i in idx), operands[name][1]))
+                for name, idx in tk.factors
+            )
+            dst = None if out_origin is None else _slices(tuple(box[i] for i in tk.out), out_origin)
+            yield tk, contraction(tk.spec), alpha, ops, dst
+
+
+_LEAF_PLANS: dict[int, _LeafPlan] = {}
+
+
+def _leaf_plan(kernels: Sequence[TermKernel]) -> _LeafPlan:
+    lp = _LEAF_PLANS.get(id(kernels))
+    if lp is not None and lp.kernels is kernels:
+        return lp
+    lp = _LeafPlan(tuple(kernels))
+    if isinstance(kernels, tuple):  # a tuple lives as long as its kernel: kept by id
+        if len(_LEAF_PLANS) >= LEAF_PLANS:
+            _LEAF_PLANS.clear()
+        _LEAF_PLANS[id(kernels)] = lp
+    return lp
+
+
+def _slices(box: Box, origin: Box) -> tuple[slice, ...] | None:
+    """The index of ``box`` in an array holding ``origin`` (None: the whole 0-d array)."""
+    if not box:
+        return None
+    return tuple(slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(box, origin, strict=True))
+
+
 def _run_leaf(
     kernels: Sequence[TermKernel],
     box: Box,
@@ -768,9 +847,9 @@ def _run_leaf(
     out_origin: Box,
     fresh: bool,
 ) -> None:
-    for tk, alpha, ops in term_calls(kernels, box, operands):
-        dst = _view(out, tuple(box[i] for i in tk.out), out_origin)
-        contraction(tk.spec)(ops, dst, alpha, fresh)
+    for _, run, alpha, ops, dsl in _leaf_plan(kernels).get(box, operands, out_origin):
+        views = [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops]
+        run(views, out if dsl is None else out[dsl], alpha, fresh)
         fresh = False
 
 
@@ -781,16 +860,7 @@ def term_calls(
     that reads here (one that does not use a statement variable runs only at its first
     value), its coefficient times the extents of the variables it sums without using.
     Running a leaf and checking one (the elastic runtime's verification) both start here."""
-    calls = []
-    for tk in kernels:
-        if tk.gates and any(not box[g][0] <= 0 < box[g][1] for g in tk.gates):
-            continue
-        alpha = tk.coeff
-        if tk.multipliers:
-            alpha = alpha * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
-        ops = []
-        for name, idx in tk.factors:
-            arr, origin = operands[name]
-            ops.append(_view(arr, tuple(box[i] for i in idx), origin))
-        calls.append((tk, alpha, ops))
-    return calls
+    return [
+        (tk, alpha, [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops])
+        for tk, _, alpha, ops, _ in _leaf_plan(kernels).get(box, operands, None)
+    ]
