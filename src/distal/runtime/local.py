@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import threading
 import time
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -44,6 +46,7 @@ from distal.plan.ir import (
 )
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.progress import Progress
+from distal.runtime.progress import _wanted as progress_wanted
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, box_index
 from distal.runtime.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
@@ -91,6 +94,20 @@ def _copy_all(jobs: list[tuple[np.ndarray, np.ndarray]]) -> None:
 
 
 _KIND = {Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
+_STAT_LISTS = sum(1 for f in fields(Stats) if f.compare)  # as ``Stats.zeros`` makes them
+
+
+class _NoBar:
+    """The progress bar of a run that shows none (most runs: not on a terminal)."""
+
+    def advance(self, proc: int, step: int | None = None) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+_NO_BAR = _NoBar()
 _ORIGIN = [((0, 0),) * n for n in range(33)]
 _INPUT, _PRIMARY, _REPLICA = 0, 1, 2  # roles of an owned block
 _NOTHING, _VIEW, _BUFFER = 0, 1, 2  # what a fetch makes
@@ -202,6 +219,7 @@ class Prepared:
             self.fetch_words.append(copied)
         self.finals = [by_step[p][nsteps] for p in range(n)]
         self.spare: list[_Buffers] = []  # buffers of an earlier run, free to take
+        self.nlevels = plan.machine.nlevels if plan.machine else 1
 
     def level(self, src: int, dst: int) -> int:
         """Machine level a message from ``src`` to ``dst`` crosses (cached)."""
@@ -301,7 +319,9 @@ class LocalRuntime:
                     owned[name] = (result[sl], box)
                 else:
                     owned[name] = (_zeros(box_shape(box), out_dtype), box)
-        stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
+        n, nlevels = plan.nprocs, prep.nlevels
+        stats = Stats(*[[0] * n for _ in range(_STAT_LISTS)],
+                      level_words_received=[[0] * n for _ in range(nlevels)])  # fmt: skip
         try:
             self.bufs = prep.spare.pop()
         except IndexError:
@@ -313,7 +333,11 @@ class LocalRuntime:
             self._relay_fetches(procs, stats)
             for q in procs:
                 q.swap()
-        bar = Progress(plan.nsteps, plan.nprocs, enabled=self.progress)
+        bar = (
+            Progress(plan.nsteps, plan.nprocs, enabled=self.progress)
+            if progress_wanted(self.progress, sys.stderr)
+            else _NO_BAR
+        )
         try:
             for s in range(plan.nsteps):
                 self._step(s, procs, stats, bar)
@@ -341,7 +365,7 @@ class LocalRuntime:
                 self.bufs.give(b[0])
         held.clear()
 
-    def _step(self, s: int, procs: list[Store], stats: Stats, bar: Progress) -> None:
+    def _step(self, s: int, procs: list[Store], stats: Stats, bar: Progress | _NoBar) -> None:
         """Step ``s`` of every processor: prefetch ``s+1``, compute, flush, then reduce.
 
         The prefetch copies run before the computation, not beside it: every leaf's BLAS call
