@@ -77,6 +77,8 @@ def _matrix(x: np.ndarray, rows: Sequence[int], cols: Sequence[int]) -> np.ndarr
     view; None when that needs a copy."""
     if len(rows) == 1 and len(cols) == 1 and x.ndim == 2:  # a matrix already (or its .T)
         return x if rows[0] == 0 else x.T
+    if x.ndim <= 1:  # a vector or a scalar: the reshape is always a view
+        return x.reshape(x.size if rows else 1, x.size if cols else 1)
     t = x.transpose((*rows, *cols))
     shape = (math.prod(t.shape[: len(rows)]), math.prod(t.shape[len(rows) :]))
     try:
