@@ -15,9 +15,28 @@ import numpy as np
 
 from distal.kernels.leaf import TermKernel, run_leaf
 from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
-from distal.typing import Box, box_index, box_shape, box_volume
+from distal.typing import Box, box_shape, box_volume
+from distal.typing import box_index as _box_index
 
 Held = tuple[np.ndarray, Box]  # an array and the box of the tensor it holds
+
+INDEXES = 1 << 14  # (box, origin) pairs whose index is kept: a plan's boxes recur every run
+_INDEX: dict[tuple[Box, Box], tuple[Any, ...]] = {}
+
+
+def box_index(box: Box, origin: Box) -> tuple[Any, ...]:
+    """:func:`distal.typing.box_index`, kept per ``(box, origin)``."""
+    key = (box, origin)
+    try:
+        ix = _INDEX.get(key)
+    except TypeError:  # a box given as a list
+        return _box_index(box, origin)
+    if ix is None:
+        ix = _box_index(box, origin)
+        if len(_INDEX) >= INDEXES:
+            _INDEX.clear()
+        _INDEX[key] = ix
+    return ix
 
 
 class Store:
