@@ -94,6 +94,9 @@ def _copy_all(jobs: list[tuple[np.ndarray, np.ndarray]]) -> None:
 
 
 _KIND = {Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
+# instructions with nothing to do here (the sender's Flush / the receiver's copy moves the
+# data) and nothing traced: left out of the prepared work
+_MOVED_ELSEWHERE = (Reduce, SendFinal, Forward, Combine)
 _STAT_LISTS = sum(1 for f in fields(Stats) if f.compare)  # as ``Stats.zeros`` makes them
 
 
@@ -167,7 +170,8 @@ class Prepared:
     owns. ``fetches[s][p]``: ``(op, what, tensor, box, shape, own slices, pieces, whole)``
     for each fetch of step ``s``, where a piece is ``(source, slices in the buffer, slices in
     the source's block, words, machine level, routing hop or None)`` and ``whole`` says the
-    buffer is one direct piece (a copy of a view). ``work[s][p]``: the other instructions.
+    buffer is one direct piece (a copy of a view). ``work[s][p]``: the other instructions
+    that act here.
     """
 
     def __init__(self, plan: Plan) -> None:
@@ -210,14 +214,16 @@ class Prepared:
                         mine.append(self._fetch(op, p, owned_box[p], relayed))
                         if not op.view:
                             copied += sum(box_volume(piece) for _, piece in op.pieces)
-                    else:
+                    elif not isinstance(op, _MOVED_ELSEWHERE):
                         other.append(op)
                 fs.append(mine)
                 ws.append(other)
             self.fetches.append(fs)
             self.work.append(ws)
             self.fetch_words.append(copied)
-        self.finals = [by_step[p][nsteps] for p in range(n)]
+        self.finals = [
+            [op for op in by_step[p][nsteps] if isinstance(op, RecvFinal)] for p in range(n)
+        ]
         self.spare: list[_Buffers] = []  # buffers of an earlier run, free to take
         self.nlevels = plan.machine.nlevels if plan.machine else 1
 
@@ -348,8 +354,7 @@ class LocalRuntime:
             peak[q.p] = max(peak[q.p], self._held(q))
         for q in procs:
             for op in prep.finals[q.p]:
-                if isinstance(op, RecvFinal):
-                    self._exec(q, op, procs, stats)
+                self._exec(q, op, procs, stats)
         seconds = time.perf_counter() - start
         if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:
             for q in procs:
@@ -495,8 +500,6 @@ class LocalRuntime:
                 for dst, box in op.sends:
                     hop, relay = self.prep.partial_route[op.step, q.p, box]
                     self.pending_partial.append((hop, q.p, dst, box, relay))
-            elif isinstance(op, Reduce | SendFinal | Forward | Combine):
-                pass  # the sender's Flush / the receiver's copy moves the data
             elif isinstance(op, RecvFinal):
                 src_arr, sorigin = procs[op.src].owned[plan.output]
                 own, origin = q.owned[plan.output]
