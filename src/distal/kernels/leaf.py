@@ -79,19 +79,7 @@ def _matrix(x: np.ndarray, rows: Sequence[int], cols: Sequence[int]) -> np.ndarr
         return x if rows[0] == 0 else x.T
     if x.ndim <= 1:  # a vector or a scalar: the reshape is always a view
         return x.reshape(x.size if rows else 1, x.size if cols else 1)
-    t = x.transpose((*rows, *cols))
-    shape = (math.prod(t.shape[: len(rows)]), math.prod(t.shape[len(rows) :]))
-    try:
-        return np.reshape(t, shape, copy=False)
-    except ValueError:
-        return None
-    except TypeError:  # numpy < 2.1 has no ``copy=``: assigning a shape never copies
-        v = t.view()
-        try:
-            v.shape = shape
-        except AttributeError:
-            return None
-        return v
+    return _group(x, (rows, cols))
 
 
 def _real(alpha: complex | float) -> float | None:
@@ -260,8 +248,7 @@ class _MatMul:
 
 def _group(x: np.ndarray, groups: Sequence[Sequence[int]]) -> np.ndarray | None:
     """``x`` with each group of axes merged into one dimension, as a view (None: a copy)."""
-    order = [a for g in groups for a in g]
-    t = x.transpose(order)
+    t = x.transpose([a for g in groups for a in g])
     shape = tuple(math.prod(x.shape[a] for a in g) for g in groups)
     try:
         return np.reshape(t, shape, copy=False)
