@@ -16,10 +16,12 @@ from distal.plan.engine import ROUTINGS, Engine, lower, placements_of, program, 
 from distal.plan.ir import Plan
 from distal.plan.printer import explain, program_text
 from distal.plan.sinks import PlanSummary
+from distal.plan.sparse import Analysis, is_sparse_schedule
 from distal.plan.stats import Stats
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source
 from distal.schedule.api import Schedule
+from distal.schedule.relations import Fuse, Pos
 
 RUNTIMES = ("local", "mpi", "dask")
 
@@ -29,11 +31,18 @@ class Kernel:
 
     def __init__(self, schedule: Schedule, routing: str = "auto", params: Any = None) -> None:
         self.schedule = schedule
-        if sparse := [t for t in schedule.tensors().values() if not t.format.is_dense]:
-            raise NotSupportedYet(
-                f"tensor {sparse[0].name!r} has format {sparse[0].format.describe()}: "
-                "sparse lowering is not in this version"
-            )
+        self.sparse = None
+        self._bound: BoundKernel | None = None
+        if is_sparse_schedule(schedule):
+            # the pattern enters at bind time; compile checks the schedule's rules only
+            self.sparse = Analysis(schedule)
+            self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
+            self.params = params
+            self.routing = "direct"
+            self._summaries = {}
+            return
+        if any(isinstance(r, Fuse | Pos) for r in schedule.relations):
+            raise NotSupportedYet("fuse and pos on a dense computation are not in this version")
         placements_of(schedule)  # check every tensor's machine now, not at the first run
         self.kernels = term_kernels(schedule.statement, schedule)
         self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
@@ -111,13 +120,47 @@ class Kernel:
     def _stats(self) -> Stats:
         return self.summary.stats
 
-    def stats(self) -> Stats:
-        """Exact predicted traffic, work and memory per processor (a fresh copy)."""
+    def stats(self, inputs: Mapping[str, Any] | None = None) -> Stats:
+        """Exact predicted traffic, work and memory per processor (a fresh copy).
+
+        A kernel with sparse inputs needs their patterns: ``stats(inputs)`` reads only the
+        patterns of the sparse inputs in ``inputs`` (never values); dense kernels ignore
+        ``inputs``.
+        """
+        if self.sparse is not None:
+            if inputs is None:
+                raise InputError(
+                    f"the stats of a sparse kernel depend on the patterns of its sparse "
+                    f"input(s) {list(self.sparse.sparse_inputs)}: call stats(inputs) or "
+                    "bind(inputs).stats()"
+                )
+            return self.bind(inputs).stats()
         return Stats(**self._stats.as_dict())  # a copy the caller may change
+
+    def bind(self, inputs: Mapping[str, Any]) -> BoundKernel:
+        """The kernel bound to the patterns of its sparse inputs: the exact plan for them.
+
+        Only the patterns are read. Binding again to inputs with the same patterns returns
+        the same bound kernel, so iterative solvers bind once.
+        """
+        if self.sparse is None:
+            return BoundKernel(self, None, {})
+        from distal.plan.sparse import bind, load_patterns
+
+        arrays = load_patterns(self.sparse, inputs)
+        prints = {n: a.pattern_fingerprint() for n, a in arrays.items()}
+        if self._bound is not None and self._bound.fingerprints == prints:
+            return self._bound
+        self._bound = BoundKernel(self, bind(self.sparse, arrays), prints)
+        return self._bound
 
     def explain(self, processor: int | None = None) -> str:
         """The scheduled loop nest, where each tensor moves, and the per-processor table;
         with ``processor``, also that processor's program, instruction by instruction."""
+        if self.sparse is not None:
+            from distal.plan.sparse_text import explain_unbound
+
+            return explain_unbound(self.sparse)
         text = explain(self.schedule, self.summary, self.routing, _bound_lines(self))
         if processor is None:
             return text
@@ -163,6 +206,8 @@ class Kernel:
 
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute the plan on a runtime and return the output with measured stats."""
+        if self.sparse is not None:
+            return self.bind(inputs).run(inputs, runtime, **options)
         # mpi: every rank checks its inputs inside the runtime, which agrees on the outcome
         # with the other ranks first, so one rank's bad input fails them all instead of a hang
         data = inputs if runtime == "mpi" else self.check_inputs(inputs)
@@ -215,6 +260,117 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel({self.schedule!r})"
+
+
+class BoundKernel:
+    """A kernel bound to the patterns of its sparse inputs (``Kernel.bind``).
+
+    ``stats()`` and ``explain()`` are exact for those patterns; ``run(inputs)`` takes inputs
+    with the same patterns (values may change freely) and raises ``InputError`` for a
+    different pattern. Its plan and its leaves' index structure are built once.
+    """
+
+    def __init__(self, kernel: Kernel, plan: Any, fingerprints: dict[str, str]) -> None:
+        self.kernel = kernel
+        self.plan = plan
+        self.fingerprints = fingerprints
+        self._computes: list[Any] | None = None
+
+    def stats(self) -> Stats:
+        """Exact predicted stats for the bound patterns (a fresh copy)."""
+        if self.plan is None:
+            return self.kernel.stats()
+        return Stats(**self.plan.stats.as_dict())
+
+    def explain(self) -> str:
+        """The loop nest, how the bound pattern is cut, what moves, the per-processor table."""
+        if self.plan is None:
+            return self.kernel.explain()
+        from distal.plan.sparse_text import explain_bound
+
+        return explain_bound(self.plan)
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """Inputs as the runtimes take them: sparse ones as SparseArrays with the bound
+        patterns, dense ones as arrays of the tensors' shapes and dtypes."""
+        from distal.plan.sparse import load_patterns
+
+        a = self.kernel.sparse
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
+        need = tuple(t.name for t in a.statement.inputs())
+        for name in inputs:
+            if name not in need:
+                role = "the output" if name == a.output.name else "not a tensor of this kernel"
+                raise InputError(f"input {name!r} is {role}; inputs are {list(need)}")
+        arrays = load_patterns(a, inputs)
+        out: dict[str, Any] = {}
+        for name, arr in arrays.items():
+            if arr is not self.plan.arrays[name]:
+                if arr.pattern_fingerprint() != self.fingerprints[name]:
+                    raise InputError(
+                        f"input {name!r} has another pattern than the one this kernel was bound "
+                        "to (values may change, the pattern may not): bind again"
+                    )
+            out[name] = arr
+        dense = {n: v for n, v in inputs.items() if n not in arrays}
+        for name in need:
+            if name not in arrays and name not in dense:
+                raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
+        for name, x in dense.items():
+            t = a.tensors[name]
+            try:
+                arr = np.asarray(x)
+            except Exception as e:
+                raise InputError(f"input {name!r} cannot be read as an array: {e}") from e
+            if arr.dtype.kind not in "biufc":
+                raise InputError(f"input {name!r} has non-numeric dtype {arr.dtype}")
+            if arr.shape != t.shape:
+                raise InputError(f"input {name!r} has shape {arr.shape}; tensor expects {t.shape}")
+            out[name] = np.asarray(arr, dtype=t.dtype)
+        return out
+
+    def computes(self) -> list[Any]:
+        """Every processor's prepared leaves (built on first use, kept for later runs)."""
+        if self._computes is None:
+            from distal.runtime.sparse_exec import Compute
+
+            self._computes = [Compute(self.plan, p) for p in range(self.plan.nprocs)]
+        return self._computes
+
+    def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
+        """Execute on a runtime; ``Result.stats`` equals :meth:`stats`."""
+        if self.plan is None:
+            return self.kernel.run(inputs, runtime, **options)
+        if runtime == "local":
+            unknown = set(options) - {"trace", "progress"}
+            if unknown:
+                raise InputError(
+                    f"unknown option(s) {sorted(unknown)} for the local runtime; "
+                    "valid options are ['progress', 'trace']"
+                )
+            from distal.runtime import sparse_local
+
+            return sparse_local.run(self.plan, self.computes(), self.check_inputs(inputs))
+        if runtime in RUNTIMES:
+            try:
+                mod = importlib.import_module(f"distal.runtime.{runtime}_sparse")
+            except ModuleNotFoundError as e:
+                if e.name and e.name.startswith("distal"):
+                    raise NotSupportedYet(
+                        f"sparse kernels on the {runtime!r} runtime are not in this version"
+                    ) from e
+                raise NotSupportedYet(
+                    f"runtime {runtime!r} needs {e.name!r}: pip install 'distal[{runtime}]'"
+                ) from e
+            return mod.run(self, inputs, **options)
+        raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+
+    def __call__(self, **inputs: Any) -> Any:
+        return self.run(inputs).value
+
+    def __repr__(self) -> str:
+        return f"BoundKernel({self.kernel.schedule!r})"
 
 
 def _bound_lines(kernel: Kernel) -> list[str]:

@@ -15,21 +15,24 @@ from distal.errors import NotationError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
-#: Right-side entry kinds.
-PART, REPL, RESTRICT = "part", "repl", "restrict"
+#: Right-side entry kinds. ``GROUP`` is a parenthesised group of dimensions, ``(xy)``: a
+#: *non-zero cut* of a sparse tensor's stored entries (see ``docs/sparse.md``).
+PART, REPL, RESTRICT, GROUP = "part", "repl", "restrict", "group"
 
 
 @dataclass(frozen=True, slots=True)
 class DimRule:
     """What one machine dimension does to a tensor.
 
-    ``kind`` is ``"part"`` (``dim`` is the tensor dimension cut), ``"repl"``
-    or ``"restrict"`` (``coord`` is the only machine coordinate holding data).
+    ``kind`` is ``"part"`` (``dim`` is the tensor dimension cut), ``"repl"``,
+    ``"restrict"`` (``coord`` is the only machine coordinate holding data) or ``"group"``
+    (``dims`` are the fused dimensions whose stored entries are cut by position).
     """
 
     kind: str
     dim: int = -1
     coord: int = -1
+    dims: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +51,42 @@ class Distribution:
                 out[r.dim].append(m)
         return tuple(tuple(c) for c in out)
 
+    @property
+    def groups(self) -> tuple[tuple[int, tuple[int, ...]], ...]:
+        """``(machine dimension, fused tensor dimensions)`` of every non-zero cut."""
+        return tuple((m, r.dims) for m, r in enumerate(self.rules) if r.kind == GROUP)
+
     def __str__(self) -> str:
         return self.text
+
+
+def _split_right(side: str, spaced: bool, text: str, tensor: str) -> list[str | list[str]]:
+    """Right-side tokens; a parenthesised group becomes the list of its names."""
+    out: list[str | list[str]] = []
+    rest = side
+    while rest.strip():
+        rest = rest.lstrip()
+        if rest[0] == "(":
+            close = rest.find(")")
+            if close < 0:
+                raise NotationError(
+                    f"unclosed '(' on the right of distribution {text!r} of tensor {tensor!r}"
+                )
+            out.append(_split_side(rest[1:close], spaced))
+            rest = rest[close + 1 :]
+            continue
+        if rest[0] == ")":
+            raise NotationError(
+                f"unmatched ')' on the right of distribution {text!r} of tensor {tensor!r}"
+            )
+        cut = len(rest)
+        for stop in (" ", "("):
+            k = rest.find(stop)
+            if 0 <= k < cut:
+                cut = k
+        head, rest = rest[:cut], rest[cut:]
+        out.extend(_split_side(head, spaced))
+    return out
 
 
 def _split_side(side: str, spaced: bool) -> list[str]:
@@ -73,7 +110,7 @@ def parse_distribution(
     left, right = (s.strip() for s in text.split("->"))
     spaced = " " in left or " " in right
     lhs = _split_side(left, spaced)
-    rhs = _split_side(right, spaced)
+    rhs = _split_right(right, spaced, text, tensor)
     for name in lhs:
         if not _NAME.match(name):
             raise NotationError(
@@ -100,7 +137,9 @@ def parse_distribution(
         )
     rules = []
     for m, tok in enumerate(rhs):
-        if tok == "*":
+        if isinstance(tok, list):
+            rules.append(_group_rule(tok, lhs, text, tensor))
+        elif tok == "*":
             rules.append(DimRule(REPL))
         elif tok.isdigit() or (tok.startswith("-") and tok[1:].isdigit()):
             c = int(tok)
@@ -118,6 +157,24 @@ def parse_distribution(
                 "expected a dimension name, '*' or an integer"
             )
     return Distribution(text, tuple(lhs), tuple(rules))
+
+
+def _group_rule(names: list[str], lhs: list[str], text: str, tensor: str) -> DimRule:
+    """``(xy)``: the named dimensions, fused, cut by stored-entry position."""
+    if not names:
+        raise NotationError(f"empty group '()' in distribution {text!r} of tensor {tensor!r}")
+    for n in names:
+        if n not in lhs:
+            raise NotationError(
+                f"group ({''.join(names)}) in distribution {text!r} of tensor {tensor!r} names "
+                f"{n!r}, which is not a dimension on the left"
+            )
+    if len(set(names)) != len(names):
+        raise NotationError(
+            f"group ({''.join(names)}) in distribution {text!r} of tensor {tensor!r} names a "
+            "dimension twice"
+        )
+    return DimRule(GROUP, dims=tuple(lhs.index(n) for n in names))
 
 
 def whole_on_processor0(order: int, machine_shape: tuple[int, ...]) -> Distribution:

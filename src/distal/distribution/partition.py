@@ -49,6 +49,14 @@ class Placement:
 
     def __post_init__(self) -> None:
         dists = self.dist if isinstance(self.dist, tuple) else (self.dist,)
+        for dist in dists:
+            if dist.groups:
+                from distal.errors import NotSupportedYet
+
+                raise NotSupportedYet(
+                    f"distribution {dist.text!r} cuts by position (a '(...)' group): that is a "
+                    "non-zero cut, for sparse tensors only in this version"
+                )
         layers, offset = [], 0
         for dist in dists:
             n = len(dist.rules)
@@ -180,8 +188,10 @@ class Placement:
     def replica_offsets(self, receivers: np.ndarray) -> np.ndarray:
         """The replicated dimensions' part of the serving replica's number (see above)."""
         rep = np.array([not f for f in self.fixed_dims()], bool)
-        return (receivers * np.where(rep, self._strides, 0)).sum(axis=1) if len(rep) else (
-            np.zeros(len(receivers), np.int64)
+        return (
+            (receivers * np.where(rep, self._strides, 0)).sum(axis=1)
+            if len(rep)
+            else (np.zeros(len(receivers), np.int64))
         )
 
     def cut(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -24,11 +24,16 @@ from distal.plan.ir import (
 from distal.plan.sinks import PlanSummary
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
-from distal.schedule.relations import Divide, Rotate, Split
+from distal.schedule.relations import Divide, Fuse, Pos, Relation, Rotate
 
 
-def relation_text(r: Divide | Split | Rotate, extent: dict[IndexVar, int]) -> str:
+def relation_text(r: Relation, extent: dict[IndexVar, int]) -> str:
     """One relation as its equation."""
+    if isinstance(r, Fuse):
+        return f"{r.fused} = {r.outer}*{extent[r.inner]} + {r.inner}   (fused)"
+    if isinstance(r, Pos):
+        names = ", ".join(c.name for c in r.coords)
+        return f"{r.position} = stored position of ({names}) in {r.tensor}"
     if isinstance(r, Rotate):
         by = " + ".join(b.name for b in r.by)
         return f"{r.target} = ({r.result} + {by}) mod {extent[r.target]}"
@@ -83,6 +88,11 @@ def traffic_table(st: Stats) -> list[str]:
         *((f"in@{k}", lw) for k, lw in enumerate(levels)),
         ("words out", st.words_sent),
         ("msgs in", st.messages_received),
+        *(
+            [("index in", st.index_words_received)]
+            if any(st.index_words_received) or any(st.index_words_sent)
+            else []
+        ),
         ("iterations", st.iterations),
         ("peak words", st.peak_words),
     ]

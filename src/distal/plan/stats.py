@@ -24,7 +24,17 @@ class Stats:
     messages_sent: list[int]
     iterations: list[int]
     peak_words: list[int]
+    index_words_received: list[int] = field(default_factory=list)
+    index_words_sent: list[int] = field(default_factory=list)
     level_words_received: list[list[int]] | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        # dense kernels move no coordinates: their index counts are zeros
+        n = len(self.words_received)
+        if not self.index_words_received:
+            self.index_words_received = [0] * n
+        if not self.index_words_sent:
+            self.index_words_sent = [0] * n
 
     @property
     def max_words_received(self) -> int:

@@ -18,7 +18,7 @@ from distal.distribution.notation import parse_layout
 from distal.errors import ScheduleError
 from distal.lang.concrete import Statement, concretize
 from distal.lang.nodes import IndexVar, Tensor
-from distal.schedule.relations import Divide, Relation, Rotate, Split
+from distal.schedule.relations import Divide, Fuse, Pos, Relation, Rotate, Split
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -43,6 +43,8 @@ class Schedule:
         levels: the ``distribute`` commands applied (outermost level first).
         comm: ``(tensor name, loop variable)`` for each ``communicate``, latest last.
         parallel: loops marked with ``parallelize``.
+        hull: tensors communicated with ``exact=False`` (sparse kernels fetch the hull of
+            what the pattern references instead of exactly the referenced entries).
         history: the commands, as code, for ``repr``.
     """
 
@@ -55,6 +57,7 @@ class Schedule:
     parallel: frozenset[IndexVar] = frozenset()
     history: tuple[str, ...] = ()
     placed: tuple[tuple[str, str, Machine], ...] = ()
+    hull: frozenset[str] = frozenset()
 
     replace = dataclasses.replace
 
@@ -304,8 +307,15 @@ class Schedule:
             history=(*self.history, f"rotate({target}, [{names}], {result})"),
         )
 
-    def communicate(self, tensors: Tensor | str | Sequence[Tensor | str], v: IndexVar) -> Schedule:
-        """At each iteration of ``v``, fetch the box of each tensor that the loops inside touch."""
+    def communicate(
+        self, tensors: Tensor | str | Sequence[Tensor | str], v: IndexVar, exact: bool = True
+    ) -> Schedule:
+        """At each iteration of ``v``, fetch the box of each tensor that the loops inside touch.
+
+        In a sparse kernel a dense tensor reached through a sparse coordinate is fetched
+        exactly (only the entries the stored coordinates reference); ``exact=False`` fetches
+        the hull of them instead (what SpDISTAL does), for comparison.
+        """
         cmd = "communicate"
         items = [tensors] if isinstance(tensors, Tensor | str) else tensors
         if not isinstance(items, Sequence) or not items:
@@ -325,11 +335,103 @@ class Schedule:
                 )
             names.append(name)
         self._loop(v, cmd)
+        if not isinstance(exact, bool):
+            raise ScheduleError(f"{cmd}: exact must be True or False, got {exact!r}")
         listed = names[0] if len(names) == 1 else "[" + ", ".join(names) + "]"
+        hull = self.hull - set(names) if exact else self.hull | set(names)
         return self.replace(
             comm=(*self.comm, *((n, v) for n in names)),
-            history=(*self.history, f"communicate({listed}, {v})"),
+            hull=frozenset(hull),
+            history=(
+                *self.history,
+                f"communicate({listed}, {v}" + (")" if exact else ", exact=False)"),
+            ),
         )
+
+    def fuse(self, outer: IndexVar, inner: IndexVar, fused: IndexVar) -> Schedule:
+        """One loop ``fused`` over the ``(outer, inner)`` pairs; ``inner`` must be the loop
+        right inside ``outer``. With :meth:`pos` this is how a sparse tensor's stored entries
+        of several levels become one loop to cut evenly."""
+        cmd = "fuse"
+        self._loop(outer, cmd, "outer")
+        self._loop(inner, cmd, "inner")
+        self._serial(outer, cmd)
+        self._serial(inner, cmd)
+        k = self.loops.index(outer)
+        if k + 1 >= len(self.loops) or self.loops[k + 1] is not inner:
+            raise ScheduleError(
+                f"{cmd}: {inner.name!r} is not the loop right inside {outer.name!r}; "
+                f"loops are {[x.name for x in self.loops]} (reorder first)"
+            )
+        self._fresh(fused, cmd, set())
+        ext = {**self.extent, fused: self.extent[outer] * self.extent[inner]}
+        loops = (*self.loops[:k], fused, *self.loops[k + 2 :])
+        return self.replace(
+            loops=loops,
+            relations=(*self.relations, Fuse(outer, inner, fused)),
+            extent=ext,
+            comm=self._moved_comm({outer: fused, inner: fused}),
+            history=(*self.history, f"fuse({outer}, {inner}, {fused})"),
+        )
+
+    def coords_of(self, v: IndexVar) -> tuple[IndexVar, ...]:
+        """The statement variables a loop stands for, outermost first (through ``fuse``)."""
+        for r in self.relations:
+            if isinstance(r, Fuse) and r.fused is v:
+                return (*self.coords_of(r.outer), *self.coords_of(r.inner))
+        return (v,)
+
+    def pos(self, v: IndexVar, position: IndexVar, tensor: Tensor | str) -> Schedule:
+        """Iterate loop ``v`` over the stored positions of ``tensor`` (a sparse access).
+
+        ``v`` is a statement variable or a ``fuse`` of them, and its variables must be a
+        prefix of ``tensor``'s storage order (CSR: ``i`` or ``(i, j)``). ``position`` then
+        runs over the stored entries of those levels in storage order; its extent is the
+        tensor's number of stored entries there, known when the kernel is bound to inputs
+        (the schedule records the dense extent as an upper bound). ``distribute``,
+        ``communicate`` and ``parallelize`` work on it as on any loop.
+        """
+        cmd = "pos"
+        self._loop(v, cmd)
+        self._serial(v, cmd)
+        name = tensor.name if isinstance(tensor, Tensor) else tensor
+        known = self.tensors()
+        if not isinstance(name, str) or name not in known:
+            raise ScheduleError(
+                f"{cmd}: tensor {getattr(tensor, 'name', tensor)!r} is not part of this "
+                f"computation; its tensors are {list(known)}"
+            )
+        t = known[name]
+        if t.format.is_dense:
+            raise ScheduleError(
+                f"{cmd}: tensor {name!r} is dense; pos iterates the stored entries of a sparse "
+                "access (give the tensor a sparse format)"
+            )
+        coords = self.coords_of(v)
+        access = next((a for a in self.statement_accesses() if a.tensor is t), None)
+        if access is None or name == self.tensor.name:
+            raise ScheduleError(f"{cmd}: tensor {name!r} is not read by this computation")
+        storage = tuple(access.indices[d] for d in t.format.order)
+        if storage[: len(coords)] != coords:
+            raise ScheduleError(
+                f"{cmd}: loop {v.name!r} stands for {[c.name for c in coords]}, which is not a "
+                f"prefix of tensor {name!r}'s storage order {[c.name for c in storage]}"
+            )
+        self._fresh(position, cmd, set())
+        ext = {**self.extent, position: self.extent[v]}
+        return self.replace(
+            loops=self._replace_loop(v, (position,)),
+            relations=(*self.relations, Pos(v, position, name, coords)),
+            extent=ext,
+            comm=self._moved_comm({v: position}),
+            history=(*self.history, f"pos({v}, {position}, {name})"),
+        )
+
+    def statement_accesses(self) -> list[Any]:
+        """Every tensor access of the right side, in order."""
+        from distal.lang.nodes import accesses
+
+        return list(accesses(self.statement.assignment.rhs))
 
     def place(self, tensor: Tensor | str, dist: str, machine: Machine | None = None) -> Schedule:
         """Use distribution ``dist`` on ``machine`` for ``tensor`` in this schedule.

@@ -4,7 +4,10 @@ Each scheduling command that introduces variables records a relation:
 
 * ``Divide(v, o, i, parts)``: ``v = o * ceil(N/parts) + i``, valid while ``v < N``;
 * ``Split(v, o, i, size)``:   ``v = o * size + i``, valid while ``v < N``;
-* ``Rotate(t, by, r)``:       ``t = (r + sum(by)) mod N``.
+* ``Rotate(t, by, r)``:       ``t = (r + sum(by)) mod N``;
+* ``Fuse(outer, inner, f)``:   ``f`` runs over the ``(outer, inner)`` pairs, row-major;
+* ``Pos(f, p, tensor)``:       ``p`` runs over the stored positions of ``tensor``'s access
+  at the levels of ``f``'s variables (sparse tensors; its extent is known at bind time).
 
 Given a value for some loop variables and full ranges for the others, every
 original variable ranges over a union of intervals; the functions below compute
@@ -52,7 +55,27 @@ class Rotate:
     result: IndexVar
 
 
-Relation = Divide | Split | Rotate
+@dataclass(frozen=True, slots=True, eq=False)
+class Fuse:
+    """``fused = outer * extent(inner) + inner``: one loop over the pairs."""
+
+    outer: IndexVar
+    inner: IndexVar
+    fused: IndexVar
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Pos:
+    """``position`` iterates the stored entries of ``tensor`` over ``coords`` (its first
+    storage levels), in storage order; the pattern gives each position its coordinates."""
+
+    coord: IndexVar
+    position: IndexVar
+    tensor: str
+    coords: tuple[IndexVar, ...]
+
+
+Relation = Divide | Split | Rotate | Fuse | Pos
 
 
 def normalize(ivs: Intervals) -> Intervals:

@@ -1,0 +1,1084 @@
+"""The sparse lowering: a schedule's partition *rules* meet the pattern at bind time.
+
+Compiling a computation with sparse tensors checks the schedule and reads nothing else
+(:class:`Analysis`); :func:`bind` then reads the patterns of the sparse inputs (never their
+values) and computes, vectorised over stored entries, the exact plan of every processor:
+
+* the **iteration pattern**: the stored entries the computation visits (one sparse operand's
+  entries; the intersection of the sparse factors of a term, the union over terms), in the
+  *driver*'s storage order (the tensor named by ``pos``, else the first sparse input);
+* which entries each processor visits: every machine dimension's loop is a coordinate cut
+  (a statement variable of the pattern, blocks of ``ceil(N/G)`` coordinates), a fused
+  coordinate cut (``fuse`` without ``pos``: blocks of the row-major pair number), a
+  non-zero cut (``pos``: blocks of ``ceil(npos/G)`` stored positions of the driver), or a
+  dense loop (a box, exactly as in a dense kernel);
+* for each dense operand, the rows its coordinates reference (exactly, or their hull with
+  ``communicate(..., exact=False)``) and where each comes from; for each sparse operand, the
+  stored entries visited that the processor does not own; for the output, the entries the
+  processor's stored entries touch and their owners (partial sums).
+
+Ownership of dense tensors is :class:`~distal.distribution.partition.Placement`'s; a sparse
+tensor's stored entries are owned through :class:`SparseOwnership` (coordinate blocks by the
+same block rule, non-zero cuts by position blocks). Everything the stats count and every
+runtime moves is read off the :class:`SparsePlan` built here: one rule, one place.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from distal.distribution.machine import Machine
+from distal.distribution.notation import GROUP, REPL, RESTRICT, Distribution, parse_layout
+from distal.distribution.partition import Placement
+from distal.errors import InputError, NotationError, NotSupportedYet, ScheduleError
+from distal.lang.concrete import Term
+from distal.lang.nodes import Access, IndexVar, Tensor
+from distal.plan.stats import Stats
+from distal.schedule.api import Schedule
+from distal.schedule.relations import Divide, Fuse, Pos, Rotate, Split
+from distal.sparse.array import SparseArray, as_sparse
+
+Interval = tuple[int, int]
+
+#: kinds of machine-dimension cuts of the iteration
+DENSE, COORD, FUSED, POSITION = "dense", "coord", "fused", "pos"
+
+
+def is_sparse_schedule(s: Schedule) -> bool:
+    """Whether any tensor of the computation has a sparse format."""
+    return any(not t.format.is_dense for t in s.tensors().values())
+
+
+def _block(extent: int, parts: int) -> int:
+    """Block size of ``extent`` cut into ``parts`` (the one block rule, ``ceil(N/G)``)."""
+    return max(1, -(-extent // parts))
+
+
+# ---------------------------------------------------------------------------------------------
+# Compile time: what the schedule says (no pattern)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """How one machine dimension cuts the iteration.
+
+    ``kind`` is :data:`DENSE` (``vars[0]`` a dense loop), :data:`COORD` (``vars[0]`` a
+    coordinate of the pattern), :data:`FUSED` (``vars`` fused, cut by pair number) or
+    :data:`POSITION` (the driver's stored positions of its first ``len(vars)`` levels).
+    """
+
+    kind: str
+    vars: tuple[IndexVar, ...]
+    parts: int
+
+
+@dataclass(frozen=True, slots=True)
+class TermInfo:
+    """A term of the statement, as the sparse lowering sees it."""
+
+    coeff: complex | float | int
+    sparse: tuple[int, ...]  # factor numbers of the sparse accesses
+    dense: tuple[int, ...]  # factor numbers of the dense accesses
+    factors: tuple[Access, ...]
+    scale_vars: tuple[IndexVar, ...]  # summed, used by no factor: the term is multiplied
+    first_vars: tuple[IndexVar, ...]  # neither summed nor output nor used: counts once
+
+
+class Analysis:
+    """The pattern-free part of a sparse kernel, checked at compile time.
+
+    Raises:
+        NotSupportedYet: a computation or schedule outside what the sparse lowering does
+            (named in the message).
+        ScheduleError / NotationError: a schedule or distribution that is wrong for it.
+    """
+
+    def __init__(self, s: Schedule) -> None:
+        self.schedule = s
+        st = s.statement
+        self.statement = st
+        tensors = s.tensors()
+        self.tensors = tensors
+        self.output: Tensor = st.output
+        machine = s.machine
+        if machine is None:
+            raise ScheduleError(
+                "a sparse computation needs a distributed schedule (distribute its loops "
+                "onto a dl.Machine)"
+            )
+        if len(machine.levels) > 1:
+            raise NotSupportedYet("sparse kernels on hierarchical machines are not in this version")
+        self.machine: Machine = machine
+        self.grid: tuple[int, ...] = tuple(machine.shape)
+        self.nprocs = math.prod(self.grid)
+        accesses = [f for t in st.terms for f in t.factors]
+        self.sparse_inputs = tuple(t.name for t in st.inputs() if not t.format.is_dense)
+        if not self.sparse_inputs:
+            raise NotSupportedYet(
+                f"the output {self.output.name!r} is sparse but every input is dense: a sparse "
+                "output needs a sparse input whose pattern it takes"
+            )
+        for a in [*accesses, st.assignment.lhs]:
+            if len(set(a.indices)) != len(a.indices):
+                raise NotSupportedYet(
+                    f"access {a!r} repeats an index variable; sparse kernels take each "
+                    "variable once per access"
+                )
+        svar_sets = {
+            a.tensor.name: frozenset(a.indices) for a in accesses if not a.tensor.format.is_dense
+        }
+        first = self.sparse_inputs[0]
+        if len(set(svar_sets.values())) != 1:
+            raise NotSupportedYet(
+                "sparse operands over different index variables ("
+                + ", ".join(f"{n}: {sorted(v.name for v in vs)}" for n, vs in svar_sets.items())
+                + ") are not in this version; every sparse input must use the same variables"
+            )
+        pos_rel = [r for r in s.relations if isinstance(r, Pos)]
+        if len(pos_rel) > 1:
+            raise NotSupportedYet("more than one pos command in a sparse kernel")
+        self.pos: Pos | None = pos_rel[0] if pos_rel else None
+        self.driver = self.pos.tensor if self.pos else first
+        d_access = next(a for a in accesses if a.tensor.name == self.driver)
+        dt = tensors[self.driver]
+        self.svars: tuple[IndexVar, ...] = tuple(d_access.indices[k] for k in dt.format.order)
+        self.dvars: tuple[IndexVar, ...] = tuple(v for v in st.variables if v not in self.svars)
+        self.extent = dict(st.extent)
+        self.terms = tuple(self._term(t) for t in st.terms)
+        if self.output.format.is_dense is False:
+            bad = [v for v in st.lhs_vars if v not in self.svars]
+            if bad:
+                raise NotSupportedYet(
+                    f"sparse output {self.output.name!r} is indexed by dense loop(s) "
+                    f"{[v.name for v in bad]}; a sparse output takes its pattern from the "
+                    "sparse inputs' variables only"
+                )
+        self.cuts = self._cuts()
+        self.placements: dict[str, Placement] = {}
+        self.ownership: dict[str, SparseOwnership] = {}
+        for name, t in tensors.items():
+            dist, m = s.layouts()[name]
+            if m is not None and tuple(m.shape) != self.grid:
+                raise NotSupportedYet(
+                    f"tensor {name!r} is laid out on machine {m!r}, not the schedule's "
+                    f"{self.machine!r}; sparse kernels use one machine"
+                )
+            if dist is None:
+                dist = self._default_dist(t)
+            parsed = parse_layout(dist, name, t.ndim, self.machine)
+            if isinstance(parsed, tuple):
+                raise NotSupportedYet("per-level distributions in sparse kernels")
+            if t.format.is_dense:
+                if parsed.groups:
+                    raise NotSupportedYet(
+                        f"dense tensor {name!r} has the non-zero cut {dist!r}; cuts by position "
+                        "are for sparse tensors in this version"
+                    )
+                self.placements[name] = Placement(t.shape, parsed, self.grid)
+            else:
+                self.ownership[name] = SparseOwnership(t, parsed, self.grid)
+        out_place = self.placements.get(self.output.name)
+        own = out_place.fixed_dims() if out_place else self.ownership[self.output.name].fixed
+        if not all(own):
+            raise NotSupportedYet(
+                f"output {self.output.name!r} is replicated; sparse kernels write an output "
+                "with one copy of each element"
+            )
+        for name, v in s.comm:
+            if v not in s.processor_loops and v not in self._outer_loops():
+                raise NotSupportedYet(
+                    f"communicate({name}, {v.name}) inside the distributed loops: sparse kernels "
+                    "fetch once per processor (communicate at a distributed loop)"
+                )
+        self.hull = frozenset(s.hull)
+
+    def output_access(self) -> Access:
+        """The left side."""
+        return self.statement.assignment.lhs
+
+    def access(self, name: str) -> Access:
+        """The (one) access of input ``name``."""
+        return next(f for t in self.statement.terms for f in t.factors if f.tensor.name == name)
+
+    def _default_dist(self, t: Tensor) -> str:
+        """A tensor without a distribution lives on processor 0 (as in dense kernels)."""
+        lhs = " ".join(f"d{n}" for n in range(t.ndim)) or "_"
+        return f"{lhs} -> {' '.join('0' for _ in self.grid)}"
+
+    def _outer_loops(self) -> set[IndexVar]:
+        s = self.schedule
+        return (
+            set(s.loops[: s.loops.index(s.processor_loops[-1]) + 1]) if s.processor_loops else set()
+        )
+
+    def _term(self, t: Term) -> TermInfo:
+        sp = tuple(k for k, f in enumerate(t.factors) if not f.tensor.format.is_dense)
+        de = tuple(k for k, f in enumerate(t.factors) if f.tensor.format.is_dense)
+        if not sp:
+            raise NotSupportedYet(
+                f"term {t.coeff} * {' * '.join(map(repr, t.factors)) or '1'} has no sparse "
+                "factor; every term of a sparse kernel iterates a sparse operand"
+            )
+        used = t.used()
+        lhs = set(self.statement.lhs_vars)
+        scale = tuple(v for v in self.dvars if v in t.summed and v not in used)
+        firsts = tuple(
+            v for v in self.dvars if v not in t.summed and v not in lhs and v not in used
+        )
+        return TermInfo(t.coeff, sp, de, t.factors, scale, firsts)
+
+    def _cuts(self) -> tuple[Cut, ...]:
+        s = self.schedule
+        if not s.levels:
+            raise ScheduleError(
+                "a sparse computation needs a distributed schedule (distribute its loops "
+                "onto a dl.Machine)"
+            )
+        for r in s.relations:
+            if isinstance(r, Rotate):
+                raise NotSupportedYet("rotate in a sparse kernel")
+        parents: dict[IndexVar, Any] = {}
+        for r in s.relations:
+            for child in _children(r):
+                parents[child] = r
+        level = s.levels[0]
+        cuts = []
+        for v, o, g in zip(level.vars, level.outers, level.machine.shape, strict=True):
+            del o
+            r = parents.get(v)
+            if isinstance(r, Pos):
+                cuts.append(Cut(POSITION, r.coords, g))
+            elif isinstance(r, Fuse):
+                coords = s.coords_of(v)
+                if any(c not in self.svars for c in coords):
+                    raise NotSupportedYet(
+                        f"distributing the fused loop {v.name!r} over dense variables; fuse the "
+                        "sparse operand's variables"
+                    )
+                cuts.append(Cut(FUSED, coords, g))
+            elif r is None and v in self.svars:
+                cuts.append(Cut(COORD, (v,), g))
+            elif r is None and v in self.dvars:
+                cuts.append(Cut(DENSE, (v,), g))
+            else:
+                raise NotSupportedYet(
+                    f"distributing {v.name!r} (made by {type(r).__name__.lower()}) in a sparse "
+                    "kernel; distribute statement variables or pos loops"
+                )
+        return tuple(cuts)
+
+
+def _children(r: Any) -> tuple[IndexVar, ...]:
+    if isinstance(r, Divide | Split):
+        return (r.outer, r.inner)
+    if isinstance(r, Fuse):
+        return (r.fused,)
+    if isinstance(r, Pos):
+        return (r.position,)
+    return (r.result,)
+
+
+class SparseOwnership:
+    """Which processor owns each stored entry of a sparse tensor.
+
+    Per machine dimension: a coordinate cut ``x`` owns entries by the block of their
+    coordinate (the dense block rule, so ``"xy -> x"`` matches a dense tensor's rows), a
+    group ``(xy)`` cuts the stored positions of the fused levels into ``ceil(n/G)`` blocks
+    (inside each block of the coordinate cuts of other machine dimensions, for
+    ``"xy -> x(xy)"``), ``*`` replicates and an integer restricts.
+    """
+
+    def __init__(self, t: Tensor, dist: Distribution, grid: tuple[int, ...]) -> None:
+        self.tensor = t
+        self.dist = dist
+        self.grid = grid
+        self.fixed = tuple(r.kind != REPL for r in dist.rules)
+        order = t.format.order
+        groups = dist.groups
+        if len(groups) > 1:
+            raise NotSupportedYet(f"distribution {dist.text!r} of {t.name!r} has two groups")
+        for _, dims in groups:
+            if tuple(order[: len(dims)]) != tuple(dims):
+                names = "".join(dist.lhs[d] for d in dims)
+                raise NotationError(
+                    f"group ({names}) in distribution {dist.text!r} of tensor {t.name!r} is "
+                    f"not a prefix of its storage order "
+                    f"{''.join(dist.lhs[d] for d in order)} (format {t.format})"
+                )
+        self.strides = np.ones(len(grid), np.int64)
+        for m in range(len(grid) - 2, -1, -1):
+            self.strides[m] = self.strides[m + 1] * grid[m + 1]
+
+    def base(self, arr: SparseArray, coords: np.ndarray, cache: dict) -> np.ndarray:
+        """Each stored entry's owner with replicated machine dimensions at coordinate 0."""
+        n = arr.nnz
+        out = np.zeros(n, np.int64)
+        rules = self.dist.rules
+        part_key = np.zeros(n, np.int64)
+        cuts = self.dist.cuts(arr.ndim)
+        for d, ms in enumerate(cuts):
+            if not ms:
+                continue
+            g = math.prod(self.grid[m] for m in ms)
+            b = coords[d] // _block(arr.shape[d], g)
+            part_key = part_key * g + b
+            for m in reversed(ms):
+                out += (b % self.grid[m]) * self.strides[m]
+                b = b // self.grid[m]
+        for m, r in enumerate(rules):
+            if r.kind == RESTRICT:
+                out += r.coord * self.strides[m]
+            elif r.kind == GROUP:
+                q = _level_positions(arr, len(r.dims) - 1, cache)
+                g = self.grid[m]
+                if n == 0:
+                    continue
+                if np.any(np.diff(part_key) < 0):
+                    raise NotSupportedYet(
+                        f"distribution {self.dist.text!r} of {self.tensor.name!r}: the "
+                        "coordinate cuts around a group must cut the leading storage levels"
+                    )
+                starts = np.flatnonzero(np.r_[True, part_key[1:] != part_key[:-1]])
+                ends = np.r_[starts[1:], n]
+                first_q = np.repeat(q[starts], ends - starts)
+                count_q = np.repeat(q[ends - 1] - q[starts] + 1, ends - starts)
+                chunk = np.maximum(1, -(-count_q // g))
+                out += ((q - first_q) // chunk) * self.strides[m]
+        return out
+
+    def offset(self, coords: np.ndarray) -> np.ndarray:
+        """The replicated machine dimensions' part of the serving owner's number."""
+        rep = np.array([not f for f in self.fixed], bool)
+        if not len(rep):
+            return np.zeros(len(coords), np.int64)
+        return (coords * np.where(rep, self.strides, 0)).sum(axis=1)
+
+
+def _level_positions(arr: SparseArray, k: int, cache: dict) -> np.ndarray:
+    """The position at storage level ``k`` of every stored entry (cached per bind)."""
+    key = (id(arr), "anc", k)
+    if key not in cache:
+        cache[key] = arr._ancestors(k) if k < arr.ndim - 1 else np.arange(arr.nnz, dtype=np.int64)
+    return cache[key]
+
+
+def piece_levels(
+    arr: SparseArray, positions: np.ndarray, cache: dict
+) -> list[tuple[str, int, int]]:
+    """Per storage level of a piece made of the stored entries ``positions`` (sorted):
+    ``(kind, parent positions, own positions)`` in the piece. A piece of a compressed level
+    travels as ``pos`` (parents + 1 entries) and ``crd``; a singleton level as ``crd``."""
+    out = []
+    prev = 1
+    for k, lv in enumerate(arr.levels):
+        q = _level_positions(arr, k, cache)[positions]
+        own = int(np.count_nonzero(q[1:] != q[:-1]) + 1) if len(q) else 0
+        out.append((lv.kind, prev, own))
+        prev = own
+    return out
+
+
+def index_words(arr: SparseArray, positions: np.ndarray, cache: dict) -> int:
+    """Coordinates and positions a piece of these stored entries carries (see above)."""
+    n = 0
+    for kind, parents, own in piece_levels(arr, positions, cache):
+        if kind in "cq":
+            n += (parents + 1 if own else 0) + own
+        elif kind == "s":
+            n += own
+    return n
+
+
+def piece_arrays(arr: SparseArray, positions: np.ndarray, cache: dict) -> list[np.ndarray]:
+    """The index arrays of a piece of stored entries (what :func:`index_words` counts):
+    per compressed level its rebased ``pos`` and its ``crd``, per singleton level ``crd``."""
+    out: list[np.ndarray] = []
+    if not len(positions):
+        return out
+    parent = np.zeros(len(positions), np.int64)
+    n_parent = 1
+    for k, lv in enumerate(arr.levels):
+        q = _level_positions(arr, k, cache)[positions]
+        new = np.r_[True, q[1:] != q[:-1]]
+        first = np.flatnonzero(new)
+        if lv.kind in "cq":
+            pos = np.zeros(n_parent + 1, np.int64)
+            np.cumsum(np.bincount(parent[first], minlength=n_parent), out=pos[1:])
+            out += [pos, lv.crd[q[first]]]
+        elif lv.kind == "s":
+            out.append(lv.crd[q[first]])
+        parent = np.cumsum(new) - 1
+        n_parent = len(first)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Bind time: the plan of every processor
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Piece:
+    """Part of what a processor needs (inputs) or computed (output), and its peer.
+
+    For an input, ``peer`` is the source (the processor itself for what it owns); for the
+    output, the owner the partial sums go to. ``sel`` selects rows of the need (dense
+    tensors) or entries (sparse tensors); ``box`` is the part of the dense loops' box.
+    """
+
+    peer: int
+    sel: np.ndarray
+    box: tuple[Interval, ...]
+    words: int
+    index_words: int = 0
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Need:
+    """What one processor holds of one tensor during the kernel.
+
+    Dense tensors: ``rows`` are the global coordinates ``(n, len(sdims))`` of the tensor's
+    pattern-variable dimensions, ``box`` the interval of each of its dense-loop dimensions;
+    the processor's local array is ``rows x box`` (``sdims`` first, then ``ddims``). Sparse
+    tensors: ``rows`` are stored positions (last level, sorted). ``idx`` maps each of the
+    processor's iteration entries to its row.
+    """
+
+    tensor: str
+    rows: np.ndarray
+    box: tuple[Interval, ...]
+    idx: np.ndarray
+    pieces: tuple[Piece, ...]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TermPlan:
+    """One term on one processor: which of its entries it covers and its factors' rows."""
+
+    coeff: complex | float | int
+    entries: np.ndarray | None  # indices into the processor's entries (None: all)
+    sparse: tuple[tuple[str, np.ndarray], ...]  # (tensor, row in its Need per entry)
+    dense: tuple[tuple[str, np.ndarray, str], ...]  # (tensor, row per entry, letters)
+    out: np.ndarray  # output row per entry
+    scale: int
+    active: bool
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ProcPlan:
+    """Everything processor ``p`` does in a bound sparse kernel."""
+
+    p: int
+    entries: np.ndarray  # iteration entries (indices into the pattern)
+    box: dict[IndexVar, Interval]  # dense loops
+    needs: dict[str, Need]  # inputs
+    out: Need  # output: rows it contributes to, pieces by owner
+    terms: tuple[TermPlan, ...]
+    out_letters: str
+    iterations: int
+    owned_words: int
+
+
+@dataclass(eq=False)
+class SparsePlan:
+    """A sparse kernel bound to its inputs' patterns: every processor's plan and the stats."""
+
+    analysis: Analysis
+    arrays: dict[str, SparseArray]
+    fingerprints: dict[str, str]
+    pattern: np.ndarray  # (len(svars), n) coordinates of the iteration entries
+    procs: list[ProcPlan]
+    stats: Stats
+    out_pattern: SparseArray | None  # a sparse output's pattern (values zero)
+    owned: dict[str, list[np.ndarray | tuple[Interval, ...] | None]]
+    moved: dict[str, int] = field(default_factory=dict)
+    cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def nprocs(self) -> int:
+        return len(self.procs)
+
+
+def load_patterns(a: Analysis, inputs: Mapping[str, Any]) -> dict[str, SparseArray]:
+    """The sparse inputs as SparseArrays in their tensors' formats (shapes checked)."""
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
+    missing = [n for n in a.sparse_inputs if n not in inputs]
+    if missing:
+        raise InputError(
+            f"sparse input(s) {missing} missing: the plan of a sparse kernel depends on their "
+            "patterns (bind with kernel.bind(inputs) or pass them to stats(inputs))"
+        )
+    out = {}
+    for name in a.sparse_inputs:
+        t = a.tensors[name]
+        try:
+            out[name] = as_sparse(inputs[name], t.format, t.shape)
+        except (InputError, NotationError) as e:
+            raise type(e)(f"input {name!r}: {e}") from e
+        except Exception as e:  # a shape or conversion failure names the input
+            raise InputError(f"input {name!r} cannot be read as a {t.format} array: {e}") from e
+    return out
+
+
+def _storage_coords(arr: SparseArray, vars_: Sequence[IndexVar], access: Access) -> np.ndarray:
+    """Coordinates ``(len(vars_), nnz)`` of every stored entry, rows in ``vars_`` order."""
+    c = arr.coordinates()
+    return c[[access.indices.index(v) for v in vars_]]
+
+
+def _keys(coords: np.ndarray, extents: Sequence[int]) -> np.ndarray:
+    if math.prod(extents) >= 2**62:
+        raise NotSupportedYet(f"a sparse iteration space of {math.prod(extents)} points")
+    if coords.shape[0] == 0:
+        return np.zeros(coords.shape[1], np.int64)
+    return np.ravel_multi_index(tuple(coords), tuple(extents)).astype(np.int64)
+
+
+def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
+    """The exact plan of a sparse kernel for these inputs' patterns (values are not read)."""
+    arrays = load_patterns(a, inputs)
+    cache: dict = {}
+    st = a.statement
+    ext = a.extent
+    sv_ext = [ext[v] for v in a.svars]
+    access_of = {f.tensor.name: f for t in st.terms for f in t.factors}
+    drv = arrays[a.driver]
+    # -- the iteration pattern and, per term, each sparse factor's position per entry -------
+    single = len(a.sparse_inputs) == 1 and len(a.terms) == 1
+    coords_of = {n: _storage_coords(arrays[n], a.svars, access_of[n]) for n in a.sparse_inputs}
+    term_rows: list[dict[str, np.ndarray]] = []
+    term_entries: list[np.ndarray | None] = []
+    if single:
+        pattern = coords_of[a.driver]
+        n_ent = drv.nnz
+        term_rows.append({a.driver: np.arange(n_ent, dtype=np.int64)})
+        term_entries.append(None)
+        keys = None
+    else:
+        skeys = {}
+        for n in a.sparse_inputs:
+            k = _keys(coords_of[n], sv_ext)
+            if len(k) > 1 and np.any(np.diff(k) <= 0):
+                order = np.argsort(k, kind="stable")
+                skeys[n] = (k[order], order)
+            else:
+                skeys[n] = (k, None)
+        per_term = []
+        for t in a.terms:
+            names = [t.factors[f].tensor.name for f in t.sparse]
+            k, order = skeys[names[0]]
+            rows = {names[0]: np.arange(len(k)) if order is None else order}
+            for nm in names[1:]:
+                k2, o2 = skeys[nm]
+                k, i1, i2 = np.intersect1d(k, k2, assume_unique=True, return_indices=True)
+                rows = {key: v[i1] for key, v in rows.items()}
+                rows[nm] = i2 if o2 is None else o2[i2]
+            per_term.append((k, rows))
+        keys = per_term[0][0]
+        for k, _ in per_term[1:]:
+            keys = np.union1d(keys, k)
+        for k, rows in per_term:
+            term_rows.append(rows)
+            term_entries.append(None if len(k) == len(keys) else np.searchsorted(keys, k))
+        n_ent = len(keys)
+        pattern = (
+            np.stack(np.unravel_index(keys, sv_ext)).astype(np.int64)
+            if len(sv_ext)
+            else np.zeros((0, n_ent), np.int64)
+        )
+    # -- which processor visits which entry ----------------------------------------------
+    grid = a.grid
+    P = a.nprocs
+    pcoords = np.stack(np.unravel_index(np.arange(P), grid), axis=1) if grid else np.zeros((1, 0))
+    sv_index = {v: k for k, v in enumerate(a.svars)}
+    group_key = np.zeros(n_ent, np.int64)
+    filt_dims = []
+    for m, c in enumerate(a.cuts):
+        if c.kind == DENSE:
+            continue
+        filt_dims.append(m)
+        if c.kind == COORD:
+            b = pattern[sv_index[c.vars[0]]] // _block(ext[c.vars[0]], c.parts)
+        elif c.kind == FUSED:
+            lin = _keys(pattern[[sv_index[v] for v in c.vars]], [ext[v] for v in c.vars])
+            b = lin // _block(math.prod(ext[v] for v in c.vars), c.parts)
+        else:
+            b = _position_blocks(a, arrays, pattern, keys, c, cache)
+        group_key = group_key * c.parts + b
+    if filt_dims and n_ent > 1 and np.any(np.diff(group_key) < 0):
+        perm = np.argsort(group_key, kind="stable")
+        sorted_key = group_key[perm]
+    else:
+        perm, sorted_key = None, group_key
+    n_groups = math.prod(a.cuts[m].parts for m in filt_dims)
+    bounds = np.searchsorted(sorted_key, np.arange(n_groups + 1))
+    gid = np.zeros(P, np.int64)
+    for m in filt_dims:
+        gid = gid * a.cuts[m].parts + pcoords[:, m]
+    # -- per processor ------------------------------------------------------------------
+    stats = Stats.zeros(P)
+    procs: list[ProcPlan] = []
+    owned: dict[str, list] = {n: [None] * P for n in a.tensors}
+    sown = {n: a.ownership[n].base(arr, arr.coordinates(), cache) for n, arr in arrays.items()}
+    out_pattern, out_rows_of_entry, out_base = _output_pattern(a, pattern, keys, arrays, cache)
+    for p in range(P):
+        lo, hi = int(bounds[gid[p]]), int(bounds[gid[p] + 1])
+        ent = np.arange(lo, hi, dtype=np.int64) if perm is None else perm[lo:hi]
+        box = {}
+        for v in a.dvars:
+            box[v] = (0, ext[v])
+        for m, c in enumerate(a.cuts):
+            if c.kind == DENSE:
+                v = c.vars[0]
+                b = _block(ext[v], c.parts)
+                box[v] = (
+                    min(int(pcoords[p, m]) * b, ext[v]),
+                    min((int(pcoords[p, m]) + 1) * b, ext[v]),
+                )
+        vol = math.prod(hi - lo for lo, hi in box.values())
+        needs: dict[str, Need] = {}
+        owned_words = 0
+        for name, t in a.tensors.items():
+            if name == a.output.name:
+                continue
+            if t.format.is_dense:
+                need = _dense_need(a, name, access_of[name], pattern, ent, box, p, pcoords)
+            else:
+                need = _sparse_need(
+                    a,
+                    name,
+                    arrays[name],
+                    ent,
+                    term_rows,
+                    term_entries,
+                    sown[name],
+                    p,
+                    pcoords,
+                    cache,
+                )
+            needs[name] = need
+            ow, owned[name][p] = _owned(a, name, arrays, sown, p, pcoords)
+            owned_words += ow
+        out = _output_need(a, pattern, ent, box, p, pcoords, out_rows_of_entry, out_base)
+        ow, owned[a.output.name][p] = _owned_output(a, out_pattern, out_base, p, pcoords)
+        owned_words += ow
+        terms = []
+        for t, rows, tent in zip(a.terms, term_rows, term_entries, strict=True):
+            terms.append(_term_plan(a, t, rows, tent, ent, needs, out, box, arrays))
+        iters = len(ent) * vol
+        procs.append(
+            ProcPlan(p, ent, box, needs, out, tuple(terms), _letters(a, a.output_access()),
+                     iters, owned_words)
+        )  # fmt: skip
+    moved = _count(a, procs, stats)
+    return SparsePlan(
+        a, arrays, {n: arr.pattern_fingerprint() for n, arr in arrays.items()}, pattern, procs,
+        stats, out_pattern, owned, moved, cache,
+    )  # fmt: skip
+
+
+def _position_blocks(
+    a: Analysis,
+    arrays: dict[str, SparseArray],
+    pattern: np.ndarray,
+    keys: np.ndarray | None,
+    c: Cut,
+    cache: dict,
+) -> np.ndarray:
+    """Block number of each iteration entry under a non-zero cut of the driver's positions."""
+    drv = arrays[a.driver]
+    nlev = len(c.vars)
+    q = _level_positions(drv, nlev - 1, cache)
+    npos = (
+        len(drv.levels[nlev - 1].crd)
+        if drv.levels[nlev - 1].kind != "d"
+        else (int(q[-1]) + 1 if len(q) else 0)
+    )
+    if drv.levels[nlev - 1].kind == "d":  # dense top levels: all their positions exist
+        npos = math.prod(drv.shape[d] for d in drv.format.order[:nlev])
+    chunk = _block(npos, c.parts)
+    if keys is None:  # the pattern is the driver's entries
+        return q // chunk
+    # another pattern (a union): cut it at the driver's block boundaries, in storage order
+    ext = [a.extent[v] for v in a.svars[:nlev]]
+    dkeys = _keys(_storage_coords(drv, a.svars[:nlev], a.access(a.driver)), ext)
+    first_of_q = np.full(npos, -1, np.int64)
+    first_of_q[q[::-1]] = dkeys[::-1]
+    starts = np.arange(0, npos, chunk)
+    bkeys = np.array([first_of_q[s] if first_of_q[s] >= 0 else np.iinfo(np.int64).max
+                      for s in starts], np.int64)  # fmt: skip
+    # a block with no stored entry (a dense level's empty fiber) starts at its next entry
+    for k in range(len(bkeys) - 2, -1, -1):
+        bkeys[k] = min(bkeys[k], bkeys[k + 1])
+    pk = _keys(pattern[:nlev], ext)
+    return np.maximum(np.searchsorted(bkeys, pk, side="right") - 1, 0)
+
+
+def _letters(a: Analysis, access: Access) -> str:
+    """Leaf letters of an access's dense-loop dimensions, in dimension order."""
+    return "".join(chr(ord("a") + a.dvars.index(v)) for v in access.indices if v in a.dvars)
+
+
+def _split_dims(a: Analysis, access: Access) -> tuple[list[int], list[int]]:
+    sd = [d for d, v in enumerate(access.indices) if v in a.svars]
+    dd = [d for d, v in enumerate(access.indices) if v in a.dvars]
+    return sd, dd
+
+
+def _distinct_rows(
+    vals: np.ndarray, exts: Sequence[int], hull: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct coordinate tuples ``(n_rows, k)`` of ``vals`` ``(k, n)`` (sorted), and the row
+    of each column; with ``hull``, every tuple of the bounding box of ``vals`` instead."""
+    k, n = vals.shape
+    if k == 0:
+        return np.zeros((1, 0), np.int64), np.zeros(n, np.int64)
+    if n == 0:
+        return np.zeros((0, k), np.int64), np.zeros(0, np.int64)
+    if hull:
+        lo, hi = vals.min(axis=1), vals.max(axis=1) + 1
+        shape = tuple(int(x) for x in hi - lo)
+        rows = np.stack(np.unravel_index(np.arange(math.prod(shape)), shape), axis=1) + lo
+        idx = np.ravel_multi_index(tuple(vals - lo[:, None]), shape)
+        return rows.astype(np.int64), idx.astype(np.int64)
+    if k == 1:
+        mark = np.zeros(exts[0], bool)
+        mark[vals[0]] = True
+        rows = np.flatnonzero(mark)
+        if len(rows) * 8 < exts[0]:  # few rows: a search beats a table of the whole extent
+            return rows[:, None], np.searchsorted(rows, vals[0])
+        local = np.cumsum(mark) - 1
+        return rows[:, None], local[vals[0]]
+    keys = _keys(vals, exts)
+    uk, inv = np.unique(keys, return_inverse=True)
+    rows = np.stack(np.unravel_index(uk, tuple(exts)), axis=1).astype(np.int64)
+    return rows, inv.astype(np.int64).ravel()
+
+
+def _block_pieces(
+    pl: Placement,
+    sd: list[int],
+    dd: list[int],
+    rows: np.ndarray,
+    tbox: tuple[Interval, ...],
+    p: int,
+    pcoord: np.ndarray,
+) -> tuple[Piece, ...]:
+    """``rows x tbox`` cut along the tensor's block boundaries, each part with the replica
+    serving processor ``p`` (its owner, for an output)."""
+    bid, bl, bh, _ = pl._arrays
+    order = len(pl.shape)
+    if len(rows) == 0 or any(h <= lo for lo, h in tbox):
+        return ()
+    if sd:
+        blk_s = np.stack(
+            [bid[d][np.searchsorted(bl[d], rows[:, j], side="right") - 1] for j, d in enumerate(sd)]
+        )
+        gkey = _keys(blk_s, [pl.pieces(d) for d in sd])
+        if len(gkey) > 1 and np.any(np.diff(gkey) < 0):
+            order_r = np.argsort(gkey, kind="stable")
+        else:
+            order_r = np.arange(len(gkey))
+        sk = gkey[order_r]
+        cut = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        groups = [
+            (blk_s[:, order_r[s]], order_r[s:e])
+            for s, e in zip(cut, np.r_[cut[1:], len(sk)], strict=True)
+        ]
+    else:
+        groups = [(np.zeros(0, np.int64), np.arange(len(rows)))]
+    dparts = []
+    for j, d in enumerate(dd):
+        lo, hi = tbox[j]
+        first = int(np.searchsorted(bh[d], lo, side="right"))
+        last = int(np.searchsorted(bl[d], hi, side="left"))
+        dparts.append(
+            [
+                (int(bid[d][b]), max(lo, int(bl[d][b])), min(hi, int(bh[d][b])))
+                for b in range(first, last)
+            ]
+        )
+    out = []
+    for bs, sel in groups:
+        for combo in _product(dparts):
+            blk = np.zeros(order, np.int64)
+            for j, d in enumerate(sd):
+                blk[d] = bs[j]
+            for j, d in enumerate(dd):
+                blk[d] = combo[j][0]
+            src = int(pl.ranks_of(pl.source_arrays(blk[None], pcoord[None]))[0])
+            sub = tuple((lo, hi) for _, lo, hi in combo)
+            out.append(Piece(src, sel, sub, len(sel) * math.prod(h - lo for lo, h in sub)))
+    return tuple(out)
+
+
+def _product(parts: list[list[Any]]) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = [()]
+    for ps in parts:
+        out = [(*o, x) for o in out for x in ps]
+    return out
+
+
+def _dense_need(
+    a: Analysis,
+    name: str,
+    access: Access,
+    pattern: np.ndarray,
+    ent: np.ndarray,
+    box: dict[IndexVar, Interval],
+    p: int,
+    pcoords: np.ndarray,
+) -> Need:
+    sd, dd = _split_dims(a, access)
+    sv_index = {v: k for k, v in enumerate(a.svars)}
+    vals = pattern[[sv_index[access.indices[d]] for d in sd]][:, ent]
+    t = a.tensors[name]
+    rows, idx = _distinct_rows(vals, [t.shape[d] for d in sd], name in a.hull)
+    tbox = tuple(box[access.indices[d]] for d in dd)
+    pieces = _block_pieces(a.placements[name], sd, dd, rows, tbox, p, pcoords[p])
+    return Need(name, rows, tbox, idx, pieces)
+
+
+def _sparse_need(
+    a: Analysis,
+    name: str,
+    arr: SparseArray,
+    ent: np.ndarray,
+    term_rows: list[dict[str, np.ndarray]],
+    term_entries: list[np.ndarray | None],
+    base: np.ndarray,
+    p: int,
+    pcoords: np.ndarray,
+    cache: dict,
+) -> Need:
+    parts = []
+    for rows, tent in zip(term_rows, term_entries, strict=True):
+        if name not in rows:
+            continue
+        k = ent if tent is None else _term_local(ent, tent)[1]
+        parts.append(rows[name][k])
+    used = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
+    if len(used) > 1 and np.any(np.diff(used) < 0):
+        used = np.sort(used)
+    own = a.ownership[name]
+    src = base[used] + own.offset(pcoords[p : p + 1])[0]
+    pieces = []
+    if len(used):
+        if np.all(src == src[0]):
+            groups = [(int(src[0]), np.arange(len(used)))]
+        else:
+            order = np.argsort(src, kind="stable")
+            ss = src[order]
+            cut = np.flatnonzero(np.r_[True, ss[1:] != ss[:-1]])
+            groups = [
+                (int(ss[s]), order[s:e]) for s, e in zip(cut, np.r_[cut[1:], len(ss)], strict=True)
+            ]
+        for q, sel in groups:
+            iw = 0 if q == p else index_words(arr, used[sel], cache)
+            pieces.append(Piece(q, sel, (), len(sel), iw))
+    return Need(name, used, (), np.zeros(0, np.int64), tuple(pieces))
+
+
+def _term_local(ent: np.ndarray, tent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For a term covering pattern entries ``tent`` (sorted): the positions in ``ent`` of the
+    processor's entries it covers, and their numbers in the term's own list."""
+    pos = np.searchsorted(ent, tent)
+    hit = pos < len(ent)
+    hit[hit] = ent[pos[hit]] == tent[hit]
+    return pos[hit], np.flatnonzero(hit)
+
+
+def _owned(
+    a: Analysis,
+    name: str,
+    arrays: dict[str, SparseArray],
+    sown: dict[str, np.ndarray],
+    p: int,
+    pcoords: np.ndarray,
+) -> tuple[int, Any]:
+    """Elements processor ``p`` owns of an input: (count, box or stored positions)."""
+    if name in a.placements:
+        pl = a.placements[name]
+        has, _, lo, hi = pl.own_arrays(pcoords[p : p + 1])
+        if not has[0]:
+            return 0, None
+        bx = tuple((int(x), int(y)) for x, y in zip(lo[0], hi[0], strict=True))
+        return math.prod(h - lo for lo, h in bx), bx
+    key = p - int(a.ownership[name].offset(pcoords[p : p + 1])[0])
+    positions = np.flatnonzero(sown[name] == key)
+    return len(positions), positions
+
+
+def _output_pattern(
+    a: Analysis,
+    pattern: np.ndarray,
+    keys: np.ndarray | None,
+    arrays: dict[str, SparseArray],
+    cache: dict,
+) -> tuple[SparseArray | None, np.ndarray | None, np.ndarray | None]:
+    """A sparse output's pattern (what the iteration touches), each entry's output entry,
+    and each output entry's owner."""
+    o = a.output
+    if o.format.is_dense:
+        return None, None, None
+    lhs = a.output_access()
+    ostore = [lhs.indices[d] for d in o.format.order]
+    sv_index = {v: k for k, v in enumerate(a.svars)}
+    drv = arrays[a.driver]
+    dims = [sv_index[v] for v in lhs.indices]
+    if keys is None and tuple(ostore) == a.svars and o.format == drv.format:
+        out = drv.with_values(np.zeros(drv.nnz, dtype=o.dtype))
+        of_entry = np.arange(drv.nnz, dtype=np.int64)
+    else:
+        sub = pattern[[sv_index[v] for v in ostore]]
+        k = _keys(sub, [a.extent[v] for v in ostore])
+        uk, inv = np.unique(k, return_inverse=True)
+        coords_store = np.stack(np.unravel_index(uk, [a.extent[v] for v in ostore]))
+        coords = np.zeros((o.ndim, len(uk)), np.int64)
+        for j, d in enumerate(o.format.order):
+            coords[d] = coords_store[j]
+        from distal.sparse.array import _from_points
+
+        out = _from_points(coords, np.zeros(len(uk), o.dtype), o.shape, o.format, unique=True)
+        of_entry = inv.astype(np.int64).ravel()
+    del dims
+    base = a.ownership[o.name].base(out, out.coordinates(), cache)
+    return out, of_entry, base
+
+
+def _output_need(
+    a: Analysis,
+    pattern: np.ndarray,
+    ent: np.ndarray,
+    box: dict[IndexVar, Interval],
+    p: int,
+    pcoords: np.ndarray,
+    of_entry: np.ndarray | None,
+    out_base: np.ndarray | None,
+) -> Need:
+    o = a.output
+    lhs = a.output_access()
+    if o.format.is_dense:
+        sd, dd = _split_dims(a, lhs)
+        sv_index = {v: k for k, v in enumerate(a.svars)}
+        vals = pattern[[sv_index[lhs.indices[d]] for d in sd]][:, ent]
+        rows, idx = _distinct_rows(vals, [o.shape[d] for d in sd], False)
+        tbox = tuple(box[lhs.indices[d]] for d in dd)
+        pieces = _block_pieces(a.placements[o.name], sd, dd, rows, tbox, p, pcoords[p])
+        return Need(o.name, rows, tbox, idx, pieces)
+    assert of_entry is not None
+    assert out_base is not None
+    touched = of_entry[ent]
+    rows = np.unique(touched) if len(touched) else touched
+    idx = np.searchsorted(rows, touched)
+    owner = out_base[rows]
+    pieces = []
+    if len(rows):
+        order = np.argsort(owner, kind="stable")
+        so = owner[order]
+        cut = np.flatnonzero(np.r_[True, so[1:] != so[:-1]])
+        for s, e in zip(cut, np.r_[cut[1:], len(so)], strict=True):
+            pieces.append(Piece(int(so[s]), order[s:e], (), int(e - s)))
+    return Need(o.name, rows, (), idx, tuple(pieces))
+
+
+def _owned_output(
+    a: Analysis,
+    out_pattern: SparseArray | None,
+    out_base: np.ndarray | None,
+    p: int,
+    pcoords: np.ndarray,
+) -> tuple[int, Any]:
+    o = a.output
+    if o.format.is_dense:
+        pl = a.placements[o.name]
+        has, _, lo, hi = pl.own_arrays(pcoords[p : p + 1])
+        if not has[0]:
+            return 0, None
+        bx = tuple((int(x), int(y)) for x, y in zip(lo[0], hi[0], strict=True))
+        return math.prod(h - lo for lo, h in bx), bx
+    assert out_base is not None
+    positions = np.flatnonzero(out_base == p)
+    return len(positions), positions
+
+
+def _term_plan(
+    a: Analysis,
+    t: TermInfo,
+    rows: dict[str, np.ndarray],
+    tent: np.ndarray | None,
+    ent: np.ndarray,
+    needs: dict[str, Need],
+    out: Need,
+    box: dict[IndexVar, Interval],
+    arrays: dict[str, SparseArray],
+) -> TermPlan:
+    if tent is None:
+        local, k = None, ent
+    else:
+        local, k = _term_local(ent, tent)
+    sparse = []
+    for f in t.sparse:
+        name = t.factors[f].tensor.name
+        r = rows[name][k]
+        sparse.append((name, np.searchsorted(needs[name].rows, r)))
+    dense = []
+    for f in t.dense:
+        acc = t.factors[f]
+        nd = needs[acc.tensor.name]
+        dense.append(
+            (acc.tensor.name, nd.idx if local is None else nd.idx[local], _letters(a, acc))
+        )
+    scale = math.prod(box[v][1] - box[v][0] for v in t.scale_vars)
+    active = all(box[v][0] == 0 < box[v][1] for v in t.first_vars)
+    return TermPlan(
+        t.coeff, local, tuple(sparse), tuple(dense), out.idx if local is None else out.idx[local],
+        scale, active,
+    )  # fmt: skip
+
+
+def _count(a: Analysis, procs: list[ProcPlan], stats: Stats) -> dict[str, int]:
+    """Fill the stats from the plan (the one place words, messages and memory are counted)."""
+    moved: dict[str, int] = {n: 0 for n in a.tensors}
+    extra = [0] * len(procs)  # fetch buffers and partial sums held on top of owned data
+    for pp in procs:
+        p = pp.p
+        stats.iterations[p] = pp.iterations
+        for need in pp.needs.values():
+            peers = set()
+            for pc in need.pieces:
+                if pc.peer == p or (pc.words == 0 and pc.index_words == 0):
+                    continue
+                stats.words_received[p] += pc.words
+                stats.words_sent[pc.peer] += pc.words
+                stats.index_words_received[p] += pc.index_words
+                stats.index_words_sent[pc.peer] += pc.index_words
+                extra[p] += pc.words
+                moved[need.tensor] += pc.words
+                peers.add(pc.peer)
+            for q in peers:
+                stats.messages_received[p] += 1
+                stats.messages_sent[q] += 1
+        peers = set()
+        for pc in pp.out.pieces:
+            if pc.peer == p or pc.words == 0:
+                continue
+            stats.words_sent[p] += pc.words
+            stats.words_received[pc.peer] += pc.words
+            extra[p] += pc.words  # the partial sums it computed for others
+            extra[pc.peer] += pc.words  # what the owner receives
+            moved[a.output.name] += pc.words
+            peers.add(pc.peer)
+        for q in peers:
+            stats.messages_sent[p] += 1
+            stats.messages_received[q] += 1
+    for pp in procs:
+        stats.peak_words[pp.p] = pp.owned_words + extra[pp.p]
+    return moved

@@ -1,0 +1,69 @@
+"""``explain()`` of sparse kernels: the loop nest, how the pattern is cut, what moves."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distal.plan.printer import relation_text, traffic_table
+from distal.plan.sparse import COORD, DENSE, FUSED, Analysis, SparsePlan
+
+
+def _cut_text(a: Analysis) -> list[str]:
+    out = []
+    for m, c in enumerate(a.cuts):
+        names = ", ".join(v.name for v in c.vars)
+        what = {
+            DENSE: f"dense loop {names}: blocks of ceil(N/{c.parts})",
+            COORD: f"coordinate {names} of the pattern: blocks of ceil(N/{c.parts}) coordinates",
+            FUSED: f"fused ({names}): blocks of ceil(N/{c.parts}) pair numbers",
+        }.get(c.kind, f"stored positions of ({names}) in {a.driver}: blocks of ceil(nnz/{c.parts})")
+        out.append(f"  machine dimension {m}: {what}")
+    return out
+
+
+def explain_unbound(a: Analysis) -> str:
+    """What a sparse kernel does before it knows the pattern."""
+    s = a.schedule
+    lines = [
+        f"computation: {s.statement.assignment!r}",
+        f"machine: {s.machine!r}",
+        "schedule:",
+        *("  " + x for x in repr(s).splitlines()),
+        "",
+        f"iteration: the stored entries of ({', '.join(v.name for v in a.svars)}) "
+        f"(driver {a.driver}), times the dense loops "
+        f"({', '.join(v.name for v in a.dvars) or 'none'})",
+        *_cut_text(a),
+    ]
+    if s.relations:
+        lines += ["where:"] + ["  " + relation_text(r, s.extent) for r in s.relations]
+    lines += [
+        "",
+        "tensors:",
+        *(
+            f"  {n}: {t.format.describe()}, dist {s.layouts()[n][0]!r}"
+            + ("  (hull fetch)" if n in a.hull else "")
+            for n, t in a.tensors.items()
+        ),
+        "",
+        f"traffic depends on the pattern of {list(a.sparse_inputs)}: bind(inputs).explain()",
+    ]
+    return "\n".join(lines)
+
+
+def explain_bound(plan: SparsePlan) -> str:
+    """The unbound text, then the bound pattern's cut and traffic."""
+    a = plan.analysis
+    lines = [explain_unbound(a).rsplit("\n", 1)[0]]
+    sizes = [len(pp.entries) for pp in plan.procs]
+    mean = float(np.mean(sizes)) if sizes else 0.0
+    lines += [
+        f"bound pattern: {plan.pattern.shape[1]} entries; per processor min {min(sizes)}, "
+        f"max {max(sizes)}, max/mean {max(sizes) / mean if mean else 1.0:.3f}",
+        "data moved (values; index words counted apart):",
+    ]
+    for name, w in plan.moved.items():
+        role = "partial sums" if name == a.output.name else "fetched"
+        lines.append(f"  {name}: {w} words {role}")
+    lines += ["", "per processor:", *("  " + x for x in traffic_table(plan.stats))]
+    return "\n".join(lines)
