@@ -24,6 +24,12 @@ from distal.schedule.api import Schedule
 from distal.schedule.relations import Fuse, Pos
 
 RUNTIMES = ("local", "mpi", "dask")
+#: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``)
+_SPARSE_RUNTIMES = {
+    "local": "distal.runtime.sparse_local",
+    "mpi": "distal.runtime.mpi.sparse",
+    "dask": "distal.runtime.elastic.sparse",
+}
 
 
 class Kernel:
@@ -238,6 +244,11 @@ class Kernel:
 
     def plot_distribution(self, tensor: Any, path: str | None = None, **options: Any) -> Any:
         """Picture of ``tensor``'s blocks coloured by owner (see ``distal.viz``)."""
+        if self.sparse is not None:
+            raise InputError(
+                "the distribution of a sparse kernel's tensors depends on the pattern: "
+                "kernel.bind(inputs).plot_distribution(tensor)"
+            )
         from distal.viz import plot_distribution
 
         return plot_distribution(self, tensor, path, **options)
@@ -354,7 +365,7 @@ class BoundKernel:
             return sparse_local.run(self.plan, self.computes(), self.check_inputs(inputs))
         if runtime in RUNTIMES:
             try:
-                mod = importlib.import_module(f"distal.runtime.{runtime}_sparse")
+                mod = importlib.import_module(_SPARSE_RUNTIMES[runtime])
             except ModuleNotFoundError as e:
                 if e.name and e.name.startswith("distal"):
                     raise NotSupportedYet(
@@ -365,6 +376,14 @@ class BoundKernel:
                 ) from e
             return mod.run(self, inputs, **options)
         raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+
+    def plot_distribution(self, tensor: Any, path: str | None = None, **options: Any) -> Any:
+        """Picture of ``tensor`` over the bound pattern: a sparse tensor's stored entries as a
+        spy plot coloured by owning processor, so row and non-zero cuts can be compared
+        (see ``distal.viz.sparse``); dense tensors as in ``Kernel.plot_distribution``."""
+        from distal.viz.sparse import plot_sparse_distribution
+
+        return plot_sparse_distribution(self, tensor, path, **options)
 
     def __call__(self, **inputs: Any) -> Any:
         return self.run(inputs).value

@@ -33,9 +33,16 @@ from typing import Any
 import numpy as np
 
 from distal.distribution.machine import Machine
-from distal.distribution.notation import GROUP, REPL, RESTRICT, Distribution, parse_layout
+from distal.distribution.notation import (
+    GROUP,
+    REPL,
+    RESTRICT,
+    Distribution,
+    parse_layout,
+    whole_on_processor0,
+)
 from distal.distribution.partition import Placement
-from distal.errors import InputError, NotationError, NotSupportedYet, ScheduleError
+from distal.errors import InputError, NotationError, NotSupportedYet
 from distal.lang.concrete import Term
 from distal.lang.nodes import Access, IndexVar, Tensor
 from distal.plan.stats import Stats
@@ -106,12 +113,8 @@ class Analysis:
         tensors = s.tensors()
         self.tensors = tensors
         self.output: Tensor = st.output
-        machine = s.machine
-        if machine is None:
-            raise ScheduleError(
-                "a sparse computation needs a distributed schedule (distribute its loops "
-                "onto a dl.Machine)"
-            )
+        # an undistributed schedule runs on one processor, as a dense one does
+        machine = s.machine if s.machine is not None else Machine(1)
         if len(machine.levels) > 1:
             raise NotSupportedYet("sparse kernels on hierarchical machines are not in this version")
         self.machine: Machine = machine
@@ -169,9 +172,11 @@ class Analysis:
                     f"tensor {name!r} is laid out on machine {m!r}, not the schedule's "
                     f"{self.machine!r}; sparse kernels use one machine"
                 )
-            if dist is None:
-                dist = self._default_dist(t)
-            parsed = parse_layout(dist, name, t.ndim, self.machine)
+            parsed = (
+                whole_on_processor0(t.ndim, self.grid)
+                if dist is None
+                else parse_layout(dist, name, t.ndim, self.machine)
+            )
             if isinstance(parsed, tuple):
                 raise NotSupportedYet("per-level distributions in sparse kernels")
             if t.format.is_dense:
@@ -206,11 +211,6 @@ class Analysis:
         """The (one) access of input ``name``."""
         return next(f for t in self.statement.terms for f in t.factors if f.tensor.name == name)
 
-    def _default_dist(self, t: Tensor) -> str:
-        """A tensor without a distribution lives on processor 0 (as in dense kernels)."""
-        lhs = " ".join(f"d{n}" for n in range(t.ndim)) or "_"
-        return f"{lhs} -> {' '.join('0' for _ in self.grid)}"
-
     def _outer_loops(self) -> set[IndexVar]:
         s = self.schedule
         return (
@@ -235,11 +235,8 @@ class Analysis:
 
     def _cuts(self) -> tuple[Cut, ...]:
         s = self.schedule
-        if not s.levels:
-            raise ScheduleError(
-                "a sparse computation needs a distributed schedule (distribute its loops "
-                "onto a dl.Machine)"
-            )
+        if not s.levels:  # one processor: every entry, every dense loop whole
+            return tuple(Cut(DENSE, (), g) for g in self.grid)
         for r in s.relations:
             if isinstance(r, Rotate):
                 raise NotSupportedYet("rotate in a sparse kernel")
@@ -635,7 +632,7 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
         for v in a.dvars:
             box[v] = (0, ext[v])
         for m, c in enumerate(a.cuts):
-            if c.kind == DENSE:
+            if c.kind == DENSE and c.vars:
                 v = c.vars[0]
                 b = _block(ext[v], c.parts)
                 box[v] = (
