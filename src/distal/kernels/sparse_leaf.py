@@ -1,0 +1,447 @@
+"""Leaf kernels for sparse iteration: one term of the statement on one processor.
+
+The sparse lowering hands each processor its *entries* (the stored non-zeros of the
+iteration pattern it owns) and, per term, flat index arrays. A term is evaluated as ::
+
+    out[o[e], <out_subs>] += v[e] * prod_T X_T[idx_T[e], <subs_T>]      for every entry e,
+
+summed over the letters that some operand has and the output does not; a letter of the
+output that no operand has receives the same contribution at each of its indices.
+
+An iterative solver runs the same pattern many times with new values, so a
+:class:`TermLeaf` does everything that depends only on the pattern once, when it is
+built: it sorts the entries by output row (a stable permutation, kept, when ``o`` is not
+already nondecreasing), cuts them into segments of equal output row, checks the index
+ranges, and picks an implementation from the shape of the term:
+
+* ``direct``: no operands and every output row met once: ``out[o] += v``.
+* ``numba-segsum``: no operands, output rows repeated: a segment sum.
+* ``csr-spmv`` / ``csr-spmm``: one operand with the output's letters (SpMV, SpMM, SpTTV):
+  a CSR row loop, one accumulator row per output row. It beats scipy's ``csr @ dense``
+  on one thread and, unlike scipy, releases the GIL, so two processors of the local
+  runtime (threads of one process) use two cores (``benchmarks/sparse_leaf.py`` has the
+  figures).
+* ``numba-mttkrp``: two operands, both with the output's letters:
+  ``out[o, l] += v * X[i, l] * Y[j, l]``.
+* ``numba-sddmm``: two operands with the same letters, scalar output:
+  ``out[o] += v * sum_j X[i, j] * Y[k, j]``.
+* ``einsum``: anything else, in numpy: entries go in chunks (bounding the gathered rows'
+  memory), each chunk's operand rows are gathered, ``np.einsum`` forms the per-entry
+  contribution, and ``np.add.reduceat`` sums it per output row.
+
+The numba kernels are compiled on first use (``nogil=True``: they release the GIL;
+``cache=True``: the machine code is kept on disk across processes), once per dtype; numba
+and scipy are never imported by ``import distal``. Every loop runs in a fixed order, so the
+same inputs give bit-identical outputs on every call.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError
+
+_EXTRA = "pip install 'distal[sparse]'"
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+#: the einsum path handles at most this many entries at a time
+CHUNK_ENTRIES = 65536
+#: ... and at most about this many gathered elements per operand and chunk
+CHUNK_ELEMENTS = 1 << 22
+
+_JIT_LOCK = threading.Lock()
+_JITTED: dict[str, Any] = {}
+
+
+# ---------------------------------------------------------------------------------------
+# numba kernels. Plain functions here; compiled by _jit on first use. Entries are in
+# output-row order: segment s holds entries seg_ptr[s] .. seg_ptr[s+1]-1, all of output
+# row seg_row[s]. Each segment is summed in entry order into an accumulator, which is
+# then added to the output row.
+# ---------------------------------------------------------------------------------------
+
+
+def _segsum_kernel(
+    seg_ptr: np.ndarray, seg_row: np.ndarray, v: np.ndarray, out: np.ndarray, zero: complex
+) -> None:
+    w = out.shape[1]
+    for s in range(seg_row.shape[0]):
+        a = zero
+        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+            a += v[e]
+        r = seg_row[s]
+        for k in range(w):
+            out[r, k] += a
+
+
+def _spmv_kernel(
+    seg_ptr: np.ndarray,
+    seg_row: np.ndarray,
+    idx: np.ndarray,
+    v: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    zero: complex,
+) -> None:
+    for s in range(seg_row.shape[0]):
+        a = zero
+        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+            a += v[e] * x[idx[e]]
+        out[seg_row[s]] += a
+
+
+def _spmm_kernel(
+    seg_ptr: np.ndarray,
+    seg_row: np.ndarray,
+    idx: np.ndarray,
+    v: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    acc: np.ndarray,
+) -> None:
+    w = out.shape[1]
+    for s in range(seg_row.shape[0]):
+        for k in range(w):
+            acc[k] = 0
+        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+            ve = v[e]
+            i = idx[e]
+            for k in range(w):
+                acc[k] += ve * x[i, k]
+        r = seg_row[s]
+        for k in range(w):
+            out[r, k] += acc[k]
+
+
+def _mttkrp_kernel(
+    seg_ptr: np.ndarray,
+    seg_row: np.ndarray,
+    i1: np.ndarray,
+    i2: np.ndarray,
+    v: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    out: np.ndarray,
+    acc: np.ndarray,
+) -> None:
+    w = out.shape[1]
+    for s in range(seg_row.shape[0]):
+        for k in range(w):
+            acc[k] = 0
+        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+            ve = v[e]
+            a = i1[e]
+            b = i2[e]
+            for k in range(w):
+                acc[k] += ve * x[a, k] * y[b, k]
+        r = seg_row[s]
+        for k in range(w):
+            out[r, k] += acc[k]
+
+
+def _sddmm_kernel(
+    seg_ptr: np.ndarray,
+    seg_row: np.ndarray,
+    i1: np.ndarray,
+    i2: np.ndarray,
+    v: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    out: np.ndarray,
+    zero: complex,
+) -> None:
+    # compiled with fastmath={"reassoc"} (and only that flag): LLVM may then split the dot
+    # product into vector lanes. The order is fixed in the compiled code, so every call
+    # gives the same bits; the lanes make the kernel twice as fast (more row gathers in
+    # flight), see benchmarks/sparse_leaf.py.
+    w = x.shape[1]
+    for s in range(seg_row.shape[0]):
+        a = zero
+        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+            p = i1[e]
+            q = i2[e]
+            d = zero
+            for k in range(w):
+                d += x[p, k] * y[q, k]
+            a += v[e] * d
+        out[seg_row[s]] += a
+
+
+#: name -> (function, extra numba options)
+_KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
+    "segsum": (_segsum_kernel, {}),
+    "spmv": (_spmv_kernel, {}),
+    "spmm": (_spmm_kernel, {}),
+    "mttkrp": (_mttkrp_kernel, {}),
+    "sddmm": (_sddmm_kernel, {"fastmath": {"reassoc"}}),
+}
+
+
+def _numba() -> Any:
+    try:
+        import numba
+    except ImportError as e:  # pragma: no cover - numba is in the sparse extra
+        raise InputError(f"the sparse leaf kernels need numba: {_EXTRA}") from e
+    return numba
+
+
+def _jit(name: str) -> Any:
+    """The compiled kernel ``name`` (decorated on first use, so importing this module needs
+    no numba; numba compiles once per argument types and caches the code on disk)."""
+    f = _JITTED.get(name)
+    if f is None:
+        with _JIT_LOCK:
+            f = _JITTED.get(name)
+            if f is None:
+                fn, options = _KERNELS[name]
+                f = _JITTED[name] = _numba().njit(nogil=True, cache=True, **options)(fn)
+    return f
+
+
+# ---------------------------------------------------------------------------------------
+
+
+def _index_array(a: Any, n: int | None, what: str) -> np.ndarray:
+    arr = np.asarray(a)
+    if arr.ndim != 1 or (arr.size and not np.issubdtype(arr.dtype, np.integer)):
+        raise InputError(f"{what} must be a 1-D integer array, got shape {arr.shape} {arr.dtype}")
+    if n is not None and arr.shape[0] != n:
+        raise InputError(f"{what} has {arr.shape[0]} entries, o has {n}")
+    return np.ascontiguousarray(arr, dtype=np.int64)
+
+
+def _segments(o: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(seg_ptr, seg_row) of a nondecreasing ``o``: the runs of equal output row."""
+    n = o.shape[0]
+    if n == 0:
+        return np.zeros(1, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(o[1:] != o[:-1]) + 1
+    seg_ptr = np.empty(starts.shape[0] + 2, np.int64)
+    seg_ptr[0] = 0
+    seg_ptr[1:-1] = starts
+    seg_ptr[-1] = n
+    return seg_ptr, o[seg_ptr[:-1]]
+
+
+class TermLeaf:
+    """One term on one processor, with its index structure prepared once (bind time) and its
+    values supplied at every run (iterative solvers run the same pattern many times).
+
+    Args:
+        o: the output row of each entry, in ``[0, out_rows)``; may repeat, need not be
+            sorted.
+        idx: per operand, the operand row each entry reads.
+        subs: per operand, the letters of its dense dimensions after the row dimension.
+        out_subs: the letters of the output's dimensions after the row dimension.
+        out_rows: the output's number of rows.
+        extents: the extent of every letter.
+
+    Calling ``leaf(out, v, xs)`` adds the term to ``out`` in place: ``v`` holds the values
+    of the entries (in the order of ``o``), ``xs[T]`` operand ``T`` with shape
+    ``(rows_T, *[extents[c] for c in subs[T]])``, ``out`` the shape
+    ``(out_rows, *[extents[c] for c in out_subs])``.
+    """
+
+    def __init__(
+        self,
+        o: np.ndarray,
+        idx: Sequence[np.ndarray],
+        subs: Sequence[str],
+        out_subs: str,
+        out_rows: int,
+        extents: Mapping[str, int],
+    ) -> None:
+        o = _index_array(o, None, "o")
+        n = self._n = int(o.shape[0])
+        if len(idx) != len(subs):
+            raise InputError(f"{len(idx)} index arrays for {len(subs)} operands")
+        idx = [_index_array(a, n, f"idx[{t}]") for t, a in enumerate(idx)]
+        subs = [str(s) for s in subs]
+        out_subs = str(out_subs)
+        if int(out_rows) != out_rows or out_rows < 0:
+            raise InputError(f"out_rows must be a non-negative integer, got {out_rows!r}")
+        self._out_rows = out_rows = int(out_rows)
+        if len(set(out_subs)) != len(out_subs):
+            raise InputError(f"out_subs {out_subs!r} repeats a letter")
+        for c in set(out_subs).union(*subs):
+            e = extents.get(c)
+            if e is None:
+                raise InputError(f"letter {c!r} has no extent")
+            if int(e) != e or e < 0:
+                raise InputError(f"extent of {c!r} must be a non-negative integer, got {e!r}")
+        self._out_shape = (out_rows, *(int(extents[c]) for c in out_subs))
+        self._x_dims = [tuple(int(extents[c]) for c in s) for s in subs]
+        self._width = int(np.prod(self._out_shape[1:], dtype=np.int64))
+        self._x_width = [int(np.prod(d, dtype=np.int64)) for d in self._x_dims]
+        if n and (o.min() < 0 or o.max() >= out_rows):
+            raise InputError(f"o has rows outside [0, {out_rows})")
+        self._x_rows_needed = []
+        for t, a in enumerate(idx):
+            if n and a.min() < 0:
+                raise InputError(f"idx[{t}] has negative rows")
+            self._x_rows_needed.append(int(a.max()) + 1 if n else 0)
+
+        # entries in output-row order
+        self._perm: np.ndarray | None = None
+        if n and not bool(np.all(o[1:] >= o[:-1])):
+            perm = np.argsort(o, kind="stable")
+            self._perm = perm
+            o_sorted = o[perm]
+            idx = [a[perm] for a in idx]
+        else:
+            o_sorted = o
+        # Unsigned indices: numba then drops its negative-index wrap-around code from every
+        # array access (a third faster SpMV). 32 bits for the per-entry rows when they fit:
+        # the kernels stream them, so that halves their traffic. The segment bounds stay
+        # 64-bit, so the entry loop's counter needs no widening.
+        self._itype = itype = (
+            np.uint32 if max([out_rows, *self._x_rows_needed]) < 2**32 else np.uint64
+        )
+        self._o = o.astype(itype)
+        self._idx = [a.astype(itype) for a in idx]
+        seg_ptr, seg_row = _segments(o_sorted)
+        self._seg_ptr, self._seg_row = seg_ptr.astype(np.uint64), seg_row.astype(itype)
+        unique = self._seg_row.shape[0] == n
+
+        distinct = all(len(set(s)) == len(s) for s in subs)
+        if not subs:
+            self._path = "direct" if unique else "numba-segsum"
+        elif len(subs) == 1 and subs[0] == out_subs:
+            self._path = "csr-spmv" if self._width == 1 else "csr-spmm"
+        elif len(subs) == 2 and subs[0] == subs[1] == out_subs:
+            self._path = "numba-mttkrp"
+        elif len(subs) == 2 and subs[0] == subs[1] and out_subs == "" and distinct:
+            self._path = "numba-sddmm"
+        else:
+            self._path = "einsum"
+            self._prepare_einsum(subs, out_subs, o_sorted)
+
+    @property
+    def path(self) -> str:
+        """Which implementation runs the term (see the module docstring)."""
+        return self._path
+
+    @property
+    def entries(self) -> int:
+        """The number of entries."""
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"TermLeaf(path={self._path!r}, entries={self._n}, out={self._out_shape})"
+
+    # -- the einsum path ------------------------------------------------------------------
+
+    def _prepare_einsum(self, subs: list[str], out_subs: str, o_sorted: np.ndarray) -> None:
+        letters: dict[str, str] = {}
+        for c in "".join(subs) + out_subs:
+            letters.setdefault(c, _LETTERS[len(letters) + 1])
+        entry = _LETTERS[0]
+        present = set("".join(subs))
+        kept = "".join(letters[c] for c in out_subs if c in present)
+        ins = ",".join([entry, *(entry + "".join(letters[c] for c in s) for s in subs)])
+        self._spec = f"{ins}->{entry}{kept}"
+        # the contribution's shape per entry, with 1 for the letters no operand has
+        self._contrib_shape = tuple(
+            self._out_shape[1 + k] if c in present else 1 for k, c in enumerate(out_subs)
+        )
+        self._optimize = len(subs) >= 2
+        widest = max([*self._x_width, int(np.prod(self._contrib_shape, dtype=np.int64))])
+        step = max(1, min(CHUNK_ENTRIES, CHUNK_ELEMENTS // max(1, widest)))
+        # per chunk: (first, end, output rows, local segment starts or None when unique)
+        self._chunks: list[tuple[int, int, np.ndarray, np.ndarray | None]] = []
+        for a in range(0, self._n, step):
+            b = min(self._n, a + step)
+            ptr, rows = _segments(o_sorted[a:b])
+            starts = None if rows.shape[0] == b - a else ptr[:-1]
+            self._chunks.append((a, b, rows.astype(self._itype), starts))
+
+    def _run_einsum(self, out: np.ndarray, v: np.ndarray, xs: Sequence[np.ndarray]) -> None:
+        for a, b, rows, starts in self._chunks:
+            ops = [np.take(x, i[a:b], axis=0) for x, i in zip(xs, self._idx, strict=True)]
+            c = np.einsum(self._spec, v[a:b], *ops, optimize=self._optimize)
+            c = c.reshape((b - a, *self._contrib_shape))
+            if starts is not None:
+                c = np.add.reduceat(c, starts, axis=0)
+            out[rows] += c
+
+    # -- running ----------------------------------------------------------------------------
+
+    def _check(self, out: np.ndarray, v: np.ndarray, xs: Sequence[np.ndarray]) -> Any:
+        """The dtype the kernels compute in (out's), after checking every shape."""
+        if not isinstance(out, np.ndarray) or out.shape != self._out_shape:
+            got = getattr(out, "shape", type(out).__name__)
+            raise InputError(f"out must have shape {self._out_shape}, got {got}")
+        dt = out.dtype
+        if dt.kind not in "fc":
+            raise InputError(f"out must be a float or complex array, got {dt}")
+        if v.shape != (self._n,):
+            raise InputError(f"v must have shape ({self._n},), got {v.shape}")
+        if len(xs) != len(self._idx):
+            raise InputError(f"{len(xs)} operands given, the term has {len(self._idx)}")
+        for t, x in enumerate(xs):
+            if x.ndim != 1 + len(self._x_dims[t]) or x.shape[1:] != self._x_dims[t]:
+                raise InputError(
+                    f"operand {t} must have shape (rows, *{self._x_dims[t]}), got {x.shape}"
+                )
+            if x.shape[0] < self._x_rows_needed[t]:
+                raise InputError(
+                    f"operand {t} has {x.shape[0]} rows; the entries read row "
+                    f"{self._x_rows_needed[t] - 1}"
+                )
+        for name, a in [("v", v), *((f"operand {t}", x) for t, x in enumerate(xs))]:
+            if a.dtype.kind == "c" and dt.kind != "c":
+                raise InputError(f"{name} is complex ({a.dtype}) but out is real ({dt})")
+            if a.dtype.kind not in "biufc":
+                raise InputError(f"{name} must be numeric, got {a.dtype}")
+        return dt
+
+    def __call__(self, out: np.ndarray, v: np.ndarray, xs: Sequence[np.ndarray]) -> None:
+        """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place."""
+        v = np.asarray(v)
+        xs = [np.asarray(x) for x in xs]
+        dt = self._check(out, v, xs)
+        if self._n == 0 or out.size == 0:
+            return
+        v = np.ascontiguousarray(v, dtype=dt)
+        xs = [np.ascontiguousarray(x, dtype=dt) for x in xs]
+        if self._path == "direct":
+            out[self._o] += v.reshape((self._n,) + (1,) * (out.ndim - 1))
+            return
+        if self._perm is not None:
+            v = v[self._perm]
+        if self._path == "einsum":
+            self._run_einsum(out, v, xs)
+            return
+        if out.flags.c_contiguous:
+            self._run_numba(out, v, xs)
+        else:  # the kernels write through a flat view: give them one, then add
+            tmp = np.zeros(out.shape, dt)
+            self._run_numba(tmp, v, xs)
+            out += tmp
+
+    def _run_numba(self, out: np.ndarray, v: np.ndarray, xs: list[np.ndarray]) -> None:
+        path, ptr, rows, w = self._path, self._seg_ptr, self._seg_row, self._width
+        zero = out.dtype.type(0)
+        if path == "numba-segsum":
+            _jit("segsum")(ptr, rows, v, out.reshape(self._out_rows, w), zero)
+        elif path == "csr-spmv":
+            x = xs[0].reshape(xs[0].shape[0])
+            _jit("spmv")(ptr, rows, self._idx[0], v, x, out.reshape(self._out_rows), zero)
+        elif path == "csr-spmm":
+            x = xs[0].reshape(xs[0].shape[0], w)
+            acc = np.empty(w, out.dtype)
+            _jit("spmm")(ptr, rows, self._idx[0], v, x, out.reshape(self._out_rows, w), acc)
+        elif path == "numba-mttkrp":
+            x, y = (a.reshape(a.shape[0], w) for a in xs)
+            acc = np.empty(w, out.dtype)
+            i1, i2 = self._idx
+            _jit("mttkrp")(ptr, rows, i1, i2, v, x, y, out.reshape(self._out_rows, w), acc)
+        else:  # numba-sddmm
+            wx = self._x_width[0]
+            x, y = (a.reshape(a.shape[0], wx) for a in xs)
+            i1, i2 = self._idx
+            _jit("sddmm")(ptr, rows, i1, i2, v, x, y, out.reshape(self._out_rows), zero)
