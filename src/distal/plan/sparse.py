@@ -1078,4 +1078,7 @@ def _count(a: Analysis, procs: list[ProcPlan], stats: Stats) -> dict[str, int]:
             stats.messages_received[q] += 1
     for pp in procs:
         stats.peak_words[pp.p] = pp.owned_words + extra[pp.p]
+    # one machine level (sparse kernels run on flat machines): every word received crosses
+    # level 0, as the dense kernels' stats say; Stats.zeros left it all zero
+    stats.level_words_received = [list(stats.words_received)]
     return moved

@@ -81,5 +81,7 @@ def run(plan: SparsePlan, computes: list[Compute], inputs: Mapping[str, Any]) ->
             enumerate(pool.map(lambda p: reduce_output(plan, p, ys[p], partials[p]), range(P)))
         )
     stats.peak_words = held
+    # one machine level: every word received crosses level 0 (as in the plan's stats)
+    stats.level_words_received = [list(stats.words_received)]
     value = assemble(plan, blocks)
     return Result(value, stats, time.perf_counter() - t0)

@@ -1,0 +1,254 @@
+"""An independent oracle for the stats of distributed SpMV and SpMM on a 1-D machine.
+
+It implements the counting rules of the sparse lowering (docs/sparse.md) from the pattern
+alone -- a scipy CSR matrix -- with plain Python sets and loops, never calling distal's plan
+code, so a test comparing it with ``kernel.stats(inputs)`` checks the plan against the rules:
+
+* blocks: an extent ``N`` cut into ``G`` parts, block ``b`` is
+  ``[b*ceil(N/G), min((b+1)*ceil(N/G), N))``; a non-zero cut does the same with
+  ``N = nnz`` over the stored positions (CSR order);
+* processor ``p`` visits the entries of its row block (row split) or of its position block
+  (non-zero split); ``iterations[p]`` is that count times ``K`` (the dense columns of SpMM,
+  1 for SpMV);
+* the dense operand (``c`` or ``C``, rows cut by blocks of ``j``) moves at the distinct
+  columns of the visited entries (or every column of their hull ``[min, max]``) that ``p``
+  does not own, ``K`` words each, from the owners;
+* output rows a processor's entries touch and it does not own (``a``/``A`` rows cut by
+  blocks of ``i``) are partial sums, ``K`` words each, sent to the owners;
+* the matrix moves only when its distribution is not the schedule's cut: the visited
+  entries ``p`` does not own come from their owners, values plus index words -- per
+  compressed level of the piece ``pos`` (parents + 1) and ``crd`` (one per stored position
+  of the level in the piece), per singleton level ``crd``;
+* one message per (tensor, source, destination) with at least one word;
+* ``peak_words[p]`` = what ``p`` owns (matrix entries, its block of the dense operand and of
+  the output) + values it receives by fetches + partial sums it sends + partial sums it
+  receives.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+
+def block_size(extent: int, parts: int) -> int:
+    """``ceil(extent / parts)``, at least 1."""
+    return max(1, -(-extent // parts))
+
+
+def block_of(x: int, extent: int, parts: int) -> int:
+    """The block holding coordinate (or position) ``x``."""
+    return x // block_size(extent, parts)
+
+
+def block_range(b: int, extent: int, parts: int) -> range:
+    """The coordinates of block ``b``."""
+    s = block_size(extent, parts)
+    return range(min(b * s, extent), min((b + 1) * s, extent))
+
+
+@dataclass
+class Entry:
+    position: int
+    row: int
+    col: int
+
+
+def entries(B: sp.csr_array) -> list[Entry]:
+    """The stored entries in CSR order (row-major: the storage order of csr, dcsr and coo)."""
+    B = sp.csr_array(B)
+    out = []
+    for r in range(B.shape[0]):
+        for q in range(B.indptr[r], B.indptr[r + 1]):
+            out.append(Entry(len(out), r, int(B.indices[q])))
+    return out
+
+
+def piece_index_words(fmt: str, piece: list[Entry]) -> int:
+    """Index words of a piece of stored entries in format ``fmt`` (``csr`` = ``dc``,
+    ``dcsr`` = ``cc``, ``coo`` = ``qs``) by the per-level rule."""
+    if not piece:
+        return 0
+    rows = len({e.row for e in piece})
+    n = len(piece)
+    if fmt == "csr":  # dense rows: nothing; compressed columns: pos over the rows + crd
+        return (rows + 1) + n
+    if fmt == "dcsr":  # compressed rows under the root, then compressed columns
+        return (1 + 1) + rows + (rows + 1) + n
+    if fmt == "coo":  # one position per entry on the 'q' level, a singleton below
+        return (1 + 1) + n + n
+    raise ValueError(fmt)
+
+
+def oracle(
+    B: sp.csr_array,
+    P: int,
+    split: str,
+    K: int | None = None,
+    b_dist: str | None = None,
+    fmt: str = "csr",
+    hull: bool = False,
+) -> dict[str, list[int]]:
+    """The stats of ``a(i) = B(i,j) * c(j)`` (``K`` None) or ``A(i,k) = B(i,j) * C(j,k)``.
+
+    ``split`` is the schedule's cut, ``"row"`` (``distribute([i])``) or ``"nz"``
+    (``fuse(i, j, f).pos(f, fp, B)``); ``b_dist`` is B's distribution, ``"row"``
+    (``"xy -> x"``) or ``"nz"`` (``"xy -> (xy)"``), by default the schedule's cut.
+    Dense operand and output: rows cut by blocks (``"x -> x"`` / ``"jk -> j"``).
+    """
+    b_dist = split if b_dist is None else b_dist
+    n, m = B.shape
+    width = 1 if K is None else K
+    ent = entries(B)
+    nnz = len(ent)
+
+    def cut(kind: str, e: Entry) -> int:
+        return block_of(e.row, n, P) if kind == "row" else block_of(e.position, nnz, P)
+
+    visit = [[e for e in ent if cut(split, e) == p] for p in range(P)]
+    owner_b = [cut(b_dist, e) for e in ent]
+    z = [0] * P
+    st = {
+        k: list(z)
+        for k in (
+            "words_received",
+            "words_sent",
+            "messages_received",
+            "messages_sent",
+            "iterations",
+            "peak_words",
+            "index_words_received",
+            "index_words_sent",
+        )
+    }
+    fetched = list(z)  # values received by fetches
+    partial_sent, partial_recv = list(z), list(z)
+
+    def message(src: int, dst: int, words: int, index_words: int = 0) -> None:
+        st["words_received"][dst] += words
+        st["words_sent"][src] += words
+        st["index_words_received"][dst] += index_words
+        st["index_words_sent"][src] += index_words
+        st["messages_received"][dst] += 1
+        st["messages_sent"][src] += 1
+
+    for p in range(P):
+        mine = visit[p]
+        st["iterations"][p] = len(mine) * width
+        # the dense operand, by the owners of its rows
+        cols = sorted({e.col for e in mine})
+        if hull and cols:
+            cols = list(range(cols[0], cols[-1] + 1))
+        by_src = defaultdict(int)
+        for j in cols:
+            q = block_of(j, m, P)
+            if q != p:
+                by_src[q] += width
+        for q, w in by_src.items():
+            message(q, p, w)
+            fetched[p] += w
+        # the matrix's entries that p visits but does not own
+        pieces = defaultdict(list)
+        for e in mine:
+            if owner_b[e.position] != p:
+                pieces[owner_b[e.position]].append(e)
+        for q, pc in pieces.items():
+            message(q, p, len(pc), piece_index_words(fmt, pc))
+            fetched[p] += len(pc)
+        # partial sums of output rows p touches and does not own
+        rows = sorted({e.row for e in mine})
+        by_owner = defaultdict(int)
+        for i in rows:
+            q = block_of(i, n, P)
+            if q != p:
+                by_owner[q] += width
+        for q, w in by_owner.items():
+            message(p, q, w)
+            partial_sent[p] += w
+            partial_recv[q] += w
+    for p in range(P):
+        owned = sum(1 for q in owner_b if q == p)
+        owned += len(block_range(p, m, P)) * width + len(block_range(p, n, P)) * width
+        st["peak_words"][p] = owned + fetched[p] + partial_sent[p] + partial_recv[p]
+    return st
+
+
+def stats_dict(stats) -> dict[str, list[int]]:
+    """A distal ``Stats`` as the oracle's dictionary (the compared fields)."""
+    d = stats.as_dict()
+    d.pop("level_words_received", None)
+    return d
+
+
+def row_lengths(B: sp.csr_array) -> np.ndarray:
+    """Entries per row."""
+    return np.diff(sp.csr_array(B).indptr)
+
+
+# ---------------------------------------------------------------------------------------------
+# The distal kernels the oracle describes (public API only)
+# ---------------------------------------------------------------------------------------------
+
+DIST = {"row": "xy -> x", "nz": "xy -> (xy)"}
+
+
+def spmv_kernel(
+    n: int,
+    m: int,
+    P: int,
+    split: str,
+    b_dist: str | None = None,
+    fmt: str = "csr",
+    hull: bool = False,
+):
+    """``a(i) = B(i,j) * c(j)`` on ``Machine(P)``: a and c ``"x -> x"``, B as ``b_dist``."""
+    import distal as dl
+
+    M = dl.Machine(P)
+    i, j, io, ii, f, fp, fo, fi = dl.index_vars("i j io ii f fp fo fi")
+    B = dl.Tensor("B", (n, m), format=fmt, dist=DIST[b_dist or split], machine=M)
+    c = dl.Tensor("c", (m,), dist="x -> x", machine=M)
+    a = dl.Tensor("a", (n,), dist="x -> x", machine=M)
+    a[i] = B[i, j] * c[j]
+    s = dl.schedule(a)
+    if split == "row":
+        s = s.distribute([i], [io], [ii], M)
+        o = io
+    else:
+        s = s.fuse(i, j, f).pos(f, fp, B).distribute([fp], [fo], [fi], M)
+        o = fo
+    s = s.communicate([a, B], o).communicate(c, o, exact=not hull)
+    return dl.compile(s)
+
+
+def spmm_kernel(
+    n: int,
+    m: int,
+    K: int,
+    P: int,
+    split: str,
+    b_dist: str | None = None,
+    fmt: str = "csr",
+    hull: bool = False,
+):
+    """``A(i,k) = B(i,j) * C(j,k)`` on ``Machine(P)``: C ``"jk -> j"``, A ``"ik -> i"``."""
+    import distal as dl
+
+    M = dl.Machine(P)
+    i, j, k, io, ii, f, fp, fo, fi = dl.index_vars("i j k io ii f fp fo fi")
+    B = dl.Tensor("B", (n, m), format=fmt, dist=DIST[b_dist or split], machine=M)
+    C = dl.Tensor("C", (m, K), dist="jk -> j", machine=M)
+    A = dl.Tensor("A", (n, K), dist="ik -> i", machine=M)
+    A[i, k] = B[i, j] * C[j, k]
+    s = dl.schedule(A).reorder([i, j, k])
+    if split == "row":
+        s = s.distribute([i], [io], [ii], M)
+        o = io
+    else:
+        s = s.fuse(i, j, f).pos(f, fp, B).distribute([fp], [fo], [fi], M)
+        o = fo
+    s = s.communicate([A, B], o).communicate(C, o, exact=not hull)
+    return dl.compile(s)
