@@ -25,10 +25,21 @@ from distal.algorithms.matmul import (
     solomonik_25d,
     summa,
 )
+from distal.algorithms.sparse import (
+    SparseAlgorithm,
+    sddmm,
+    spadd3,
+    spinnerprod,
+    spmm,
+    spmttkrp,
+    spmv,
+    spttv,
+)
 from distal.algorithms.tensor import contraction_4d, inner_product, mttkrp, ttm, ttv
 
 __all__ = [
     "Algorithm",
+    "SparseAlgorithm",
     "cannon",
     "contraction_4d",
     "cosma",
@@ -41,7 +52,14 @@ __all__ = [
     "mttkrp",
     "pumma",
     "row_1d",
+    "sddmm",
     "solomonik_25d",
+    "spadd3",
+    "spinnerprod",
+    "spmm",
+    "spmttkrp",
+    "spmv",
+    "spttv",
     "summa",
     "ttm",
     "ttv",
