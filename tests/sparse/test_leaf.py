@@ -286,6 +286,25 @@ def test_errors() -> None:
         leaf(out, v * 1j, [np.ones((3, 4))])
     with pytest.raises(InputError, match="operands given"):
         leaf(out, v, [])
+    with pytest.raises(InputError, match="float64, which out"):
+        leaf(out.astype(np.int64), v, [np.ones((3, 4), np.int64)])
+
+
+@pytest.mark.parametrize(("subs", "out_subs"), [c[1:3] for c in CANONICAL])
+def test_integers(subs: list[str], out_subs: str) -> None:
+    """Integer terms are exact (any numeric dtype works; numba specialises)."""
+    rng = np.random.default_rng(7)
+    n, rows = 50, 6
+    o = rng.integers(0, rows, n)
+    idx = [rng.integers(0, 4, n) for _ in subs]
+    leaf = TermLeaf(o, idx, subs, out_subs, rows, EXTENTS)
+    shape = (rows, *(EXTENTS[c] for c in out_subs))
+    v = rng.integers(-9, 9, n)
+    xs = [rng.integers(-9, 9, (4, *(EXTENTS[c] for c in s))) for s in subs]
+    out = np.ones(shape, np.int64)
+    leaf(out, v, xs)
+    ref, _ = reference(shape, o, idx, subs, out_subs, EXTENTS, v, xs)
+    np.testing.assert_array_equal(out, 1 + ref)
 
 
 def test_numba_missing(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -371,13 +371,14 @@ class TermLeaf:
     # -- running ----------------------------------------------------------------------------
 
     def _check(self, out: np.ndarray, v: np.ndarray, xs: Sequence[np.ndarray]) -> Any:
-        """The dtype the kernels compute in (out's), after checking every shape."""
+        """The dtype the kernels compute in (out's: the inputs are cast to it, which must not
+        lose their kind, e.g. complex to real), after checking every shape."""
         if not isinstance(out, np.ndarray) or out.shape != self._out_shape:
             got = getattr(out, "shape", type(out).__name__)
             raise InputError(f"out must have shape {self._out_shape}, got {got}")
         dt = out.dtype
-        if dt.kind not in "fc":
-            raise InputError(f"out must be a float or complex array, got {dt}")
+        if dt.kind not in "iufc":
+            raise InputError(f"out must be a numeric array, got {dt}")
         if v.shape != (self._n,):
             raise InputError(f"v must have shape ({self._n},), got {v.shape}")
         if len(xs) != len(self._idx):
@@ -393,10 +394,8 @@ class TermLeaf:
                     f"{self._x_rows_needed[t] - 1}"
                 )
         for name, a in [("v", v), *((f"operand {t}", x) for t, x in enumerate(xs))]:
-            if a.dtype.kind == "c" and dt.kind != "c":
-                raise InputError(f"{name} is complex ({a.dtype}) but out is real ({dt})")
-            if a.dtype.kind not in "biufc":
-                raise InputError(f"{name} must be numeric, got {a.dtype}")
+            if a.dtype.kind not in "biufc" or not np.can_cast(a.dtype, dt, "same_kind"):
+                raise InputError(f"{name} is {a.dtype}, which out ({dt}) cannot hold")
         return dt
 
     def __call__(self, out: np.ndarray, v: np.ndarray, xs: Sequence[np.ndarray]) -> None:
