@@ -349,12 +349,102 @@ class SparseOwnership:
                 out += ((q - first_q) // chunk) * self.strides[m]
         return out
 
+    def owners(self, arr: SparseArray, cache: dict) -> Owners:
+        """Every stored entry's owner (replicated dimensions at 0), as position ranges when
+        one tensor dimension is cut (the leading storage one, or a group), else per entry."""
+        rules = self.dist.rules
+        fixed = 0
+        for m, r in enumerate(rules):
+            if r.kind == RESTRICT:
+                fixed += r.coord * int(self.strides[m])
+        cuts = [(d, ms) for d, ms in enumerate(self.dist.cuts(arr.ndim)) if ms]
+        groups = self.dist.groups
+        order = self.tensor.format.order
+        if arr.levels and len(cuts) == 1 and not groups and cuts[0][0] == order[0]:
+            _, ms = cuts[0]
+            g = math.prod(self.grid[m] for m in ms)
+            n0 = arr.levels[0].size
+            rows = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(n0, g), n0)
+            top = arr.levels[0]
+            if top.kind == "d":
+                b0 = rows
+            elif top.kind == "c":
+                b0 = np.searchsorted(top.crd, rows, side="left")
+            else:
+                b0 = None
+            if b0 is not None:
+                owner = np.zeros(g, np.int64)
+                b = np.arange(g, dtype=np.int64)
+                for m in reversed(ms):
+                    owner += (b % self.grid[m]) * self.strides[m]
+                    b = b // self.grid[m]
+                return Owners(arr.nnz, _descend(arr, 0, b0), owner + fixed)
+        if arr.levels and not cuts and len(groups) == 1:
+            m, dims = groups[0]
+            k = len(dims) - 1
+            lv = arr.levels[k]
+            if lv.kind != "d" or all(x.kind == "d" for x in arr.levels[:k]):
+                g = self.grid[m]
+                npos = (
+                    len(lv.crd)
+                    if lv.kind != "d"
+                    else math.prod(x.size for x in arr.levels[: k + 1])
+                )
+                b = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(npos, g), npos)
+                owner = np.arange(g, dtype=np.int64) * self.strides[m] + fixed
+                return Owners(arr.nnz, _descend(arr, k, b), owner)
+        return Owners(arr.nnz, base=self.base(arr, arr.coordinates(), cache))
+
     def offset(self, coords: np.ndarray) -> np.ndarray:
         """The replicated machine dimensions' part of the serving owner's number."""
         rep = np.array([not f for f in self.fixed], bool)
         if not len(rep):
             return np.zeros(len(coords), np.int64)
         return (coords * np.where(rep, self.strides, 0)).sum(axis=1)
+
+
+class Owners:
+    """The owner of every stored entry of a sparse tensor: position ranges ``[starts[r],
+    starts[r+1])`` owned by ``owner[r]``, or one number per entry (``base``)."""
+
+    def __init__(
+        self,
+        n: int,
+        starts: np.ndarray | None = None,
+        owner: np.ndarray | None = None,
+        base: np.ndarray | None = None,
+    ) -> None:
+        self.n = n
+        self.starts = starts
+        self.owner = owner
+        self.base = base
+
+    def of(self, positions: np.ndarray) -> np.ndarray:
+        """The owner of each of these stored positions."""
+        if self.base is not None:
+            return self.base[positions]
+        assert self.starts is not None
+        assert self.owner is not None
+        r = np.searchsorted(self.starts, positions, side="right") - 1
+        return self.owner[np.minimum(r, len(self.owner) - 1)]
+
+    def owned(self, key: int) -> np.ndarray:
+        """The stored positions whose owner is ``key``, ascending."""
+        if self.base is not None:
+            return np.flatnonzero(self.base == key)
+        assert self.starts is not None
+        assert self.owner is not None
+        rs = np.flatnonzero(self.owner == key)
+        parts = [np.arange(self.starts[r], self.starts[r + 1], dtype=np.int64) for r in rs]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def all(self) -> np.ndarray:
+        """One owner per stored entry."""
+        if self.base is not None:
+            return self.base
+        assert self.starts is not None
+        assert self.owner is not None
+        return np.repeat(self.owner, np.diff(self.starts))
 
 
 def _level_positions(arr: SparseArray, k: int, cache: dict) -> np.ndarray:
@@ -489,7 +579,7 @@ class SparsePlan:
     analysis: Analysis
     arrays: dict[str, SparseArray]
     fingerprints: dict[str, str]
-    pattern: np.ndarray  # (len(svars), n) coordinates of the iteration entries
+    pattern: Coords  # the iteration entries' coordinates (np.asarray: (len(svars), n))
     procs: list[ProcPlan]
     stats: Stats
     out_pattern: SparseArray | None  # a sparse output's pattern (values zero)
@@ -538,6 +628,79 @@ def _keys(coords: np.ndarray, extents: Sequence[int]) -> np.ndarray:
     return np.ravel_multi_index(tuple(coords), tuple(extents)).astype(np.int64)
 
 
+class Coords:
+    """The iteration entries' coordinates, one array per pattern variable, made on first use.
+
+    For the common case (the pattern is one sparse input's entries) a variable stored by
+    the last level is that level's ``crd`` itself and a dense top level's coordinate is the
+    row of each position, so binding never builds the whole ``(len(svars), n)`` table unless
+    asked (``np.asarray(coords)``).
+    """
+
+    def __init__(
+        self,
+        n: int,
+        nvars: int,
+        row: Any,
+    ) -> None:
+        self.n = n
+        self.nvars = nvars
+        self._row = row
+        self._rows: dict[int, np.ndarray] = {}
+
+    @classmethod
+    def of_array(cls, arr: SparseArray, svars: Sequence[IndexVar], access: Access) -> Coords:
+        """The entries of ``arr`` (whose storage order is ``svars``)."""
+        dims = [access.indices.index(v) for v in svars]
+        last = len(arr.levels) - 1
+        full: dict[str, np.ndarray] = {}
+
+        def row(k: int) -> np.ndarray:
+            lv = arr.levels[k] if arr.levels else None
+            if lv is not None and k == last and lv.kind in "cqs":
+                return lv.crd
+            if k == 0 and len(arr.levels) == 2 and lv.kind == "d" and arr.levels[1].kind in "cq":
+                return arr.row_of_position()
+            if "c" not in full:
+                full["c"] = arr.coordinates()
+            return full["c"][dims[k]]
+
+        return cls(arr.nnz, len(svars), row)
+
+    @classmethod
+    def of_table(cls, table: np.ndarray) -> Coords:
+        return cls(table.shape[1], table.shape[0], lambda k: table[k])
+
+    def row(self, k: int) -> np.ndarray:
+        """Every entry's coordinate of pattern variable ``k``."""
+        if k not in self._rows:
+            self._rows[k] = self._row(k)
+        return self._rows[k]
+
+    def take(self, ks: Sequence[int], sel: Any) -> np.ndarray:
+        """Coordinates ``(len(ks), n_sel)`` of the entries ``sel`` (a slice or indices)."""
+        if not ks:
+            n = len(range(self.n)[sel]) if isinstance(sel, slice) else len(sel)
+            return np.zeros((0, n), np.int64)
+        return np.stack([self.row(k)[sel] for k in ks])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.nvars, self.n)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self.take(list(range(self.nvars)), slice(None))
+        return out if dtype is None else out.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return np.asarray(self)[key]
+
+
+def _sel(perm: np.ndarray | None, lo: int, hi: int) -> Any:
+    """The entries ``lo..hi`` of the sorted order: a slice when the order is the identity."""
+    return slice(lo, hi) if perm is None else perm[lo:hi]
+
+
 def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     """The exact plan of a sparse kernel for these inputs' patterns (values are not read)."""
     arrays = load_patterns(a, inputs)
@@ -549,11 +712,10 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     drv = arrays[a.driver]
     # -- the iteration pattern and, per term, each sparse factor's position per entry -------
     single = len(a.sparse_inputs) == 1 and len(a.terms) == 1
-    coords_of = {n: _storage_coords(arrays[n], a.svars, access_of[n]) for n in a.sparse_inputs}
     term_rows: list[dict[str, np.ndarray]] = []
     term_entries: list[np.ndarray | None] = []
     if single:
-        pattern = coords_of[a.driver]
+        pattern = Coords.of_array(drv, a.svars, access_of[a.driver])
         n_ent = drv.nnz
         term_rows.append({a.driver: np.arange(n_ent, dtype=np.int64)})
         term_entries.append(None)
@@ -561,7 +723,7 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     else:
         skeys = {}
         for n in a.sparse_inputs:
-            k = _keys(coords_of[n], sv_ext)
+            k = _keys(_storage_coords(arrays[n], a.svars, access_of[n]), sv_ext)
             if len(k) > 1 and np.any(np.diff(k) <= 0):
                 order = np.argsort(k, kind="stable")
                 skeys[n] = (k[order], order)
@@ -585,7 +747,7 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
             term_rows.append(rows)
             term_entries.append(None if len(k) == len(keys) else np.searchsorted(keys, k))
         n_ent = len(keys)
-        pattern = (
+        pattern = Coords.of_table(
             np.stack(np.unravel_index(keys, sv_ext)).astype(np.int64)
             if len(sv_ext)
             else np.zeros((0, n_ent), np.int64)
@@ -595,27 +757,30 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     P = a.nprocs
     pcoords = np.stack(np.unravel_index(np.arange(P), grid), axis=1) if grid else np.zeros((1, 0))
     sv_index = {v: k for k, v in enumerate(a.svars)}
-    group_key = np.zeros(n_ent, np.int64)
-    filt_dims = []
-    for m, c in enumerate(a.cuts):
-        if c.kind == DENSE:
-            continue
-        filt_dims.append(m)
-        if c.kind == COORD:
-            b = pattern[sv_index[c.vars[0]]] // _block(ext[c.vars[0]], c.parts)
-        elif c.kind == FUSED:
-            lin = _keys(pattern[[sv_index[v] for v in c.vars]], [ext[v] for v in c.vars])
-            b = lin // _block(math.prod(ext[v] for v in c.vars), c.parts)
-        else:
-            b = _position_blocks(a, arrays, pattern, keys, c, cache)
-        group_key = group_key * c.parts + b
-    if filt_dims and n_ent > 1 and np.any(np.diff(group_key) < 0):
-        perm = np.argsort(group_key, kind="stable")
-        sorted_key = group_key[perm]
-    else:
-        perm, sorted_key = None, group_key
+    filt_dims = [m for m, c in enumerate(a.cuts) if c.kind != DENSE]
     n_groups = math.prod(a.cuts[m].parts for m in filt_dims)
-    bounds = np.searchsorted(sorted_key, np.arange(n_groups + 1))
+    perm: np.ndarray | None = None
+    bounds = _range_bounds(a, drv, filt_dims) if keys is None else None
+    if bounds is None:
+        group_key = np.zeros(n_ent, np.int64)
+        for m in filt_dims:
+            c = a.cuts[m]
+            if c.kind == COORD:
+                b = pattern.row(sv_index[c.vars[0]]) // _block(ext[c.vars[0]], c.parts)
+            elif c.kind == FUSED:
+                lin = _keys(
+                    pattern.take([sv_index[v] for v in c.vars], slice(None)),
+                    [ext[v] for v in c.vars],
+                )
+                b = lin // _block(math.prod(ext[v] for v in c.vars), c.parts)
+            else:
+                b = _position_blocks(a, arrays, pattern, keys, c, cache)
+            group_key = group_key * c.parts + b
+        sorted_key = group_key
+        if filt_dims and n_ent > 1 and np.any(np.diff(group_key) < 0):
+            perm = np.argsort(group_key, kind="stable")
+            sorted_key = group_key[perm]
+        bounds = np.searchsorted(sorted_key, np.arange(n_groups + 1))
     gid = np.zeros(P, np.int64)
     for m in filt_dims:
         gid = gid * a.cuts[m].parts + pcoords[:, m]
@@ -623,11 +788,11 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     stats = Stats.zeros(P)
     procs: list[ProcPlan] = []
     owned: dict[str, list] = {n: [None] * P for n in a.tensors}
-    sown = {n: a.ownership[n].base(arr, arr.coordinates(), cache) for n, arr in arrays.items()}
+    sown = {n: a.ownership[n].owners(arr, cache) for n, arr in arrays.items()}
     out_pattern, out_rows_of_entry, out_base = _output_pattern(a, pattern, keys, arrays, cache)
     for p in range(P):
         lo, hi = int(bounds[gid[p]]), int(bounds[gid[p] + 1])
-        ent = np.arange(lo, hi, dtype=np.int64) if perm is None else perm[lo:hi]
+        ent = _sel(perm, lo, hi)
         box = {}
         for v in a.dvars:
             box[v] = (0, ext[v])
@@ -669,9 +834,9 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
         terms = []
         for t, rows, tent in zip(a.terms, term_rows, term_entries, strict=True):
             terms.append(_term_plan(a, t, rows, tent, ent, needs, out, box, arrays))
-        iters = len(ent) * vol
+        iters = _n(ent) * vol
         procs.append(
-            ProcPlan(p, ent, box, needs, out, tuple(terms), _letters(a, a.output_access()),
+            ProcPlan(p, _arr(ent), box, needs, out, tuple(terms), _letters(a, a.output_access()),
                      iters, owned_words)
         )  # fmt: skip
     moved = _count(a, procs, stats)
@@ -681,10 +846,50 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     )  # fmt: skip
 
 
+def _descend(arr: SparseArray, k: int, b: np.ndarray) -> np.ndarray:
+    """Bounds of positions at level ``k`` mapped to bounds of last-level positions."""
+    for lv in arr.levels[k + 1 :]:
+        if lv.kind == "d":
+            b = b * lv.size
+        elif lv.kind in "cq":
+            b = lv.pos[b]
+    return b
+
+
+def _range_bounds(a: Analysis, drv: SparseArray, filt_dims: list[int]) -> np.ndarray | None:
+    """Each processor group's range of the driver's entries, without a per-entry pass, when
+    one machine dimension cuts them: by the leading storage coordinate (row blocks map to
+    position ranges through ``pos``) or by positions of the top levels. None otherwise."""
+    if len(filt_dims) != 1 or not drv.levels:
+        return None
+    c = a.cuts[filt_dims[0]]
+    g = c.parts
+    if c.kind == COORD and c.vars[0] == a.svars[0]:
+        n0 = drv.levels[0].size
+        rows = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(n0, g), n0)
+        top = drv.levels[0]
+        if top.kind == "d":
+            b0 = rows
+        elif top.kind in "cq" and top.kind == "c":
+            b0 = np.searchsorted(top.crd, rows, side="left")
+        else:
+            return None
+        return _descend(drv, 0, b0)
+    if c.kind == POSITION:
+        k = len(c.vars) - 1
+        lv = drv.levels[k]
+        if lv.kind == "d" and any(x.kind != "d" for x in drv.levels[:k]):
+            return None
+        npos = len(lv.crd) if lv.kind != "d" else math.prod(x.size for x in drv.levels[: k + 1])
+        b = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(npos, g), npos)
+        return _descend(drv, k, b)
+    return None
+
+
 def _position_blocks(
     a: Analysis,
     arrays: dict[str, SparseArray],
-    pattern: np.ndarray,
+    pattern: Coords,
     keys: np.ndarray | None,
     c: Cut,
     cache: dict,
@@ -714,7 +919,7 @@ def _position_blocks(
     # a block with no stored entry (a dense level's empty fiber) starts at its next entry
     for k in range(len(bkeys) - 2, -1, -1):
         bkeys[k] = min(bkeys[k], bkeys[k + 1])
-    pk = _keys(pattern[:nlev], ext)
+    pk = _keys(pattern.take(list(range(nlev)), slice(None)), ext)
     return np.maximum(np.searchsorted(bkeys, pk, side="right") - 1, 0)
 
 
@@ -827,15 +1032,15 @@ def _dense_need(
     a: Analysis,
     name: str,
     access: Access,
-    pattern: np.ndarray,
-    ent: np.ndarray,
+    pattern: Coords,
+    ent: Any,
     box: dict[IndexVar, Interval],
     p: int,
     pcoords: np.ndarray,
 ) -> Need:
     sd, dd = _split_dims(a, access)
     sv_index = {v: k for k, v in enumerate(a.svars)}
-    vals = pattern[[sv_index[access.indices[d]] for d in sd]][:, ent]
+    vals = pattern.take([sv_index[access.indices[d]] for d in sd], ent)
     t = a.tensors[name]
     rows, idx = _distinct_rows(vals, [t.shape[d] for d in sd], name in a.hull)
     tbox = tuple(box[access.indices[d]] for d in dd)
@@ -847,10 +1052,10 @@ def _sparse_need(
     a: Analysis,
     name: str,
     arr: SparseArray,
-    ent: np.ndarray,
+    ent: Any,
     term_rows: list[dict[str, np.ndarray]],
     term_entries: list[np.ndarray | None],
-    base: np.ndarray,
+    base: Owners,
     p: int,
     pcoords: np.ndarray,
     cache: dict,
@@ -859,13 +1064,13 @@ def _sparse_need(
     for rows, tent in zip(term_rows, term_entries, strict=True):
         if name not in rows:
             continue
-        k = ent if tent is None else _term_local(ent, tent)[1]
+        k = ent if tent is None else _term_local(_arr(ent), tent)[1]
         parts.append(rows[name][k])
     used = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
-    if len(used) > 1 and np.any(np.diff(used) < 0):
+    if len(used) > 1 and not _is_run(used) and np.any(np.diff(used) < 0):
         used = np.sort(used)
     own = a.ownership[name]
-    src = base[used] + own.offset(pcoords[p : p + 1])[0]
+    src = base.of(used) + own.offset(pcoords[p : p + 1])[0]
     pieces = []
     if len(used):
         if np.all(src == src[0]):
@@ -883,6 +1088,26 @@ def _sparse_need(
     return Need(name, used, (), np.zeros(0, np.int64), tuple(pieces))
 
 
+def _is_run(x: np.ndarray) -> bool:
+    """Whether ``x`` is ``x[0], x[0]+1, ...`` (checked in O(1) for arange views, else O(n))."""
+    n = len(x)
+    if n == 0:
+        return True
+    if int(x[-1]) - int(x[0]) != n - 1:
+        return False
+    return n < 3 or bool(np.all(np.diff(x) == 1))
+
+
+def _n(ent: Any) -> int:
+    """Number of entries in a selection (a slice or indices)."""
+    return ent.stop - ent.start if isinstance(ent, slice) else len(ent)
+
+
+def _arr(ent: Any) -> np.ndarray:
+    """A selection as indices."""
+    return np.arange(ent.start, ent.stop, dtype=np.int64) if isinstance(ent, slice) else ent
+
+
 def _term_local(ent: np.ndarray, tent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For a term covering pattern entries ``tent`` (sorted): the positions in ``ent`` of the
     processor's entries it covers, and their numbers in the term's own list."""
@@ -896,7 +1121,7 @@ def _owned(
     a: Analysis,
     name: str,
     arrays: dict[str, SparseArray],
-    sown: dict[str, np.ndarray],
+    sown: dict[str, Owners],
     p: int,
     pcoords: np.ndarray,
 ) -> tuple[int, Any]:
@@ -909,13 +1134,13 @@ def _owned(
         bx = tuple((int(x), int(y)) for x, y in zip(lo[0], hi[0], strict=True))
         return math.prod(h - lo for lo, h in bx), bx
     key = p - int(a.ownership[name].offset(pcoords[p : p + 1])[0])
-    positions = np.flatnonzero(sown[name] == key)
+    positions = sown[name].owned(key)
     return len(positions), positions
 
 
 def _output_pattern(
     a: Analysis,
-    pattern: np.ndarray,
+    pattern: Coords,
     keys: np.ndarray | None,
     arrays: dict[str, SparseArray],
     cache: dict,
@@ -934,7 +1159,7 @@ def _output_pattern(
         out = drv.with_values(np.zeros(drv.nnz, dtype=o.dtype))
         of_entry = np.arange(drv.nnz, dtype=np.int64)
     else:
-        sub = pattern[[sv_index[v] for v in ostore]]
+        sub = pattern.take([sv_index[v] for v in ostore], slice(None))
         k = _keys(sub, [a.extent[v] for v in ostore])
         uk, inv = np.unique(k, return_inverse=True)
         coords_store = np.stack(np.unravel_index(uk, [a.extent[v] for v in ostore]))
@@ -946,26 +1171,25 @@ def _output_pattern(
         out = _from_points(coords, np.zeros(len(uk), o.dtype), o.shape, o.format, unique=True)
         of_entry = inv.astype(np.int64).ravel()
     del dims
-    base = a.ownership[o.name].base(out, out.coordinates(), cache)
-    return out, of_entry, base
+    return out, of_entry, a.ownership[o.name].owners(out, cache)
 
 
 def _output_need(
     a: Analysis,
-    pattern: np.ndarray,
-    ent: np.ndarray,
+    pattern: Coords,
+    ent: Any,
     box: dict[IndexVar, Interval],
     p: int,
     pcoords: np.ndarray,
     of_entry: np.ndarray | None,
-    out_base: np.ndarray | None,
+    out_base: Owners | None,
 ) -> Need:
     o = a.output
     lhs = a.output_access()
     if o.format.is_dense:
         sd, dd = _split_dims(a, lhs)
         sv_index = {v: k for k, v in enumerate(a.svars)}
-        vals = pattern[[sv_index[lhs.indices[d]] for d in sd]][:, ent]
+        vals = pattern.take([sv_index[lhs.indices[d]] for d in sd], ent)
         rows, idx = _distinct_rows(vals, [o.shape[d] for d in sd], False)
         tbox = tuple(box[lhs.indices[d]] for d in dd)
         pieces = _block_pieces(a.placements[o.name], sd, dd, rows, tbox, p, pcoords[p])
@@ -973,9 +1197,13 @@ def _output_need(
     assert of_entry is not None
     assert out_base is not None
     touched = of_entry[ent]
-    rows = np.unique(touched) if len(touched) else touched
-    idx = np.searchsorted(rows, touched)
-    owner = out_base[rows]
+    if _is_run(touched):  # consecutive output entries (the output keeps the pattern)
+        rows = touched
+        idx = np.arange(len(touched), dtype=np.int64)
+    else:
+        rows = np.unique(touched) if len(touched) else touched
+        idx = np.searchsorted(rows, touched)
+    owner = out_base.of(rows)
     pieces = []
     if len(rows):
         order = np.argsort(owner, kind="stable")
@@ -989,7 +1217,7 @@ def _output_need(
 def _owned_output(
     a: Analysis,
     out_pattern: SparseArray | None,
-    out_base: np.ndarray | None,
+    out_base: Owners | None,
     p: int,
     pcoords: np.ndarray,
 ) -> tuple[int, Any]:
@@ -1002,7 +1230,7 @@ def _owned_output(
         bx = tuple((int(x), int(y)) for x, y in zip(lo[0], hi[0], strict=True))
         return math.prod(h - lo for lo, h in bx), bx
     assert out_base is not None
-    positions = np.flatnonzero(out_base == p)
+    positions = out_base.owned(p)
     return len(positions), positions
 
 
@@ -1020,12 +1248,16 @@ def _term_plan(
     if tent is None:
         local, k = None, ent
     else:
-        local, k = _term_local(ent, tent)
+        local, k = _term_local(_arr(ent), tent)
     sparse = []
     for f in t.sparse:
         name = t.factors[f].tensor.name
         r = rows[name][k]
-        sparse.append((name, np.searchsorted(needs[name].rows, r)))
+        used = needs[name].rows
+        if len(r) == len(used) and _is_run(r) and _is_run(used) and (not len(r) or r[0] == used[0]):
+            sparse.append((name, np.arange(len(r), dtype=np.int64)))
+        else:
+            sparse.append((name, np.searchsorted(used, r)))
     dense = []
     for f in t.dense:
         acc = t.factors[f]
