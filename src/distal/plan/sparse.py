@@ -1070,8 +1070,27 @@ def _sparse_need(
     if len(used) > 1 and not _is_run(used) and np.any(np.diff(used) < 0):
         used = np.sort(used)
     own = a.ownership[name]
-    src = base.of(used) + own.offset(pcoords[p : p + 1])[0]
+    shift = int(own.offset(pcoords[p : p + 1])[0])
     pieces = []
+    if len(used) and base.starts is not None and _is_run(used):
+        # a run of positions against owner ranges: cut it at the range boundaries
+        u0, u1 = int(used[0]), int(used[-1]) + 1
+        st, ow = base.starts, base.owner
+        assert ow is not None
+        r0 = int(np.searchsorted(st, u0, side="right")) - 1
+        cuts: dict[int, list[np.ndarray]] = {}
+        for r in range(max(r0, 0), len(ow)):
+            lo, hi = max(u0, int(st[r])), min(u1, int(st[r + 1]))
+            if lo >= u1:
+                break
+            if hi > lo:
+                cuts.setdefault(int(ow[r]) + shift, []).append(np.arange(lo - u0, hi - u0))
+        for q in sorted(cuts):
+            sel = np.concatenate(cuts[q]) if len(cuts[q]) > 1 else cuts[q][0]
+            iw = 0 if q == p else index_words(arr, used[sel], cache)
+            pieces.append(Piece(q, sel, (), len(sel), iw))
+        return Need(name, used, (), np.zeros(0, np.int64), tuple(pieces))
+    src = base.of(used) + shift
     if len(used):
         if np.all(src == src[0]):
             groups = [(int(src[0]), np.arange(len(used)))]

@@ -54,7 +54,9 @@ def owned_data(plan: SparsePlan, p: int, inputs: Mapping[str, Any]) -> Owned:
             dense[name] = (np.ascontiguousarray(np.asarray(arr[sl], dtype=t.dtype)), own)
         else:
             vals = np.asarray(inputs[name].vals, dtype=t.dtype)
-            sparse[name] = (vals[own], own)
+            n = len(own)
+            run = n == 0 or (int(own[-1]) - int(own[0]) == n - 1)  # ascending, so a run
+            sparse[name] = (vals[int(own[0]) : int(own[0]) + n] if run and n else vals[own], own)
     return Owned(p, dense, sparse)
 
 

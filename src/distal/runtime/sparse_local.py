@@ -30,6 +30,15 @@ from distal.runtime.sparse_exec import (
     words_of,
 )
 
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The threads processors run on, one per core, made once per process."""
+    if not _POOL:
+        _POOL.append(ThreadPoolExecutor(max(1, os.cpu_count() or 1), "distal-sparse"))
+    return _POOL[0]
+
 
 def run(plan: SparsePlan, computes: list[Compute], inputs: Mapping[str, Any]) -> Result:
     """Run every processor's part of ``plan`` on ``inputs`` (patterns already checked)."""
@@ -59,27 +68,26 @@ def run(plan: SparsePlan, computes: list[Compute], inputs: Mapping[str, Any]) ->
                 stats.index_words_sent[pc.peer] += iw
                 held[p] += w
         stats.iterations[p] = pp.iterations
-    workers = min(P, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        ys = list(pool.map(lambda p: computes[p].run(owned[p], inbox[p]), range(P)))
-        partials: list[dict[int, list[np.ndarray]]] = [defaultdict(list) for _ in range(P)]
-        for pp in plan.procs:
-            p = pp.p
-            for pc in pp.out.pieces:
-                if pc.peer == p:
-                    continue
-                part = partial(pp, ys[p], pc)
-                if not partials[pc.peer][p]:
-                    stats.messages_sent[p] += 1
-                    stats.messages_received[pc.peer] += 1
-                partials[pc.peer][p].append(part)
-                stats.words_sent[p] += part.size
-                stats.words_received[pc.peer] += part.size
-                held[p] += part.size
-                held[pc.peer] += part.size
-        blocks = dict(
-            enumerate(pool.map(lambda p: reduce_output(plan, p, ys[p], partials[p]), range(P)))
-        )
+    pool = _pool()  # one pool for every run: starting threads costs more than a small kernel
+    ys = list(pool.map(lambda p: computes[p].run(owned[p], inbox[p]), range(P)))
+    partials: list[dict[int, list[np.ndarray]]] = [defaultdict(list) for _ in range(P)]
+    for pp in plan.procs:
+        p = pp.p
+        for pc in pp.out.pieces:
+            if pc.peer == p:
+                continue
+            part = partial(pp, ys[p], pc)
+            if not partials[pc.peer][p]:
+                stats.messages_sent[p] += 1
+                stats.messages_received[pc.peer] += 1
+            partials[pc.peer][p].append(part)
+            stats.words_sent[p] += part.size
+            stats.words_received[pc.peer] += part.size
+            held[p] += part.size
+            held[pc.peer] += part.size
+    blocks = dict(
+        enumerate(pool.map(lambda p: reduce_output(plan, p, ys[p], partials[p]), range(P)))
+    )
     stats.peak_words = held
     # one machine level: every word received crosses level 0 (as in the plan's stats)
     stats.level_words_received = [list(stats.words_received)]
