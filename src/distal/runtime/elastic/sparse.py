@@ -1,0 +1,1011 @@
+"""A bound sparse kernel on the elastic (Dask) runtime: the four phases of
+:mod:`distal.runtime.sparse_exec` as a task graph.
+
+Per virtual processor ``p`` of the bound :class:`~distal.plan.sparse.SparsePlan`:
+
+- **owned**: ``owned_data(plan, p, inputs)``, cut on the driver and carried in its task, so
+  Dask can rebuild it after losing the worker that held it;
+- **payloads**: one task per (source, receiver) pair with something to send, next to the
+  source's owned data: ``payload(...)`` for every piece of the receiver's needs that source
+  serves, in the needs' piece order;
+- **compute** (``compute-p<p>``): ``Compute(plan, p).run(owned, received)``, the
+  processor's contributions to the output rows it touches;
+- **partials**: one task per (computer, owner) pair, ``partial(...)`` of each piece of the
+  computer's output the owner reduces;
+- **reduce** (``block-p<q>``): ``reduce_output(plan, q, y, {src: parts})``, partial sums in
+  increasing source order, so the bits never depend on which task finished first;
+
+and the driver assembles the blocks. The plan travels once: one task carries it (like an
+input block, so it is rebuilt if every worker holding it is lost) and Dask copies it to each
+worker that runs a task needing it; the other tasks carry only small arguments.
+
+``Result.stats`` are counted by the tasks from the arrays they were handed: a compute task
+counts the values and index arrays of every payload it received (one message per tensor and
+source), a reduction the partial sums it added (one message per source); iterations are the
+processor's plan's, and ``peak_words`` is what the local runtime measures (owned data, the
+payloads received, the partials sent and received). A first run moves exactly what the
+plan says, so ``Result.stats == bound.stats()``; work loaded from a checkpoint moved nothing
+and counts nothing. Dask's own transfers (the plan, payloads, partials and results moved
+between workers wherever it placed the tasks) are ``Result.extra["dask_transfer_bytes"]``.
+
+With ``checkpoint=``, each compute result and each reduced output block is an entry of the
+dense runtime's :class:`~distal.runtime.checkpoint.CheckpointStore` (checksummed, written
+behind the task). The run key hashes the statement, schedule, formats, shapes, dtypes,
+every sparse input's ``pattern_fingerprint()`` and a fingerprint of every input's values,
+so a changed value or pattern never meets a stale entry. A rerun loads finished blocks on
+the driver and finished compute results on a worker (only their partials move), and
+computes the rest.
+
+``verify=k`` computes every compute task and every reduction on ``k`` workers and accepts a
+strict majority (the dense runtime's agreement tasks). ``verify="check"`` checks every
+compute result on another worker with a randomized projection (:func:`project_compute`)
+and recomputes a result that fails there; reductions (additions of partial sums) are not
+checked in this mode.
+
+The dense runtime's ``granularity``, ``window`` and ``speculate`` options do not apply (a
+processor's computation is one task; there is no feeder to speculate with) and are refused
+when given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import secrets
+import time
+import uuid
+import warnings
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError, NotSupportedYet, RuntimeFailure
+from distal.plan.sparse import SparsePlan
+from distal.plan.stats import Stats
+from distal.runtime import dask as adapter
+from distal.runtime.checkpoint import (
+    CORRUPT,
+    FORMAT,
+    CheckpointStore,
+    fingerprint_array,
+)
+from distal.runtime.elastic.check import (
+    U64,
+    Verdict,
+    _gamma,
+    _unit_roundoff,
+    default_repeats,
+    vectors,
+)
+from distal.runtime.elastic.driver import workers
+from distal.runtime.elastic.options import Options
+from distal.runtime.elastic.summary import Events, summarize
+from distal.runtime.elastic.tasks import (
+    Ctx,
+    _stall,
+    agree_block_task,
+    agree_task,
+    drain,
+    event,
+    finish,
+    transfer_bytes,
+)
+from distal.runtime.progress import Progress
+from distal.runtime.result import Result
+from distal.runtime.sparse_exec import (
+    Compute,
+    Owned,
+    assemble,
+    owned_data,
+    owned_words,
+    partial,
+    payload,
+    reduce_output,
+    words_of,
+)
+
+STATS_NOTE = (
+    "dask runtime, sparse kernel: Result.stats words, index words and messages are counted "
+    "by the tasks from the arrays they received (each compute task's payloads, each "
+    "reduction's partial sums), between the plan's virtual processors; iterations are the "
+    "plan's; peak_words is owned data plus what was received and the partials sent; work "
+    "loaded from a checkpoint moved nothing and counts nothing. Dask's own transfers are "
+    "extra['dask_transfer_bytes']"
+)
+
+#: options of ``runtime="dask"`` that have no meaning for a sparse kernel (and their defaults)
+_DENSE_ONLY = {"granularity": "flush", "window": None, "speculate": False}
+
+Moved = list[list[int]]
+"""Messages as ``[source, destination, words, index words]``, counted by their receiver."""
+
+
+def compute_name(p: int) -> str:
+    """Checkpoint entry (and event label) of processor ``p``'s compute result."""
+    return f"compute-p{p}"
+
+
+def block_name(q: int) -> str:
+    """Checkpoint entry (and event label) of processor ``q``'s reduced output block."""
+    return f"block-p{q}"
+
+
+@dataclass(frozen=True)
+class _Named:
+    """What :func:`~distal.runtime.elastic.tasks.agree_task` reads of a unit: its entry name
+    and processor."""
+
+    name: str
+    proc: int
+
+
+# ---------------------------------------------------------------------------------------
+# Run key: what decides the numbers
+# ---------------------------------------------------------------------------------------
+
+
+def fingerprints(plan: SparsePlan, data: Mapping[str, Any]) -> dict[str, str]:
+    """Per input: the pattern's fingerprint and the values' (sparse), or the array's (dense)."""
+    out: dict[str, str] = {}
+    for name, x in sorted(data.items()):
+        if name in plan.arrays:
+            out[name] = f"pattern={x.pattern_fingerprint()};values={fingerprint_array(x.vals)}"
+        else:
+            out[name] = fingerprint_array(np.asarray(x))
+    return out
+
+
+def describe(plan: SparsePlan, prints: Mapping[str, str]) -> dict[str, Any]:
+    """The manifest's human-readable part (``distal checkpoint`` lists ``statement``)."""
+    a = plan.analysis
+    s = a.schedule
+    return {
+        "format": FORMAT,
+        "kind": "sparse",
+        "statement": str(a.statement.assignment),
+        "schedule": repr(s),
+        "distributions": dict(s.distributions),
+        "formats": {n: str(t.format) for n, t in a.tensors.items()},
+        "shapes": {n: list(t.shape) for n, t in a.tensors.items()},
+        "dtypes": {n: np.dtype(t.dtype).str for n, t in a.tensors.items()},
+        "machine": list(a.grid),
+        "fingerprints": dict(prints),
+    }
+
+
+def run_key(plan: SparsePlan, prints: Mapping[str, str]) -> str:
+    """The checkpoint directory of one (sparse kernel, inputs): the plan is a function of
+    the schedule and the patterns, so these decide every entry's bytes."""
+    d = describe(plan, prints)
+    desc = repr(sorted((k, repr(v)) for k, v in d.items()))
+    return hashlib.sha256(f"sparse:{desc}".encode()).hexdigest()[:32]
+
+
+# ---------------------------------------------------------------------------------------
+# Tasks (run on the workers)
+# ---------------------------------------------------------------------------------------
+
+
+def carry(x: Any) -> Any:
+    """The plan or a processor's owned data, carried in its task so Dask can rebuild it."""
+    return x
+
+
+def payload_task(plan: SparsePlan, owned: Owned, dst: int) -> dict[str, list[list[np.ndarray]]]:
+    """Everything ``owned.p`` sends to ``dst``: per tensor, the payload of each piece of
+    ``dst``'s need it serves, in the need's piece order."""
+    out: dict[str, list[list[np.ndarray]]] = {}
+    for name, need in plan.procs[dst].needs.items():
+        arrays = [payload(plan, owned, need, pc) for pc in need.pieces if pc.peer == owned.p]
+        if arrays:
+            out[name] = arrays
+    return out
+
+
+def _received(
+    p: int, senders: list[tuple[int, dict[str, list[list[np.ndarray]]]]]
+) -> tuple[dict[tuple[str, int], list[list[np.ndarray]]], Moved]:
+    """``received[(tensor, src)]`` as :class:`Compute` takes it, and what it counts."""
+    received: dict[tuple[str, int], list[list[np.ndarray]]] = {}
+    moved: Moved = []
+    for src, by_tensor in senders:
+        for name, pieces in by_tensor.items():
+            received[(name, src)] = pieces
+            w = iw = 0
+            for arrays in pieces:
+                a, b = words_of(arrays)
+                w, iw = w + a, iw + b
+            if w or iw:
+                moved.append([src, p, w, iw])
+    return received, moved
+
+
+def _load(ctx: Ctx, name: str) -> tuple[np.ndarray | None, bool]:
+    """Entry ``name`` from the checkpoint (None when absent), and whether it was corrupt."""
+    if ctx.store is None:
+        return None, False
+    arr, status = ctx.store.load(name)
+    return arr, status == CORRUPT
+
+
+def load_task(ctx: Ctx, name: str) -> np.ndarray:
+    """A finished entry, read on a worker (a rerun's compute result: only its partials move
+    on). A missing or damaged entry fails the task; the driver then computes it."""
+    w = event(ctx, "start", name)
+    t0 = time.perf_counter()
+    arr, corrupt = _load(ctx, name)
+    if arr is None:
+        event(ctx, "fail", name, w, corrupt=corrupt)
+        raise RuntimeFailure(f"checkpoint entry {name!r} is {'corrupt' if corrupt else 'gone'}")
+    event(ctx, "done", name, w, status="reused", seconds=time.perf_counter() - t0)
+    return arr
+
+
+def compute_task(
+    ctx: Ctx,
+    plan: SparsePlan,
+    p: int,
+    owned: Owned,
+    senders: list[tuple[int, dict[str, list[list[np.ndarray]]]]],
+    save: bool,
+    replica: int | None = None,
+    who: bool = False,
+) -> Any:
+    """Processor ``p``'s contributions from its owned data and the payloads it was sent.
+
+    A re-run (Dask lost the worker holding the result) loads the entry it saved. ``replica``
+    is copy ``r`` of ``verify=k``: it returns ``(y, worker, counts)`` for the agreement.
+    ``who`` (``verify="check"``) returns ``(y, worker)`` for the check.
+    """
+    name = compute_name(p)
+    label = name if replica is None else f"{name}#v{replica}"
+    w = event(ctx, "start", label, unit=True)
+    t0 = time.perf_counter()
+    corrupt = False
+    if save and replica is None:
+        arr, corrupt = _load(ctx, name)
+        if arr is not None:
+            event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0)
+            return (arr, w.address) if who else arr
+    received, moved = _received(p, senders)
+    y = Compute(plan, p).run(owned, received)
+    _stall(ctx, w, time.perf_counter() - t0)
+    if w.name in ctx.lie:
+        y = y + 1
+    counts = {"moved": moved, "iterations": [p, plan.procs[p].iterations]}
+    done = {"status": "computed", "corrupt": corrupt, "seconds": time.perf_counter() - t0}
+    if replica is not None:
+        event(ctx, "done", label, w, **done)
+        return y, w.address, counts
+    if save and ctx.store is not None:
+        finish(ctx, w, name, y, label, **done, **counts)
+    else:
+        event(ctx, "done", label, w, **done, **counts)
+    return (y, w.address) if who else y
+
+
+def check_task(
+    ctx: Ctx,
+    plan: SparsePlan,
+    p: int,
+    owned: Owned,
+    senders: list[tuple[int, dict[str, list[list[np.ndarray]]]]],
+    claimed: tuple[np.ndarray, str],
+    seed: int,
+    reps: int | None,
+    save: bool,
+) -> np.ndarray:
+    """Check processor ``p``'s compute result away from the worker that computed it.
+
+    A passing result is checkpointed here (an entry is only ever a checked result) and
+    returned; a failing one is recomputed here, on the one worker known to disagree with
+    the one that computed it, and the recomputed result is used (and logged as a
+    rejection)."""
+    y, by = claimed
+    w = ctx.worker()
+    t0 = time.perf_counter()
+    name = compute_name(p)
+    received, _ = _received(p, senders)
+    comp = Compute(plan, p)
+    xs = comp.operands(owned, {k: list(v) for k, v in received.items()})
+    v = project_compute(comp, xs, y, seed, reps)
+    if v.exact:  # non-finite operands: compare with a recomputation
+        want = comp.run(owned, received)
+        same = y.shape == want.shape and bool(np.array_equal(y, want, equal_nan=True))
+        v = Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
+    info = {
+        "ok": v.ok,
+        "by": by,
+        "diff": v.diff,
+        "tol": v.tol,
+        "same_worker": by == w.address,
+        "detail": v.describe(),
+    }
+    if not v.ok:
+        y = comp.run(owned, received)
+    info["seconds"] = time.perf_counter() - t0
+    if save and ctx.store is not None:
+        finish(ctx, w, name, y, name, kind="check", **info)
+    else:
+        event(ctx, "check", name, w, **info)
+    return y
+
+
+def partial_task(plan: SparsePlan, p: int, y: np.ndarray, dst: int) -> list[np.ndarray]:
+    """The parts of ``p``'s contributions that ``dst`` reduces, in ``p``'s piece order."""
+    pp = plan.procs[p]
+    return [partial(pp, y, pc) for pc in pp.out.pieces if pc.peer == dst]
+
+
+def reduce_task(
+    ctx: Ctx,
+    plan: SparsePlan,
+    q: int,
+    y: np.ndarray | None,
+    parts: dict[int, list[np.ndarray]],
+    save: bool,
+    replica: int | None = None,
+    who: bool = False,
+) -> Any:
+    """``q``'s output block: its own contributions, then the partial sums received in
+    increasing source order. A re-run loads the block it saved; ``replica`` is a
+    ``verify=k`` copy, returning ``(block, worker, counts)``; ``who`` (``verify="check"``)
+    returns ``(block, worker)`` for the check."""
+    name = block_name(q)
+    label = name if replica is None else f"{name}#v{replica}"
+    w = event(ctx, "start", label)
+    t0 = time.perf_counter()
+    if save and replica is None:
+        arr, _ = _load(ctx, name)
+        if arr is not None:
+            event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0)
+            return arr
+    block = reduce_output(plan, q, y, parts)
+    moved: Moved = []
+    for src in sorted(parts):
+        words = int(sum(x.size for x in parts[src]))
+        if src != q and words:
+            moved.append([src, q, words, 0])
+    if w.name in ctx.lie and block is not None:
+        block = block + 1
+    counts = {"moved": moved}
+    seconds = time.perf_counter() - t0
+    if replica is not None:
+        event(ctx, "done", label, w, status="computed", seconds=seconds)
+        return block, w.address, counts
+    if save and ctx.store is not None and block is not None:
+        finish(ctx, w, name, block, label, status="computed", seconds=seconds, **counts)
+    else:
+        event(ctx, "done", label, w, status="computed", seconds=seconds, **counts)
+    return (block, w.address) if who else block
+
+
+def check_reduce_task(
+    ctx: Ctx,
+    plan: SparsePlan,
+    q: int,
+    y: np.ndarray | None,
+    parts: dict[int, list[np.ndarray]],
+    claimed: tuple[np.ndarray, str],
+    save: bool,
+) -> np.ndarray:
+    """Check ``q``'s block away from the worker that summed it (``verify="check"``).
+
+    A reduction reads each partial sum once and adds it, so checking it costs what summing
+    it again costs: the block is summed again here, in the same fixed order, and must be
+    bit-identical (``nan`` for ``nan``). A passing block is checkpointed here; a failing one
+    is replaced by the sum made here (and logged as a rejection)."""
+    block, by = claimed
+    w = ctx.worker()
+    t0 = time.perf_counter()
+    name = block_name(q)
+    want = reduce_output(plan, q, y, parts)
+    ok = block.shape == want.shape and bool(np.array_equal(block, want, equal_nan=True))
+    info = {
+        "ok": ok,
+        "by": by,
+        "block": True,
+        "same_worker": by == w.address,
+        "detail": "summed again: " + ("identical" if ok else "different"),
+        "seconds": time.perf_counter() - t0,
+    }
+    if save and ctx.store is not None:
+        finish(ctx, w, name, want, name, kind="check", **info)
+    else:
+        event(ctx, "check", name, w, **info)
+    return want
+
+
+# ---------------------------------------------------------------------------------------
+# The randomized check of a compute result
+# ---------------------------------------------------------------------------------------
+
+_REP, _ENT, _ROW = "Q", "E", "R"  # letters the leaves never use (theirs are a, b, ...)
+
+
+def _term_projection(
+    comp: Compute,
+    t: Any,
+    xs: Mapping[str, np.ndarray],
+    R: list[np.ndarray],
+    absolute: bool,
+) -> tuple[np.ndarray, int, int, int]:
+    """One term of ``comp`` projected on the vectors ``R`` (rows first, then the output's
+    dense letters): ``sum_e coeff v[e] r_0[o[e]] contract(X_T[idx_T[e]], r_d)``.
+
+    Each dense factor is contracted with the vectors of the output letters only it carries,
+    and summed over the letters only it carries, *before* its rows are gathered to the
+    entries (Freivalds: ``C r`` before ``B (C r)``), so the cost is about the operands' words.
+    With ``absolute``, every operand is taken by absolute value (the magnitude bound).
+    Returns the projection (one value per repetition), the additions any product goes
+    through, the products summed into one output element, and the factors multiplied.
+    """
+    out_letters = comp.pp.out_letters
+    ext = comp.extents
+    f = np.abs if absolute else (lambda a: a)
+    v = None
+    for name, idx in t.sparse:
+        vals = f(xs[name][idx])
+        v = vals if v is None else v * vals
+    n = len(t.out)
+    if v is None:
+        v = np.ones(n)
+    coeff = t.coeff * t.scale
+    count: dict[str, int] = defaultdict(int)
+    for _, _, letters in t.dense:
+        for c in letters:
+            count[c] += 1
+    ops: list[np.ndarray] = [np.asarray(v, np.result_type(v, np.float64))[None, :] * R[0][:, t.out]]
+    specs = [_REP + _ENT]
+    pre = 0
+    for name, idx, letters in t.dense:
+        x = f(xs[name])
+        mine_out = [c for c in letters if count[c] == 1 and c in out_letters]
+        mine_sum = [c for c in letters if count[c] == 1 and c not in out_letters]
+        shared = [c for c in letters if count[c] > 1]
+        args: list[np.ndarray] = [x]
+        subs = [_ROW + letters]
+        for c in mine_out:
+            args.append(R[1 + out_letters.index(c)])
+            subs.append(_REP + c)
+        keep = _ROW + (_REP if mine_out else "") + "".join(shared)
+        if mine_out or mine_sum:
+            x = np.einsum(",".join(subs) + "->" + keep, *args, optimize=True)
+            pre = max(pre, math.prod(ext[c] for c in (*mine_out, *mine_sum)))
+        ops.append(x[idx])
+        specs.append(_ENT + keep[1:])
+    shared_all = sorted(c for c, k in count.items() if k > 1)
+    summands = n * math.prod(ext[c] for c in shared_all)
+    val = np.einsum(",".join(specs) + "->" + _REP, *ops, optimize=True)
+    # an output letter no factor carries gets the same contribution at each index
+    for d, c in enumerate(out_letters):
+        if c not in count:
+            val = val * R[1 + d].sum(axis=1)
+            summands *= ext[c]
+    val = val * (abs(coeff) if absolute else coeff)
+    rows = np.bincount(t.out).max() if n else 0
+    per_elem = int(rows) * math.prod(ext[c] for c in count if c not in out_letters)
+    factors = len(t.sparse) + len(t.dense) + (coeff != 1)
+    return val, pre + summands, per_elem, factors
+
+
+def project_compute(
+    comp: Compute,
+    xs: Mapping[str, np.ndarray],
+    claimed: np.ndarray,
+    seed: int,
+    reps: int | None = None,
+) -> Verdict:
+    """Check ``claimed`` (processor ``comp.pp.p``'s contributions) against its operands
+    ``xs`` (:meth:`Compute.operands`) by a randomized projection.
+
+    The dense runtime's check (:mod:`distal.runtime.elastic.check`), with the entries as the
+    summation: one random vector per output dimension (the rows the processor touches,
+    then each dense output letter), the claimed result projected on all of them, and each
+    term's entries projected on the same vectors (for SpMV ``sum_e v[e] r[o[e]] x[idx[e]]``).
+    A wrong result passes with probability at most ``dims 2^-21`` per repetition. The
+    tolerance follows ``check.project``'s rounding bound (Higham's ``gamma``): the claimed
+    result's roundings (products per output element and factors), both projections'
+    additions, and the magnitude ``2^D sum |coeff v| contract(|X|...)`` computed from the
+    operands, never from the claim. Non-finite operands give ``exact=True`` (the caller
+    recomputes).
+    """
+    pp = comp.pp
+    out_shape = comp.out_shape
+    dims = len(out_shape)
+    reps = default_repeats(dims) if reps is None else int(reps)
+    claimed = np.asarray(claimed)
+    if claimed.shape != tuple(out_shape):
+        return Verdict(False, math.inf, 0.0, reps, dims)
+    dtype = np.dtype(comp.dtype)
+    R = vectors(seed, out_shape, reps)
+    letters = _ROW + pp.out_letters
+    spec = ",".join([letters, *(_REP + c for c in letters)]) + "->" + _REP
+    lhs = np.einsum(spec, np.asarray(claimed, np.result_type(claimed, 1.0)), *R, optimize=True)
+    depth_lhs = math.prod(out_shape)
+    rhs = np.zeros(reps, dtype=lhs.dtype)
+    ones = [np.ones((1, n)) for n in out_shape]
+    mag = 0.0
+    depth_rhs = depth_mag = n_terms = factors = 0
+    per_elem = 0
+    for t, leaf in zip(pp.terms, comp.leaves, strict=True):
+        if leaf is None or len(t.out) == 0:
+            continue
+        n_terms += 1
+        val, dep, k, nf = _term_projection(comp, t, xs, R, False)
+        rhs = rhs + val
+        m, depm, _, _ = _term_projection(comp, t, xs, ones, True)
+        mag += float(np.real(m[0]))
+        depth_rhs, depth_mag = max(depth_rhs, dep), max(depth_mag, depm)
+        per_elem += k
+        factors = max(factors, nf)
+    if not math.isfinite(mag):
+        return Verdict(False, math.nan, math.nan, reps, dims, exact=True)
+    cplx = 2 if dtype.kind == "c" else 1
+    p = cplx * (factors + 1)
+    D = cplx * dims
+    g_a = _gamma(per_elem + p, _unit_roundoff(dtype))
+    g_l = _gamma(depth_lhs + D, U64)
+    g_r = _gamma(depth_rhs + p + D + n_terms, U64)
+    g_m = _gamma(depth_mag + factors + 1 + n_terms, U64)
+    bound = mag * 2.0**dims / (1.0 - g_m) if g_m < 1 else math.inf
+    tol = ((1 + g_a) * (1 + g_l) - 1 + g_r) * bound
+    diff = float(np.max(np.abs(lhs - rhs))) if reps else 0.0
+    return Verdict(bool(diff <= tol), diff, tol, reps, dims)
+
+
+# ---------------------------------------------------------------------------------------
+# The driver
+# ---------------------------------------------------------------------------------------
+
+
+def _options(options: Mapping[str, Any]) -> Options:
+    for k, default in _DENSE_ONLY.items():
+        if k in options and options[k] != default:
+            raise NotSupportedYet(
+                f"option {k!r} is not used by sparse kernels on the dask runtime: each "
+                "processor's computation is one task, which Dask places and retries"
+            )
+    return Options.parse(options)
+
+
+def run(
+    bound: Any,
+    inputs: Mapping[str, Any],
+    client: Any = None,
+    checkpoint: Any = None,
+    **options: Any,
+) -> Result:
+    """Run ``bound`` (a :class:`~distal.kernel.BoundKernel` of a sparse kernel) on Dask.
+
+    ``client``: a ``distributed.Client``, a scheduler address, or None for a local cluster
+    of ``n_workers`` (as the dense runtime). ``checkpoint``: a directory or fsspec URL. The
+    other options are the dense runtime's (``verify``, ``verify_repeats``, ``verify_rtol``,
+    ``verify_atol``, ``progress``, ``timeout``, ``keep_partials``, ``fsync``, the test hooks);
+    see the module docstring.
+    """
+    if getattr(bound, "plan", None) is None:
+        raise InputError("the sparse dask runtime takes a bound sparse kernel (kernel.bind)")
+    opts = _options({"client": client, "checkpoint": checkpoint, **options})
+    data = bound.check_inputs(inputs)
+    c, owned = adapter._connect(opts)
+    try:
+        return _Run(bound.plan, data, opts, c).run()
+    finally:
+        for thing in owned:
+            try:
+                thing.close()
+            except Exception:  # pragma: no cover - best effort shutdown
+                pass
+
+
+class _Run:
+    """One run: submit the graph, wait for the blocks, count what the tasks counted."""
+
+    def __init__(self, plan: SparsePlan, data: dict[str, Any], opts: Options, client: Any):
+        self.plan, self.data, self.opts, self.client = plan, data, opts, client
+        self.nonce = uuid.uuid4().hex[:12]
+        self.secret = secrets.token_bytes(16)
+        self.P = plan.nprocs
+        self.futures: list[Any] = []
+
+    def key(self, what: str) -> str:
+        """A task key of this run (the nonce lets ``transfer_bytes`` find its transfers)."""
+        return f"distal-sparse-{self.nonce}-{what}"
+
+    def submit(self, fn: Any, *args: Any, key: str, **kw: Any) -> Any:
+        with warnings.catch_warnings():
+            # "large graph": the plan and the owned data travel in their tasks on purpose
+            warnings.filterwarnings("ignore", message="Sending large graph")
+            f = self.client.submit(fn, *args, key=self.key(key), pure=False, **kw)
+        self.futures.append(f)
+        return f
+
+    def _store(self) -> CheckpointStore | None:
+        opts = self.opts
+        if opts.checkpoint is None:
+            return None
+        if not isinstance(opts.checkpoint, str | os.PathLike):
+            raise InputError(f"checkpoint must be a directory or URL, got {opts.checkpoint!r}")
+        prints = fingerprints(self.plan, self.data)
+        store = CheckpointStore(opts.checkpoint, run_key(self.plan, prints), opts.fsync)
+        if store.protocol == "memory":
+            pids = set(self.client.run(os.getpid).values())
+            if pids - {os.getpid()}:
+                raise InputError(
+                    f"checkpoint {opts.checkpoint!r}: memory:// is private to each process, and "
+                    "this pool's workers run in other processes; use a directory or shared URL"
+                )
+        if store.read_manifest() is None:
+            try:
+                store.write_manifest(
+                    describe(self.plan, prints) | {"run": store.run, "complete": False}
+                )
+            except OSError as e:
+                raise InputError(
+                    f"checkpoint {opts.checkpoint!r} is not a usable location: "
+                    f"cannot write {store.root}/manifest.json ({e})"
+                ) from e
+        return store
+
+    def _seed(self, name: str) -> int:
+        h = hashlib.blake2b(self.secret + name.encode(), digest_size=8)
+        return int.from_bytes(h.digest(), "little")
+
+    def run(self) -> Result:
+        plan, opts, client, P = self.plan, self.opts, self.client, self.P
+        t0 = time.perf_counter()
+        oname = plan.analysis.output.name
+        owners = [q for q in range(P) if plan.owned[oname][q] is not None]
+        # who sends partial sums to whom, and who adds its own contributions
+        sends = {p: sorted({pc.peer for pc in plan.procs[p].out.pieces}) for p in range(P)}
+        computers = [p for p in range(P) if sends[p]]
+        total = len(computers) + len(owners)
+        store = self._store()
+        present = store.names() if store is not None else set()
+        blocks: dict[int, np.ndarray | None] = {p: None for p in range(P)}
+        corrupt_blocks = 0
+        pending = []
+        for q in owners:
+            arr = None
+            if store is not None and block_name(q) in present:
+                arr, status = store.load(block_name(q))
+                corrupt_blocks += status == CORRUPT
+            if arr is None:
+                pending.append(q)
+            else:
+                blocks[q] = arr
+        needed = [p for p in computers if any(q in pending for q in sends[p])]
+        logical = {compute_name(p) for p in needed} | {block_name(q) for q in pending}
+        reused_direct = total - len(logical)
+
+        topic = f"distal-{self.nonce}"
+        events = Events(client, topic)
+        ctx = Ctx(
+            topic=topic,
+            kernels=(),
+            out_dtype=np.dtype(plan.analysis.output.dtype),
+            store=store,
+            worker=adapter.get_worker,
+            delay=float(opts._delay),
+            slow=dict(opts._slow),
+            trace=opts._trace,
+            lie=frozenset(opts._lie),
+        )
+        before = set(workers(client))
+        pool = sorted(before)
+        if opts.verify != 1 and len(pool) < max(2, opts.copies):
+            raise InputError(
+                f"verify={opts.verify!r} needs at least {max(2, opts.copies)} workers; the pool "
+                f"has {len(pool)}"
+            )
+        bar = Progress(total, enabled=opts.progress, label="tasks")
+        owned = [owned_data(plan, p, self.data) for p in range(P)]
+        try:
+            computes, futs = self._graph(ctx, store, owned, needed, pending, present, sends, pool)
+            done = reused_direct
+            bar.update(done, force=True)
+            timeout = opts.timeout
+            deadline = None if timeout is None else time.monotonic() + timeout
+            try:
+                for f in adapter.as_completed([*computes, *futs.values()], timeout=timeout):
+                    if f.status == "error":
+                        self._result(f, 0)
+                    done += 1
+                    bar.update(done)
+            except TimeoutError as e:
+                raise RuntimeFailure(f"dask run exceeded timeout={timeout}s") from e
+            for q, f in futs.items():
+                left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
+                blocks[q] = self._result(f, left)
+            if store is not None:
+                self._drain(topic, store.root, events)
+            events.sync()
+        except BaseException:
+            client.cancel(self.futures)
+            raise
+        finally:
+            bar.close()
+            events.close()
+        alive = set(workers(client))
+        moved = client.run(transfer_bytes, self.nonce, on_error="return")
+        self.futures.clear()
+        stats = self._stats(events, owned)
+        summary = summarize(
+            events,
+            total,
+            logical=logical,
+            verify=opts.copies,
+            reused_direct=reused_direct,
+            corrupt_blocks=corrupt_blocks,
+            workers_before=before,
+            workers_after=alive,
+            checkpoint=store.root if store is not None else None,
+        )
+        if opts.check:
+            checks = [m for ms in events.by_name().values() for m in ms if m["kind"] == "check"]
+            summary.checked = sum(bool(m.get("ok")) and not m.get("block") for m in checks)
+            summary.reductions_checked = sum(bool(m.get("ok") and m.get("block")) for m in checks)
+            summary.rejections = [
+                {"unit": m["name"], "worker": m.get("by", ""), "how": m.get("detail", ""),
+                 "kind": "reduction" if m.get("block") else "unit", "recomputed_on": m["worker"]}
+                for m in checks if not m.get("ok")
+            ]  # fmt: skip
+            summary.units_rejected = sum(r["kind"] == "unit" for r in summary.rejections)
+            summary.reductions_rejected = len(summary.rejections) - summary.units_rejected
+            summary.verify_same_worker = sum(bool(m.get("same_worker")) for m in checks)
+        elif opts.copies > 1:
+            votes = [m for ms in events.by_name().values() for m in ms if m["kind"] == "outvoted"]
+            summary.rejections = [
+                {"unit": m["name"], "worker": w, "how": "outvoted",
+                 "kind": "reduction" if m.get("block") else "unit"}
+                for m in votes for w in m.get("workers", ())
+            ]  # fmt: skip
+            summary.units_rejected = sum(not m.get("block") for m in votes)
+            summary.reductions_rejected = sum(bool(m.get("block")) for m in votes)
+        summary.seconds = time.perf_counter() - t0
+        if store is not None:
+            self._finish_checkpoint(store, owners, computers)
+        return Result(
+            assemble(plan, blocks),
+            stats,
+            summary.seconds,
+            tasks_executed=summary.tasks_executed,
+            tasks_reused=summary.tasks_reused,
+            extra={
+                "summary": summary,
+                "stats_note": STATS_NOTE,
+                "checkpoint": store.root if store is not None else None,
+                "dask_transfer_bytes": sum(
+                    int(n) for n in moved.values() if not isinstance(n, BaseException)
+                ),
+            },
+        )
+
+    def _graph(
+        self,
+        ctx: Ctx,
+        store: CheckpointStore | None,
+        owned: list[Owned],
+        needed: list[int],
+        pending: list[int],
+        present: set[str],
+        sends: dict[int, list[int]],
+        pool: list[str],
+    ) -> tuple[list[Any], dict[int, Any]]:
+        """Submit every task this run needs; the compute results (loaded or computed) and
+        the reductions by owner."""
+        plan, opts = self.plan, self.opts
+        save = store is not None
+        ys: dict[int, Any] = {}
+        # finished compute results of a rerun are read on a worker first; only the ones
+        # that turn out damaged or gone are computed (with the payloads they need)
+        loads = {
+            p: self.submit(load_task, ctx, compute_name(p), key=f"load-{p}")
+            for p in needed
+            if compute_name(p) in present
+        }
+        for p, f in loads.items():
+            if f.exception() is None:
+                ys[p] = f
+        todo = [p for p in needed if p not in ys]
+        # the plan, without the bind's id()-keyed cache (ids mean nothing in another process)
+        plan_f = (
+            self.submit(carry, replace(plan, cache={}), key="plan") if todo or pending else None
+        )
+        owned_f: dict[int, Any] = {}
+
+        def own(p: int) -> Any:
+            if p not in owned_f:
+                owned_f[p] = self.submit(carry, owned[p], key=f"owned-{p}")
+            return owned_f[p]
+
+        for p in todo:
+            srcs = sorted(
+                {pc.peer for nd in plan.procs[p].needs.values() for pc in nd.pieces} - {p}
+            )
+            senders = [
+                (q, self.submit(payload_task, plan_f, own(q), p, key=f"payload-{q}-{p}"))
+                for q in srcs
+            ]
+            args = (ctx, plan_f, p, own(p), senders)
+            if opts.check:
+                a, b = pool[p % len(pool)], pool[(p + 1) % len(pool)]
+                y = self.submit(
+                    compute_task,
+                    *args,
+                    False,
+                    None,
+                    True,
+                    key=f"compute-{p}",
+                    workers=[a],
+                    allow_other_workers=True,
+                )
+                ys[p] = self.submit(
+                    check_task,
+                    *args,
+                    y,
+                    self._seed(compute_name(p)),
+                    opts.verify_repeats,
+                    save,
+                    key=f"check-{p}",
+                    workers=[b],
+                    allow_other_workers=True,
+                )
+            elif opts.copies > 1:
+                copies = [
+                    self.submit(
+                        compute_task,
+                        *args,
+                        False,
+                        r,
+                        key=f"compute-{p}-v{r}",
+                        workers=[pool[(p + r) % len(pool)]],
+                        allow_other_workers=True,
+                    )
+                    for r in range(opts.copies)
+                ]
+                ys[p] = self.submit(
+                    agree_task,
+                    ctx,
+                    _Named(compute_name(p), p),
+                    copies,
+                    opts.verify_rtol,
+                    opts.verify_atol,
+                    key=f"compute-{p}",
+                )
+            else:
+                ys[p] = self.submit(compute_task, *args, save, key=f"compute-{p}")
+        out = {}
+        for q in pending:
+            parts = {
+                p: self.submit(partial_task, plan_f, p, ys[p], q, key=f"partial-{p}-{q}")
+                for p in needed
+                if p != q and q in sends[p]
+            }
+            y = ys.get(q) if q in sends.get(q, ()) else None
+            if opts.copies > 1:
+                copies = [
+                    self.submit(
+                        reduce_task,
+                        ctx,
+                        plan_f,
+                        q,
+                        y,
+                        parts,
+                        False,
+                        r,
+                        key=f"reduce-{q}-v{r}",
+                        workers=[pool[(q + r) % len(pool)]],
+                        allow_other_workers=True,
+                    )
+                    for r in range(opts.copies)
+                ]
+                out[q] = self.submit(
+                    agree_block_task,
+                    ctx,
+                    block_name(q),
+                    copies,
+                    opts.verify_rtol,
+                    opts.verify_atol,
+                    key=f"reduce-{q}",
+                )
+            elif opts.check:
+                a, b = pool[q % len(pool)], pool[(q + 1) % len(pool)]
+                claimed = self.submit(
+                    reduce_task,
+                    *(ctx, plan_f, q, y, parts, False, None, True),
+                    key=f"reduce-{q}",
+                    workers=[a],
+                    allow_other_workers=True,
+                )
+                out[q] = self.submit(
+                    check_reduce_task,
+                    *(ctx, plan_f, q, y, parts, claimed, save),
+                    key=f"check-reduce-{q}",
+                    workers=[b],
+                    allow_other_workers=True,
+                )
+            else:
+                out[q] = self.submit(reduce_task, ctx, plan_f, q, y, parts, save, key=f"reduce-{q}")
+        return [ys[p] for p in needed], out
+
+    def _result(self, f: Any, timeout: float | None) -> Any:
+        try:
+            return f.result(timeout=timeout)
+        except TimeoutError as e:
+            raise RuntimeFailure(f"dask run exceeded timeout={self.opts.timeout}s") from e
+        except RuntimeFailure:
+            raise
+        except Exception as e:
+            raise RuntimeFailure(f"dask task {f.key!r} failed: {type(e).__name__}: {e}") from e
+
+    def _drain(self, topic: str, root: str, events: Events, patience: float = 10.0) -> None:
+        """Wait for the workers' checkpoint writes, then for the ``done`` events they log
+        (as the dense runtime: a failed write fails the run)."""
+        replies = self.client.run(drain, topic, root, on_error="return")
+        expect = {}
+        for addr, r in replies.items():
+            if isinstance(r, RuntimeFailure):
+                raise r
+            if not isinstance(r, BaseException):
+                expect[addr] = int(r)
+        deadline = time.monotonic() + patience
+        while time.monotonic() < deadline:
+            heard = events.written()
+            if all(heard[a] >= n for a, n in expect.items()):
+                return
+            time.sleep(0.01)
+        events.sync()
+
+    def _stats(self, events: Events, owned: list[Owned]) -> Stats:
+        """``Stats`` from the counts in the tasks' last ``done`` (or ``check``-saved) events,
+        once per task (a recomputed task counted the same arrays again)."""
+        plan, P = self.plan, self.P
+        stats = Stats.zeros(P)
+        held = [owned_words(plan, o) for o in owned]
+        for name, ms in events.by_name().items():
+            if "#v" in name:
+                continue  # a verify=k copy: its agreement logs the accepted copy's counts
+            counted = [m for m in ms if m["kind"] == "done" and "moved" in m]
+            if not counted:
+                continue
+            last = counted[-1]
+            partials = name.startswith("block-")
+            for src, dst, w, iw in last["moved"]:
+                stats.words_received[dst] += w
+                stats.words_sent[src] += w
+                stats.index_words_received[dst] += iw
+                stats.index_words_sent[src] += iw
+                stats.messages_received[dst] += 1
+                stats.messages_sent[src] += 1
+                held[dst] += w
+                if partials:
+                    held[src] += w
+            if "iterations" in last:
+                p, n = last["iterations"]
+                stats.iterations[int(p)] += int(n)
+        stats.peak_words = held
+        # one machine level: every word received crosses level 0 (as in the plan's stats)
+        stats.level_words_received = [list(stats.words_received)]
+        return stats
+
+    def _finish_checkpoint(
+        self, store: CheckpointStore, owners: list[int], computers: list[int]
+    ) -> None:
+        """Mark the run complete; compute results are not needed once every block exists."""
+        manifest = store.read_manifest() or {}
+        manifest.update(
+            {"run": store.run, "complete": True, "blocks": [block_name(q) for q in owners]}
+        )
+        store.write_manifest(manifest)
+        if not self.opts.keep_partials:
+            for p in computers:
+                store.remove(compute_name(p))
+
+
+__all__ = ["STATS_NOTE", "block_name", "compute_name", "fingerprints", "project_compute", "run"]
