@@ -6,6 +6,9 @@
   laid out against the cut, so sparse pieces travel): on every rank the MPI value equals the
   local runtime's bit for bit and scipy's to 1e-12, and ``Result.stats == bound.stats()``;
   rank 0 prints one JSON line per passed case;
+* ``library``: the kernels of ``distal.algorithms`` (SpMV with hull gathers, SpMM and SDDMM
+  on a 2-D machine, SDDMM with an output cut by non-zeros, SpMTTKRP in its three splits,
+  SpTTV, SpAdd3's union pattern, the inner product's scalar output), checked the same way;
 * ``bad RANK``: rank RANK's dense input has the wrong shape; every rank prints the error it
   caught, then all run again with good inputs;
 * ``fail RANK``: rank RANK fails after posting its messages; every rank prints what it
@@ -135,20 +138,7 @@ def _dense(x: Any) -> np.ndarray:
 
 
 def run_cases() -> None:
-    for name, build in cases(SIZE).items():
-        kernel, inputs, expected = build()
-        bound = kernel.bind(inputs)
-        res = bound.run(inputs, runtime="mpi")
-        local = bound.run(inputs)  # the oracle, on this rank's threads
-        assert _same(res.value, local.value), f"{name}: MPI bits differ from the local runtime"
-        want = expected.toarray() if sp.issparse(expected) else expected
-        assert np.allclose(_dense(res.value), want, rtol=1e-12, atol=1e-12), f"{name}: value"
-        assert res.stats == bound.stats(), f"{name}: {res.stats} != {bound.stats()}"
-        assert res.stats == local.stats, f"{name}: MPI and local stats differ"
-        if RANK == 0:
-            st = res.stats
-            say(case=name, ok=True, words=st.total_words, index=sum(st.index_words_received),
-                messages=sum(st.messages_received))  # fmt: skip
+    check_all(cases(SIZE))
     # the other gather modes: the value on rank 0 only, or no value and the owned parts
     kernel, inputs, expected = spmv(SIZE, "nz", "xy -> x")
     bound = kernel.bind(inputs)
@@ -173,21 +163,144 @@ def run_cases() -> None:
     say(done="cases", rank=RANK)
 
 
-def _catch(kernel: Any, inputs: dict[str, Any], **options: Any) -> None:
+def _tensor3(shape: tuple[int, int, int], nnz: int, fmt: str, seed: int) -> Any:
+    """A random 3-tensor with slices of uneven weight (low ``i`` heavy, high ``i`` empty)."""
+    from distal.sparse.array import SparseArray
+
+    rng = np.random.default_rng(seed)
+    i = (shape[0] * rng.random(nnz) ** 2 * 0.8).astype(np.int64)
+    coords = np.stack([i, rng.integers(0, shape[1], nnz), rng.integers(0, shape[2], nnz)])
+    return SparseArray.from_coo(coords, rng.random(nnz), shape, fmt)
+
+
+def library_cases(P: int) -> dict[str, Callable[[], Case]]:
+    """The sparse algorithms of ``distal.algorithms``, with inputs, by name."""
+    from distal.algorithms import sparse as alg
+
+    M, grid = dl.Machine(P), dl.Machine(P // 2, 2)
+    rng = np.random.default_rng(7)
+    n, m = 37, 29
+    b = _matrix(n, m, 0.15, 8)
+    t = (17, 9, 11)
+
+    def case(a: Any, inputs: dict[str, Any]) -> Case:
+        return dl.compile(a.schedule), inputs, a.reference(inputs)
+
+    out: dict[str, Callable[[], Case]] = {
+        "spmv rows hull": lambda: case(
+            alg.spmv((n, m), M, "rows", exact=False), {"B": b, "c": rng.random(m)}
+        ),
+        "spmm rows 2-D": lambda: case(
+            alg.spmm((n, m), 6, grid, "rows"), {"B": b, "C": rng.random((m, 6))}
+        ),
+        "spmm nonzeros 2-D": lambda: case(
+            alg.spmm((n, m), 6, grid, "nonzeros"), {"B": b, "C": rng.random((m, 6))}
+        ),
+        "sddmm nonzeros, A by non-zeros": lambda: case(
+            alg.sddmm((n, m), 5, M, "nonzeros"),
+            {"B": b, "C": rng.random((n, 5)), "D": rng.random((5, m))},
+        ),
+        "spttv fibers": lambda: case(
+            alg.spttv(t, M, "fibers"), {"B": _tensor3(t, 150, "dss", 9), "c": rng.random(t[2])}
+        ),
+        "spadd3": lambda: case(
+            alg.spadd3((n, m), M), {x: _matrix(n, m, 0.1, 10 + k) for k, x in enumerate("BCD")}
+        ),
+        "spinnerprod": lambda: case(
+            alg.spinnerprod(t, M),
+            {"B": _tensor3(t, 200, "csf", 11), "C": _tensor3(t, 200, "csf", 12)},
+        ),
+    }
+    for fmt in ("csf", "dss"):
+        out[f"spmttkrp rows, {fmt} B by non-zeros"] = lambda f=fmt: mttkrp_moved(P, t, f)
+    for split in ("rows", "nonzeros", "fibers"):
+        out[f"spmttkrp {split}"] = lambda s=split: case(
+            alg.spmttkrp(t, 4, M, s),
+            {"B": _tensor3(t, 150, "dss", 13), "C": rng.random((t[1], 4)),
+             "D": rng.random((t[2], 4))},
+        )  # fmt: skip
+    return out
+
+
+def mttkrp_moved(P: int, t: tuple[int, int, int], fmt: str) -> Case:
+    """SpMTTKRP cut by rows with B laid out by non-zeros: 3-level pieces (``pos``/``crd`` of
+    compressed levels, ``crd`` of singleton ones) travel to the rows' processors."""
+    M = dl.Machine(P)
+    i, j, k, ll, io, ii = dl.index_vars("i j k l io ii")
+    B = dl.Tensor("B", t, format=fmt, dist="xyz -> (xyz)", machine=M)
+    C = dl.Tensor("C", (t[1], 3), dist="jl -> *", machine=M)
+    D = dl.Tensor("D", (t[2], 3), dist="kl -> j", machine=M)
+    A = dl.Tensor("A", (t[0], 3), dist="il -> i", machine=M)
+    A[i, ll] = B[i, j, k] * C[j, ll] * D[k, ll]
+    s = dl.schedule(A).reorder([i, j, k, ll]).distribute([i], [io], [ii], M)
+    s = s.communicate([A, B, C, D], io)
+    rng = np.random.default_rng(14)
+    b = _tensor3(t, 160, fmt, 15)
+    c, d = rng.random((t[1], 3)), rng.random((t[2], 3))
+    ci, cj, ck = b.coordinates()
+    ref = np.zeros((t[0], 3))
+    np.add.at(ref, ci, b.vals[:, None] * c[cj] * d[ck])
+    return dl.compile(s), {"B": b, "C": c, "D": d}, ref
+
+
+def check_all(builders: dict[str, Callable[[], Case]]) -> None:
+    """Every case: MPI bits == local bits, value ~ reference, stats == the plan's."""
+    for name, build in builders.items():
+        kernel, inputs, expected = build()
+        bound = kernel.bind(inputs)
+        res = bound.run(inputs, runtime="mpi")
+        local = bound.run(inputs)  # the oracle, on this rank's threads
+        assert _same(res.value, local.value), f"{name}: MPI bits differ from the local runtime"
+        want = expected.toarray() if sp.issparse(expected) else np.asarray(expected)
+        got = _dense(res.value)
+        assert got.shape == want.shape, (name, got.shape, want.shape)
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-12), f"{name}: value"
+        assert res.stats == bound.stats(), f"{name}: {res.stats} != {bound.stats()}"
+        assert res.stats.as_dict() == bound.stats().as_dict(), f"{name}: per-level words"
+        assert res.stats == local.stats, f"{name}: MPI and local stats differ"
+        if RANK == 0:
+            st = res.stats
+            say(case=name, ok=True, words=st.total_words, index=sum(st.index_words_received),
+                messages=sum(st.messages_received))  # fmt: skip
+
+
+def _catch(kernel: Any, inputs: dict[str, Any], case: str = "", **options: Any) -> None:
     try:
         kernel.run(inputs, runtime="mpi", **options)
     except dl.DistalError as e:
-        say(rank=RANK, kind=type(e).__name__, error=str(e))
+        say(case=case, rank=RANK, kind=type(e).__name__, error=str(e))
     else:
         raise AssertionError("no error")
 
 
 def bad(who: int) -> None:
+    """Rank ``who``'s dense input is short; then its sparse input is (rejected by ``bind``,
+    before there is a bound kernel); then its sparse input has another pattern."""
+    from distal.runtime.mpi.sparse import fail_together
+
     kernel, inputs, expected = spmv(SIZE, "nz", "xy -> x")
     given = dict(inputs)
     if RANK == who:
         given["c"] = np.ones(len(inputs["c"]) - 1)
-    _catch(kernel, given)
+    _catch(kernel, given, case="dense")
+    given = dict(inputs)
+    if RANK == who:
+        given["B"] = inputs["B"][:-1]
+    try:
+        bound = kernel.bind(given)
+    except dl.InputError as e:
+        try:
+            fail_together(e)
+        except dl.InputError as again:
+            say(case="sparse", rank=RANK, kind=type(again).__name__, error=str(again))
+    else:
+        _catch(bound, given, case="sparse")
+    given = dict(inputs)
+    if RANK == who:
+        b = inputs["B"].tolil()
+        b[0, 0] = 0 if b[0, 0] else 1
+        given["B"] = b.tocsr()
+    _catch(kernel, given, case="pattern")
     res = kernel.run(inputs, runtime="mpi")  # nothing was left pending: the job goes on
     assert np.allclose(res.value, expected, rtol=1e-12)
     say(rank=RANK, rerun="ok")
@@ -259,6 +372,9 @@ if __name__ == "__main__":
     mode = sys.argv[1]
     if mode == "cases":
         run_cases()
+    elif mode == "library":
+        check_all(library_cases(SIZE))
+        say(done="library", rank=RANK)
     elif mode == "bad":
         bad(int(sys.argv[2]))
     elif mode == "fail":

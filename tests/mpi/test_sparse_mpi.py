@@ -45,9 +45,9 @@ def run_job(nprocs: int, *args: str, **options: Any) -> Job:
     return _run_job(nprocs, *args, script=SCRIPT, **options)
 
 
-def reports(job: Job) -> dict[int, dict[str, Any]]:
-    """Each rank's caught error, by rank."""
-    return {d["rank"]: d for d in job.lines() if "kind" in d}
+def reports(job: Job, case: str = "") -> dict[int, dict[str, Any]]:
+    """Each rank's caught error in ``case``, by rank."""
+    return {d["rank"]: d for d in job.lines() if "kind" in d and d["case"] == case}
 
 
 @pytest.mark.parametrize("nprocs", [2, 4])
@@ -64,20 +64,59 @@ def test_spmv_spmm_sddmm_match_local_and_scipy(nprocs: int) -> None:
     assert passed["spmv nz"]["messages"] > 0, job
 
 
-def test_a_wrong_shaped_input_on_one_rank_fails_every_rank_together() -> None:
-    """Rank 2's ``c`` is one element short: InputError there, PeerFailure naming rank 2 on
-    the others, before anything moves; the job then runs the kernel again and ends normally."""
+LIBRARY = {
+    "spmv rows hull",
+    "spmm rows 2-D",
+    "spmm nonzeros 2-D",
+    "sddmm nonzeros, A by non-zeros",
+    "spttv fibers",
+    "spadd3",
+    "spinnerprod",
+    *(f"spmttkrp {s}" for s in ("rows", "nonzeros", "fibers")),
+    *(f"spmttkrp rows, {f} B by non-zeros" for f in ("csf", "dss")),
+}
+
+
+@pytest.mark.parametrize("nprocs", [2, 4])
+def test_the_sparse_algorithm_library(nprocs: int) -> None:
+    """2-D machines, hull gathers, outputs cut by non-zeros, union patterns, 3-tensors (their
+    3-level pieces travel when laid out against the cut) and a scalar output."""
+    job = run_job(nprocs, "library")
+    assert job.rc == 0, job
+    passed = {d["case"]: d for d in job.lines() if d.get("ok")}
+    assert set(passed) == LIBRARY, job
+    for fmt in ("csf", "dss"):
+        assert passed[f"spmttkrp rows, {fmt} B by non-zeros"]["index"] > 0, job
+
+
+def test_bad_inputs_on_one_rank_fail_every_rank_together() -> None:
+    """Rank 2's inputs are wrong, the others' right: a short dense ``c`` (InputError there,
+    PeerFailure naming rank 2 elsewhere, before anything moves); a short sparse ``B``, which
+    ``bind`` rejects before there is a bound kernel (the same, through ``fail_together``);
+    a ``B`` of another pattern (every rank: the ranks built different kernels). The job then
+    runs the kernel again and ends normally: nothing was left pending."""
     job = run_job(4, "bad", "2", timeout=FAIL_WITHIN + 30)
     assert job.rc == 0, job
     assert job.seconds < FAIL_WITHIN, job
-    got = reports(job)
+    errors = {
+        "dense": "input 'c' has shape (59,); tensor expects (60,)",
+        "sparse": "input 'B' cannot be read as a csr array: an array of shape (59, 60) was "
+        "given for shape (60, 60)",
+    }
+    for case, error in errors.items():
+        got = reports(job, case)
+        assert set(got) == {0, 1, 2, 3}, (case, job)
+        assert got[2]["kind"] == "InputError", (case, job)
+        assert got[2]["error"] == error, (case, job)
+        for r in (0, 1, 3):
+            assert got[r]["kind"] == "PeerFailure", (case, job)
+            want = f"processor 2 (MPI rank 2) failed before the run: InputError: {error}"
+            assert got[r]["error"] == want, (case, job)
+    got = reports(job, "pattern")
     assert set(got) == {0, 1, 2, 3}, job
-    short = "input 'c' has shape (59,); tensor expects (60,)"
-    assert got[2] == {"rank": 2, "kind": "InputError", "error": short}, job
-    for r in (0, 1, 3):
-        assert got[r]["kind"] == "PeerFailure", job
-        want = f"processor 2 (MPI rank 2) failed before the run: InputError: {short}"
-        assert got[r]["error"] == want, job
+    for d in got.values():
+        assert d["kind"] == "DistalUserError", job
+        assert "rank(s) [2] differ from rank 0" in d["error"], job
     assert {d["rank"] for d in job.lines() if d.get("rerun") == "ok"} == {0, 1, 2, 3}, job
 
 

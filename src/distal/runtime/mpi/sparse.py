@@ -37,7 +37,7 @@ import time
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 from mpi4py import MPI
@@ -269,6 +269,19 @@ def _kernel_fingerprint(bound: Any, predicted: Stats) -> float:
     return float(zlib.crc32(prints, base))
 
 
+def fail_together(error: Exception, comm: Any = None) -> NoReturn:
+    """Take part in a run's agreement with ``error`` (raised here; the other ranks, which
+    entered :func:`run`, raise :class:`PeerFailure` naming this rank).
+
+    For a failure before there is a bound kernel -- ``kernel.bind(inputs)`` rejecting this
+    rank's sparse inputs -- so that it fails every rank together instead of leaving the
+    others waiting in :func:`run`.
+    """
+    chan = channel(MPI.COMM_WORLD if comm is None else comm)
+    _agree(chan, error, 0.0)
+    raise error  # pragma: no cover - _agree raises it
+
+
 def run(bound: Any, inputs: Mapping[str, Any], **options: Any) -> Result:
     """Run the bound sparse kernel with one MPI rank per processor; call it on every rank.
 
@@ -345,7 +358,8 @@ def run(bound: Any, inputs: Mapping[str, Any], **options: Any) -> Result:
     ex.free()
     nf = len(STAT_FIELDS)
     lists = [[int(x) for x in table[:, c]] for c in range(nf)]
-    stats = Stats(*lists, level_words_received=[[0] * size])  # one level, as the plan's
+    # one machine level: every word received crosses level 0 (as in the plan's stats)
+    stats = Stats(*lists, level_words_received=[list(lists[0])])
     plan: SparsePlan = bound.plan
     return Result(
         value,
@@ -511,4 +525,4 @@ def _gather(plan: SparsePlan, chan: Channel, block: np.ndarray | None, mode: str
     return assemble(plan, blocks)
 
 
-__all__ = ["OPTIONS", "RankPlan", "Transfer", "rank_plan", "run"]
+__all__ = ["OPTIONS", "RankPlan", "Transfer", "fail_together", "rank_plan", "run"]
