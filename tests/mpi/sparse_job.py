@@ -362,6 +362,10 @@ def bench() -> None:
         line[f"{name}_run_s"] = round(_best(lambda b=bound, x=inputs: b.run(x, runtime=runtime)), 4)
         res = bound.run(inputs, runtime=runtime)
         line[f"{name}_max_words"] = res.stats.max_words_received
+        if runtime == "mpi":  # where the time goes: the slowest rank's phases
+            line[f"{name}_compute_s"] = round(max(res.extra["compute_seconds"]), 4)
+            line[f"{name}_execute_s"] = round(res.extra["execute_seconds"], 4)
+            line[f"{name}_gather_s"] = round(res.extra["gather_seconds"], 4)
         ref = bv @ inputs["c" if name == "spmv" else "C"]
         assert np.allclose(res.value, ref, rtol=1e-12), name
     if RANK == 0:
