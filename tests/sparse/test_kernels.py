@@ -429,3 +429,26 @@ def test_values_change_pattern_kept():
         r = bound.run({"B": B2, "c": x})
         assert r.stats == bound.stats()
         close(r.value, B2 @ x)
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_operands_through_other_variables(split):
+    """``a(i) = B(i,j) * C(j,i) * c(j) * d(i)``: a second sparse operand read transposed
+    (its pattern meets B's in B's storage order) and dense operands of either variable."""
+    B, C = _MATS["rmat"], _OTHER[0]["uniform"]
+    rng = np.random.default_rng(13)
+    x, y = rng.standard_normal(N), rng.standard_normal(N)
+    ref = (B.multiply(C.T) @ x) * y
+    assert np.abs(ref).max() > 0
+    for P in PROCS:
+        M = dl.Machine(P)
+        i, j = dl.index_vars("i j")
+        Bt = dl.Tensor("B", (N, N), format="csr", dist=mat_dist(split), machine=M)
+        Ct = dl.Tensor("C", (N, N), format="csr", dist="xy -> y", machine=M)
+        c = dl.Tensor("c", (N,), dist="x -> x", machine=M)
+        d = dl.Tensor("d", (N,), dist="x -> x", machine=M)
+        a = dl.Tensor("a", (N,), dist="x -> x", machine=M)
+        a[i] = Bt[i, j] * Ct[j, i] * c[j] * d[i]
+        s, o = cut(dl.schedule(a), split, Bt, M, i, j)
+        k = dl.compile(s.communicate([a, Bt, Ct, c, d], o))
+        close(run(k, {"B": B, "C": C, "c": x, "d": y}).value, ref)

@@ -162,3 +162,28 @@ def test_unknown_input_name(B):
         bound.run({"B": B, "c": np.ones(N), "a": np.ones(N)})
     with pytest.raises(InputError, match=r"'Z'"):
         bound.run({"B": B, "c": np.ones(N), "Z": np.ones(N)})
+
+
+def test_a_tensor_read_through_two_accesses_is_refused():
+    """The plan serves one access per tensor: ``c(j) * c(i)`` or ``B(i,j) * B(j,i)`` would
+    read the second access at the first one's coordinates, so they are refused by name
+    (the same access twice, ``c(j) * c(j)``, is fine)."""
+    M, i, j, Bt, c, a = spmv_parts()
+    io, ii = dl.index_vars("io ii")
+
+    def compile_(rhs):
+        a[i] = rhs
+        return dl.compile(dl.schedule(a).distribute([i], [io], [ii], M))
+
+    with pytest.raises(dl.NotSupportedYet, match=r"'c' is read as c\(j\) and as c\(i\)"):
+        compile_(Bt[i, j] * c[j] * c[i])
+    with pytest.raises(dl.NotSupportedYet, match=r"'c'"):
+        compile_(Bt[i, j] * c[j] + Bt[i, j] * c[i])
+    with pytest.raises(dl.NotSupportedYet, match=r"'B' is read as B\(i,j\) and as B\(j,i\)"):
+        compile_(Bt[i, j] * Bt[j, i] * c[j])
+    B = uniform(N, density=0.1, seed=2)
+    x = np.random.default_rng(0).standard_normal(N)
+    r = compile_(Bt[i, j] * c[j] * c[j]).run({"B": B, "c": x})
+    np.testing.assert_allclose(r.value, B @ (x * x), rtol=1e-12, atol=1e-12 * N)
+    r = compile_(Bt[i, j] * Bt[i, j] * c[j]).run({"B": B, "c": x})
+    np.testing.assert_allclose(r.value, B.multiply(B) @ x, rtol=1e-12, atol=1e-12 * N)

@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from patterns import matrices, skewed, uniform, zipf_rows
-from sparse_oracle import oracle, row_lengths, spmm_kernel, spmv_kernel, stats_dict
+from sparse_oracle import (
+    checkerboard_oracle,
+    grid_spmm_oracle,
+    oracle,
+    row_lengths,
+    spmm_kernel,
+    spmv_kernel,
+    stats_dict,
+)
 
 PROCS = [1, 2, 3, 4, 8]
 KINDS = ["uniform", "banded", "rmat", "zipf", "skewed"]
@@ -104,10 +112,13 @@ def test_rectangular(split):
 
 
 @pytest.mark.parametrize("fmt", ["csr", "dcsr", "coo"])
-@pytest.mark.parametrize(("split", "b_dist"), [("row", "nz"), ("nz", "row")])
+@pytest.mark.parametrize(
+    ("split", "b_dist"), [("row", "nz"), ("nz", "row"), ("row", "col"), ("nz", "col")]
+)
 def test_matrix_moves_when_its_distribution_is_not_the_cut(split, b_dist, fmt):
-    """B laid out by positions under a row split (and by rows under a non-zero split): the
-    visited entries B's owners hold elsewhere move, values and index words (per format)."""
+    """B laid out by positions under a row split, by rows under a non-zero split, or by
+    column blocks: the visited entries B's owners hold elsewhere move, values and index
+    words (per format)."""
     rng = np.random.default_rng(11)
     moved = 0
     for kind in KINDS:
@@ -174,3 +185,45 @@ def test_level_words_are_the_words_received():
         assert sum(st.words_received) > 0
         r = k.run({"B": B, "c": x})
         assert r.stats.level_words_received == [r.stats.words_received]
+
+
+@pytest.mark.parametrize("grid", [(2, 2), (3, 2), (2, 3)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_spmm_on_a_grid(kind, grid):
+    """Rows over machine dimension 0, the dense columns k over dimension 1."""
+    import distal as dl
+
+    gx, gy = grid
+    n, K = 50, 7
+    B = pattern(kind, n)
+    M = dl.Machine(gx, gy)
+    i, j, k, io, ii, ko, ki = dl.index_vars("i j k io ii ko ki")
+    Bt = dl.Tensor("B", (n, n), format="csr", dist="xy -> x*", machine=M)
+    Ct = dl.Tensor("C", (n, K), dist="jk -> jk", machine=M)
+    At = dl.Tensor("A", (n, K), dist="ik -> ik", machine=M)
+    At[i, k] = Bt[i, j] * Ct[j, k]
+    s = dl.schedule(At).distribute([i, k], [io, ko], [ii, ki], M).communicate([At, Bt, Ct], ko)
+    C = np.random.default_rng(2).standard_normal((n, K))
+    check(dl.compile(s), {"B": B, "C": C}, grid_spmm_oracle(B, K, gx, gy), B @ C)
+
+
+@pytest.mark.parametrize("a_dist", ["x -> x0", "x -> xx"])
+@pytest.mark.parametrize("grid", [(2, 2), (3, 2)])
+@pytest.mark.parametrize("kind", KINDS)
+def test_checkerboard_spmv(kind, grid, a_dist):
+    """B cut in both dimensions; the output has one copy, so the processors off column 0
+    (``"x -> x0"``) or off each row's block (``"x -> xx"``) send partial sums."""
+    import distal as dl
+
+    gx, gy = grid
+    n = 50
+    B = pattern(kind, n)
+    M = dl.Machine(gx, gy)
+    i, j, io, ii, jo, ji = dl.index_vars("i j io ii jo ji")
+    Bt = dl.Tensor("B", (n, n), format="csr", dist="xy -> xy", machine=M)
+    c = dl.Tensor("c", (n,), dist="x -> *x", machine=M)
+    a = dl.Tensor("a", (n,), dist=a_dist, machine=M)
+    a[i] = Bt[i, j] * c[j]
+    s = dl.schedule(a).distribute([i, j], [io, jo], [ii, ji], M).communicate([a, Bt, c], jo)
+    x = np.random.default_rng(3).standard_normal(n)
+    check(dl.compile(s), {"B": B, "c": x}, checkerboard_oracle(B, gx, gy, a_dist), B @ x)

@@ -133,6 +133,17 @@ class Analysis:
                     f"access {a!r} repeats an index variable; sparse kernels take each "
                     "variable once per access"
                 )
+        # the plan keeps one Need (rows, pieces) per tensor, read through one access: a tensor
+        # read through two different accesses (c(i) and c(j), B(i,j) and B(j,i)) would have its
+        # second access served the first one's rows, a silently wrong result
+        seen: dict[str, Access] = {}
+        for a in accesses:
+            prev = seen.setdefault(a.tensor.name, a)
+            if tuple(prev.indices) != tuple(a.indices):
+                raise NotSupportedYet(
+                    f"tensor {a.tensor.name!r} is read as {prev!r} and as {a!r}; sparse kernels "
+                    "read each tensor through one access (pass a copy under another name)"
+                )
         svar_sets = {
             a.tensor.name: frozenset(a.indices) for a in accesses if not a.tensor.format.is_dense
         }
