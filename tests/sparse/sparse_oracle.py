@@ -271,6 +271,85 @@ def checkerboard_oracle(B: sp.csr_array, gx: int, gy: int, a_dist: str) -> dict[
     return st
 
 
+def ttv_oracle(
+    coords: np.ndarray,
+    shape: tuple[int, int, int],
+    P: int,
+    split: str,
+    b_dist: str | None = None,
+    fmt: str = "dss",
+) -> dict[str, list[int]]:
+    """``A(i,j) = B(i,j,k) * c(k)`` on ``Machine(P)``, A dense ``"xy -> x"``, c ``"x -> x"``.
+
+    ``split`` and ``b_dist`` are ``"row"`` (blocks of i), ``"fiber"`` (blocks of the stored
+    ``(i, j)`` fibers, in storage order) or ``"nz"`` (blocks of the stored positions); B's
+    entries ``p`` visits but does not own move with their index words: per compressed level
+    ``pos`` (parents + 1) and ``crd`` (the level's positions in the piece) -- for ``dss``
+    (``dcc``) the i level is dense, for ``csf`` (``ccc``) compressed under the root."""
+    b_dist = split if b_dist is None else b_dist
+    n1, n2, n3 = shape
+    order = np.lexsort(coords[::-1])
+    ent = [tuple(int(x) for x in coords[:, q]) for q in order]
+    nnz = len(ent)
+    fibers = sorted({(i, j) for i, j, _ in ent})
+    fiber_no = {f: q for q, f in enumerate(fibers)}
+
+    def cut(kind: str, q: int) -> int:
+        i, j, _ = ent[q]
+        if kind == "row":
+            return block_of(i, n1, P)
+        if kind == "fiber":
+            return block_of(fiber_no[(i, j)], len(fibers), P)
+        return block_of(q, nnz, P)
+
+    def index_words(piece: list[int]) -> int:
+        rows = len({ent[q][0] for q in piece})
+        fib = len({ent[q][:2] for q in piece})
+        words = (rows + 1) + fib + (fib + 1) + len(piece)
+        return words + (2 + rows if fmt == "csf" else 0)
+
+    st = _zero_stats(P)
+    owner = [cut(b_dist, q) for q in range(nnz)]
+    extra = [0] * P
+    for p in range(P):
+        mine = [q for q in range(nnz) if cut(split, q) == p]
+        st["iterations"][p] = len(mine)
+        moves: list[tuple[int, int, int]] = []  # (source, words, index words) into p
+        by_src = defaultdict(int)
+        for k in {ent[q][2] for q in mine}:
+            if block_of(k, n3, P) != p:
+                by_src[block_of(k, n3, P)] += 1
+        moves += [(q, w, 0) for q, w in by_src.items()]
+        pieces = defaultdict(list)
+        for q in mine:
+            if owner[q] != p:
+                pieces[owner[q]].append(q)
+        moves += [(q, len(pc), index_words(pc)) for q, pc in pieces.items()]
+        for src, w, iw in moves:
+            st["words_received"][p] += w
+            st["words_sent"][src] += w
+            st["index_words_received"][p] += iw
+            st["index_words_sent"][src] += iw
+            st["messages_received"][p] += 1
+            st["messages_sent"][src] += 1
+            extra[p] += w
+        by_owner = defaultdict(int)
+        for i, _ in {ent[q][:2] for q in mine}:
+            if block_of(i, n1, P) != p:
+                by_owner[block_of(i, n1, P)] += 1
+        for q, w in by_owner.items():
+            st["words_sent"][p] += w
+            st["words_received"][q] += w
+            st["messages_sent"][p] += 1
+            st["messages_received"][q] += 1
+            extra[p] += w
+            extra[q] += w
+    for p in range(P):
+        owned = owner.count(p) + len(block_range(p, n3, P)) + len(block_range(p, n1, P)) * n2
+        st["peak_words"][p] = owned + extra[p]
+    return st
+
+
 def stats_dict(stats) -> dict[str, list[int]]:
     """A distal ``Stats`` as the oracle's dictionary (the compared fields)."""
     d = stats.as_dict()

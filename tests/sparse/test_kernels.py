@@ -223,14 +223,14 @@ def mttkrp(P, split, fmt, R=4):
     return dl.compile(s.communicate([A, B, C, D], o))
 
 
-def inner(P, split, fmt):
-    """``a = B(i,j,k) * C(i,j,k)``: a scalar on processor 0 (``"-> 0"``; an order-0 tensor
-    names no dimension on the left)."""
+def inner(P, split, fmt, a_dist="-> 0"):
+    """``a = B(i,j,k) * C(i,j,k)``: a scalar on one processor (``"-> 0"``; an order-0 tensor
+    names no dimension on the left; None: processor 0 as well)."""
     M = dl.Machine(P)
     i, j, k = dl.index_vars("i j k")
     B = dl.Tensor("B", SHAPE3, format=fmt, dist=ten_dist(split), machine=M)
     C = dl.Tensor("C", SHAPE3, format=fmt, dist=ten_dist(split), machine=M)
-    a = dl.Tensor("a", (), dist="-> 0", machine=M)
+    a = dl.Tensor("a", (), dist=a_dist, machine=M if a_dist else None)
     a[()] = B[i, j, k] * C[i, j, k]
     s, o = cut(dl.schedule(a), split, B, M, i, j, k)
     return dl.compile(s.communicate([a, B, C], o))
@@ -283,11 +283,12 @@ def test_inner_product(split, fmt):
     ref = np.sum(B.todense() * C.todense())
     moved = 0
     for P in PROCS:
-        r = run(inner(P, split, fmt), {"B": B, "C": C})
-        assert r.value.shape == ()
-        close(r.value, ref)
-        moved += sum(r.stats.index_words_received)
-        assert sum(r.stats.iterations) == len(both)
+        for a_dist in ("-> 0", None, f"-> {P - 1}"):
+            r = run(inner(P, split, fmt, a_dist), {"B": B, "C": C})
+            assert r.value.shape == ()
+            close(r.value, ref)
+            moved += sum(r.stats.index_words_received)
+            assert sum(r.stats.iterations) == len(both)
     if split != "row":
         assert moved > 0
 

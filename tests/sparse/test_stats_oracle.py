@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from patterns import matrices, skewed, uniform, zipf_rows
+from patterns import matrices, skewed, tensor3, uniform, zipf_rows
 from sparse_oracle import (
     checkerboard_oracle,
     grid_spmm_oracle,
@@ -22,7 +22,10 @@ from sparse_oracle import (
     spmm_kernel,
     spmv_kernel,
     stats_dict,
+    ttv_oracle,
 )
+
+from distal.sparse.array import SparseArray
 
 PROCS = [1, 2, 3, 4, 8]
 KINDS = ["uniform", "banded", "rmat", "zipf", "skewed"]
@@ -227,3 +230,44 @@ def test_checkerboard_spmv(kind, grid, a_dist):
     s = dl.schedule(a).distribute([i, j], [io, jo], [ii, ji], M).communicate([a, Bt, c], jo)
     x = np.random.default_rng(3).standard_normal(n)
     check(dl.compile(s), {"B": B, "c": x}, checkerboard_oracle(B, gx, gy, a_dist), B @ x)
+
+
+TEN_DIST = {"row": "xyz -> x", "fiber": "xyz -> (xy)", "nz": "xyz -> (xyz)"}
+
+
+@pytest.mark.parametrize("fmt", ["dss", "csf"])
+@pytest.mark.parametrize("split", ["row", "fiber", "nz"])
+def test_spttv_with_moving_entries(split, fmt):
+    """SpTTV with B laid out by each of the three cuts under each schedule: the 3-level
+    pieces' index words, the fetched c and the partial sums of A."""
+    import distal as dl
+
+    shape = (23, 11, 13)
+    rng = np.random.default_rng(4)
+    moved = 0
+    for skew in (0.0, 1.5):
+        coords, vals = tensor3(shape, 300, seed=7, skew=skew)
+        B = SparseArray.from_coo(coords, vals, shape, format=fmt)
+        dense = B.to_dense()
+        c = rng.standard_normal(shape[2])
+        for b_dist in TEN_DIST:
+            for P in PROCS:
+                M = dl.Machine(P)
+                i, j, k, io, ii, f, ff, fp, fo, fi = dl.index_vars("i j k io ii f ff fp fo fi")
+                Bt = dl.Tensor("B", shape, format=fmt, dist=TEN_DIST[b_dist], machine=M)
+                ct = dl.Tensor("c", (shape[2],), dist="x -> x", machine=M)
+                A = dl.Tensor("A", shape[:2], dist="xy -> x", machine=M)
+                A[i, j] = Bt[i, j, k] * ct[k]
+                s = dl.schedule(A)
+                if split == "row":
+                    s, o = s.distribute([i], [io], [ii], M), io
+                elif split == "fiber":
+                    s, o = s.fuse(i, j, f).pos(f, fp, Bt).distribute([fp], [fo], [fi], M), fo
+                else:
+                    s = s.fuse(i, j, f).fuse(f, k, ff).pos(ff, fp, Bt)
+                    s, o = s.distribute([fp], [fo], [fi], M), fo
+                exp = ttv_oracle(coords, shape, P, split, b_dist, fmt)
+                moved += sum(exp["index_words_received"])
+                kern = dl.compile(s.communicate([A, Bt, ct], o))
+                check(kern, {"B": B, "c": c}, exp, np.einsum("ijk,k->ij", dense, c))
+    assert moved > 0
