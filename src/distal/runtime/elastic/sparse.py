@@ -71,7 +71,9 @@ from distal.runtime.checkpoint import (
     CORRUPT,
     FORMAT,
     CheckpointStore,
+    combine,
     fingerprint_array,
+    source_fingerprint,
 )
 from distal.runtime.elastic.check import (
     U64,
@@ -96,6 +98,7 @@ from distal.runtime.elastic.tasks import (
 )
 from distal.runtime.progress import Progress
 from distal.runtime.result import Result
+from distal.runtime.source import is_block_source
 from distal.runtime.sparse_exec import (
     Compute,
     Owned,
@@ -148,12 +151,25 @@ class _Named:
 # ---------------------------------------------------------------------------------------
 
 
-def fingerprints(plan: SparsePlan, data: Mapping[str, Any]) -> dict[str, str]:
-    """Per input: the pattern's fingerprint and the values' (sparse), or the array's (dense)."""
+def fingerprints(plan: SparsePlan, data: Mapping[str, Any], owned: list[Owned]) -> dict[str, str]:
+    """Per input: the pattern's fingerprint and the values' (sparse), the array's (dense),
+    or a block source's own ``fingerprint()`` (without one: the blocks the processors own,
+    which the driver has read anyway)."""
     out: dict[str, str] = {}
     for name, x in sorted(data.items()):
         if name in plan.arrays:
             out[name] = f"pattern={x.pattern_fingerprint()};values={fingerprint_array(x.vals)}"
+        elif is_block_source(x):
+            fp = source_fingerprint(x)
+            if fp is None:
+                fp = combine(
+                    {
+                        str(o.p): fingerprint_array(o.dense[name][0])
+                        for o in owned
+                        if name in o.dense
+                    }
+                )
+            out[name] = fp
         else:
             out[name] = fingerprint_array(np.asarray(x))
     return out
@@ -625,13 +641,13 @@ class _Run:
         self.futures.append(f)
         return f
 
-    def _store(self) -> CheckpointStore | None:
+    def _store(self, owned: list[Owned]) -> CheckpointStore | None:
         opts = self.opts
         if opts.checkpoint is None:
             return None
         if not isinstance(opts.checkpoint, str | os.PathLike):
             raise InputError(f"checkpoint must be a directory or URL, got {opts.checkpoint!r}")
-        prints = fingerprints(self.plan, self.data)
+        prints = fingerprints(self.plan, self.data, owned)
         store = CheckpointStore(opts.checkpoint, run_key(self.plan, prints), opts.fsync)
         if store.protocol == "memory":
             pids = set(self.client.run(os.getpid).values())
@@ -665,7 +681,8 @@ class _Run:
         sends = {p: sorted({pc.peer for pc in plan.procs[p].out.pieces}) for p in range(P)}
         computers = [p for p in range(P) if sends[p]]
         total = len(computers) + len(owners)
-        store = self._store()
+        owned = [owned_data(plan, p, self.data) for p in range(P)]
+        store = self._store(owned)
         present = store.names() if store is not None else set()
         blocks: dict[int, np.ndarray | None] = {p: None for p in range(P)}
         corrupt_blocks = 0
@@ -704,7 +721,6 @@ class _Run:
                 f"has {len(pool)}"
             )
         bar = Progress(total, enabled=opts.progress, label="tasks")
-        owned = [owned_data(plan, p, self.data) for p in range(P)]
         try:
             computes, futs = self._graph(ctx, store, owned, needed, pending, present, sends, pool)
             done = reused_direct
@@ -810,13 +826,13 @@ class _Run:
             if compute_name(p) in present
         }
         for p, f in loads.items():
-            if f.exception() is None:
+            if f.exception(timeout=opts.timeout) is None:
                 ys[p] = f
         todo = [p for p in needed if p not in ys]
-        # the plan, without the bind's id()-keyed cache (ids mean nothing in another process)
-        plan_f = (
-            self.submit(carry, replace(plan, cache={}), key="plan") if todo or pending else None
-        )
+        # the plan as the phases read it: without the bind's id()-keyed cache (ids mean
+        # nothing in another process) and without the iteration pattern (no phase reads it)
+        shipped = replace(plan, cache={}, pattern=None)
+        plan_f = self.submit(carry, shipped, key="plan") if todo or pending else None
         owned_f: dict[int, Any] = {}
 
         def own(p: int) -> Any:

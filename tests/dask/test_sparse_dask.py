@@ -1,0 +1,345 @@
+"""Bound sparse kernels on the Dask runtime: the same bits as the local runtime, the predicted
+stats, checkpoints keyed by pattern and values, verification, and a worker killed mid-run.
+
+SpMV, SpMM and SDDMM (a CSR output on B's pattern) run with the row split and the non-zero
+split (``fuse`` + ``pos``); SpMV also with a non-zero split over a row-owned ``B``, so stored
+entries travel with their ``pos``/``crd`` arrays. The pool is three in-process workers (the
+kill test starts three worker processes of its own).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import distal as dl
+from conftest import trace_lines
+from distal.errors import InputError, NotSupportedYet
+from distal.runtime import checkpoint_tools
+from distal.runtime.elastic import sparse as es
+from distal.runtime.sparse_exec import Compute, owned_data
+from distal.sparse.array import SparseArray
+
+distributed = pytest.importorskip("distributed")
+
+pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
+
+N, P = 50, 4
+
+
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    """Three in-process workers, one thread each (``_lie`` names worker 0)."""
+    with (
+        distributed.LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+def _cut(s: Any, split: str, B: Any, M: Any, i: Any, j: Any) -> tuple[Any, Any]:
+    io, ii, f, fp, fo, fi = dl.index_vars("io ii f fp fo fi")
+    if split == "row":
+        return s.distribute([i], [io], [ii], M), io
+    return s.fuse(i, j, f).pos(f, fp, B).distribute([fp], [fo], [fi], M), fo
+
+
+def _bdist(split: str) -> str:
+    return {"row": "xy -> x", "nz": "xy -> (xy)", "nz-rowB": "xy -> x"}[split]
+
+
+def spmv(split: str, n: int = N, procs: int = P) -> Any:
+    M = dl.Machine(procs)
+    i, j = dl.index_vars("i j")
+    B = dl.Tensor("B", (n, n), format="csr", dist=_bdist(split), machine=M)
+    c = dl.Tensor("c", (n,), dist="x -> x", machine=M)
+    a = dl.Tensor("a", (n,), dist="x -> x", machine=M)
+    a[i] = B[i, j] * c[j]
+    s, o = _cut(dl.schedule(a), split, B, M, i, j)
+    return dl.compile(s.communicate([a, B, c], o))
+
+
+def spmm(split: str, n: int = N, K: int = 5, procs: int = P) -> Any:
+    M = dl.Machine(procs)
+    i, j, k = dl.index_vars("i j k")
+    B = dl.Tensor("B", (n, n), format="csr", dist=_bdist(split), machine=M)
+    C = dl.Tensor("C", (n, K), dist="jk -> j", machine=M)
+    A = dl.Tensor("A", (n, K), dist="ik -> i", machine=M)
+    A[i, k] = B[i, j] * C[j, k]
+    s, o = _cut(dl.schedule(A).reorder([i, j, k]), split, B, M, i, j)
+    return dl.compile(s.communicate([A, B, C], o))
+
+
+def sddmm(split: str, n: int = N, J: int = 6) -> Any:
+    M = dl.Machine(P)
+    i, j, k = dl.index_vars("i j k")
+    B = dl.Tensor("B", (n, n), format="csr", dist=_bdist(split), machine=M)
+    C = dl.Tensor("C", (n, J), dist="ij -> i", machine=M)
+    D = dl.Tensor("D", (J, n), dist="jk -> k", machine=M)
+    A = dl.Tensor("A", (n, n), format="csr", dist=_bdist(split), machine=M)
+    A[i, k] = B[i, k] * C[i, j] * D[j, k]
+    s, o = _cut(dl.schedule(A), split, B, M, i, k)
+    return dl.compile(s.communicate([A, B, C, D], o))
+
+
+def matrix(seed: int = 0, n: int = N, density: float = 0.1) -> sp.csr_array:
+    m = sp.csr_array(sp.random(n, n, density=density, random_state=seed, format="csr"))
+    m.sort_indices()
+    return m
+
+
+def problem(kind: str, split: str, seed: int = 0) -> tuple[Any, dict[str, Any], Any]:
+    """(kernel, inputs, scipy's answer as a dense array)."""
+    B = matrix(seed)
+    rng = np.random.default_rng(seed + 1)
+    if kind == "spmv":
+        x = rng.standard_normal(N)
+        return spmv(split), {"B": B, "c": x}, B @ x
+    if kind == "spmm":
+        C = rng.standard_normal((N, 5))
+        return spmm(split), {"B": B, "C": C}, B @ C
+    C, D = rng.standard_normal((N, 6)), rng.standard_normal((6, N))
+    return sddmm(split), {"B": B, "C": C, "D": D}, sp.csr_array(B.multiply(C @ D)).toarray()
+
+
+def dense_of(v: Any) -> np.ndarray:
+    return v.to_dense() if isinstance(v, SparseArray) else np.asarray(v)
+
+
+def bits(v: Any) -> np.ndarray:
+    """The values a result is made of (a sparse output's stored values, in storage order)."""
+    return v.vals if isinstance(v, SparseArray) else np.asarray(v)
+
+
+CASES = [
+    ("spmv", "row"),
+    ("spmv", "nz"),
+    ("spmv", "nz-rowB"),
+    ("spmm", "row"),
+    ("spmm", "nz"),
+    ("sddmm", "row"),
+    ("sddmm", "nz"),
+]
+
+
+@pytest.mark.parametrize(("kind", "split"), CASES)
+def test_same_bits_as_the_local_runtime_and_the_predicted_stats(
+    pool: Any, kind: str, split: str
+) -> None:
+    k, x, want = problem(kind, split)
+    bound = k.bind(x)
+    local = bound.run(x)
+    res = bound.run(x, runtime="dask", client=pool)
+    assert np.array_equal(bits(res.value), bits(local.value))
+    np.testing.assert_allclose(dense_of(res.value), want, rtol=1e-12, atol=1e-12)
+    assert res.stats.as_dict() == bound.stats().as_dict()
+    s = res.extra["summary"]
+    assert res.tasks_executed == s.tasks_total
+    assert res.tasks_reused == 0
+    assert res.extra["dask_transfer_bytes"] >= 0
+    if kind == "sddmm":  # a CSR output on B's pattern
+        out = res.value.to_scipy()
+        assert np.array_equal(out.indptr, x["B"].indptr)
+        assert np.array_equal(out.indices, x["B"].indices)
+    if split == "nz-rowB":  # stored entries moved, with their index arrays
+        assert sum(res.stats.index_words_received) > 0
+
+
+def test_a_rerun_on_the_same_checkpoint_reuses_every_task(pool: Any, tmp_path: Path) -> None:
+    k, x, _ = problem("spmm", "nz")
+    bound = k.bind(x)
+    first = bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path)
+    total = first.extra["summary"].tasks_total
+    assert (first.tasks_executed, first.tasks_reused) == (total, 0)
+    assert first.stats.as_dict() == bound.stats().as_dict()
+    again = bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path)
+    assert (again.tasks_executed, again.tasks_reused) == (0, total)
+    assert np.array_equal(again.value, first.value)
+    assert sum(again.stats.words_received) == 0  # nothing moved: all loaded
+    [info] = checkpoint_tools.runs(tmp_path)
+    assert info.complete
+    assert info.statement == "A(i,k) = B(i,j) * C(j,k)"
+    assert info.blocks == sum(o is not None for o in bound.plan.owned["A"])
+    assert not checkpoint_tools.verify(tmp_path, info.run)["corrupt"]
+
+
+def test_a_partly_finished_run_loads_compute_results_and_redoes_damaged_entries(
+    pool: Any, tmp_path: Path
+) -> None:
+    k, x, _ = problem("spmv", "nz")
+    bound = k.bind(x)
+    first = bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path, keep_partials=True)
+    root = Path(first.extra["checkpoint"])
+    (root / f"{es.block_name(1)}.ck").unlink()  # block 1 lost: its partials are needed again
+    (root / f"{es.block_name(2)}.ck").write_bytes(b"DISTALCK\x02 damaged")  # fails its checksum
+    plan = bound.plan
+    sends = {p: {pc.peer for pc in plan.procs[p].out.pieces} for p in range(plan.nprocs)}
+    needed = [p for p in sorted(sends) if sends[p] & {1, 2}]
+    bad = needed[0]  # a compute result the rerun needs, damaged
+    entry = root / f"{es.compute_name(bad)}.ck"
+    body = entry.read_bytes()
+    entry.write_bytes(body[:-1] + bytes([body[-1] ^ 1]))
+    again = bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path)
+    assert np.array_equal(again.value, first.value)
+    s = again.extra["summary"]
+    assert s.corrupt == 2, str(s)  # block 2 and the damaged compute result
+    # blocks 1 and 2 summed again, the damaged compute result redone, the others loaded
+    assert again.tasks_executed == 3, str(s)
+    assert again.tasks_reused == s.tasks_total - 3
+    assert sum(again.stats.iterations) == plan.procs[bad].iterations
+
+
+def test_changed_values_or_pattern_never_meet_stale_entries(pool: Any, tmp_path: Path) -> None:
+    k, x, want = problem("spmv", "row")
+    bound = k.bind(x)
+    bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path)
+    # the same pattern with other values: a new run key, nothing reused
+    B2 = x["B"].copy()
+    B2.data = B2.data * 2.0 + 1.0
+    x2 = {"B": B2, "c": x["c"]}
+    r2 = k.bind(x2).run(x2, runtime="dask", client=pool, checkpoint=tmp_path)
+    assert r2.tasks_reused == 0
+    np.testing.assert_allclose(r2.value, B2 @ x["c"], rtol=1e-12, atol=1e-12)
+    # the dense input changed
+    x3 = {"B": x["B"], "c": x["c"] + 1.0}
+    r3 = bound.run(x3, runtime="dask", client=pool, checkpoint=tmp_path)
+    assert r3.tasks_reused == 0
+    np.testing.assert_allclose(r3.value, x["B"] @ x3["c"], rtol=1e-12, atol=1e-12)
+    # another pattern (a new bind)
+    x4 = {"B": matrix(seed=9), "c": x["c"]}
+    b4 = k.bind(x4)
+    r4 = b4.run(x4, runtime="dask", client=pool, checkpoint=tmp_path)
+    assert r4.tasks_reused == 0
+    assert np.array_equal(r4.value, b4.run(x4).value)
+    assert len(checkpoint_tools.runs(tmp_path)) == 4
+    # and the first inputs still find their own finished run
+    r5 = bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path)
+    assert r5.tasks_executed == 0
+    np.testing.assert_allclose(r5.value, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("verify", [3, "check"])
+def test_a_lying_worker_is_outvoted_or_caught(pool: Any, verify: Any) -> None:
+    for kind, split in [("spmm", "nz"), ("sddmm", "row")]:
+        k, x, _ = problem(kind, split)
+        bound = k.bind(x)
+        local = bound.run(x)
+        res = bound.run(x, runtime="dask", client=pool, verify=verify, _lie={0})
+        assert np.array_equal(bits(res.value), bits(local.value))
+        assert res.stats.as_dict() == bound.stats().as_dict()
+        s = res.extra["summary"]
+        assert s.units_rejected + s.reductions_rejected >= 1, str(s)
+        if verify == "check":
+            assert s.checked + s.units_rejected == s.tasks_total - len(
+                [o for o in bound.plan.owned[k.sparse.output.name] if o is not None]
+            )
+
+
+@pytest.mark.parametrize("kind", ["spmv", "spmm", "sddmm"])
+def test_the_projection_accepts_correct_results_and_rejects_single_changes(kind: str) -> None:
+    k, x, _ = problem(kind, "nz-rowB" if kind == "spmv" else "nz")
+    bound = k.bind(x)
+    plan = bound.plan
+    data = bound.check_inputs(x)
+    owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
+    rng = np.random.default_rng(5)
+    for p in range(plan.nprocs):
+        senders = [(q, es.payload_task(plan, owned[q], p)) for q in range(plan.nprocs) if q != p]
+        received, _ = es._received(p, senders)
+        comp = Compute(plan, p)
+        xs = comp.operands(owned[p], {key: list(v) for key, v in received.items()})
+        y = comp.run(owned[p], received)
+        v = es.project_compute(comp, xs, y, seed=p)
+        assert v.ok, v.describe()
+        assert not v.exact
+        for _ in range(3):
+            bad = y.copy()
+            e = rng.integers(bad.size)
+            bad.reshape(-1)[e] += 1e-9 * max(1.0, abs(bad.reshape(-1)[e]))
+            w = es.project_compute(comp, xs, bad, seed=p)
+            assert not w.ok, w.describe()
+        assert not es.project_compute(comp, xs, y[:-1], seed=p).ok  # wrong shape
+
+
+def test_options_the_sparse_runtime_refuses(pool: Any) -> None:
+    k, x, _ = problem("spmv", "row")
+    bound = k.bind(x)
+    with pytest.raises(NotSupportedYet, match="granularity"):
+        bound.run(x, runtime="dask", client=pool, granularity="step")
+    with pytest.raises(NotSupportedYet, match="speculate"):
+        bound.run(x, runtime="dask", client=pool, speculate=True)
+    with pytest.raises(InputError, match="verify"):
+        bound.run(x, runtime="dask", client=pool, verify=0)
+    with pytest.raises(InputError, match="at least 4 workers"):
+        bound.run(x, runtime="dask", client=pool, verify=4)
+    with pytest.raises(InputError, match="unknown option"):
+        bound.run(x, runtime="dask", client=pool, nonsense=1)
+
+
+def _wait_for(pred: Any, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_killing_a_worker_mid_run_keeps_the_result_exact(tmp_path: Path) -> None:
+    procs = 8
+    k = spmm("nz", n=80, procs=procs)
+    B = matrix(seed=3, n=80)
+    x = {"B": B, "C": np.random.default_rng(4).standard_normal((80, 5))}
+    bound = k.bind(x)
+    local = bound.run(x)
+    trace = tmp_path / "trace"
+    with (
+        distributed.LocalCluster(
+            n_workers=3,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        out: dict[str, Any] = {}
+
+        def go() -> None:
+            try:
+                out["res"] = bound.run(
+                    x,
+                    runtime="dask",
+                    client=c,
+                    checkpoint=tmp_path / "ck",
+                    _delay=0.4,
+                    _trace=str(trace),
+                )
+            except BaseException as e:  # surfaced below
+                out["err"] = e
+
+        pids = c.run(os.getpid)
+        t = threading.Thread(target=go)
+        t.start()
+        _wait_for(lambda: sum(e == "done" for e, _, _ in trace_lines(trace)) >= 2, 60, "tasks")
+        victim = sorted(pids)[0]
+        os.kill(pids[victim], signal.SIGKILL)
+        t.join(90)
+        assert not t.is_alive()
+    assert "err" not in out, out.get("err")
+    res = out["res"]
+    assert np.array_equal(res.value, local.value)
+    s = res.extra["summary"]
+    print(s)
+    assert victim in s.workers_lost, str(s)
+    assert res.tasks_executed + res.tasks_reused == s.tasks_total
+    assert res.stats.as_dict() == bound.stats().as_dict()
