@@ -187,3 +187,46 @@ def test_a_tensor_read_through_two_accesses_is_refused():
     np.testing.assert_allclose(r.value, B @ (x * x), rtol=1e-12, atol=1e-12 * N)
     r = compile_(Bt[i, j] * Bt[i, j] * c[j]).run({"B": B, "c": x})
     np.testing.assert_allclose(r.value, B.multiply(B) @ x, rtol=1e-12, atol=1e-12 * N)
+
+
+def test_what_the_lowering_does_not_do_is_named():
+    """Valid requests outside the sparse lowering raise NotSupportedYet naming the case."""
+    M, i, j, Bt, c, a = spmv_parts()
+    io, ii, f, fp, fo, fi = dl.index_vars("io ii f fp fo fi")
+    # a communicate inside the distributed loops
+    s = dl.schedule(a).fuse(i, j, f).pos(f, fp, Bt).distribute([fp], [fo], [fi], M)
+    with pytest.raises(dl.NotSupportedYet, match=r"communicate\(c, fi\)"):
+        dl.compile(s.communicate(c, fi))
+    # a term without a sparse factor
+    d = dl.Tensor("d", (N,), dist="x -> x", machine=M)
+    a[i] = Bt[i, j] * c[j] + d[i]
+    with pytest.raises(dl.NotSupportedYet, match=r"no sparse factor"):
+        dl.compile(dl.schedule(a).distribute([i], [io], [ii], M))
+    # sparse operands over different variables
+    v = dl.Tensor("v", (N,), format="csf", dist="x -> x", machine=M)
+    a[i] = Bt[i, j] * v[j]
+    with pytest.raises(dl.NotSupportedYet, match=r"B: \['i', 'j'\].*v: \['j'\]"):
+        dl.compile(dl.schedule(a).distribute([i], [io], [ii], M))
+    # a non-zero cut of a dense tensor
+    c2 = dl.Tensor("c", (N,), dist="x -> (x)", machine=M)
+    a[i] = Bt[i, j] * c2[j]
+    with pytest.raises(dl.NotSupportedYet, match=r"dense tensor 'c'"):
+        dl.compile(dl.schedule(a).distribute([i], [io], [ii], M))
+    # a hierarchical machine
+    H = dl.Machine(2).nest(dl.Machine(2))
+    Bh = dl.Tensor("B", (N, N), format="csr", dist=["xy -> x", "xy -> x"], machine=H)
+    ch = dl.Tensor("c", (N,), dist=["x -> x", "x -> x"], machine=H)
+    ah = dl.Tensor("a", (N,), dist=["x -> x", "x -> x"], machine=H)
+    ah[i] = Bh[i, j] * ch[j]
+    iio, iii = dl.index_vars("iio iii")
+    sh = dl.schedule(ah).distribute([i], [io], [ii], H.level(0))
+    sh = sh.distribute([ii], [iio], [iii], H.level(1))
+    with pytest.raises(dl.NotSupportedYet, match=r"hierarchical"):
+        dl.compile(sh)
+
+
+def test_inputs_must_be_a_mapping(B):
+    k = spmv_kernel(N, N, 3, "row")
+    for call in (k.stats, k.bind, k.run):
+        with pytest.raises(InputError, match=r"map tensor names"):
+            call([B, np.ones(N)])
