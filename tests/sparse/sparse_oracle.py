@@ -228,15 +228,24 @@ def grid_spmm_oracle(B: sp.csr_array, K: int, gx: int, gy: int) -> dict[str, lis
     return st
 
 
-def checkerboard_oracle(B: sp.csr_array, gx: int, gy: int, a_dist: str) -> dict[str, list[int]]:
-    """``a(i) = B(i,j) * c(j)`` on ``Machine(gx, gy)``, ``distribute([i, j])``: B
-    ``"xy -> xy"``, c ``"x -> *x"`` (so every column a processor's entries reference is its
-    own), a ``"x -> x0"`` (row blocks on the column-0 processors) or ``"x -> xx"`` (rows cut
-    into ``gx * gy`` blocks, processor ``(x, y)`` holding block ``x * gy + y``)."""
+def checkerboard_oracle(
+    B: sp.csr_array, gx: int, gy: int, a_dist: str, b_dist: str = "xy -> xy"
+) -> dict[str, list[int]]:
+    """``a(i) = B(i,j) * c(j)`` on ``Machine(gx, gy)``, ``distribute([i, j])``: c
+    ``"x -> *x"`` (so every column a processor's entries reference is its own), a
+    ``"x -> x0"`` (row blocks on the column-0 processors) or ``"x -> xx"`` (rows cut into
+    ``gx * gy`` blocks, processor ``(x, y)`` holding block ``x * gy + y``).
+
+    B is ``"xy -> xy"`` (each processor owns what it visits), ``"xy -> (xy)*"`` (position
+    blocks along dimension 0, a copy in every machine column: ``(x, y)`` reads from the
+    owner in its own column), ``"xy -> *(xy)"`` (along dimension 1, read from its own row)
+    or ``"xy -> yx"`` (columns over dimension 0, rows over dimension 1); entries it visits
+    and does not own arrive with CSR index words (``rows + 1`` pos, one crd per entry)."""
     n, m = B.shape
     P = gx * gy
     st = _zero_stats(P)
     ent = entries(B)
+    nnz = len(ent)
 
     def a_owner(i: int) -> int:
         if a_dist == "x -> x0":
@@ -248,12 +257,37 @@ def checkerboard_oracle(B: sp.csr_array, gx: int, gy: int, a_dist: str) -> dict[
             return len(block_range(p // gy, n, gx)) if p % gy == 0 else 0
         return len(block_range(p, n, P))
 
+    def b_owner(e: Entry, x: int, y: int) -> int:
+        """The owner of entry ``e`` serving processor ``(x, y)``."""
+        if b_dist == "xy -> xy":
+            return block_of(e.row, n, gx) * gy + block_of(e.col, m, gy)
+        if b_dist == "xy -> (xy)*":
+            return block_of(e.position, nnz, gx) * gy + y
+        if b_dist == "xy -> *(xy)":
+            return x * gy + block_of(e.position, nnz, gy)
+        if b_dist == "xy -> yx":
+            return block_of(e.col, m, gx) * gy + block_of(e.row, n, gy)
+        raise ValueError(b_dist)
+
     extra = [0] * P
     for x in range(gx):
         for y in range(gy):
             p = x * gy + y
+            owned = sum(1 for e in ent if b_owner(e, x, y) == p)
             mine = [e for e in ent if block_of(e.row, n, gx) == x and block_of(e.col, m, gy) == y]
             st["iterations"][p] = len(mine)
+            pieces = defaultdict(list)
+            for e in mine:
+                if b_owner(e, x, y) != p:
+                    pieces[b_owner(e, x, y)].append(e)
+            for q, pc in pieces.items():
+                st["words_received"][p] += len(pc)
+                st["words_sent"][q] += len(pc)
+                st["index_words_received"][p] += piece_index_words("csr", pc)
+                st["index_words_sent"][q] += piece_index_words("csr", pc)
+                st["messages_received"][p] += 1
+                st["messages_sent"][q] += 1
+                extra[p] += len(pc)
             by_owner = defaultdict(int)
             for i in {e.row for e in mine}:
                 if a_owner(i) != p:
@@ -265,7 +299,7 @@ def checkerboard_oracle(B: sp.csr_array, gx: int, gy: int, a_dist: str) -> dict[
                 st["messages_received"][q] += 1
                 extra[p] += w
                 extra[q] += w
-            extra[p] += len(mine) + len(block_range(y, m, gy))
+            extra[p] += owned + len(block_range(y, m, gy))
     for p in range(P):
         st["peak_words"][p] = extra[p] + a_owned(p)
     return st

@@ -210,12 +210,15 @@ def test_spmm_on_a_grid(kind, grid):
     check(dl.compile(s), {"B": B, "C": C}, grid_spmm_oracle(B, K, gx, gy), B @ C)
 
 
+@pytest.mark.parametrize("b_dist", ["xy -> xy", "xy -> (xy)*", "xy -> *(xy)", "xy -> yx"])
 @pytest.mark.parametrize("a_dist", ["x -> x0", "x -> xx"])
 @pytest.mark.parametrize("grid", [(2, 2), (3, 2)])
-@pytest.mark.parametrize("kind", KINDS)
-def test_checkerboard_spmv(kind, grid, a_dist):
+@pytest.mark.parametrize("kind", ["uniform", "rmat", "skewed"])
+def test_checkerboard_spmv(kind, grid, a_dist, b_dist):
     """B cut in both dimensions; the output has one copy, so the processors off column 0
-    (``"x -> x0"``) or off each row's block (``"x -> xx"``) send partial sums."""
+    (``"x -> x0"``) or off each row's block (``"x -> xx"``) send partial sums. B laid out
+    otherwise (by positions, replicated along one machine dimension; transposed) moves from
+    the copy serving each processor."""
     import distal as dl
 
     gx, gy = grid
@@ -223,13 +226,14 @@ def test_checkerboard_spmv(kind, grid, a_dist):
     B = pattern(kind, n)
     M = dl.Machine(gx, gy)
     i, j, io, ii, jo, ji = dl.index_vars("i j io ii jo ji")
-    Bt = dl.Tensor("B", (n, n), format="csr", dist="xy -> xy", machine=M)
+    Bt = dl.Tensor("B", (n, n), format="csr", dist=b_dist, machine=M)
     c = dl.Tensor("c", (n,), dist="x -> *x", machine=M)
     a = dl.Tensor("a", (n,), dist=a_dist, machine=M)
     a[i] = Bt[i, j] * c[j]
     s = dl.schedule(a).distribute([i, j], [io, jo], [ii, ji], M).communicate([a, Bt, c], jo)
     x = np.random.default_rng(3).standard_normal(n)
-    check(dl.compile(s), {"B": B, "c": x}, checkerboard_oracle(B, gx, gy, a_dist), B @ x)
+    exp = checkerboard_oracle(B, gx, gy, a_dist, b_dist)
+    check(dl.compile(s), {"B": B, "c": x}, exp, B @ x)
 
 
 TEN_DIST = {"row": "xyz -> x", "fiber": "xyz -> (xy)", "nz": "xyz -> (xyz)"}
