@@ -213,7 +213,16 @@ class Kernel:
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute the plan on a runtime and return the output with measured stats."""
         if self.sparse is not None:
-            return self.bind(inputs).run(inputs, runtime, **options)
+            if runtime != "mpi":
+                return self.bind(inputs).run(inputs, runtime, **options)
+            try:  # one rank's bad pattern fails every rank together, never a hang
+                bound = self.bind(inputs)
+            except Exception as e:
+                from distal.runtime.mpi.sparse import fail_together
+
+                fail_together(e, options.get("comm"))
+                raise
+            return bound.run(inputs, runtime, **options)
         # mpi: every rank checks its inputs inside the runtime, which agrees on the outcome
         # with the other ranks first, so one rank's bad input fails them all instead of a hang
         data = inputs if runtime == "mpi" else self.check_inputs(inputs)
@@ -330,6 +339,9 @@ class BoundKernel:
                 raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
         for name, x in dense.items():
             t = a.tensors[name]
+            if is_block_source(x):  # read one owned block at a time (MPI sessions' blocks)
+                out[name] = check_source(name, x, t.shape)
+                continue
             try:
                 arr = np.asarray(x)
             except Exception as e:

@@ -71,9 +71,16 @@ def test_cg_sparse_inputs() -> None:
     assert np.max(np.abs(x - np.linalg.solve(A, b))) <= 1e-8
     x2, _ = dl.apps.cg(dl.SparseArray.from_dense(A, format="csr"), b, machine=3)
     assert np.array_equal(x, x2)
-    big = sp.random(2**13, 2**12, density=1e-6, format="csr", random_state=0)
-    with pytest.raises(dl.NotSupportedYet, match="'A'"):
-        dl.apps.cg(big, np.ones(2**13))
+    # a sparse A far too large to make dense runs the sparse product
+    n = 2**15
+    big = (sp.random(n, n, density=2e-5, format="csr", random_state=0) * 0.1).tocsr()
+    big = (big + big.T + sp.identity(n, format="csr") * 4).tocsr()
+    rhs = np.random.default_rng(1).standard_normal(n)
+    xb, _ = dl.apps.cg(big, rhs, machine=2)
+    # the recursive residual stops it; the true residual is as small
+    assert np.linalg.norm(big @ xb - rhs) <= 1e-9 * np.linalg.norm(rhs)
+    with pytest.raises(dl.InputError, match="square"):
+        dl.apps.cg(sp.random(8, 4, density=0.5, format="csr"), np.ones(8))
 
 
 def test_cg_zero_rhs_and_bad_inputs() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from distal.distribution.machine import Machine
-from distal.errors import InputError, NotSupportedYet, ScheduleError
+from distal.errors import InputError, ScheduleError
 from distal.kernel import Kernel, compile
 from distal.lang.nodes import Tensor, index_vars
 from distal.runtime.progress import Progress
@@ -16,26 +16,46 @@ from distal.schedule.api import schedule as default_schedule
 from distal.session import Session
 from distal.sparse import SparseArray
 
-#: sparse inputs whose dense form has at most this many elements are densified
-DENSE_LIMIT = 2**24
-SCHEDULES = ("auto", "owner")
+#: schedules: ``"owner"`` (owner computes, dense); for sparse inputs ``"rows"`` (the sparse
+#: operand cut by rows) or ``"nonzeros"`` (by stored entries: balanced); ``"auto"`` takes
+#: ``"owner"`` for dense inputs and ``"nonzeros"`` for sparse ones
+SCHEDULES = ("auto", "owner", "rows", "nonzeros")
+
+
+def is_sparse(x: Any) -> bool:
+    """A ``dl.SparseArray``, scipy.sparse or pydata sparse input."""
+    from distal.sparse.array import is_pydata_sparse, is_scipy_sparse
+
+    return isinstance(x, SparseArray) or is_scipy_sparse(x) or is_pydata_sparse(x)
+
+
+def sparse_input(x: Any, name: str, format: str, order: int) -> SparseArray:
+    """``x`` as a float64 ``dl.SparseArray`` of ``format`` (values checked finite)."""
+    from distal.sparse.array import as_sparse
+
+    try:
+        arr = as_sparse(x, format)
+    except Exception as e:
+        raise InputError(f"input {name!r} cannot be read as a sparse array: {e}") from e
+    if arr.ndim != order:
+        raise InputError(f"input {name!r} must have order {order}, got shape {arr.shape}")
+    if not np.all(np.isfinite(arr.vals)):
+        raise InputError(f"input {name!r} has non-finite values")
+    if arr.dtype != np.float64:
+        arr = arr.with_values(arr.vals.astype(np.float64))
+    return arr
 
 
 def dense_input(x: Any, name: str, order: int | None = None) -> np.ndarray:
-    """``x`` as a float64 numpy array. A scipy.sparse matrix or a ``dl.SparseArray`` is
-    made dense when it has at most ``DENSE_LIMIT`` elements (sparse kernels are not in
-    this version), else ``NotSupportedYet`` naming the input."""
-    sparse = isinstance(x, SparseArray) or (
-        hasattr(x, "toarray") and type(x).__module__.startswith("scipy.sparse")
-    )
-    if sparse:
-        size = int(np.prod([int(s) for s in x.shape], dtype=np.int64))
-        if size > DENSE_LIMIT:
-            raise NotSupportedYet(
-                f"input {name!r} is sparse with a dense size of {size} elements (> 2**24); "
-                "sparse kernels are not in this version, and it is too large to make dense"
-            )
-        x = x.to_dense() if isinstance(x, SparseArray) else x.toarray()
+    """``x`` as a float64 numpy array (a sparse input is made dense)."""
+    if is_sparse(x):
+        x = (
+            x.to_dense()
+            if isinstance(x, SparseArray)
+            else x.toarray()
+            if hasattr(x, "toarray")
+            else x.todense()
+        )
     try:
         arr = np.array(x, dtype=np.float64)
     except (TypeError, ValueError) as e:
@@ -47,6 +67,24 @@ def dense_input(x: Any, name: str, order: int | None = None) -> np.ndarray:
     if not np.all(np.isfinite(arr)):
         raise InputError(f"input {name!r} has non-finite values")
     return arr
+
+
+def spmv(out: str, mat: str, vec: str, n: int, m: int, machine: Machine, split: str) -> Kernel:
+    """``out[i] = mat[i, j] * vec[j]`` with ``mat`` CSR, cut by rows or by stored entries;
+    the vectors in blocks (each processor gathers exactly the entries its columns use)."""
+    i, j, io, ii, f, fp, fo, fi = index_vars("i j io ii f fp fo fi")
+    dist = "xy -> x" if split == "rows" else "xy -> (xy)"
+    A = Tensor(mat, (n, m), format="csr", dist=dist, machine=machine)
+    x = Tensor(vec, (m,), dist="j -> j", machine=machine)
+    y = Tensor(out, (n,), dist="i -> i", machine=machine)
+    y[i] = A[i, j] * x[j]
+    s = default_schedule(y)
+    if split == "rows":
+        s = s.distribute([i], [io], [ii], machine).communicate([y, A, x], io)
+    else:
+        s = s.fuse(i, j, f).pos(f, fp, A).distribute([fp], [fo], [fi], machine)
+        s = s.communicate([y, A, x], fo)
+    return compile(s)
 
 
 def session_for(session: Session | None) -> Session:
@@ -81,10 +119,18 @@ def machine_for(sess: Session, machine: Machine | int | None) -> Machine:
     return Machine(p)
 
 
-def check_schedule(schedule: str, app: str) -> str:
+def check_schedule(schedule: str, app: str, sparse: bool = False) -> str:
+    """The schedule to use: ``"owner"`` for dense inputs; ``"rows"`` or ``"nonzeros"``
+    (the default) for sparse ones."""
     if schedule not in SCHEDULES:
         raise ScheduleError(f"{app}: schedule must be one of {list(SCHEDULES)}, got {schedule!r}")
-    return "owner"
+    if not sparse:
+        if schedule in ("rows", "nonzeros"):
+            raise ScheduleError(f"{app}: schedule {schedule!r} is for sparse inputs")
+        return "owner"
+    if schedule == "owner":
+        raise ScheduleError(f"{app}: a sparse input takes schedule 'rows' or 'nonzeros'")
+    return "nonzeros" if schedule == "auto" else schedule
 
 
 def owner(out: Tensor, var: Any, machine: Machine) -> Kernel:

@@ -25,12 +25,15 @@ import numpy as np
 from distal.apps._common import (
     check_schedule,
     dense_input,
+    is_sparse,
     machine_for,
     owner,
     progress,
     rename,
     scalar,
     session_for,
+    sparse_input,
+    spmv,
 )
 from distal.distribution.machine import Machine
 from distal.errors import InputError
@@ -38,16 +41,19 @@ from distal.lang.nodes import Tensor, index_vars
 from distal.session import Session
 
 
-def _kernels(n: int, M: Machine) -> dict[str, Any]:
+def _kernels(n: int, M: Machine, split: str = "owner") -> dict[str, Any]:
     i, j = index_vars("i j")
 
     def vec(name: str, dist: str = "i -> i") -> Tensor:
         return Tensor(name, (n,), dist=dist, machine=M)
 
-    A = Tensor("cg_A", (n, n), dist="ij -> i", machine=M)
-    q, p_rep = vec("cg_q"), vec("cg_p", "i -> *")
-    q[i] = A[i, j] * p_rep[j]
-    ks: dict[str, Any] = {"matvec": owner(q, i, M)}
+    if split == "owner":
+        A = Tensor("cg_A", (n, n), dist="ij -> i", machine=M)
+        q, p_rep = vec("cg_q"), vec("cg_p", "i -> *")
+        q[i] = A[i, j] * p_rep[j]
+        ks: dict[str, Any] = {"matvec": owner(q, i, M)}
+    else:  # a sparse A: p stays in blocks, the product gathers exactly the entries it uses
+        ks = {"matvec": spmv("cg_q", "cg_A", "cg_p", n, n, M, split)}
 
     def dot(out: str, a: str, b: str) -> Any:
         s, u, v = scalar(out, M), vec(a, rep.get(a, "i -> i")), vec(b)
@@ -56,7 +62,7 @@ def _kernels(n: int, M: Machine) -> dict[str, Any]:
 
     # p is read replicated everywhere: the matvec needs it so, and every other kernel then
     # reads its own block of the replicated copy without moving anything
-    rep = {"cg_p": "i -> *"}
+    rep = {"cg_p": "i -> *"} if split == "owner" else {}
     ks["pq"] = dot("cg_pq", "cg_p", "cg_q")
     ks["rr"] = dot("cg_rrn", "cg_r", "cg_r")
     ks["bb"] = dot("cg_bb", "cg_b", "cg_b")
@@ -86,8 +92,9 @@ def cg(
     """Solve ``A x = b`` (``A`` SPD) by conjugate gradients from ``x0 = 0``.
 
     Args:
-        A: an ``(n, n)`` array, scipy.sparse matrix or ``dl.SparseArray`` (sparse inputs
-            are made dense up to 2**24 elements).
+        A: an ``(n, n)`` array, scipy.sparse matrix or ``dl.SparseArray``; a sparse ``A``
+            runs the sparse matrix-vector product (CSR, ``schedule`` ``"rows"`` or
+            ``"nonzeros"``), with the vectors in blocks.
         b: the right-hand side, ``(n,)``.
         machine: a ``dl.Machine`` (used as a line of its processors) or a processor count;
             default one per MPI rank, else one per core (at most 8).
@@ -96,14 +103,15 @@ def cg(
             one by default. With a checkpoint, every iteration is saved (loop ``"cg"``,
             keeping ``cg_x``, ``cg_r``, ``cg_p``, ``cg_rr``) and a restarted call resumes.
         maxiter: iterations at most (default ``10 * n``).
-        schedule: ``"auto"`` or ``"owner"``: the owner-computes schedules of the module
-            docstring.
+        schedule: ``"auto"``; ``"owner"`` (dense ``A``: the owner-computes schedules of the
+            module docstring); ``"rows"`` or ``"nonzeros"`` (sparse ``A``; auto picks
+            ``"nonzeros"``, balanced whatever the row lengths).
 
     Returns:
         ``(x, iterations)``: the solution and the number of iterations run in total.
     """
-    check_schedule(schedule, "cg")
-    a = dense_input(A, "A", 2)
+    split = check_schedule(schedule, "cg", is_sparse(A))
+    a = dense_input(A, "A", 2) if split == "owner" else sparse_input(A, "A", "csr", 2)
     n = a.shape[0]
     if a.shape != (n, n):
         raise InputError(f"cg: A must be square, got shape {a.shape}")
@@ -115,7 +123,7 @@ def cg(
     maxiter = 10 * n if maxiter is None else int(maxiter)
     sess = session_for(session)
     M = machine_for(sess, machine)
-    ks = _kernels(n, M)
+    ks = _kernels(n, M, split)
 
     sess.put("cg_A", a)
     sess.put("cg_b", bv)

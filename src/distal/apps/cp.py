@@ -33,15 +33,19 @@ import numpy as np
 from distal.apps._common import (
     check_schedule,
     dense_input,
+    is_sparse,
     machine_for,
     owner,
     progress,
     scalar,
     session_for,
+    sparse_input,
 )
 from distal.distribution.machine import Machine
 from distal.errors import InputError
+from distal.kernel import compile
 from distal.lang.nodes import Tensor, index_vars
+from distal.schedule.api import schedule as default_schedule
 from distal.session import Session
 
 
@@ -76,6 +80,51 @@ def _kernels(shape: tuple[int, ...], rank: int, M: Machine) -> tuple[list[Any], 
     return mttkrp, owner(nx, vs[0], M)
 
 
+def _sparse_kernels(
+    shape: tuple[int, ...], rank: int, M: Machine, split: str
+) -> tuple[list[Any], Any]:
+    """Sparse X (CSF): every mode's MTTKRP iterates X's stored entries, cut by its top
+    coordinate (``"rows"``) or by position (``"nonzeros"``); the factors are replicated
+    (each processor reads the rows its entries reference from its own copy) and the rows of
+    the result computed away from their owner are summed as partial sums."""
+    order = len(shape)
+    letters = string.ascii_lowercase.replace("l", "")[:order]
+    vs = index_vars(" ".join(letters))
+    lv, po, pi, pp = index_vars("l po pi pp")
+    fused = index_vars(" ".join(f"f{k}" for k in range(order)))
+    xdist = f"{letters} -> {letters[0]}" if split == "rows" else f"{letters} -> ({letters})"
+
+    def cut(s: Any, X: Tensor, tensors: list[Tensor]) -> Any:
+        if split == "rows":
+            return compile(s.distribute([vs[0]], [po], [pi], M).communicate(tensors, po))
+        f = vs[0]
+        for k in range(1, order):
+            s = s.fuse(f, vs[k], fused[k])
+            f = fused[k]
+        s = s.pos(f, pp, X).distribute([pp], [po], [pi], M)
+        return compile(s.communicate(tensors, po))
+
+    mttkrp = []
+    for n in range(order):
+        X = Tensor("cp_X", shape, format="csf", dist=xdist, machine=M)
+        out = Tensor("cp_M", (shape[n], rank), dist=f"{letters[n]}l -> {letters[n]}", machine=M)
+        expr: Any = X[tuple(vs)]
+        fs = []
+        for m in range(order):
+            if m == n:
+                continue
+            F = Tensor(_factor(m), (shape[m], rank), dist="bl -> *", machine=M)
+            fs.append(F)
+            expr = expr * F[vs[m], lv]
+        out[vs[n], lv] = expr
+        s = default_schedule(out).reorder([*vs, lv])
+        mttkrp.append(cut(s, X, [out, X, *fs]))
+    nx = scalar("cp_xx", M)
+    X = Tensor("cp_X", shape, format="csf", dist=xdist, machine=M)
+    nx[()] = X[tuple(vs)] * X[tuple(vs)]
+    return mttkrp, cut(default_schedule(nx).reorder(list(vs)), X, [nx, X])
+
+
 def cp_als(
     X: Any,
     rank: int,
@@ -90,8 +139,8 @@ def cp_als(
     """A rank-``rank`` CP decomposition of ``X`` by alternating least squares.
 
     Args:
-        X: a dense array of order >= 2 (a ``dl.SparseArray`` or scipy.sparse matrix is
-            made dense up to 2**24 elements).
+        X: an array of order >= 2: dense, or sparse (``dl.SparseArray``, scipy.sparse,
+            pydata sparse), whose MTTKRPs then iterate its stored entries (CSF).
         rank: the number of components ``R``.
         machine: a ``dl.Machine`` (used as a line of its processors) or a processor count;
             default one per MPI rank, else one per core (at most 8).
@@ -102,14 +151,15 @@ def cp_als(
         session: the ``dl.Session`` to run in; with a checkpoint, every iteration is saved
             (loop ``"cp_als"``, keeping the factors, weights and fit) and a restarted call
             resumes.
-        schedule: ``"auto"`` or ``"owner"``: the owner-computes schedules above.
+        schedule: ``"auto"``; ``"owner"`` (dense X: the schedules above); ``"rows"`` or
+            ``"nonzeros"`` (sparse X; auto picks ``"nonzeros"``).
 
     Returns:
         ``(weights, factors, fit)``: ``weights`` of shape ``(R,)``, ``factors[n]`` of shape
         ``(I_n, R)`` with unit columns, and the fit of the last iteration.
     """
-    check_schedule(schedule, "cp_als")
-    x = dense_input(X, "X")
+    split = check_schedule(schedule, "cp_als", is_sparse(X))
+    x = dense_input(X, "X") if split == "owner" else sparse_input(X, "X", "csf", X.ndim)
     if x.ndim < 2:
         raise InputError(f"cp_als: X must have order 2 or more, got shape {x.shape}")
     if isinstance(rank, bool) or not isinstance(rank, int | np.integer) or rank < 1:
@@ -121,7 +171,10 @@ def cp_als(
     order = len(shape)
     sess = session_for(session)
     Mach = machine_for(sess, machine)
-    mttkrp, norm = _kernels(shape, rank, Mach)
+    if split == "owner":
+        mttkrp, norm = _kernels(shape, rank, Mach)
+    else:
+        mttkrp, norm = _sparse_kernels(shape, rank, Mach, split)
 
     rng = np.random.default_rng(seed)
     factors = [rng.random((s, rank)) for s in shape]

@@ -32,12 +32,15 @@ import numpy as np
 from distal.apps._common import (
     check_schedule,
     dense_input,
+    is_sparse,
     machine_for,
     owner,
     progress,
     rename,
     scalar,
     session_for,
+    sparse_input,
+    spmv,
 )
 from distal.distribution.machine import Machine
 from distal.errors import InputError
@@ -64,6 +67,31 @@ def _kernels(n: int, d: float, M: Machine) -> dict[str, Any]:
     return {"step": owner(xn, j, M), "diff": owner(dx, i, M), "change": owner(e, i, M)}
 
 
+def _sparse_kernels(n: int, d: float, M: Machine, split: str) -> dict[str, Any]:
+    """The sparse iteration: ``y = G x`` (SpMV, G the transposed link matrix without the
+    dangling columns), the dangling mass ``m = sum_{i dangling} x[i]``, then
+    ``xn = d * y + c`` with ``c = (d * m + 1 - d) / n`` replicated."""
+    i, j = index_vars("i j")
+    ks = {"spmv": spmv("pr_y", "pr_Gs", "pr_x", n, n, M, split)}
+    m, x, dm = scalar("pr_m", M), Tensor("pr_x", (n,), dist="i -> i", machine=M), None
+    dm = Tensor("pr_dmask", (n,), dist="i -> i", machine=M)
+    m[()] = x[i] * dm[i]
+    ks["mass"] = owner(m, i, M)
+    y = Tensor("pr_y", (n,), dist="j -> j", machine=M)
+    c = scalar("pr_c", M, "*")
+    xn = Tensor("pr_xn", (n,), dist="j -> j", machine=M)
+    xn[j] = y[j] * d + c[()]
+    ks["step"] = owner(xn, j, M)
+    xn2 = Tensor("pr_xn", (n,), dist="i -> i", machine=M)
+    x2 = Tensor("pr_x", (n,), dist="i -> i", machine=M)
+    dx = Tensor("pr_dx", (n,), dist="i -> i", machine=M)
+    dx[i] = xn2[i] - x2[i]
+    e, dx2 = scalar("pr_e", M), Tensor("pr_dx", (n,), dist="i -> i", machine=M)
+    e[()] = dx2[i] * dx2[i]
+    ks["diff"], ks["change"] = owner(dx, i, M), owner(e, i, M)
+    return ks
+
+
 def pagerank(
     A: Any,
     machine: Machine | int | None = None,
@@ -77,8 +105,9 @@ def pagerank(
     """The PageRank vector of the graph ``A`` (``A[i, j] != 0``: a link ``i -> j``).
 
     Args:
-        A: an ``(n, n)`` non-negative array, scipy.sparse matrix or ``dl.SparseArray``
-            (sparse inputs are made dense up to 2**24 elements).
+        A: an ``(n, n)`` non-negative array, scipy.sparse matrix or ``dl.SparseArray``; a
+            sparse ``A`` runs the sparse matrix-vector product (``schedule`` ``"rows"`` or
+            ``"nonzeros"``) and the dangling correction as a distributed scalar.
         machine: a ``dl.Machine`` (used as a line of its processors) or a processor count;
             default one per MPI rank, else one per core (at most 8).
         damping: the probability ``d`` of following a link.
@@ -86,21 +115,24 @@ def pagerank(
         session: the ``dl.Session`` to run in; with a checkpoint, every iteration is saved
             (loop ``"pagerank"``, keeping ``pr_x``) and a restarted call resumes.
         maxiter: iterations at most.
-        schedule: ``"auto"`` or ``"owner"``: the owner-computes schedules above.
+        schedule: ``"auto"``; ``"owner"`` (dense ``A``: the schedules above); ``"rows"`` or
+            ``"nonzeros"`` (sparse ``A``; auto picks ``"nonzeros"``).
 
     Returns:
         The PageRank vector (sums to 1).
     """
-    check_schedule(schedule, "pagerank")
-    a = dense_input(A, "A", 2)
+    split = check_schedule(schedule, "pagerank", is_sparse(A))
+    a = dense_input(A, "A", 2) if split == "owner" else sparse_input(A, "A", "csr", 2)
     n = a.shape[0]
     if a.shape != (n, n):
         raise InputError(f"pagerank: A must be square, got shape {a.shape}")
-    if np.any(a < 0):
+    if np.any((a.vals if split != "owner" else a) < 0):
         raise InputError("pagerank: A has negative link weights")
     if not (isinstance(damping, int | float) and 0 <= damping < 1):
         raise InputError(f"pagerank: damping must be in [0, 1), got {damping!r}")
     d = float(damping)
+    if split != "owner":
+        return _pagerank_sparse(a, n, d, tol, session, machine, maxiter, split)
     rows = a.sum(axis=1)
     dangling = rows == 0
     # the transposed link matrix with every dangling column spread uniformly: x' = d G x + c
@@ -127,6 +159,53 @@ def pagerank(
                 break
     finally:
         loop.close()  # the last finished iteration is saved
+        bar.close()
+    x = sess.get("pr_x")
+    return x / x.sum()
+
+
+def _pagerank_sparse(
+    a: Any,
+    n: int,
+    d: float,
+    tol: float,
+    session: Session | None,
+    machine: Machine | int | None,
+    maxiter: int,
+    split: str,
+) -> np.ndarray:
+    """PageRank of a sparse link matrix (see :func:`pagerank`)."""
+    from distal.sparse.array import SparseArray
+
+    sp = a.to_scipy().tocsr()
+    rows = np.asarray(sp.sum(axis=1)).ravel()
+    dangling = rows == 0
+    inv = np.divide(1.0, rows, out=np.zeros(n), where=~dangling)
+    G = SparseArray.from_scipy((sp.multiply(inv[:, None])).T.tocsr(), "csr")
+    sess = session_for(session)
+    M = machine_for(sess, machine)
+    ks = _sparse_kernels(n, d, M, split)
+    sess.put("pr_Gs", G)
+    sess.put("pr_dmask", dangling.astype(np.float64))
+    sess.put("pr_x", np.full(n, 1.0 / n))
+    bound = d / (1 - d) * np.sqrt(n)
+    loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="latest")
+    bar = progress(sess, maxiter, "pagerank iterations")
+    try:
+        for it in loop:
+            sess.run(ks["spmv"])
+            sess.run(ks["mass"])
+            sess.put("pr_c", np.array((d * float(sess.get("pr_m")) + 1 - d) / n))
+            sess.run(ks["step"])
+            sess.run(ks["diff"])
+            sess.run(ks["change"])
+            rename(sess, "pr_xn", "pr_x")
+            err = bound * float(np.sqrt(sess.get("pr_e")))
+            bar.update(it + 1, note=f"error bound {err:.2e}")
+            if err <= tol:
+                break
+    finally:
+        loop.close()
         bar.close()
     x = sess.get("pr_x")
     return x / x.sum()

@@ -26,6 +26,7 @@ import numpy as np
 
 from distal.plan.sparse import Need, Piece, ProcPlan, SparsePlan, piece_arrays
 from distal.plan.stats import Stats
+from distal.runtime.source import is_block_source, read_block
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -50,8 +51,11 @@ def owned_data(plan: SparsePlan, p: int, inputs: Mapping[str, Any]) -> Owned:
             if own is None:
                 continue
             arr = inputs[name]
-            sl = tuple(slice(lo, hi) for lo, hi in own)
-            dense[name] = (np.ascontiguousarray(np.asarray(arr[sl], dtype=t.dtype)), own)
+            if is_block_source(arr):  # e.g. a session's held block: read only what p owns
+                block = read_block(name, arr, own, np.dtype(t.dtype))
+            else:
+                block = np.asarray(arr[tuple(slice(lo, hi) for lo, hi in own)], dtype=t.dtype)
+            dense[name] = (np.ascontiguousarray(block), own)
         else:
             vals = np.asarray(inputs[name].vals, dtype=t.dtype)
             n = len(own)

@@ -128,6 +128,9 @@ class Session:
                 array = read_block(name, array, whole, dtype)
             self.values[name] = Held(shape, dtype, None, array)
             return
+        if _is_sparse(array):  # held as given (read-only arrays): sparse kernels read it whole
+            self.values[name] = Held(tuple(array.shape), np.dtype(array.dtype), None, array)
+            return
         try:
             arr = np.array(array)  # a copy: the session's value never changes under the caller
         except Exception as e:
@@ -159,6 +162,8 @@ class Session:
         """Value ``name`` gathered as a numpy array (a 0-d array for a scalar); under MPI a
         collective: every rank calls it and gets the whole value."""
         held = self._held(name)
+        if _is_sparse(held.data):
+            return held.data
         if self.runtime != "mpi":
             return np.array(held.data)
         if held.layout is None:
@@ -204,10 +209,24 @@ class Session:
                     f"input {name!r} of the kernel is neither given nor in the session "
                     f"(the session holds {self.names()})"
                 )
+            if not kernel.schedule.tensors()[name].format.is_dense:
+                data[name] = self.values[name].data  # a sparse value is read as it is held
+                continue
             data[name] = self._input(name, layout_of(kernel, name))
         if given:
             data.update(given)  # kernel.run names the extra ones
         out = st.output.name
+        if getattr(kernel, "sparse", None) is not None and (
+            self.runtime == "mpi" or not st.output.format.is_dense
+        ):
+            # a sparse kernel's result comes back whole on every rank: held as given
+            res = kernel.run(data, runtime=self.runtime, **self._run_options())
+            value = res.value
+            t = st.output
+            self.values[out] = Held(t.shape, np.dtype(t.dtype), None, value)
+            if not gather:
+                res.value = None
+            return res
         if self.runtime == "mpi":
             res = kernel.run(data, runtime="mpi", gather="none", **self._run_options())
             lay = layout_of(kernel, out)
@@ -221,7 +240,7 @@ class Session:
                 res.value = self.get(out)
             return res
         res = None
-        if self.runtime == "local" and not inputs:
+        if self.runtime == "local" and not inputs and getattr(kernel, "sparse", None) is None:
             res = self._run_local(kernel, data)
         if res is None:
             res = kernel.run(data, runtime=self.runtime, **self._run_options())
@@ -323,6 +342,13 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.runtime!r}, values={self.names()}, moved_words={self.moved_words})"
+
+
+def _is_sparse(x: Any) -> bool:
+    """A sparse value (a ``dl.SparseArray``, scipy.sparse or pydata sparse array)."""
+    from distal.sparse.array import SparseArray, is_pydata_sparse, is_scipy_sparse
+
+    return isinstance(x, SparseArray) or is_scipy_sparse(x) or is_pydata_sparse(x)
 
 
 __all__ = ["Held", "HeldBlock", "Session"]
