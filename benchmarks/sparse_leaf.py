@@ -19,7 +19,11 @@ rounds are printed, ratios from the medians):
 * ``2 threads``: the entries cut in two halves by row (two processors of the local
   runtime), each half's TermLeaf in its own thread, against one TermLeaf over all the
   entries in one thread; the same for scipy's ``B @ x`` / ``B @ C`` on the two row
-  halves, which shows whether scipy releases the GIL.
+  halves;
+* ``stall``: whether a kernel releases the GIL, seen from another Python thread: how long
+  that thread waits, at most, to wake from a short sleep while the kernel runs (about one
+  call when the kernel holds the GIL). The two-thread times depend on a free second core;
+  this does not.
 
 The numpy formulations run in chunks of ``--chunk`` entries (each chunk the formulation
 above), so that their temporaries (``nnz x cols`` elements each) fit in memory; the
@@ -69,31 +73,27 @@ def in_threads(*fns: Callable[[], object]) -> Callable[[], None]:
     return run
 
 
-def _count_until(deadline: float) -> int:
-    n = 0
-    while time.perf_counter() < deadline:
-        n += 1
-    return n
-
-
-def gil_free_share(fn: Callable[[], object], seconds: float = 0.5) -> float:
-    """How much Python work this thread still does while another thread calls ``fn`` in a
-    loop, relative to doing it alone: near 1 when ``fn`` releases the GIL (and a second
-    core is free), well below 1 when ``fn`` holds it."""
-    alone = _count_until(time.perf_counter() + seconds)
-    stop = threading.Event()
-
-    def loop() -> None:
-        while not stop.is_set():
-            fn()
-
-    t = threading.Thread(target=loop)
+def longest_stall(fn: Callable[[], object], calls: int = 5) -> float:
+    """The longest this thread waits to wake from a 0.5 ms sleep while another thread calls
+    ``fn`` ``calls`` times: about one call's time when ``fn`` holds the GIL, about a
+    millisecond when it releases it."""
+    t = threading.Thread(target=lambda: [fn() for _ in range(calls)])
     t.start()
-    time.sleep(0.05)
-    shared = _count_until(time.perf_counter() + seconds)
-    stop.set()
+    longest, last = 0.0, time.perf_counter()
+    while t.is_alive():
+        time.sleep(0.0005)
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
     t.join()
-    return shared / alone
+    return longest
+
+
+def stalls(cases: dict[str, Callable[[], object]], med: dict[str, float]) -> None:
+    for k, fn in cases.items():
+        print(
+            f"  -> {k}: another thread stalls up to {longest_stall(fn) * 1e3:.1f} ms "
+            f"(one call: {med[k] * 1e3:.1f} ms)"
+        )
 
 
 def compare(name: str, cases: dict[str, Callable[[], object]], repeat: int) -> dict[str, float]:
@@ -160,12 +160,7 @@ def bench_matrix(a: argparse.Namespace, rng: np.random.Generator) -> None:
     ratio("scipy / TermLeaf (1 thread)", med["scipy B @ x"], med["TermLeaf"])
     ratio("TermLeaf 1 thread / 2 threads", med["TermLeaf"], med["TermLeaf halves, 2 threads"])
     ratio("scipy 1 thread / 2 threads", med["scipy B @ x"], med["scipy halves, 2 threads"])
-    print(
-        f"  -> Python progress of another thread while running: "
-        f"TermLeaf {gil_free_share(lambda: spmv(y, vals, [x])):.2f}, "
-        f"scipy {gil_free_share(lambda: B @ x):.2f}, "
-        f"a pure-Python loop {gil_free_share(lambda: _count_until(time.perf_counter() + 0.01)):.2f}"
-    )
+    stalls({"TermLeaf": lambda: spmv(y, vals, [x]), "scipy B @ x": lambda: B @ x}, med)
     y[:] = 0
     spmv(y, vals, [x])
     np.testing.assert_allclose(y, B @ x, rtol=1e-10, atol=1e-10)
@@ -191,11 +186,7 @@ def bench_matrix(a: argparse.Namespace, rng: np.random.Generator) -> None:
     ratio("scipy / TermLeaf (1 thread)", med["scipy B @ C"], med["TermLeaf"])
     ratio("TermLeaf 1 thread / 2 threads", med["TermLeaf"], med["TermLeaf halves, 2 threads"])
     ratio("scipy 1 thread / 2 threads", med["scipy B @ C"], med["scipy halves, 2 threads"])
-    print(
-        f"  -> Python progress of another thread while running: "
-        f"TermLeaf {gil_free_share(lambda: spmm(Y, vals, [C])):.2f}, "
-        f"scipy {gil_free_share(lambda: B @ C):.2f}"
-    )
+    stalls({"TermLeaf": lambda: spmm(Y, vals, [C]), "scipy B @ C": lambda: B @ C}, med)
     Y[:] = 0
     spmm(Y, vals, [C])
     np.testing.assert_allclose(Y, B @ C, rtol=1e-10, atol=1e-10)
