@@ -264,15 +264,24 @@ class Kernel:
 
     def plot_traffic(self, path: str | None = None, **options: Any) -> Any:
         """Processor x processor words matrix and per-processor bars (see ``distal.viz``)."""
+        self._dense_only("plot_traffic")
         from distal.viz import plot_traffic
 
         return plot_traffic(self, path, **options)
 
     def simulate(self, network: Any = "local", **options: Any) -> Any:
         """Discrete-event simulation of the plan on a network model (see ``distal.sim``)."""
+        self._dense_only("simulate")
         from distal.sim import simulate
 
         return simulate(self, network=network, **options)
+
+    def _dense_only(self, what: str) -> None:
+        if self.sparse is not None:
+            raise NotSupportedYet(
+                f"{what}() of a sparse kernel is not in this version (its plan depends on the "
+                "pattern: see kernel.bind(inputs).stats() and .explain())"
+            )
 
     def __call__(self, **inputs: Any) -> np.ndarray:
         """Shortcut: run on the local runtime and return the output."""

@@ -21,8 +21,9 @@ def _cut_text(a: Analysis) -> list[str]:
     return out
 
 
-def explain_unbound(a: Analysis) -> str:
-    """What a sparse kernel does before it knows the pattern."""
+def explain_unbound(a: Analysis, plan: SparsePlan | None = None) -> str:
+    """What a sparse kernel does before it knows the pattern (with ``plan``: the bound
+    extents of its ``pos`` loops)."""
     s = a.schedule
     lines = [
         f"computation: {s.statement.assignment!r}",
@@ -37,6 +38,19 @@ def explain_unbound(a: Analysis) -> str:
     ]
     if s.relations:
         lines += ["where:"] + ["  " + relation_text(r, s.extent) for r in s.relations]
+        if a.pos is not None:
+            what = f"nnz of {a.driver} at its first {len(a.pos.coords)} level(s)"
+            bound = ""
+            if plan is not None:
+                arr = plan.arrays[a.driver]
+                k = len(a.pos.coords) - 1
+                lv = arr.levels[k]
+                npos = len(lv.crd) if lv.crd is not None else arr.nnz
+                bound = f" = {npos} for the bound pattern"
+            lines.append(
+                f"  ({a.pos.position} runs over the {what}{bound}; the extents above are the "
+                "dense upper bound)"
+            )
     lines += [
         "",
         "tensors:",
@@ -54,7 +68,7 @@ def explain_unbound(a: Analysis) -> str:
 def explain_bound(plan: SparsePlan) -> str:
     """The unbound text, then the bound pattern's cut and traffic."""
     a = plan.analysis
-    lines = [explain_unbound(a).rsplit("\n", 1)[0]]
+    lines = [explain_unbound(a, plan).rsplit("\n", 1)[0]]
     sizes = [len(pp.entries) for pp in plan.procs]
     mean = float(np.mean(sizes)) if sizes else 0.0
     lines += [
