@@ -38,13 +38,14 @@ computes the rest.
 
 ``verify=k`` computes every compute task and every reduction on ``k`` workers and accepts a
 strict majority (the dense runtime's agreement tasks). ``verify="check"`` checks every
-compute result on another worker with a randomized projection (:func:`project_compute`)
-and recomputes a result that fails there; reductions (additions of partial sums) are not
-checked in this mode.
+compute result on another worker with a randomized projection (:func:`project_compute`,
+about one pass over the operands) and every reduction by summing it again there (a sum
+costs what its check would); a result that fails is replaced by the checker's own. The
+``_lie`` test hook makes the named workers add 1 to every compute result and block.
 
 The dense runtime's ``granularity``, ``window`` and ``speculate`` options do not apply (a
-processor's computation is one task; there is no feeder to speculate with) and are refused
-when given.
+processor's computation is one task; there is no feeder to speculate with): setting them
+is refused.
 """
 
 from __future__ import annotations
@@ -240,6 +241,25 @@ def _received(
     return received, moved
 
 
+def moved_name(name: str) -> str:
+    """The entry holding what the task that wrote entry ``name`` received in this run."""
+    return f"moved-{name}"
+
+
+def _save_moved(ctx: Ctx, name: str, moved: Moved) -> None:
+    """Record ``moved`` before entry ``name`` is written: a re-run in this run that loads the
+    entry (its worker died before its ``done`` event reached the driver) still reports the
+    words the first execution received."""
+    if ctx.store is not None:
+        ctx.store.save(moved_name(name), np.asarray(moved, np.int64).reshape(-1, 4))
+
+
+def _reloaded(ctx: Ctx, name: str) -> dict[str, Any]:
+    """The counts of a re-run that loaded entry ``name`` written earlier in this run."""
+    arr, _ = _load(ctx, moved_name(name))
+    return {} if arr is None else {"moved": arr.tolist()}
+
+
 def _load(ctx: Ctx, name: str) -> tuple[np.ndarray | None, bool]:
     """Entry ``name`` from the checkpoint (None when absent), and whether it was corrupt."""
     if ctx.store is None:
@@ -273,9 +293,11 @@ def compute_task(
 ) -> Any:
     """Processor ``p``'s contributions from its owned data and the payloads it was sent.
 
-    A re-run (Dask lost the worker holding the result) loads the entry it saved. ``replica``
-    is copy ``r`` of ``verify=k``: it returns ``(y, worker, counts)`` for the agreement.
-    ``who`` (``verify="check"``) returns ``(y, worker)`` for the check.
+    A re-run (Dask lost the worker holding the result) loads the entry it saved, with what
+    the first execution received (the driver submits this task only for entries that were
+    not there when the run began, so an entry it finds is this run's). ``replica`` is copy
+    ``r`` of ``verify=k``: it returns ``(y, worker, counts)`` for the agreement. ``who``
+    (``verify="check"``) returns ``(y, worker)`` for the check.
     """
     name = compute_name(p)
     label = name if replica is None else f"{name}#v{replica}"
@@ -285,7 +307,9 @@ def compute_task(
     if save and replica is None:
         arr, corrupt = _load(ctx, name)
         if arr is not None:
-            event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0)
+            counts = _reloaded(ctx, name) | {"iterations": [p, plan.procs[p].iterations]}
+            seconds = time.perf_counter() - t0
+            event(ctx, "done", label, w, status="reused", seconds=seconds, **counts)
             return (arr, w.address) if who else arr
     received, moved = _received(p, senders)
     y = Compute(plan, p).run(owned, received)
@@ -298,6 +322,7 @@ def compute_task(
         event(ctx, "done", label, w, **done)
         return y, w.address, counts
     if save and ctx.store is not None:
+        _save_moved(ctx, name, moved)
         finish(ctx, w, name, y, label, **done, **counts)
     else:
         event(ctx, "done", label, w, **done, **counts)
@@ -375,10 +400,11 @@ def reduce_task(
     label = name if replica is None else f"{name}#v{replica}"
     w = event(ctx, "start", label)
     t0 = time.perf_counter()
-    if save and replica is None:
+    if save and replica is None:  # as compute_task: an entry found here is this run's
         arr, _ = _load(ctx, name)
         if arr is not None:
-            event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            event(ctx, "done", label, w, status="reused", seconds=seconds, **_reloaded(ctx, name))
             return arr
     block = reduce_output(plan, q, y, parts)
     moved: Moved = []
@@ -394,6 +420,7 @@ def reduce_task(
         event(ctx, "done", label, w, status="computed", seconds=seconds)
         return block, w.address, counts
     if save and ctx.store is not None and block is not None:
+        _save_moved(ctx, name, moved)
         finish(ctx, w, name, block, label, status="computed", seconds=seconds, **counts)
     else:
         event(ctx, "done", label, w, status="computed", seconds=seconds, **counts)
@@ -529,6 +556,11 @@ def project_compute(
     additions, and the magnitude ``2^D sum |coeff v| contract(|X|...)`` computed from the
     operands, never from the claim. Non-finite operands give ``exact=True`` (the caller
     recomputes).
+
+    Cost: one pass over the entries and the dense operands per batch of repetitions, except
+    where two dense factors share a summed letter (SDDMM's ``C[i, j] D[j, k]``): their
+    per-entry contraction is the kernel's own work, so that check costs a recomputation's
+    flops (in a different order).
     """
     pp = comp.pp
     out_shape = comp.out_shape
@@ -628,6 +660,7 @@ class _Run:
         self.secret = secrets.token_bytes(16)
         self.P = plan.nprocs
         self.futures: list[Any] = []
+        self.fresh: set[str] = set()  # entries this run computes (and records moved- for)
 
     def key(self, what: str) -> str:
         """A task key of this run (the nonce lets ``transfer_bytes`` find its transfers)."""
@@ -700,6 +733,13 @@ class _Run:
         logical = {compute_name(p) for p in needed} | {block_name(q) for q in pending}
         reused_direct = total - len(logical)
 
+        before = set(workers(client))
+        pool = sorted(before)
+        if opts.verify != 1 and len(pool) < max(2, opts.copies):
+            raise InputError(
+                f"verify={opts.verify!r} needs at least {max(2, opts.copies)} workers; the pool "
+                f"has {len(pool)}"
+            )
         topic = f"distal-{self.nonce}"
         events = Events(client, topic)
         ctx = Ctx(
@@ -713,13 +753,6 @@ class _Run:
             trace=opts._trace,
             lie=frozenset(opts._lie),
         )
-        before = set(workers(client))
-        pool = sorted(before)
-        if opts.verify != 1 and len(pool) < max(2, opts.copies):
-            raise InputError(
-                f"verify={opts.verify!r} needs at least {max(2, opts.copies)} workers; the pool "
-                f"has {len(pool)}"
-            )
         bar = Progress(total, enabled=opts.progress, label="tasks")
         try:
             computes, futs = self._graph(ctx, store, owned, needed, pending, present, sends, pool)
@@ -750,7 +783,7 @@ class _Run:
         alive = set(workers(client))
         moved = client.run(transfer_bytes, self.nonce, on_error="return")
         self.futures.clear()
-        stats = self._stats(events, owned)
+        stats = self._stats(events, owned, store)
         summary = summarize(
             events,
             total,
@@ -829,6 +862,10 @@ class _Run:
             if f.exception(timeout=opts.timeout) is None:
                 ys[p] = f
         todo = [p for p in needed if p not in ys]
+        self.fresh = {*map(compute_name, todo), *map(block_name, pending)}
+        if store is not None:  # a crashed earlier run's records are not this run's
+            for name in self.fresh:
+                store.remove(moved_name(name))
         # the plan as the phases read it: without the bind's id()-keyed cache (ids mean
         # nothing in another process) and without the iteration pattern (no phase reads it)
         shipped = replace(plan, cache={}, pattern=None)
@@ -978,19 +1015,30 @@ class _Run:
             time.sleep(0.01)
         events.sync()
 
-    def _stats(self, events: Events, owned: list[Owned]) -> Stats:
-        """``Stats`` from the counts in the tasks' last ``done`` (or ``check``-saved) events,
-        once per task (a recomputed task counted the same arrays again)."""
+    def _stats(self, events: Events, owned: list[Owned], store: CheckpointStore | None) -> Stats:
+        """``Stats`` from the counts in the tasks' last ``done`` events, once per task (a
+        recomputed task counted the same arrays again); with a checkpoint, a task of this
+        run whose event was lost with its worker is read from its ``moved-`` entry."""
         plan, P = self.plan, self.P
         stats = Stats.zeros(P)
         held = [owned_words(plan, o) for o in owned]
+        counts: dict[str, dict[str, Any]] = {}
         for name, ms in events.by_name().items():
             if "#v" in name:
                 continue  # a verify=k copy: its agreement logs the accepted copy's counts
             counted = [m for m in ms if m["kind"] == "done" and "moved" in m]
-            if not counted:
-                continue
-            last = counted[-1]
+            if counted:
+                counts[name] = counted[-1]
+        # a task whose worker died before its done event left (and which nothing needed
+        # again) recorded what it received next to its entry
+        for name in sorted(self.fresh - set(counts)) if store is not None else ():
+            arr, _ = store.load(moved_name(name))
+            if arr is not None:
+                counts[name] = {"moved": arr.tolist()}
+                if name.startswith("compute-"):
+                    p = int(name.removeprefix("compute-p"))
+                    counts[name]["iterations"] = [p, plan.procs[p].iterations]
+        for name, last in counts.items():
             partials = name.startswith("block-")
             for src, dst, w, iw in last["moved"]:
                 stats.words_received[dst] += w
@@ -1019,6 +1067,9 @@ class _Run:
             {"run": store.run, "complete": True, "blocks": [block_name(q) for q in owners]}
         )
         store.write_manifest(manifest)
+        # what the tasks received only matters within the run that wrote it
+        for name in [*map(compute_name, computers), *map(block_name, owners)]:
+            store.remove(moved_name(name))
         if not self.opts.keep_partials:
             for p in computers:
                 store.remove(compute_name(p))
