@@ -34,7 +34,10 @@ behind the task). The run key hashes the statement, schedule, formats, shapes, d
 every sparse input's ``pattern_fingerprint()`` and a fingerprint of every input's values,
 so a changed value or pattern never meets a stale entry. A rerun loads finished blocks on
 the driver and finished compute results on a worker (only their partials move), and
-computes the rest.
+computes the rest (entries are not re-verified when loaded, whatever ``verify`` says). Each
+entry's task first records what it received (``moved-<entry>``), so a task whose worker died
+before its ``done`` event reached the driver is still counted; those records are removed
+when the run completes.
 
 ``verify=k`` computes every compute task and every reduction on ``k`` workers and accepts a
 strict majority (the dense runtime's agreement tasks). ``verify="check"`` checks every
