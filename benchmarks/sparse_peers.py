@@ -55,9 +55,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
+import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,8 +215,10 @@ def tensor_data(name: str, shape: tuple[int, int, int], nnz: int, describe: str)
     return Data(name, "tensor", describe, a, ops)
 
 
-def datasets(quick: bool, names: Sequence[str] | None = None) -> list[Data]:
-    """The data sets (``--quick``: about 250 k entries each, else about 4 M)."""
+def dataset_makers(quick: bool, names: Sequence[str] | None = None) -> list[Callable[[], Data]]:
+    """A function making each data set (``--quick``: about 250 k entries each, else about
+    4 M): a full run makes them one at a time, as all four with every peer's converted
+    copies do not fit in memory together."""
     scale = 14 if quick else 18
     n = 1 << scale
     nnz = 250_000 if quick else 4_000_000
@@ -235,7 +239,12 @@ def datasets(quick: bool, names: Sequence[str] | None = None) -> list[Data]:
     unknown = [x for x in chosen if x not in makers]
     if unknown:
         raise SystemExit(f"unknown data sets {unknown}; choose from {sorted(makers)}")
-    return [makers[x]() for x in chosen]
+    return [makers[x] for x in chosen]
+
+
+def datasets(quick: bool, names: Sequence[str] | None = None) -> list[Data]:
+    """The data sets themselves (all at once: for the quick sizes or a few of them)."""
+    return [make() for make in dataset_makers(quick, names)]
 
 
 # -- the reference -----------------------------------------------------------------------------
@@ -795,15 +804,31 @@ def time_one(run: Callable[[], Any], repeat: int) -> tuple[Any, list[float]]:
     return result, times
 
 
+def _measure(fn: System, kernel: str, data: Data, name: str, want: Any, repeat: int) -> Row:
+    """One system's row: its timings and the check of its result (a failure is a row too)."""
+    try:
+        run, convert = _prepare(fn, kernel, data)
+    except Unsupported as e:
+        return Row(kernel, data.name, name, None, [], f"n/a: {e}")
+    try:
+        result, times = time_one(run, repeat)
+        bad = check(convert(result), want)
+    except Exception as e:  # a peer's failure is a row of the table
+        return Row(kernel, data.name, name, None, [], f"error: {e!r}"[:200])
+    status = "ok" if bad is None else f"WRONG: {bad}"
+    return Row(kernel, data.name, name, statistics.median(times), times, status)
+
+
 def run_suite(
-    data_sets: Sequence[Data],
+    data_sets: Iterable[Data],
     kernels: Sequence[str] = KERNELS,
     repeat: int = 5,
     extra_systems: dict[str, System] | None = None,
     out: Callable[[str], None] = print,
 ) -> list[Row]:
     """Every kernel on every data set of its kind, on every system (the registered ones
-    and ``extra_systems``), each result checked against :func:`reference`."""
+    and ``extra_systems``), each result checked against :func:`reference`. A data set's
+    cache (converted copies, references) is cleared when its kernels are done."""
     systems = {**SYSTEMS, **(extra_systems or {})}
     rows: list[Row] = []
     for data in data_sets:
@@ -813,20 +838,9 @@ def run_suite(
         for kernel in mine:
             want = reference(kernel, data)
             for name, fn in systems.items():
-                try:
-                    run, convert = _prepare(fn, kernel, data)
-                except Unsupported as e:
-                    rows.append(Row(kernel, data.name, name, None, [], f"n/a: {e}"))
-                    continue
-                try:
-                    result, times = time_one(run, repeat)
-                    bad = check(convert(result), want)
-                except Exception as e:  # a peer's failure is a row of the table
-                    rows.append(Row(kernel, data.name, name, None, [], f"error: {e!r}"[:200]))
-                    continue
-                status = "ok" if bad is None else f"WRONG: {bad}"
-                rows.append(Row(kernel, data.name, name, statistics.median(times), times, status))
+                rows.append(_measure(fn, kernel, data, name, want, repeat))
                 out(_line(rows[-1], rows))
+        data.cache.clear()
     return rows
 
 
@@ -867,6 +881,13 @@ def table(rows: Sequence[Row]) -> str:
     return "\n".join(lines)
 
 
+def _progress(line: str) -> None:
+    """Each row as it is measured, with the peak memory so far (on stderr: a full run takes
+    minutes, and a peer that needs too much memory shows where)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"{line}  [peak rss {peak:.1f} GiB]", file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="about 250 k entries per data set")
@@ -885,12 +906,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, why in MISSING.items():
         print(f"skipped {name}: {why}")
     print(versions())
-    t = time.perf_counter()
-    data_sets = datasets(args.quick, [x for x in args.data.split(",") if x])
-    print(f"data made in {time.perf_counter() - t:.1f} s:")
-    for d in data_sets:
-        print(f"  {d.name:8s} shape {d.shape} nnz {d.nnz:,}  ({d.describe})")
-    rows = run_suite(data_sets, kernels, args.repeat, out=lambda s: None)
+    makers = dataset_makers(args.quick, [x for x in args.data.split(",") if x])
+
+    def made() -> Iterator[Data]:
+        for make in makers:
+            t = time.perf_counter()
+            d = make()
+            print(
+                f"data {d.name}: shape {d.shape}, nnz {d.nnz:,} ({d.describe}), made in "
+                f"{time.perf_counter() - t:.1f} s",
+                flush=True,
+            )
+            yield d
+
+    rows = run_suite(made(), kernels, args.repeat, out=_progress)
     print()
     print(table(rows))
     print(f"\nload average after: {os.getloadavg()}")
