@@ -45,3 +45,18 @@ def spd(n=100, seed=1):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((n, n))
     return q @ q.T / n + np.eye(n), rng.standard_normal(n)
+
+
+def sparse_cp_tensor(shape=(30, 25, 20), rank=4, seed=5, keep=0.3):
+    """A rank-``rank`` tensor of sparse factors (about 12 % of its entries non-zero), dense."""
+    rng = np.random.default_rng(seed)
+    fs = [rng.random((s, rank)) * (rng.random((s, rank)) < keep) for s in shape]
+    return np.einsum("ir,jr,kr->ijk", *fs)
+
+
+def sparse_spd(n=300, seed=5):
+    """A sparse SPD matrix (a few random off-diagonals, diagonally dominant), dense."""
+    rng = np.random.default_rng(seed)
+    a = (rng.random((n, n)) < 0.01) * rng.random((n, n))
+    a = a + a.T
+    return a + np.diag(a.sum(axis=1) + 1.0), rng.standard_normal(n)

@@ -23,3 +23,8 @@ def test_apps_on_four_ranks() -> None:
     assert res["pagerank"]["err"] <= 1e-10
     assert abs(res["pagerank"]["sum"] - 1.0) < 1e-12
     assert res["cg"]["err"] <= 1e-8
+    assert res["cp_als_sparse"]["fit"] >= 0.999
+    assert res["cp_als_sparse"]["true_fit"] >= 0.999
+    assert res["pagerank_sparse"]["err"] <= 1e-10
+    assert abs(res["pagerank_sparse"]["sum"] - 1.0) < 1e-12
+    assert res["cg_sparse"]["err"] <= 1e-8

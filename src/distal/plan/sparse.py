@@ -602,6 +602,10 @@ class SparsePlan:
     def nprocs(self) -> int:
         return len(self.procs)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the cache is keyed by object identity: it does not survive a copy to another process
+        return {**self.__dict__, "cache": {}}
+
 
 def load_patterns(a: Analysis, inputs: Mapping[str, Any]) -> dict[str, SparseArray]:
     """The sparse inputs as SparseArrays in their tensors' formats (shapes checked)."""
@@ -662,25 +666,11 @@ class Coords:
     @classmethod
     def of_array(cls, arr: SparseArray, svars: Sequence[IndexVar], access: Access) -> Coords:
         """The entries of ``arr`` (whose storage order is ``svars``)."""
-        dims = [access.indices.index(v) for v in svars]
-        last = len(arr.levels) - 1
-        full: dict[str, np.ndarray] = {}
-
-        def row(k: int) -> np.ndarray:
-            lv = arr.levels[k] if arr.levels else None
-            if lv is not None and k == last and lv.kind in "cqs":
-                return lv.crd
-            if k == 0 and len(arr.levels) == 2 and lv.kind == "d" and arr.levels[1].kind in "cq":
-                return arr.row_of_position()
-            if "c" not in full:
-                full["c"] = arr.coordinates()
-            return full["c"][dims[k]]
-
-        return cls(arr.nnz, len(svars), row)
+        return cls(arr.nnz, len(svars), _ArrayRows(arr, [access.indices.index(v) for v in svars]))
 
     @classmethod
     def of_table(cls, table: np.ndarray) -> Coords:
-        return cls(table.shape[1], table.shape[0], lambda k: table[k])
+        return cls(table.shape[1], table.shape[0], _TableRows(table))
 
     def row(self, k: int) -> np.ndarray:
         """Every entry's coordinate of pattern variable ``k``."""
@@ -705,6 +695,33 @@ class Coords:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         return np.asarray(self)[key]
+
+
+class _ArrayRows:
+    """Coordinate ``k`` of every stored entry of an array, computed cheaply where the format
+    allows (a picklable callable, so a bound plan can travel to Dask workers)."""
+
+    def __init__(self, arr: SparseArray, dims: list[int]) -> None:
+        self.arr = arr
+        self.dims = dims
+
+    def __call__(self, k: int) -> np.ndarray:
+        arr = self.arr
+        last = len(arr.levels) - 1
+        lv = arr.levels[k] if arr.levels else None
+        if lv is not None and k == last and lv.kind in "cqs":
+            return lv.crd
+        if k == 0 and len(arr.levels) == 2 and lv.kind == "d" and arr.levels[1].kind in "cq":
+            return arr.row_of_position()
+        return arr.coordinates()[self.dims[k]]
+
+
+class _TableRows:
+    def __init__(self, table: np.ndarray) -> None:
+        self.table = table
+
+    def __call__(self, k: int) -> np.ndarray:
+        return self.table[k]
 
 
 def _sel(perm: np.ndarray | None, lo: int, hi: int) -> Any:
