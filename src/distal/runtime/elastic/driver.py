@@ -180,7 +180,8 @@ class Driver:
             if is_block_source(x):
                 f = self.client.submit(source_block, t, x, box, dtype, key=name, pure=False)
             else:
-                block = np.ascontiguousarray(x[box_index(box, ((0, 0),) * len(box))], dtype=dtype)
+                # np.array, not ascontiguousarray: that makes a 0-d block (a scalar) 1-d
+                block = np.array(x[box_index(box, ((0, 0),) * len(box))], dtype=dtype, order="C")
                 with warnings.catch_warnings():
                     # "large graph": the block travels in its task on purpose (see input_block)
                     warnings.filterwarnings("ignore", message="Sending large graph")
