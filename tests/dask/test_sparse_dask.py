@@ -230,6 +230,9 @@ def test_changed_values_or_pattern_never_meet_stale_entries(pool: Any, tmp_path:
 
 @pytest.mark.parametrize("verify", [3, "check"])
 def test_a_lying_worker_is_outvoted_or_caught(pool: Any, verify: Any) -> None:
+    """``_lie`` makes worker 0 wrong on every result: it is caught on its first, excluded,
+    and what it made is made again elsewhere (see test_sparse_verify.py for the fault hook)."""
+    liar = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
     for kind, split in [("spmm", "nz"), ("sddmm", "row")]:
         k, x, _ = problem(kind, split)
         bound = k.bind(x)
@@ -239,10 +242,14 @@ def test_a_lying_worker_is_outvoted_or_caught(pool: Any, verify: Any) -> None:
         assert res.stats.as_dict() == bound.stats().as_dict()
         s = res.extra["summary"]
         assert s.units_rejected + s.reductions_rejected >= 1, str(s)
+        assert s.excluded_workers == [liar], str(s)
+        assert all(r["worker"] == liar for r in s.rejections)
         if verify == "check":
-            assert s.checked + s.units_rejected == s.tasks_total - len(
-                [o for o in bound.plan.owned[k.sparse.output.name] if o is not None]
-            )
+            # every result, the recomputations of rejected ones included, passed in the end
+            owners = sum(o is not None for o in bound.plan.owned[k.sparse.output.name])
+            assert s.checked == s.tasks_total - owners
+            assert s.reductions_checked == owners
+            assert all(r["recomputed_on"] not in (None, liar) for r in s.rejections)
 
 
 @pytest.mark.parametrize("kind", ["spmv", "spmm", "sddmm"])

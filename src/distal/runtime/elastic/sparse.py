@@ -91,7 +91,11 @@ from distal.runtime.elastic.driver import workers
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Events, summarize
 from distal.runtime.elastic.tasks import (
+    CheckFailed,
     Ctx,
+    VerificationFailed,
+    _fault,
+    _judge,
     _stall,
     agree_block_task,
     agree_task,
@@ -292,15 +296,15 @@ def compute_task(
     senders: list[tuple[int, dict[str, list[list[np.ndarray]]]]],
     save: bool,
     replica: int | None = None,
-    who: bool = False,
 ) -> Any:
     """Processor ``p``'s contributions from its owned data and the payloads it was sent.
 
     A re-run (Dask lost the worker holding the result) loads the entry it saved, with what
     the first execution received (the driver submits this task only for entries that were
     not there when the run began, so an entry it finds is this run's). ``replica`` is copy
-    ``r`` of ``verify=k``: it returns ``(y, worker, counts)`` for the agreement. ``who``
-    (``verify="check"``) returns ``(y, worker)`` for the check.
+    ``r`` of ``verify=k``: it returns ``(y, worker, counts)`` for the agreement. A worker
+    started with ``DISTAL_FAULT_CORRUPT=q`` corrupts what it returns with probability ``q``
+    (the dense runtime's hook, :data:`~distal.runtime.elastic.tasks.FAULT_ENV`).
     """
     name = compute_name(p)
     label = name if replica is None else f"{name}#v{replica}"
@@ -313,12 +317,13 @@ def compute_task(
             counts = _reloaded(ctx, name) | {"iterations": [p, plan.procs[p].iterations]}
             seconds = time.perf_counter() - t0
             event(ctx, "done", label, w, status="reused", seconds=seconds, **counts)
-            return (arr, w.address) if who else arr
+            return _fault(arr)
     received, moved = _received(p, senders)
     y = Compute(plan, p).run(owned, received)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         y = y + 1
+    y = _fault(y)
     counts = {"moved": moved, "iterations": [p, plan.procs[p].iterations]}
     done = {"status": "computed", "corrupt": corrupt, "seconds": time.perf_counter() - t0}
     if replica is not None:
@@ -329,7 +334,30 @@ def compute_task(
         finish(ctx, w, name, y, label, **done, **counts)
     else:
         event(ctx, "done", label, w, **done, **counts)
-    return (y, w.address) if who else y
+    return y
+
+
+def compute_verdict(
+    plan: SparsePlan,
+    p: int,
+    owned: Owned,
+    received: Mapping[tuple[str, int], list[list[np.ndarray]]],
+    claimed: np.ndarray,
+    seed: int,
+    reps: int | None,
+) -> Verdict:
+    """The randomized check of ``claimed`` as processor ``p``'s compute result
+    (:func:`project_compute`); non-finite operands are checked by recomputing it (the
+    same leaves in the same order: the bits must be identical, ``nan`` for ``nan``)."""
+    comp = Compute(plan, p)
+    xs = comp.operands(owned, {k: list(v) for k, v in received.items()})
+    v = project_compute(comp, xs, claimed, seed, reps)
+    if v.exact:
+        want = comp.run(owned, received)
+        claimed = np.asarray(claimed)
+        same = claimed.shape == want.shape and bool(np.array_equal(claimed, want, equal_nan=True))
+        v = Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
+    return v
 
 
 def check_task(
@@ -338,51 +366,40 @@ def check_task(
     p: int,
     owned: Owned,
     senders: list[tuple[int, dict[str, list[list[np.ndarray]]]]],
-    claimed: tuple[np.ndarray, str],
+    claimed: np.ndarray,
+    computed_by: str,
     seed: int,
     reps: int | None,
     save: bool,
 ) -> np.ndarray:
-    """Check processor ``p``'s compute result away from the worker that computed it.
+    """Check processor ``p``'s compute result ``claimed`` (computed on ``computed_by``) on
+    another worker (``verify="check"``; the driver pins this task away from it).
 
     A passing result is checkpointed here (an entry is only ever a checked result) and
-    returned; a failing one is recomputed here, on the one worker known to disagree with
-    the one that computed it, and the recomputed result is used (and logged as a
-    rejection)."""
-    y, by = claimed
+    returned: the reductions read this task's copy. A failing one raises
+    :class:`~distal.runtime.elastic.tasks.CheckFailed`; the driver then excludes
+    ``computed_by`` and computes ``p`` again on another worker."""
     w = ctx.worker()
     t0 = time.perf_counter()
-    name = compute_name(p)
     received, _ = _received(p, senders)
-    comp = Compute(plan, p)
-    xs = comp.operands(owned, {k: list(v) for k, v in received.items()})
-    v = project_compute(comp, xs, y, seed, reps)
-    if v.exact:  # non-finite operands: compare with a recomputation
-        want = comp.run(owned, received)
-        same = y.shape == want.shape and bool(np.array_equal(y, want, equal_nan=True))
-        v = Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
-    info = {
-        "ok": v.ok,
-        "by": by,
-        "diff": v.diff,
-        "tol": v.tol,
-        "same_worker": by == w.address,
-        "detail": v.describe(),
-    }
-    if not v.ok:
-        y = comp.run(owned, received)
-    info["seconds"] = time.perf_counter() - t0
-    if save and ctx.store is not None:
-        finish(ctx, w, name, y, name, kind="check", **info)
-    else:
-        event(ctx, "check", name, w, **info)
-    return y
+    v = compute_verdict(plan, p, owned, received, claimed, seed, reps)
+    what = f"compute result {compute_name(p)} (virtual processor {p})"
+    return _judge(ctx, w, compute_name(p), what, v, claimed, computed_by, save, t0)
 
 
 def partial_task(plan: SparsePlan, p: int, y: np.ndarray, dst: int) -> list[np.ndarray]:
     """The parts of ``p``'s contributions that ``dst`` reduces, in ``p``'s piece order."""
     pp = plan.procs[p]
     return [partial(pp, y, pc) for pc in pp.out.pieces if pc.peer == dst]
+
+
+def _cut(
+    plan: SparsePlan, q: int, ys: Mapping[int, np.ndarray]
+) -> tuple[np.ndarray | None, dict[int, list[np.ndarray]]]:
+    """``q``'s own contributions and the partials it reduces, cut from the accepted compute
+    results ``ys`` (every processor sending to ``q``, ``q`` itself if it adds its own)."""
+    parts = {p: partial_task(plan, p, y, q) for p, y in ys.items() if p != q}
+    return ys.get(q), parts
 
 
 def reduce_task(
@@ -393,12 +410,11 @@ def reduce_task(
     parts: dict[int, list[np.ndarray]],
     save: bool,
     replica: int | None = None,
-    who: bool = False,
 ) -> Any:
     """``q``'s output block: its own contributions, then the partial sums received in
     increasing source order. A re-run loads the block it saved; ``replica`` is a
-    ``verify=k`` copy, returning ``(block, worker, counts)``; ``who`` (``verify="check"``)
-    returns ``(block, worker)`` for the check."""
+    ``verify=k`` copy, returning ``(block, worker, counts)``. The fault hook corrupts a
+    computed block as it does a compute result."""
     name = block_name(q)
     label = name if replica is None else f"{name}#v{replica}"
     w = event(ctx, "start", label)
@@ -408,15 +424,17 @@ def reduce_task(
         if arr is not None:
             seconds = time.perf_counter() - t0
             event(ctx, "done", label, w, status="reused", seconds=seconds, **_reloaded(ctx, name))
-            return arr
+            return _fault(arr)
     block = reduce_output(plan, q, y, parts)
     moved: Moved = []
     for src in sorted(parts):
         words = int(sum(x.size for x in parts[src]))
         if src != q and words:
             moved.append([src, q, words, 0])
-    if w.name in ctx.lie and block is not None:
-        block = block + 1
+    if block is not None:
+        if w.name in ctx.lie:
+            block = block + 1
+        block = _fault(block)
     counts = {"moved": moved}
     seconds = time.perf_counter() - t0
     if replica is not None:
@@ -427,43 +445,111 @@ def reduce_task(
         finish(ctx, w, name, block, label, status="computed", seconds=seconds, **counts)
     else:
         event(ctx, "done", label, w, status="computed", seconds=seconds, **counts)
-    return (block, w.address) if who else block
+    return block
+
+
+def reduce_cut_task(
+    ctx: Ctx,
+    plan: SparsePlan,
+    q: int,
+    ys: dict[int, np.ndarray],
+    save: bool,
+    replica: int | None = None,
+) -> Any:
+    """:func:`reduce_task` from the accepted compute results themselves (with verification:
+    the partials are cut here, so nothing unchecked enters the sum)."""
+    y, parts = _cut(plan, q, ys)
+    return reduce_task(ctx, plan, q, y, parts, save, replica)
 
 
 def check_reduce_task(
     ctx: Ctx,
     plan: SparsePlan,
     q: int,
-    y: np.ndarray | None,
-    parts: dict[int, list[np.ndarray]],
-    claimed: tuple[np.ndarray, str],
+    ys: dict[int, np.ndarray],
+    claimed: np.ndarray | None,
+    computed_by: str,
     save: bool,
-) -> np.ndarray:
-    """Check ``q``'s block away from the worker that summed it (``verify="check"``).
+) -> np.ndarray | None:
+    """Check ``q``'s block (summed on ``computed_by``) on another worker
+    (``verify="check"``).
 
     A reduction reads each partial sum once and adds it, so checking it costs what summing
-    it again costs: the block is summed again here, in the same fixed order, and must be
-    bit-identical (``nan`` for ``nan``). A passing block is checkpointed here; a failing one
-    is replaced by the sum made here (and logged as a rejection)."""
-    block, by = claimed
+    it again costs: the block is summed again here, from the same accepted compute results
+    in the same fixed order, and must be bit-identical (``nan`` for ``nan``). A passing
+    block is checkpointed here and returned; a failing one raises
+    :class:`~distal.runtime.elastic.tasks.CheckFailed` (the driver excludes the reducer and
+    sums the block again elsewhere)."""
     w = ctx.worker()
     t0 = time.perf_counter()
     name = block_name(q)
+    y, parts = _cut(plan, q, ys)
     want = reduce_output(plan, q, y, parts)
-    ok = block.shape == want.shape and bool(np.array_equal(block, want, equal_nan=True))
-    info = {
-        "ok": ok,
-        "by": by,
-        "block": True,
-        "same_worker": by == w.address,
-        "detail": "summed again: " + ("identical" if ok else "different"),
-        "seconds": time.perf_counter() - t0,
-    }
-    if save and ctx.store is not None:
-        finish(ctx, w, name, want, name, kind="check", **info)
+    if claimed is None or want is None:
+        ok = claimed is None and want is None
+    else:
+        claimed = np.asarray(claimed)
+        ok = claimed.shape == want.shape and bool(np.array_equal(claimed, want, equal_nan=True))
+    detail = "summed again: " + ("identical" if ok else "different")
+    info = {"ok": ok, "by": computed_by, "block": True, "detail": detail}
+    info["seconds"] = time.perf_counter() - t0
+    if not ok:
+        event(ctx, "check", name, w, **info)
+        raise CheckFailed(
+            f"reduction {name} summed on {computed_by} failed its check on {w.address}: {detail}",
+            name,
+            computed_by,
+            detail,
+        )
+    if save and ctx.store is not None and claimed is not None:
+        finish(ctx, w, name, claimed, name, kind="check", **info)
     else:
         event(ctx, "check", name, w, **info)
-    return want
+    return claimed
+
+
+def recheck_compute_task(
+    ctx: Ctx,
+    plan: SparsePlan,
+    p: int,
+    owned: Owned,
+    senders: list[tuple[int, dict[str, list[list[np.ndarray]]]]],
+    seed: int,
+    reps: int | None,
+) -> bool:
+    """Re-verify the entry of ``p``'s compute result (written by a worker since excluded).
+
+    A damaged, missing or failing entry is recomputed here and rewritten. True when the
+    entry was sound."""
+    w = ctx.worker()
+    name = compute_name(p)
+    arr, _ = _load(ctx, name)
+    received, _ = _received(p, senders)
+    if arr is not None and compute_verdict(plan, p, owned, received, arr, seed, reps).ok:
+        event(ctx, "recheck", name, w, ok=True)
+        return True
+    if ctx.store is not None:
+        ctx.store.save(name, Compute(plan, p).run(owned, received))
+    event(ctx, "recheck", name, w, ok=False)
+    return False
+
+
+def recheck_block_task(ctx: Ctx, plan: SparsePlan, q: int, ys: dict[int, np.ndarray]) -> bool:
+    """Re-verify the entry of ``q``'s block (written by a worker since excluded) against a
+    sum made here from the accepted compute results; rewritten when it differs."""
+    w = ctx.worker()
+    name = block_name(q)
+    arr, _ = _load(ctx, name)
+    y, parts = _cut(plan, q, ys)
+    want = reduce_output(plan, q, y, parts)
+    if want is None:
+        return True
+    ok = arr is not None and arr.shape == want.shape
+    ok = ok and bool(np.array_equal(arr, want, equal_nan=True))
+    if not ok and ctx.store is not None:
+        ctx.store.save(name, want)
+    event(ctx, "recheck", name, w, ok=ok)
+    return ok
 
 
 # ---------------------------------------------------------------------------------------
@@ -664,6 +750,10 @@ class _Run:
         self.P = plan.nprocs
         self.futures: list[Any] = []
         self.fresh: set[str] = set()  # entries this run computes (and records moved- for)
+        self.owned: list[Owned] = []
+        self.plan_f: Any = None
+        self.owned_f: dict[int, Any] = {}
+        self.senders_f: dict[int, list[tuple[int, Any]]] = {}
 
     def key(self, what: str) -> str:
         """A task key of this run (the nonce lets ``transfer_bytes`` find its transfers)."""
@@ -717,7 +807,7 @@ class _Run:
         sends = {p: sorted({pc.peer for pc in plan.procs[p].out.pieces}) for p in range(P)}
         computers = [p for p in range(P) if sends[p]]
         total = len(computers) + len(owners)
-        owned = [owned_data(plan, p, self.data) for p in range(P)]
+        self.owned = owned = [owned_data(plan, p, self.data) for p in range(P)]
         store = self._store(owned)
         present = store.names() if store is not None else set()
         blocks: dict[int, np.ndarray | None] = {p: None for p in range(P)}
@@ -737,11 +827,10 @@ class _Run:
         reused_direct = total - len(logical)
 
         before = set(workers(client))
-        pool = sorted(before)
-        if opts.verify != 1 and len(pool) < max(2, opts.copies):
+        if opts.verify != 1 and len(before) < max(2, opts.copies):
             raise InputError(
                 f"verify={opts.verify!r} needs at least {max(2, opts.copies)} workers; the pool "
-                f"has {len(pool)}"
+                f"has {len(before)}"
             )
         topic = f"distal-{self.nonce}"
         events = Events(client, topic)
@@ -757,25 +846,28 @@ class _Run:
             lie=frozenset(opts._lie),
         )
         bar = Progress(total, enabled=opts.progress, label="tasks")
+        verifier = None
         try:
-            computes, futs = self._graph(ctx, store, owned, needed, pending, present, sends, pool)
+            loaded = self._loads(ctx, needed, present)
+            todo = [p for p in needed if p not in loaded]
+            self.fresh = {*map(compute_name, todo), *map(block_name, pending)}
+            if store is not None:  # a crashed earlier run's records are not this run's
+                for name in self.fresh:
+                    store.remove(moved_name(name))
+            # the plan as the phases read it: without the bind's id()-keyed cache (ids mean
+            # nothing in another process) and without the iteration pattern (no phase reads it)
+            if todo or pending:
+                shipped = replace(plan, cache={}, pattern=None)
+                self.plan_f = self.submit(carry, shipped, key="plan")
             done = reused_direct
             bar.update(done, force=True)
-            timeout = opts.timeout
-            deadline = None if timeout is None else time.monotonic() + timeout
-            try:
-                for f in adapter.as_completed([*computes, *futs.values()], timeout=timeout):
-                    if f.status == "error":
-                        self._result(f, 0)
-                    done += 1
-                    bar.update(done)
-            except TimeoutError as e:
-                raise RuntimeFailure(f"dask run exceeded timeout={timeout}s") from e
-            for q, f in futs.items():
-                left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
-                blocks[q] = self._result(f, left)
-            if store is not None:
-                self._drain(topic, store.root, events)
+            if opts.verify == 1:
+                blocks.update(self._plain(ctx, loaded, todo, pending, sends, bar, done))
+                if store is not None:
+                    self._drain(topic, store.root, events)
+            else:
+                verifier = _Verifier(self, ctx, events, bar, done, loaded, todo, pending, sends)
+                blocks.update(verifier.go())
             events.sync()
         except BaseException:
             client.cancel(self.futures)
@@ -798,27 +890,8 @@ class _Run:
             workers_after=alive,
             checkpoint=store.root if store is not None else None,
         )
-        if opts.check:
-            checks = [m for ms in events.by_name().values() for m in ms if m["kind"] == "check"]
-            summary.checked = sum(bool(m.get("ok")) and not m.get("block") for m in checks)
-            summary.reductions_checked = sum(bool(m.get("ok") and m.get("block")) for m in checks)
-            summary.rejections = [
-                {"unit": m["name"], "worker": m.get("by", ""), "how": m.get("detail", ""),
-                 "kind": "reduction" if m.get("block") else "unit", "recomputed_on": m["worker"]}
-                for m in checks if not m.get("ok")
-            ]  # fmt: skip
-            summary.units_rejected = sum(r["kind"] == "unit" for r in summary.rejections)
-            summary.reductions_rejected = len(summary.rejections) - summary.units_rejected
-            summary.verify_same_worker = sum(bool(m.get("same_worker")) for m in checks)
-        elif opts.copies > 1:
-            votes = [m for ms in events.by_name().values() for m in ms if m["kind"] == "outvoted"]
-            summary.rejections = [
-                {"unit": m["name"], "worker": w, "how": "outvoted",
-                 "kind": "reduction" if m.get("block") else "unit"}
-                for m in votes for w in m.get("workers", ())
-            ]  # fmt: skip
-            summary.units_rejected = sum(not m.get("block") for m in votes)
-            summary.reductions_rejected = sum(bool(m.get("block")) for m in votes)
+        if verifier is not None:
+            verifier.report(summary)
         summary.seconds = time.perf_counter() - t0
         if store is not None:
             self._finish_checkpoint(store, owners, computers)
@@ -838,157 +911,81 @@ class _Run:
             },
         )
 
-    def _graph(
-        self,
-        ctx: Ctx,
-        store: CheckpointStore | None,
-        owned: list[Owned],
-        needed: list[int],
-        pending: list[int],
-        present: set[str],
-        sends: dict[int, list[int]],
-        pool: list[str],
-    ) -> tuple[list[Any], dict[int, Any]]:
-        """Submit every task this run needs; the compute results (loaded or computed) and
-        the reductions by owner."""
-        plan, opts = self.plan, self.opts
-        save = store is not None
-        ys: dict[int, Any] = {}
-        # finished compute results of a rerun are read on a worker first; only the ones
-        # that turn out damaged or gone are computed (with the payloads they need)
+    def own(self, p: int) -> Any:
+        """The future of processor ``p``'s owned data (submitted once)."""
+        if p not in self.owned_f:
+            self.owned_f[p] = self.submit(carry, self.owned[p], key=f"owned-{p}")
+        return self.owned_f[p]
+
+    def senders(self, p: int) -> list[tuple[int, Any]]:
+        """The payloads processor ``p`` receives, one future per source (submitted once)."""
+        if p not in self.senders_f:
+            plan = self.plan
+            srcs = sorted(
+                {pc.peer for nd in plan.procs[p].needs.values() for pc in nd.pieces} - {p}
+            )
+            self.senders_f[p] = [
+                (q, self.submit(payload_task, self.plan_f, self.own(q), p, key=f"payload-{q}-{p}"))
+                for q in srcs
+            ]
+        return self.senders_f[p]
+
+    def _loads(self, ctx: Ctx, needed: list[int], present: set[str]) -> dict[int, Any]:
+        """Finished compute results of a rerun, read on a worker first (only their partials
+        move on); the ones that turn out damaged or gone are computed (with the payloads
+        they need)."""
         loads = {
             p: self.submit(load_task, ctx, compute_name(p), key=f"load-{p}")
             for p in needed
             if compute_name(p) in present
         }
-        for p, f in loads.items():
-            if f.exception(timeout=opts.timeout) is None:
-                ys[p] = f
-        todo = [p for p in needed if p not in ys]
-        self.fresh = {*map(compute_name, todo), *map(block_name, pending)}
-        if store is not None:  # a crashed earlier run's records are not this run's
-            for name in self.fresh:
-                store.remove(moved_name(name))
-        # the plan as the phases read it: without the bind's id()-keyed cache (ids mean
-        # nothing in another process) and without the iteration pattern (no phase reads it)
-        shipped = replace(plan, cache={}, pattern=None)
-        plan_f = self.submit(carry, shipped, key="plan") if todo or pending else None
-        owned_f: dict[int, Any] = {}
+        return {p: f for p, f in loads.items() if f.exception(timeout=self.opts.timeout) is None}
 
-        def own(p: int) -> Any:
-            if p not in owned_f:
-                owned_f[p] = self.submit(carry, owned[p], key=f"owned-{p}")
-            return owned_f[p]
-
+    def _plain(
+        self,
+        ctx: Ctx,
+        loaded: dict[int, Any],
+        todo: list[int],
+        pending: list[int],
+        sends: dict[int, list[int]],
+        bar: Progress,
+        done: int,
+    ) -> dict[int, Any]:
+        """Without verification: every task this run needs, submitted at once; the blocks."""
+        save = ctx.store is not None
+        ys = dict(loaded)
         for p in todo:
-            srcs = sorted(
-                {pc.peer for nd in plan.procs[p].needs.values() for pc in nd.pieces} - {p}
-            )
-            senders = [
-                (q, self.submit(payload_task, plan_f, own(q), p, key=f"payload-{q}-{p}"))
-                for q in srcs
-            ]
-            args = (ctx, plan_f, p, own(p), senders)
-            if opts.check:
-                a, b = pool[p % len(pool)], pool[(p + 1) % len(pool)]
-                y = self.submit(
-                    compute_task,
-                    *args,
-                    False,
-                    None,
-                    True,
-                    key=f"compute-{p}",
-                    workers=[a],
-                    allow_other_workers=True,
-                )
-                ys[p] = self.submit(
-                    check_task,
-                    *args,
-                    y,
-                    self._seed(compute_name(p)),
-                    opts.verify_repeats,
-                    save,
-                    key=f"check-{p}",
-                    workers=[b],
-                    allow_other_workers=True,
-                )
-            elif opts.copies > 1:
-                copies = [
-                    self.submit(
-                        compute_task,
-                        *args,
-                        False,
-                        r,
-                        key=f"compute-{p}-v{r}",
-                        workers=[pool[(p + r) % len(pool)]],
-                        allow_other_workers=True,
-                    )
-                    for r in range(opts.copies)
-                ]
-                ys[p] = self.submit(
-                    agree_task,
-                    ctx,
-                    _Named(compute_name(p), p),
-                    copies,
-                    opts.verify_rtol,
-                    opts.verify_atol,
-                    key=f"compute-{p}",
-                )
-            else:
-                ys[p] = self.submit(compute_task, *args, save, key=f"compute-{p}")
-        out = {}
+            args = (ctx, self.plan_f, p, self.own(p), self.senders(p), save)
+            ys[p] = self.submit(compute_task, *args, key=f"compute-{p}")
+        futs = {}
+        needed = sorted(ys)
         for q in pending:
             parts = {
-                p: self.submit(partial_task, plan_f, p, ys[p], q, key=f"partial-{p}-{q}")
+                p: self.submit(partial_task, self.plan_f, p, ys[p], q, key=f"partial-{p}-{q}")
                 for p in needed
                 if p != q and q in sends[p]
             }
             y = ys.get(q) if q in sends.get(q, ()) else None
-            if opts.copies > 1:
-                copies = [
-                    self.submit(
-                        reduce_task,
-                        ctx,
-                        plan_f,
-                        q,
-                        y,
-                        parts,
-                        False,
-                        r,
-                        key=f"reduce-{q}-v{r}",
-                        workers=[pool[(q + r) % len(pool)]],
-                        allow_other_workers=True,
-                    )
-                    for r in range(opts.copies)
-                ]
-                out[q] = self.submit(
-                    agree_block_task,
-                    ctx,
-                    block_name(q),
-                    copies,
-                    opts.verify_rtol,
-                    opts.verify_atol,
-                    key=f"reduce-{q}",
-                )
-            elif opts.check:
-                a, b = pool[q % len(pool)], pool[(q + 1) % len(pool)]
-                claimed = self.submit(
-                    reduce_task,
-                    *(ctx, plan_f, q, y, parts, False, None, True),
-                    key=f"reduce-{q}",
-                    workers=[a],
-                    allow_other_workers=True,
-                )
-                out[q] = self.submit(
-                    check_reduce_task,
-                    *(ctx, plan_f, q, y, parts, claimed, save),
-                    key=f"check-reduce-{q}",
-                    workers=[b],
-                    allow_other_workers=True,
-                )
-            else:
-                out[q] = self.submit(reduce_task, ctx, plan_f, q, y, parts, save, key=f"reduce-{q}")
-        return [ys[p] for p in needed], out
+            futs[q] = self.submit(
+                reduce_task, ctx, self.plan_f, q, y, parts, save, key=f"reduce-{q}"
+            )
+        timeout = self.opts.timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            for f in adapter.as_completed(
+                [*(ys[p] for p in needed), *futs.values()], timeout=timeout
+            ):
+                if f.status == "error":
+                    self._result(f, 0)
+                done += 1
+                bar.update(done)
+        except TimeoutError as e:
+            raise RuntimeFailure(f"dask run exceeded timeout={timeout}s") from e
+        blocks = {}
+        for q, f in futs.items():
+            left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
+            blocks[q] = self._result(f, left)
+        return blocks
 
     def _result(self, f: Any, timeout: float | None) -> Any:
         try:
@@ -1076,6 +1073,388 @@ class _Run:
         if not self.opts.keep_partials:
             for p in computers:
                 store.remove(compute_name(p))
+
+
+Role = tuple[str, int, int, str]
+"""What a submitted task is to :class:`_Verifier`: ``(kind, processor, attempt, worker)``,
+``worker`` being the one whose result a check tests."""
+
+
+class _Verifier:
+    """A verified run (``verify="check"`` or ``verify=k``): tasks go to Dask as their inputs
+    are accepted, so a rejected result is computed again elsewhere and the worker that made
+    it gets no further task.
+
+    Compute tasks go out a window at a time (twice the trusted workers' threads), each
+    pinned loosely to the next trusted worker in turn until a worker is excluded, then to
+    any trusted worker. With ``"check"`` each compute result, once made, is checked on a
+    trusted worker other than the one holding it; a reduction is submitted once every
+    compute result it sums has passed (it cuts their partials itself), and is checked the
+    same way. With ``verify=k`` every compute and every reduction is ``k`` copies pinned to
+    distinct trusted workers, and their agreement.
+    """
+
+    def __init__(
+        self,
+        run: _Run,
+        ctx: Ctx,
+        events: Events,
+        bar: Progress,
+        done: int,
+        loaded: dict[int, Any],
+        todo: list[int],
+        pending: list[int],
+        sends: dict[int, list[int]],
+    ) -> None:
+        self.r, self.ctx, self.events, self.bar = run, ctx, events, bar
+        self.opts, self.client = run.opts, run.client
+        self.save = ctx.store is not None
+        self.excluded: set[str] = set()
+        self.rejections: list[dict[str, Any]] = []
+        self.rechecked: set[tuple[str, float]] = set()  # (entry, time it was written)
+        self.accepted: dict[int, Any] = dict(loaded)
+        self.blocks: dict[int, Any] = {}
+        self.role: dict[str, Role] = {}
+        self.attempts: dict[str, int] = defaultdict(int)
+        self.avoid: dict[str, set[str]] = defaultdict(set)
+        self.queue = list(reversed(todo))
+        self.open: set[int] = set()
+        needed = sorted({*loaded, *todo})
+        self.contrib = {q: [p for p in needed if q in sends[p]] for q in pending}
+        self.waiting = {q: set(ps) - set(loaded) for q, ps in self.contrib.items()}
+        self.ready = [q for q in pending if not self.waiting[q]]
+        self.done = done + len(loaded)
+        self.n = 0  # pinned submissions so far (the round-robin's position)
+        self.pool: dict[str, Any] = {}
+        self.ac = adapter.as_completed([], timeout=self.opts.timeout)
+
+    # --- placement -----------------------------------------------------------------------
+
+    def trusted(self) -> list[str]:
+        """The pool's workers not excluded, sorted."""
+        return sorted(set(self.pool) - self.excluded)
+
+    def restrict(self, avoid: set[str] | None = None) -> dict[str, Any]:
+        """Submit keywords keeping a task off excluded workers (and ``avoid``)."""
+        bad = self.excluded | (avoid or set())
+        if not bad:
+            return {}
+        pool = [w for w in self.trusted() if w not in bad]
+        if not pool:
+            raise VerificationFailed(
+                f"no trusted worker left to run on: excluded {sorted(self.excluded)}"
+                + (f", and {sorted(avoid)} may not take this task" if avoid else "")
+            )
+        return {"workers": pool, "allow_other_workers": False}
+
+    def pin(self) -> dict[str, Any]:
+        """A first compute's placement: the next trusted worker in turn (loosely, so a
+        worker that leaves does not strand it); once a worker is excluded, any trusted one."""
+        if self.excluded:
+            return self.restrict()
+        pool = self.trusted()
+        w = pool[self.n % len(pool)]
+        self.n += 1
+        return {"workers": [w], "allow_other_workers": True}
+
+    def copies_on(self) -> list[str]:
+        """``verify=k``: the next ``k`` trusted workers in turn (fewer distinct ones once
+        workers are excluded; at least two)."""
+        k, pool = self.opts.copies, self.trusted()
+        if len(pool) < 2:
+            raise VerificationFailed(
+                f"verify={k}: {len(pool)} trusted worker(s) left (excluded "
+                f"{sorted(self.excluded)}), nobody to outvote"
+            )
+        out = [pool[(self.n + r) % len(pool)] for r in range(k)]
+        self.n += 1
+        return out
+
+    def window(self) -> int:
+        threads = sum(int(self.pool[w].get("nthreads", 1)) for w in self.trusted())
+        return max(2 * threads, 2)
+
+    def submit(self, role: Role, fn: Any, *args: Any, key: str, **kw: Any) -> Any:
+        f = self.r.submit(fn, *args, key=key, **kw)
+        self.role[f.key] = role
+        self.ac.add(f)
+        return f
+
+    def seed(self, name: str, attempt: Any) -> int:
+        return self.r._seed(f"{name}#{attempt}")
+
+    # --- what is submitted ---------------------------------------------------------------
+
+    def compute(self, p: int) -> None:
+        """Processor ``p``'s compute task (attempt ``attempts[p]``), or its ``k`` copies."""
+        name = compute_name(p)
+        a = self.attempts[name]
+        args = (self.ctx, self.r.plan_f, p, self.r.own(p), self.r.senders(p), False)
+        if self.opts.check:
+            kw = self.pin() if a == 0 else self.restrict(self.avoid[name])
+            key = f"compute-{p}" + (f"-a{a}" if a else "")
+            self.submit(("compute", p, a, ""), compute_task, *args, key=key, **kw)
+            return
+        copies = [
+            self.r.submit(
+                compute_task,
+                *args,
+                r,
+                key=f"compute-{p}-v{r}",
+                workers=[w],
+                allow_other_workers=not self.excluded,  # then copies stay on trusted ones
+            )
+            for r, w in enumerate(self.copies_on())
+        ]
+        o = self.opts
+        self.submit(
+            ("agree", p, a, ""),
+            agree_task,
+            *(self.ctx, _Named(name, p), copies, o.verify_rtol, o.verify_atol),
+            key=f"compute-{p}",
+            **self.restrict(),
+        )
+
+    def ys(self, q: int) -> dict[int, Any]:
+        """The accepted compute results block ``q`` sums."""
+        return {p: self.accepted[p] for p in self.contrib[q]}
+
+    def reduce(self, q: int) -> None:
+        """Block ``q``'s reduction (attempt ``attempts[block]``), or its ``k`` copies."""
+        name = block_name(q)
+        a = self.attempts[name]
+        args = (self.ctx, self.r.plan_f, q, self.ys(q), False)
+        if self.opts.check:
+            key = f"reduce-{q}" + (f"-a{a}" if a else "")
+            self.submit(
+                ("reduce", q, a, ""),
+                reduce_cut_task,
+                *args,
+                key=key,
+                **self.restrict(self.avoid[name]),
+            )
+            return
+        copies = [
+            self.r.submit(
+                reduce_cut_task,
+                *args,
+                r,
+                key=f"reduce-{q}-v{r}",
+                workers=[w],
+                allow_other_workers=not self.excluded,
+            )
+            for r, w in enumerate(self.copies_on())
+        ]
+        o = self.opts
+        self.submit(
+            ("agree-block", q, a, ""),
+            agree_block_task,
+            *(self.ctx, name, copies, o.verify_rtol, o.verify_atol),
+            key=f"reduce-{q}",
+            **self.restrict(),
+        )
+
+    def feed(self) -> None:
+        """Compute tasks up to the window, and every reduction whose inputs are accepted."""
+        while self.queue and len(self.open) < self.window():
+            p = self.queue.pop()
+            self.open.add(p)
+            self.compute(p)
+        ready, self.ready = self.ready, []
+        for q in ready:
+            self.reduce(q)
+
+    # --- what came back ------------------------------------------------------------------
+
+    def finished(self, f: Any) -> None:
+        kind, i, a, by = self.role.pop(f.key)
+        if f.status != "finished":
+            exc = self._exception(f)
+            if kind in ("check", "reduce-check") and isinstance(exc, CheckFailed):
+                self.rejected(kind, i, a, by, exc)
+                return
+            self.r._result(f, 0)
+            raise RuntimeFailure(f"dask task {f.key!r} was {f.status}")
+        ctx, plan_f, reps = self.ctx, self.r.plan_f, self.opts.verify_repeats
+        if kind == "compute":
+            name = compute_name(i)
+            who = self.where(f, name)
+            self.redone(name, who)
+            self.submit(
+                ("check", i, a, who),
+                check_task,
+                *(ctx, plan_f, i, self.r.own(i), self.r.senders(i), f, who),
+                *(self.seed(name, a), reps, self.save),
+                key=f"check-{i}-{a}",
+                **self.restrict({who}),
+            )
+        elif kind == "reduce":
+            name = block_name(i)
+            who = self.where(f, name)
+            self.redone(name, who)
+            self.submit(
+                ("reduce-check", i, a, who),
+                check_reduce_task,
+                *(ctx, plan_f, i, self.ys(i), f, who, self.save),
+                key=f"check-reduce-{i}-{a}",
+                **self.restrict({who}),
+            )
+        elif kind in ("check", "agree"):
+            self.accept(i, f)
+        elif kind in ("reduce-check", "agree-block"):
+            self.blocks[i] = f.result()
+            self.progress()
+        if kind in ("agree", "agree-block"):
+            # the agreement logged its "outvoted" event before it finished: ask for it now
+            self.events.sync()
+            self.outvoted()
+
+    def progress(self) -> None:
+        self.done += 1
+        self.bar.update(self.done)
+
+    def accept(self, p: int, f: Any) -> None:
+        """``p``'s compute result passed: the reductions summing it may go."""
+        self.accepted[p] = f
+        self.open.discard(p)
+        self.progress()
+        for q, left in self.waiting.items():
+            if p in left:
+                left.discard(p)
+                if not left:
+                    self.ready.append(q)
+
+    def rejected(self, kind: str, i: int, a: int, by: str, exc: CheckFailed) -> None:
+        """A check failed: exclude the worker that made the result, make it again elsewhere."""
+        unit = kind == "check"
+        name = compute_name(i) if unit else block_name(i)
+        what = "unit" if unit else "reduction"
+        self.exclude(by, name, "check", kind=what, detail=exc.detail)
+        self.attempts[name] = a + 1
+        self.avoid[name].add(by)
+        if unit:
+            self.compute(i)
+        else:
+            self.reduce(i)
+
+    def redone(self, name: str, who: str) -> None:
+        """A task of ``name`` was computed (again) on ``who``: the rejections of ``name``
+        not yet answered were recomputed there."""
+        for r in self.rejections:
+            if r["unit"] == name and "recomputed_on" not in r:
+                r["recomputed_on"] = who
+
+    def where(self, f: Any, name: str) -> str:
+        """The worker holding future ``f`` (of entry ``name``): the scheduler's word, or
+        failing that the worker of the last ``done`` event."""
+        holders = self.client.who_has([f]).get(f.key) or ()
+        if holders:
+            return str(sorted(holders)[0])
+        self.events.sync()
+        dones = [m for m in self.events.by_name().get(name, []) if m["kind"] == "done"]
+        return str(dones[-1]["worker"]) if dones else ""
+
+    def _exception(self, f: Any) -> BaseException | None:
+        try:
+            return f.exception(timeout=10)
+        except Exception as e:  # cancelled or lost
+            return e
+
+    # --- exclusion -----------------------------------------------------------------------
+
+    def exclude(self, worker: str, name: str, how: str, **more: Any) -> None:
+        """Stop trusting ``worker`` (it made a rejected result of ``name``): no further task
+        goes to it, and the entries it wrote in this run are re-verified."""
+        self.rejections.append({"unit": name, "worker": worker, "how": how, **more})
+        if not worker or worker in self.excluded:
+            return
+        self.excluded.add(worker)
+        self.recheck(worker)
+
+    def outvoted(self) -> None:
+        """``verify=k``: exclude the workers whose copies a majority outvoted."""
+        for m in self.events.take_notes("outvoted"):
+            kind = "reduction" if m.get("block") else "unit"
+            how = f"outvoted by {', '.join(m.get('accepted', ()))}"
+            for w in m.get("workers", ()):
+                self.exclude(str(w), m["name"], how, kind=kind)
+
+    def written_by(self, worker: str) -> set[tuple[str, float]]:
+        """Checkpoint entries ``worker`` wrote in this run, with when (as it logged them)."""
+        return {
+            (str(m.get("entry", name)), float(m["t"]))
+            for name, ms in self.events.by_name().items()
+            for m in ms
+            if m.get("written") and m["worker"] == worker
+        }
+
+    def recheck(self, worker: str) -> None:
+        """Re-verify, on trusted workers, the entries ``worker`` wrote that are not yet."""
+        if self.ctx.store is None:
+            return
+        self.events.sync()
+        for entry, t in sorted(self.written_by(worker) - self.rechecked):
+            self.rechecked.add((entry, t))
+            key = f"recheck-{entry}-{len(self.rechecked)}"
+            if entry.startswith("compute-p"):
+                p = int(entry.removeprefix("compute-p"))
+                self.submit(
+                    ("recheck", p, 0, worker),
+                    recheck_compute_task,
+                    *(self.ctx, self.r.plan_f, p, self.r.own(p), self.r.senders(p)),
+                    *(self.seed(entry, "recheck"), self.opts.verify_repeats),
+                    key=key,
+                    **self.restrict(),
+                )
+            elif entry.startswith("block-p"):
+                q = int(entry.removeprefix("block-p"))
+                self.submit(
+                    ("recheck", q, 0, worker),
+                    recheck_block_task,
+                    *(self.ctx, self.r.plan_f, q, self.ys(q)),
+                    key=key,
+                    **self.restrict(),
+                )
+
+    # --- the run -------------------------------------------------------------------------
+
+    def loop(self) -> None:
+        try:
+            for f in self.ac:
+                self.pool = workers(self.client)
+                self.finished(f)
+                self.feed()
+        except TimeoutError as e:
+            raise RuntimeFailure(f"dask run exceeded timeout={self.opts.timeout}s") from e
+
+    def go(self) -> dict[int, Any]:
+        """Run to the end; the blocks. With a checkpoint, once every write has landed, the
+        entries excluded workers wrote after their exclusion was decided are re-verified
+        too."""
+        self.pool = workers(self.client)
+        self.feed()
+        self.loop()
+        store = self.ctx.store
+        if store is not None:
+            self.r._drain(self.ctx.topic, store.root, self.events)
+        self.events.sync()
+        self.outvoted()
+        for w in sorted(self.excluded):
+            self.recheck(w)
+        self.loop()
+        return self.blocks
+
+    def report(self, summary: Any) -> None:
+        """The verification's part of the run's summary."""
+        summary.excluded_workers = sorted(self.excluded)
+        summary.rejections = list(self.rejections)
+        kinds = {r["unit"]: r["kind"] for r in self.rejections}
+        summary.units_rejected = sum(k == "unit" for k in kinds.values())
+        summary.reductions_rejected = sum(k == "reduction" for k in kinds.values())
+        summary.rechecked = len(self.rechecked)
+        if self.opts.check:
+            summary.checked = self.events.checked()
+            summary.reductions_checked = self.events.checked(blocks=True)
 
 
 __all__ = ["STATS_NOTE", "block_name", "compute_name", "fingerprints", "project_compute", "run"]
