@@ -41,7 +41,10 @@ MatMatMult, MatAXPY). A missing peer is skipped with the reason; a kernel a peer
 formulation for shows ``n/a`` with why.
 
 Every timing is the median of ``--repeat`` runs after one warm-up run, with
-``time.perf_counter``; the warm-up's result is checked against the reference. Inputs are
+``time.perf_counter``; the warm-up's result is checked against the reference. Each row is
+also printed on stderr as it is measured, with the peak memory so far: a full run peaks
+near 12 GiB (GraphBLAS MTTKRP's fibers x 32 intermediates), so data sets are made one at
+a time. Inputs are
 converted to each peer's own types before timing; the timed part makes the output.
 
 Other systems join the same table through :func:`add_system` (or ``run_suite``'s

@@ -262,11 +262,11 @@ def zipf_rows(
 
     With ``s > 1`` the heaviest row holds a fixed fraction of all entries (at least
     ``1 / zeta(s)``, 18% at ``s = 1.2``) until it is full, so it can be far denser than
-    ``nnz / P`` for a cut into ``P`` row blocks; a row longer than ``n_cols`` is capped at ``n_cols`` and
-    the rest is spread over the other rows by the same law. Rows come heaviest first
-    (row lengths nonincreasing) when ``sort_heaviest_first``, in random order otherwise.
-    Row ``r``'s columns are distinct and increasing, one uniform draw in each of its
-    ``length`` equal strata of the columns.
+    ``nnz / P`` for a cut into ``P`` row blocks; a row longer than ``n_cols`` is capped at
+    ``n_cols`` and the rest is spread over the other rows by the same law. Rows come
+    heaviest first (row lengths nonincreasing) when ``sort_heaviest_first``, in random
+    order otherwise. Each row's columns are distinct and increasing, one uniform draw in
+    each of its ``length`` equal strata of the columns.
 
     Raises:
         InputError: negative sizes, ``s < 0``, or ``nnz > n_rows * n_cols``.
