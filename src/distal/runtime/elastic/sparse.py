@@ -975,8 +975,8 @@ class _Run:
             for f in adapter.as_completed(
                 [*(ys[p] for p in needed), *futs.values()], timeout=timeout
             ):
-                if f.status == "error":
-                    self._result(f, 0)
+                if f.status != "finished":
+                    self._fail(f)
                 done += 1
                 bar.update(done)
         except TimeoutError as e:
@@ -986,6 +986,16 @@ class _Run:
             left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
             blocks[q] = self._result(f, left)
         return blocks
+
+    def _fail(self, f: Any) -> None:
+        """Raise what failed future ``f`` raised (a ``RuntimeFailure`` as it is)."""
+        try:
+            exc = f.exception(timeout=10)
+        except Exception as e:  # cancelled or lost
+            exc = e
+        if isinstance(exc, RuntimeFailure):
+            raise exc
+        raise RuntimeFailure(f"dask task {f.key!r} failed: {type(exc).__name__}: {exc}") from exc
 
     def _result(self, f: Any, timeout: float | None) -> Any:
         try:
@@ -1273,8 +1283,7 @@ class _Verifier:
             if kind in ("check", "reduce-check") and isinstance(exc, CheckFailed):
                 self.rejected(kind, i, a, by, exc)
                 return
-            self.r._result(f, 0)
-            raise RuntimeFailure(f"dask task {f.key!r} was {f.status}")
+            self.r._fail(f)
         ctx, plan_f, reps = self.ctx, self.r.plan_f, self.opts.verify_repeats
         if kind == "compute":
             name = compute_name(i)
