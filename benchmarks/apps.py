@@ -1,6 +1,6 @@
 """dl.apps against their usual single-process peers: per-iteration times from one run.
 
-    python benchmarks/apps.py [--procs P] [--json PATH] [--large]
+    python benchmarks/apps.py [--procs P] [--json PATH] [--large] [--sparse | --sparse-only]
 
 * CP-ALS (dense ``I x J x K`` tensor, rank ``R``, a fixed number of iterations) against
   tensorly's ``parafac`` (random init, the error computed each iteration as here), and
@@ -171,6 +171,99 @@ def bench_pagerank(P: int, n=2000, iters=50, d=0.85) -> list[dict]:
     return rows
 
 
+def bench_sparse(P: int, iters: int = 30) -> list[dict]:
+    """The applications on sparse inputs (their sparse kernels) against scipy's CSR loops:
+    PageRank on an unpermuted R-MAT graph, CG on a banded SPD matrix, CP-ALS on a sparse
+    rank-8 tensor (against tensorly's dense parafac on the same tensor)."""
+    import scipy.sparse as sp
+    from scipy.sparse.linalg import cg
+
+    from distal.sparse import generate
+
+    rows: list[dict] = []
+    # PageRank: R-MAT scale 18 (about 4 M links), non-zero split
+    A = generate.rmat(18, 16, seed=3).to_scipy().tocsr()
+    n = A.shape[0]
+    problem = f"R-MAT 2^18 nnz={A.nnz}"
+
+    def pr(k: int):  # type: ignore[no-untyped-def]
+        return dl.apps.pagerank(A, machine=P, tol=0.0, maxiter=k, session=_sess())
+
+    pr(1)
+    x, sec = timed(lambda: pr(iters))
+    _, setup = timed(lambda: pr(0))
+    rows.append(dict(app="pagerank", problem=problem, impl=f"distal local P={P} sparse",
+                     iters=iters, sec=sec, setup=setup))  # fmt: skip
+    s = np.asarray(A.sum(axis=1)).ravel()
+    dangling = s == 0
+    PT = sp.csr_array(A.multiply(np.divide(1.0, s, out=np.zeros(n), where=~dangling)[:, None]).T)
+
+    def scipy_pr() -> np.ndarray:
+        y = np.full(n, 1.0 / n)
+        for _ in range(iters):
+            y = 0.85 * (PT @ y) + (0.85 * y[dangling].sum() + 0.15) / n
+        return y
+
+    y, sec = timed(scipy_pr)
+    diff = float(np.max(np.abs(y / y.sum() - x)))
+    rows.append(dict(app="pagerank", problem=problem, impl="scipy CSR power iteration",
+                     iters=iters, sec=sec, max_diff_vs_distal=diff))  # fmt: skip
+    # CG: banded SPD, 2^20 rows, bandwidth 7 (about 7 M entries)
+    B = generate.banded(1 << 20, 6, seed=4).to_scipy().tocsr()
+    B = ((B + B.T) * 0.5).tocsr()
+    B = (B + sp.diags(np.asarray(abs(B).sum(axis=1)).ravel() + 1.0)).tocsr()
+    b = np.random.default_rng(5).standard_normal(B.shape[0])
+    problem = f"banded 2^20 nnz={B.nnz}"
+
+    def cgrun(k: int):  # type: ignore[no-untyped-def]
+        return dl.apps.cg(B, b, machine=P, tol=0.0, maxiter=k, session=_sess())
+
+    cgrun(1)
+    (xc, its), sec = timed(lambda: cgrun(iters))
+    _, setup = timed(lambda: cgrun(0))
+    rows.append(dict(app="cg", problem=problem, impl=f"distal local P={P} sparse", iters=its,
+                     sec=sec, setup=setup))  # fmt: skip
+    count = [0]
+
+    def cb(_xk) -> None:
+        count[0] += 1
+
+    (yc, _), sec = timed(lambda: cg(B, b, rtol=1e-300, maxiter=iters, callback=cb))
+    rows.append(dict(app="cg", problem=problem, impl="scipy cg (CSR)", iters=count[0], sec=sec,
+                     max_diff_vs_distal=float(np.max(np.abs(yc - xc)))))  # fmt: skip
+    # CP-ALS: a sparse rank-8 tensor (sparse factors), 200^3, about 1.7 % stored
+    rng = np.random.default_rng(6)
+    fs = [rng.random((200, 8)) * (rng.random((200, 8)) < 0.25) for _ in range(3)]
+    X = np.einsum("ir,jr,kr->ijk", *fs)
+    import sparse as pydata
+
+    Xs = pydata.COO.from_numpy(X)
+    problem = f"200^3 nnz={Xs.nnz} R=8"
+
+    def cprun(k: int):  # type: ignore[no-untyped-def]
+        return dl.apps.cp_als(Xs, 8, machine=P, iters=k, tol=0.0, session=_sess())
+
+    cprun(1)
+    _, sec = timed(lambda: cprun(iters))
+    _, setup = timed(lambda: cprun(0))
+    rows.append(dict(app="cp_als", problem=problem, impl=f"distal local P={P} sparse",
+                     iters=iters, sec=sec, setup=setup))  # fmt: skip
+    try:
+        import tensorly as tl
+        from tensorly.decomposition import parafac
+    except ImportError:
+        return rows
+    tl.set_backend("numpy")
+    (_cp, errs), sec = timed(
+        lambda: parafac(
+            X, 8, n_iter_max=iters, init="random", random_state=0, tol=1e-300, return_errors=True
+        )
+    )
+    rows.append(dict(app="cp_als", problem=problem, impl="tensorly parafac (dense X)",
+                     iters=len(errs), sec=sec))  # fmt: skip
+    return rows
+
+
 def _sess(checkpoint: str | None = None) -> dl.Session:
     return dl.Session(progress=False, checkpoint=checkpoint)
 
@@ -184,12 +277,19 @@ def main() -> None:
         action="store_true",
         help="also CP-ALS 200x200x200 rank 16 and CG n=8000 (arithmetic-bound sizes)",
     )
+    ap.add_argument("--sparse", action="store_true", help="also the apps on sparse inputs")
+    ap.add_argument("--sparse-only", action="store_true", help="only the apps on sparse inputs")
     args = ap.parse_args()
     load = os.getloadavg()
     print(
         f"load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}  cores: {os.cpu_count()}"
     )
-    rows = bench_cp(args.procs) + bench_cg(args.procs) + bench_pagerank(args.procs)
+    if args.sparse_only:
+        rows = bench_sparse(args.procs)
+    else:
+        rows = bench_cp(args.procs) + bench_cg(args.procs) + bench_pagerank(args.procs)
+        if args.sparse:
+            rows += bench_sparse(args.procs)
     if args.large:
         rows += bench_cp(args.procs, (200, 200, 200), 16, 10) + bench_cg(args.procs, 8000, 30)
     base: dict[tuple[str, str], float] = {}
