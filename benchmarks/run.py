@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/run.py --suite peers [--quick] [--n 4096] [--repeat 5]
     .venv/bin/python benchmarks/run.py --suite small      # per-call overhead, n=128..512
     .venv/bin/python benchmarks/run.py --suite scaling    # compile + stats() at P up to 32761
+    .venv/bin/python benchmarks/run.py --suite sparse [--quick]  # benchmarks/sparse_suite.py
 
 Prints a table (median time of ``--repeat`` runs after a warm-up, GFLOP/s, throughput as a
 fraction of numpy's best formulation) and writes ``benchmarks/results/<suite>-<time>.json``
@@ -372,8 +373,14 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    if "--suite" in sys.argv[1:] and sys.argv[sys.argv.index("--suite") + 1 :][:1] == ["sparse"]:
+        # the sparse suite has its own options (benchmarks/sparse_suite.py --help)
+        import sparse_suite
+
+        k = sys.argv.index("--suite")
+        raise SystemExit(sparse_suite.main(sys.argv[1:k] + sys.argv[k + 2 :]))
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--suite", choices=("peers", "small", "scaling"), default="peers")
+    ap.add_argument("--suite", choices=("peers", "small", "scaling", "sparse"), default="peers")
     ap.add_argument("--n", type=int, default=None, help="GEMM order (default 4096; quick 1024)")
     ap.add_argument("--quick", action="store_true", help="small problems: a smoke run")
     ap.add_argument("--repeat", type=int, default=5, help="timed runs per system (median)")

@@ -1,0 +1,277 @@
+"""The sparse suite: distal next to scipy, python-graphblas, Dask + pydata sparse and PETSc.
+
+    OMP_NUM_THREADS=1 .venv/bin/python benchmarks/run.py --suite sparse [--quick]
+        [--repeat 5] [--kernels spmv,spmm] [--data rmat,zipf] [--no-mpi]
+
+distal runs on the local runtime with 2 processors (the row split and the non-zero split of
+``dl.algorithms``, bound once: iterative use binds once), timed in the same run as the peers
+of ``benchmarks/sparse_peers.py`` on the same data sets (R-MAT unpermuted, Zipf rows sorted
+heaviest first, banded; a Zipf 3-tensor), every result checked against scipy / numpy. Then:
+
+* **targets**: SpMV against scipy, SpMM and SDDMM against GraphBLAS, SpMTTKRP against the
+  numpy ``np.add.at`` formulation, as ratios measured in this run;
+* **bind**: the time to bind (read the pattern and build the exact plan) against one run,
+  at 2 and 16 processors;
+* **exact gathers**: words an SpMV moves with exact gathers against the hull fetch
+  (``exact=False``, SpDISTAL's), at 2, 4 and 16 processors;
+* **MPI**: SpMV and SpMM at 2 and 4 ranks (``mpiexec`` of the mpich wheel), next to the
+  local runtime's figure (4 ranks on a 2-core machine are oversubscribed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import sparse_peers as peers  # noqa: E402
+
+import distal as dl  # noqa: E402
+from distal import algorithms as al  # noqa: E402
+
+P_LOCAL = 2
+
+
+def _algorithm(kernel: str, data: peers.Data, machine: dl.Machine, split: str) -> Any:
+    """The library schedule of ``kernel`` on ``data`` with ``split``, and its inputs."""
+    shape = data.shape
+    a = data.array
+    if kernel == "spmv":
+        return al.spmv(shape, machine, split), {"B": a, "c": data["c"]}
+    if kernel == "spmm":
+        return al.spmm(shape, peers.WIDTH, machine, split), {"B": a, "C": data["C"]}
+    if kernel == "sddmm":
+        alg = al.sddmm(shape, peers.WIDTH, machine, split)
+        return alg, {"B": a, "C": data["C"], "D": data["D"]}
+    if kernel == "spadd3":
+        if split != "rows":
+            raise peers.Unsupported("SpAdd3 is scheduled by rows")
+        return al.spadd3(shape, machine), {"B": a, "C": data["C_add"], "D": data["D_add"]}
+    if kernel == "spttv":
+        alg = al.spttv(shape, machine, "rows" if split == "rows" else "fibers")
+        return alg, {"B": a, "c": data["c"]}
+    if kernel == "spmttkrp":
+        alg = al.spmttkrp(shape, peers.WIDTH, machine, split)
+        return alg, {"B": a, "C": data["C"], "D": data["D"]}
+    if kernel == "spinnerprod":
+        if split != "rows":
+            raise peers.Unsupported("the inner product is scheduled by rows")
+        return al.spinnerprod(shape, machine), {"B": a, "C": data["other"]}
+    raise KeyError(kernel)
+
+
+def _convert(value: Any) -> Any:
+    if isinstance(value, dl.SparseArray):
+        return value.to_scipy().tocsr()
+    arr = np.asarray(value)
+    return float(arr) if arr.ndim == 0 else arr
+
+
+def distal_system(split: str, nprocs: int = P_LOCAL) -> peers.System:
+    """distal on the local runtime: compiled and bound once, each timed call a run."""
+
+    def system(kernel: str, data: peers.Data) -> peers.Prepared:
+        if (kernel in peers.MATRIX_KERNELS) != (data.kind == "matrix"):
+            raise peers.Unsupported("another kind of data")
+        alg, inputs = _algorithm(kernel, data, dl.Machine(nprocs), split)
+        bound = alg.compile().bind(inputs)
+        return (lambda: bound.run(inputs).value), _convert
+
+    return system
+
+
+def _best(fn: Any, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return min(times)
+
+
+def bind_table(data: peers.Data, kernels: Sequence[str], repeat: int) -> list[str]:
+    """Bind time against one run (both the best of ``repeat``), per kernel and split."""
+    lines = [f"bind time against one run ({data.name}):"]
+    for kernel in kernels:
+        if (kernel in peers.MATRIX_KERNELS) != (data.kind == "matrix"):
+            continue
+        for split in ("rows", "nonzeros"):
+            for P in (P_LOCAL, 16):
+                try:
+                    alg, inputs = _algorithm(kernel, data, dl.Machine(P), split)
+                except peers.Unsupported:
+                    continue
+                k = alg.compile()
+
+                def bind(k: Any = k, inputs: Any = inputs) -> Any:
+                    k._bound = None  # a fresh bind each time (the kernel keeps the last)
+                    return k.bind(inputs)
+
+                tb = _best(bind, repeat)
+                bound = k.bind(inputs)
+                tr = _best(lambda bound=bound, inputs=inputs: bound.run(inputs), repeat)
+                lines.append(
+                    f"  {kernel:12s} {split:9s} P={P:<3d} bind {tb * 1e3:8.1f} ms  run "
+                    f"{tr * 1e3:8.1f} ms  bind/run {tb / tr:6.2f}"
+                )
+    return lines
+
+
+def gather_table(data: peers.Data) -> list[str]:
+    """SpMV words with exact gathers against the hull fetch (SpDISTAL's)."""
+    lines = [f"SpMV words moved, exact gathers vs hull ({data.name}):"]
+    for split in ("rows", "nonzeros"):
+        for P in (2, 4, 16):
+            M = dl.Machine(P)
+            inputs = {"B": data.array}
+            ex = al.spmv(data.shape, M, split).compile().stats(inputs).total_words
+            hull = al.spmv(data.shape, M, split, exact=False).compile().stats(inputs).total_words
+            saved = 1 - ex / hull if hull else 0.0
+            lines.append(
+                f"  {split:9s} P={P:<3d} exact {ex:10d}  hull {hull:10d}  "
+                f"exact moves {100 * saved:5.1f}% less"
+            )
+    return lines
+
+
+def target_lines(rows: Sequence[peers.Row]) -> list[str]:
+    """The issue's targets as measured ratios (higher is better for distal)."""
+
+    def t(kernel: str, data: str, system: str) -> float | None:
+        r = next((x for x in rows if (x.kernel, x.data, x.system) == (kernel, data, system)), None)
+        return r.seconds if r and r.status == "ok" else None
+
+    out = ["targets (peer time / distal time, distal on 2 processors, best split):"]
+    goals = [
+        ("spmv", "scipy", 0.8),
+        ("spmm", "graphblas-1t", 0.8),
+        ("spmm", "graphblas-2t", 0.8),
+        ("sddmm", "graphblas-1t", 0.8),
+        ("sddmm", "graphblas-2t", 0.8),
+        ("spmttkrp", "numpy", 10.0),
+    ]
+    for kernel, peer, goal in goals:
+        for data in sorted({r.data for r in rows if r.kernel == kernel}):
+            mine = [t(kernel, data, f"distal-{s}") for s in ("rows", "nonzeros")]
+            mine = [m for m in mine if m]
+            other = t(kernel, data, peer)
+            if not mine or other is None:
+                continue
+            ratio = other / min(mine)
+            out.append(
+                f"  {kernel:9s} {data:7s} vs {peer:13s} {ratio:6.2f}x  (target >= {goal}x: "
+                f"{'met' if ratio >= goal else 'NOT met'})"
+            )
+    return out
+
+
+def mpi_rows(quick: bool, repeat: int) -> list[str]:
+    """SpMV and SpMM on R-MAT at 2 and 4 ranks, timed by rank 0 of an mpiexec job."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which(
+        "mpiexec"
+    )
+    if mpiexec is None:
+        return ["MPI: skipped (no mpiexec: pip install 'distal[mpi]')"]
+    lines = ["MPI (R-MAT, non-zero split; ms, best of the timed runs):"]
+    for P in (2, 4):
+        cmd = [mpiexec, "-n", str(P), sys.executable, __file__, "--mpi-worker",
+               "--repeat", str(repeat)] + (["--quick"] if quick else [])  # fmt: skip
+        env = {**os.environ, "DISTAL_PROGRESS": "0"}
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+        got = [json.loads(x[7:]) for x in res.stdout.splitlines() if x.startswith("RESULT ")]
+        if res.returncode or not got:
+            lines.append(f"  {P} ranks: failed ({res.returncode}): {res.stderr[-400:]}")
+            continue
+        for r in got:
+            lines.append(
+                f"  {r['kernel']:6s} {P} ranks {r['ms']:9.2f} ms  (local runtime with {P} "
+                f"processors in the same job's rank 0: {r['local_ms']:9.2f} ms)"
+            )
+    return lines
+
+
+def mpi_worker(quick: bool, repeat: int) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    P = comm.size
+    data = peers.dataset_makers(quick, ["rmat"])[0]()
+    for kernel in ("spmv", "spmm"):
+        alg, inputs = _algorithm(kernel, data, dl.Machine(P), "nonzeros")
+        k = alg.compile()
+        bound = k.bind(inputs)
+        bound.run(inputs, runtime="mpi")
+        times = []
+        for _ in range(repeat):
+            comm.Barrier()
+            t = time.perf_counter()
+            bound.run(inputs, runtime="mpi")
+            times.append(time.perf_counter() - t)
+        local = None
+        if comm.rank == 0:
+            local = _best(lambda bound=bound, inputs=inputs: bound.run(inputs), repeat)
+            print("RESULT " + json.dumps({"kernel": kernel, "ms": 1e3 * min(times),
+                                          "local_ms": 1e3 * local}), flush=True)  # fmt: skip
+        comm.Barrier()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="about 250 k entries per data set")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--kernels", default=",".join(peers.KERNELS))
+    ap.add_argument("--data", default="", help="comma-separated data sets (default: all)")
+    ap.add_argument("--no-mpi", action="store_true", help="leave out the MPI rows")
+    ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.mpi_worker:
+        mpi_worker(args.quick, args.repeat)
+        return 0
+    kernels = [k for k in args.kernels.split(",") if k]
+    print(f"load average before: {os.getloadavg()}")
+    print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, cores {os.cpu_count()}")
+    peers._register_peers()
+    for split in ("rows", "nonzeros"):
+        peers.add_system(f"distal-{split}", distal_system(split))
+    for name, why in peers.MISSING.items():
+        print(f"skipped {name}: {why}")
+    print(peers.versions())
+    rows: list[peers.Row] = []
+    extra: list[str] = []
+    for make in peers.dataset_makers(args.quick, [x for x in args.data.split(",") if x]):
+        data = make()
+        print(f"data {data.name}: {data.describe}, shape {data.shape}, nnz {data.nnz}", flush=True)
+        rows += peers.run_suite([data], kernels, args.repeat, out=peers._progress)
+        extra += bind_table(data, [k for k in kernels if k in ("spmv", "spmm", "sddmm",
+                                                                 "spmttkrp")], 3)  # fmt: skip
+        if data.kind == "matrix":
+            extra += gather_table(data)
+        data.cache.clear()
+    print()
+    print(peers.table(rows))
+    print()
+    print("\n".join(target_lines(rows)))
+    print()
+    print("\n".join(extra))
+    if not args.no_mpi:
+        print()
+        print("\n".join(mpi_rows(args.quick, args.repeat)))
+    print(f"load average after: {os.getloadavg()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
