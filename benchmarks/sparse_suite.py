@@ -58,7 +58,10 @@ def _algorithm(kernel: str, data: peers.Data, machine: dl.Machine, split: str) -
     if kernel == "spadd3":
         if split != "rows":
             raise peers.Unsupported("SpAdd3 is scheduled by rows")
-        return al.spadd3(shape, machine), {"B": a, "C": data["C_add"], "D": data["D_add"]}
+        # the peers convert their inputs once, before timing: so does distal
+        c = data.cached("distal:C_add", lambda: dl.SparseArray.from_scipy(data["C_add"]))
+        d = data.cached("distal:D_add", lambda: dl.SparseArray.from_scipy(data["D_add"]))
+        return al.spadd3(shape, machine), {"B": a, "C": c, "D": d}
     if kernel == "spttv":
         alg = al.spttv(shape, machine, "rows" if split == "rows" else "fibers")
         return alg, {"B": a, "c": data["c"]}
@@ -68,7 +71,7 @@ def _algorithm(kernel: str, data: peers.Data, machine: dl.Machine, split: str) -
     if kernel == "spinnerprod":
         if split != "rows":
             raise peers.Unsupported("the inner product is scheduled by rows")
-        return al.spinnerprod(shape, machine), {"B": a, "C": data["other"]}
+        return al.spinnerprod(shape, machine, a.format.name), {"B": a, "C": data["other"]}
     raise KeyError(kernel)
 
 

@@ -386,15 +386,17 @@ def spadd3(shape: tuple[int, int], machine: Machine) -> SparseAlgorithm:
     )  # fmt: skip
 
 
-def spinnerprod(shape: tuple[int, int, int], machine: Machine) -> SparseAlgorithm:
-    """``a = B(i,j,k) * C(i,j,k)``, both CSF cut by their top level; the scalar is reduced
-    to processor 0."""
+def spinnerprod(
+    shape: tuple[int, int, int], machine: Machine, format: str = "csf"
+) -> SparseAlgorithm:
+    """``a = B(i,j,k) * C(i,j,k)``, both in ``format`` (CSF by default) cut by their top
+    level; the scalar is reduced to processor 0."""
     name = "spinnerprod"
     M = _machine(machine, name)
     ni, nj, nk = (check_extent(x, "shape", name) for x in shape)
     i, j, k, io, ii = index_vars("i j k io ii")
-    B = Tensor("B", (ni, nj, nk), format="csf", dist="xyz -> x", machine=M)
-    C = Tensor("C", (ni, nj, nk), format="csf", dist="xyz -> x", machine=M)
+    B = Tensor("B", (ni, nj, nk), format=format, dist="xyz -> x", machine=M)
+    C = Tensor("C", (ni, nj, nk), format=format, dist="xyz -> x", machine=M)
     a = Tensor("a", (), dist=" -> " + " ".join("0" for _ in M.shape), machine=M)
     a[()] = B[i, j, k] * C[i, j, k]
     s = schedule(a).reorder([i, j, k]).distribute([i], [io], [ii], M)

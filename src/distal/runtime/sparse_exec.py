@@ -235,28 +235,50 @@ def empty_output(plan: SparsePlan, p: int) -> np.ndarray | None:
     return np.zeros(len(own), dtype=o.dtype)
 
 
-def add_into(
-    plan: SparsePlan, q: int, block: np.ndarray, rows: np.ndarray, box: tuple, part: np.ndarray
-) -> None:
-    """``block`` (``q``'s owned output) += ``part`` at output ``rows`` x ``box``."""
+def _into_index(plan: SparsePlan, q: int, src: int, piece: Piece) -> tuple:
+    """Where ``piece`` (of ``src``'s contributions) lands in ``q``'s owned output: the index
+    into its block, worked out once per bound plan (iterative runs reuse it)."""
+    key = ("into", q, src, id(piece))
+    got = plan.cache.get(key)
+    if got is not None:
+        return got
     a = plan.analysis
     o = a.output
     own = plan.owned[o.name][q]
+    rows = plan.procs[src].out.rows[piece.sel]
     if not o.format.is_dense:
-        block[np.searchsorted(own, rows)] += part
+        index: tuple = (np.searchsorted(own, rows),)
+    else:
+        lhs = a.output_access()
+        sd = [d for d, v in enumerate(lhs.indices) if v in a.svars]
+        dd = [d for d, v in enumerate(lhs.indices) if v in a.dvars]
+        index = (
+            tuple(sd + dd),
+            tuple(rows[:, j] - own[d][0] for j, d in enumerate(sd))
+            + tuple(
+                slice(lo - own[d][0], hi - own[d][0])
+                for (lo, hi), d in zip(piece.box, dd, strict=True)
+            ),
+            bool(sd),
+        )
+    plan.cache[key] = index
+    return index
+
+
+def add_into(
+    plan: SparsePlan, q: int, block: np.ndarray, src: int, piece: Piece, part: np.ndarray
+) -> None:
+    """``block`` (``q``'s owned output) += ``part``, ``src``'s contribution for ``piece``."""
+    index = _into_index(plan, q, src, piece)
+    if len(index) == 1:  # a sparse output: positions in q's owned entries
+        block[index[0]] += part
         return
-    lhs = a.output_access()
-    sd = [d for d, v in enumerate(lhs.indices) if v in a.svars]
-    dd = [d for d, v in enumerate(lhs.indices) if v in a.dvars]
-    view = np.transpose(block, sd + dd)
-    index = tuple(rows[:, j] - own[d][0] for j, d in enumerate(sd))
-    index += tuple(
-        slice(lo - own[d][0], hi - own[d][0]) for (lo, hi), d in zip(box, dd, strict=True)
-    )
-    if not sd:  # no pattern dimension: one row
-        view[index] += part[0]
+    order, idx, has_rows = index
+    view = np.transpose(block, order)
+    if not has_rows:  # no pattern dimension: one row
+        view[idx] += part[0]
         return
-    view[index] += part
+    view[idx] += part
 
 
 def reduce_output(
@@ -268,11 +290,11 @@ def reduce_output(
     pp = plan.procs[p]
     for pc in pp.out.pieces:
         if pc.peer == p:
-            add_into(plan, p, block, pp.out.rows[pc.sel], pc.box, partial(pp, y, pc))
+            add_into(plan, p, block, p, pc, partial(pp, y, pc))
     for src in sorted(received):
         spp = plan.procs[src]
         for pc, part in zip([x for x in spp.out.pieces if x.peer == p], received[src], strict=True):
-            add_into(plan, p, block, spp.out.rows[pc.sel], pc.box, part)
+            add_into(plan, p, block, src, pc, part)
     return block
 
 
