@@ -237,3 +237,68 @@ def test_rechecks_keep_a_sound_entry_and_rewrite_a_wrong_one(tmp_path: Path) -> 
         store.save(es.block_name(q), block + 1.0)
         assert not es.recheck_block_task(ctx, plan, q, mine)
         assert np.array_equal(store.load(es.block_name(q))[0], block)
+
+
+def _operands(bound: Any, x: Any) -> list[tuple[Compute, Any, Any, Any, np.ndarray]]:
+    """Per processor: its Compute, owned data, payloads received, operands and result."""
+    plan = bound.plan
+    data = bound.check_inputs(x)
+    owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
+    out = []
+    for p in range(plan.nprocs):
+        senders = [(q, es.payload_task(plan, owned[q], p)) for q in range(plan.nprocs) if q != p]
+        received, _ = es._received(p, senders)
+        comp = Compute(plan, p)
+        xs = comp.operands(owned[p], {k: list(v) for k, v in received.items()})
+        out.append((comp, owned[p], received, xs, comp.run(owned[p], received)))
+    return out
+
+
+def test_spmv_is_checked_by_recomputing_within_the_rounding_bound() -> None:
+    """One product per entry: no projection is cheaper than the SpMV, so the check computes
+    it again; a result summed in another order passes, an error of 1e-9 does not."""
+    rng = np.random.default_rng(2)
+    for split in ("row", "nz"):
+        bound, x, _ = problem(split)
+        for comp, _, _, xs, y in _operands(bound, x):
+            assert es.recompute_cheaper(comp)
+            assert es.recompute_verdict(comp, xs, y).ok
+            # the same sums in another order differ in the last bits: within the bound
+            other = y * (1 + 4 * np.finfo(float).eps * rng.uniform(-1, 1, y.shape))
+            v = es.recompute_verdict(comp, xs, other)
+            assert v.ok, v.describe()
+            assert 0 < v.diff <= v.tol
+            for _ in range(3):
+                bad = y.copy()
+                e = rng.integers(bad.size)
+                bad[e] += 1e-9 * max(1.0, abs(bad[e]))
+                assert not es.recompute_verdict(comp, xs, bad).ok
+            bad = y.copy()
+            bad[0] = np.nan
+            assert not es.recompute_verdict(comp, xs, bad).ok
+            assert not es.recompute_verdict(comp, xs, y[:-1]).ok
+
+
+def test_a_wide_spmm_is_checked_by_projection() -> None:
+    """``A = B C`` with 32 columns: 32 products per entry, more than the projection's passes."""
+    M = dl.Machine(4)
+    i, j, k = dl.index_vars("i j k")
+    B = dl.Tensor("B", (N, N), format="csr", dist="xy -> x", machine=M)
+    C = dl.Tensor("C", (N, 32), dist="jk -> j", machine=M)
+    A = dl.Tensor("A", (N, 32), dist="ik -> i", machine=M)
+    A[i, k] = B[i, j] * C[j, k]
+    io, ii = dl.index_vars("io ii")
+    s = dl.schedule(A).reorder([i, j, k]).distribute([i], [io], [ii], M)
+    Bm = sp.csr_array(sp.random(N, N, density=0.08, random_state=4, format="csr"))
+    Bm.sort_indices()
+    x = {"B": Bm, "C": np.random.default_rng(5).standard_normal((N, 32))}
+    bound = dl.compile(s.communicate([A, B, C], io)).bind(x)
+    for comp, owned, received, _, y in _operands(bound, x):
+        assert not es.recompute_cheaper(comp)
+        p = comp.pp.p
+        v = es.compute_verdict(bound.plan, p, owned, received, y, 1, None)
+        assert v.ok, v.describe()
+        assert not v.exact  # projected, not recomputed
+        bad = y.copy()
+        bad[1, 3] += 1e-7  # the projection's tolerance bounds all of M: ~1e-9 here
+        assert not es.compute_verdict(bound.plan, p, owned, received, bad, 1, None).ok

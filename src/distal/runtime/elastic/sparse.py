@@ -39,12 +39,40 @@ entry's task first records what it received (``moved-<entry>``), so a task whose
 before its ``done`` event reached the driver is still counted; those records are removed
 when the run completes.
 
-``verify=k`` computes every compute task and every reduction on ``k`` workers and accepts a
-strict majority (the dense runtime's agreement tasks). ``verify="check"`` checks every
-compute result on another worker with a randomized projection (:func:`project_compute`,
-about one pass over the operands) and every reduction by summing it again there (a sum
-costs what its check would); a result that fails is replaced by the checker's own. The
-``_lie`` test hook makes the named workers add 1 to every compute result and block.
+**Untrusted workers** (``verify=``; the dense runtime's semantics, :class:`_Verifier`).
+With verification, tasks go to Dask as their inputs are accepted: compute tasks a window at
+a time (twice the trusted workers' threads), pinned round-robin over the trusted workers;
+a reduction once every compute result it sums is accepted, cutting their partials itself
+(nothing unchecked enters a sum).
+
+- ``verify="check"``: each compute result is checked on a trusted worker other than the
+  one holding it (:func:`check_task`, pinned there strictly), by the randomized projection
+  (:func:`project_compute`) where that costs less than computing the result again, else
+  by computing it again and comparing within the rounding bound (:func:`recompute_verdict`;
+  SpMV, one product per entry, is such a kernel: see :func:`recompute_cheaper`). Each
+  block is checked by summing it again elsewhere (a sum costs what its check would). A
+  result that fails is computed (summed) again on another trusted worker and checked in
+  turn; the worker that made it is *excluded*: no further task goes to it (a task already
+  handed to it may still finish there, and is checked like any other), and the checkpoint
+  entries it wrote in this run are re-verified on a trusted worker (recomputed and
+  rewritten if they fail; once more at the end of the run for entries that landed after).
+  A passing check writes the entry, so an entry is only ever a checked result.
+- ``verify=k``: every compute task and every reduction runs as ``k`` copies pinned to
+  distinct trusted workers, and a strict majority is accepted (the dense runtime's
+  agreement tasks); the workers whose copies it outvoted are excluded as above. No
+  majority (``verify=2``: any disagreement) is
+  :class:`~distal.runtime.elastic.tasks.VerificationFailed`, as is running out of trusted
+  workers.
+
+``Result.extra["summary"]`` reports it as the dense runtime's summary does: ``checked``,
+``reductions_checked``, ``units_rejected`` (compute results), ``reductions_rejected``,
+``rejections`` (per rejected result: ``unit`` = its entry name, ``kind``, the ``worker``
+that made it, ``how``, and with a check ``recomputed_on``), ``excluded_workers`` and
+``rechecked``. Loaded checkpoint entries are not checked. Test hooks: ``_lie`` makes the
+named workers add 1 to every compute result and block; a worker process started with
+``DISTAL_FAULT_CORRUPT=q`` (:data:`~distal.runtime.elastic.tasks.FAULT_ENV`, the dense
+runtime's hook) adds 1.0 to one element of each compute result and block it computes with
+probability ``q``.
 
 The dense runtime's ``granularity``, ``window`` and ``speculate`` options do not apply (a
 processor's computation is one task; there is no feeder to speculate with): setting them
@@ -346,11 +374,15 @@ def compute_verdict(
     seed: int,
     reps: int | None,
 ) -> Verdict:
-    """The randomized check of ``claimed`` as processor ``p``'s compute result
-    (:func:`project_compute`); non-finite operands are checked by recomputing it (the
-    same leaves in the same order: the bits must be identical, ``nan`` for ``nan``)."""
+    """The check of ``claimed`` as processor ``p``'s compute result: by the randomized
+    projection (:func:`project_compute`) where that costs less than computing the result
+    again (:func:`recompute_cheaper`), else by computing it again (:func:`recompute_verdict`).
+    Non-finite operands are checked by recomputing (the bits must then be identical, ``nan``
+    for ``nan``)."""
     comp = Compute(plan, p)
     xs = comp.operands(owned, {k: list(v) for k, v in received.items()})
+    if recompute_cheaper(comp):
+        return recompute_verdict(comp, xs, claimed)
     v = project_compute(comp, xs, claimed, seed, reps)
     if v.exact:
         want = comp.run(owned, received)
@@ -358,6 +390,92 @@ def compute_verdict(
         same = claimed.shape == want.shape and bool(np.array_equal(claimed, want, equal_nan=True))
         v = Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
     return v
+
+
+def recompute_cheaper(comp: Compute) -> bool:
+    """Whether computing ``comp``'s result again costs less than projecting it.
+
+    A term's computation does, per entry, one product per element of its dense factors'
+    letters (1 for SpMV, ``K`` for SpMM with ``K`` columns, ``J`` for SDDMM's inner
+    dimension); the projection reads each entry's value, row and operand indices, for the
+    value and again for the magnitude bound (about ``2 (factors + 2)`` passes over the
+    entries per repetition, and the batch of repetitions shares them). Where the product
+    count is the smaller, the check computes the result again: with one product per entry
+    (SpMV) no order of evaluation makes a check cheaper than the kernel itself.
+    """
+    work = passes = 0
+    for t, leaf in zip(comp.pp.terms, comp.leaves, strict=True):
+        if leaf is None or len(t.out) == 0:
+            continue
+        letters = {c for _, _, ls in t.dense for c in ls}
+        work += len(t.out) * math.prod(comp.extents[c] for c in letters)
+        passes += len(t.out) * 2 * (len(t.sparse) + len(t.dense) + 2)
+    return work <= passes
+
+
+def _run_on(comp: Compute, xs: Mapping[str, np.ndarray], absolute: bool) -> np.ndarray:
+    """``comp``'s contributions from its operands ``xs`` (as :meth:`Compute.run`, the same
+    leaves in the same order); with ``absolute``, of every operand's absolute value."""
+    f = np.abs if absolute else (lambda a: a)
+    dtype = np.dtype(comp.dtype)
+    if absolute:
+        dtype = np.abs(np.zeros(0, dtype)).dtype
+    y = np.zeros(comp.out_shape, dtype=dtype)
+    for t, leaf in zip(comp.pp.terms, comp.leaves, strict=True):
+        if leaf is None or len(t.out) == 0:
+            continue
+        v = None
+        for name, idx in t.sparse:
+            vals = f(xs[name] if comp.direct[(id(t), name)] else xs[name][idx])
+            v = vals if v is None else v * vals
+        coeff = t.coeff * t.scale
+        if coeff != 1:
+            v = v * (abs(coeff) if absolute else coeff)
+        dense = [np.ascontiguousarray(f(xs[n])) for n, _, _ in t.dense]
+        leaf(y, np.ascontiguousarray(v, dtype=dtype), dense)
+    return y
+
+
+def recompute_verdict(comp: Compute, xs: Mapping[str, np.ndarray], claimed: Any) -> Verdict:
+    """Check ``claimed`` by computing ``comp``'s result again from its operands ``xs``.
+
+    Bit-identical is a pass (the same leaves in the same order give the same bits on every
+    machine that rounds as IEEE 754 says). Otherwise the two results must agree within the
+    rounding of two evaluations of the same sum in any order: each element of either is
+    within ``gamma_(K+p) M`` of the exact value (Higham, ch. 3), ``K`` the products summed
+    into the element, ``p`` the factors of each, ``M`` the sum of the products' absolute
+    values, computed here from the operands (never from the claim), so elementwise
+    ``|claimed - recomputed| <= 2 gamma_(K+p) M / (1 - gamma_(K+p))``. Deterministic: a
+    wrong result passes only if every element's error is below that bound (integers: exact).
+    """
+    dims = len(comp.out_shape)
+    claimed = np.asarray(claimed)
+    want = _run_on(comp, xs, False)
+    if claimed.shape != want.shape:
+        return Verdict(False, math.inf, 0.0, 0, dims, exact=True)
+    if np.array_equal(claimed, want, equal_nan=True):
+        return Verdict(True, 0.0, 0.0, 0, dims, exact=True)
+    mag = _run_on(comp, xs, True)
+    K = p = 0
+    for t, leaf in zip(comp.pp.terms, comp.leaves, strict=True):
+        if leaf is None or len(t.out) == 0:
+            continue
+        letters = {c for _, _, ls in t.dense for c in ls}
+        rows = int(np.bincount(t.out).max())
+        K += rows * math.prod(comp.extents[c] for c in letters - set(comp.pp.out_letters))
+        p = max(p, len(t.sparse) + len(t.dense) + (t.coeff * t.scale != 1))
+    cplx = 2 if np.dtype(comp.dtype).kind == "c" else 1
+    g = _gamma(K + cplx * (p + 1), _unit_roundoff(np.dtype(comp.dtype)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        tol = 2 * g * mag / (1 - g) if g < 1 else np.full(mag.shape, math.inf)
+        tol = np.where(np.isfinite(mag), tol, 0.0)  # no bound from inf: the bits must agree
+        diff = np.abs(claimed - want)
+        same = (claimed == want) | (np.isnan(claimed) & np.isnan(want))
+        excess = np.where(same, -np.inf, np.where(np.isnan(diff), np.inf, diff - tol))
+    worst = int(np.argmax(excess))
+    ok = bool(excess.reshape(-1)[worst] <= 0)
+    d, t = float(diff.reshape(-1)[worst]), float(tol.reshape(-1)[worst])
+    return Verdict(ok, d, t, 0, dims, exact=True)
 
 
 def check_task(
@@ -639,7 +757,14 @@ def project_compute(
     summation: one random vector per output dimension (the rows the processor touches,
     then each dense output letter), the claimed result projected on all of them, and each
     term's entries projected on the same vectors (for SpMV ``sum_e v[e] r[o[e]] x[idx[e]]``).
-    A wrong result passes with probability at most ``dims 2^-21`` per repetition. The
+    **False accepts.** The entries of the random vectors take ``2^21`` distinct real values
+    (:func:`~distal.runtime.elastic.check.vectors`), and the two sides differ, in exact real
+    arithmetic, by a nonzero polynomial of degree ``D = dims`` (the processor's output
+    dimensions: 1 for SpMV, 2 for SpMM) in them, so by the Schwartz-Zippel lemma a wrong
+    result passes one repetition with probability at most ``D / 2^21`` (SpMV: ``2^-21``),
+    independently per repetition: ``(D / 2^21)^reps`` in all. ``reps`` is
+    ``verify_repeats``, by default the fewest reaching ``2^-20`` (one for ``D <= 2``).
+    Beyond that, an error below the rounding tolerance passes. The
     tolerance follows ``check.project``'s rounding bound (Higham's ``gamma``): the claimed
     result's roundings (products per output element and factors), both projections'
     additions, and the magnitude ``2^D sum |coeff v| contract(|X|...)`` computed from the
@@ -1085,6 +1210,9 @@ class _Run:
                 store.remove(compute_name(p))
 
 
+POOL_EVERY = 0.5
+"""Seconds between asking the scheduler for the pool (whom tasks may be placed on)."""
+
 Role = tuple[str, int, int, str]
 """What a submitted task is to :class:`_Verifier`: ``(kind, processor, attempt, worker)``,
 ``worker`` being the one whose result a check tests."""
@@ -1136,6 +1264,7 @@ class _Verifier:
         self.done = done + len(loaded)
         self.n = 0  # pinned submissions so far (the round-robin's position)
         self.pool: dict[str, Any] = {}
+        self.seen = -math.inf  # when the pool was last asked for
         self.ac = adapter.as_completed([], timeout=self.opts.timeout)
 
     # --- placement -----------------------------------------------------------------------
@@ -1276,7 +1405,8 @@ class _Verifier:
 
     # --- what came back ------------------------------------------------------------------
 
-    def finished(self, f: Any) -> None:
+    def finished(self, f: Any, holders: Mapping[str, Any]) -> None:
+        """Act on a finished task (``holders``: the scheduler's ``who_has`` of the batch)."""
         kind, i, a, by = self.role.pop(f.key)
         if f.status != "finished":
             exc = self._exception(f)
@@ -1287,7 +1417,7 @@ class _Verifier:
         ctx, plan_f, reps = self.ctx, self.r.plan_f, self.opts.verify_repeats
         if kind == "compute":
             name = compute_name(i)
-            who = self.where(f, name)
+            who = self.where(f, name, holders)
             self.redone(name, who)
             self.submit(
                 ("check", i, a, who),
@@ -1299,7 +1429,7 @@ class _Verifier:
             )
         elif kind == "reduce":
             name = block_name(i)
-            who = self.where(f, name)
+            who = self.where(f, name, holders)
             self.redone(name, who)
             self.submit(
                 ("reduce-check", i, a, who),
@@ -1353,12 +1483,12 @@ class _Verifier:
             if r["unit"] == name and "recomputed_on" not in r:
                 r["recomputed_on"] = who
 
-    def where(self, f: Any, name: str) -> str:
+    def where(self, f: Any, name: str, holders: Mapping[str, Any]) -> str:
         """The worker holding future ``f`` (of entry ``name``): the scheduler's word, or
         failing that the worker of the last ``done`` event."""
-        holders = self.client.who_has([f]).get(f.key) or ()
-        if holders:
-            return str(sorted(holders)[0])
+        held = holders.get(f.key) or ()
+        if held:
+            return str(sorted(held)[0])
         self.events.sync()
         dones = [m for m in self.events.by_name().get(name, []) if m["kind"] == "done"]
         return str(dones[-1]["worker"]) if dones else ""
@@ -1428,10 +1558,19 @@ class _Verifier:
     # --- the run -------------------------------------------------------------------------
 
     def loop(self) -> None:
+        """Until every submitted task is done: act on each batch of finished ones."""
         try:
-            for f in self.ac:
-                self.pool = workers(self.client)
-                self.finished(f)
+            for batch in self.ac.batches():
+                if time.monotonic() - self.seen > POOL_EVERY:
+                    self.pool, self.seen = workers(self.client), time.monotonic()
+                ask = [
+                    f
+                    for f in batch
+                    if f.status == "finished" and self.role[f.key][0] in ("compute", "reduce")
+                ]
+                holders = self.client.who_has(ask) if ask else {}
+                for f in batch:
+                    self.finished(f, holders)
                 self.feed()
         except TimeoutError as e:
             raise RuntimeFailure(f"dask run exceeded timeout={self.opts.timeout}s") from e
@@ -1440,7 +1579,7 @@ class _Verifier:
         """Run to the end; the blocks. With a checkpoint, once every write has landed, the
         entries excluded workers wrote after their exclusion was decided are re-verified
         too."""
-        self.pool = workers(self.client)
+        self.pool, self.seen = workers(self.client), time.monotonic()
         self.feed()
         self.loop()
         store = self.ctx.store
