@@ -252,6 +252,25 @@ def test_a_lying_worker_is_outvoted_or_caught(pool: Any, verify: Any) -> None:
             assert all(r["recomputed_on"] not in (None, liar) for r in s.rejections)
 
 
+def test_an_excluded_worker_gets_no_further_task(pool: Any) -> None:
+    """24 processors on 3 workers: round-robin would hand the liar 8 compute tasks. It is
+    excluded when its first result fails, so it makes only what it was handed before (the
+    first window's), and every result it made was rejected and made again elsewhere."""
+    liar = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
+    n, procs = 480, 24
+    B = matrix(seed=6, n=n, density=0.05)
+    x = {"B": B, "c": np.random.default_rng(7).standard_normal(n)}
+    for split in ("row", "nz"):
+        bound = spmv(split, n=n, procs=procs).bind(x)
+        res = bound.run(x, runtime="dask", client=pool, verify="check", _lie={0})
+        assert np.array_equal(res.value, bound.run(x).value)
+        s = res.extra["summary"]
+        assert s.excluded_workers == [liar]
+        assert 1 <= s.units_rejected < procs // 3, str(s)
+        assert s.per_worker[liar] == s.units_rejected + s.reductions_rejected, str(s)
+        assert s.checked == sum(bool(pp.out.pieces) for pp in bound.plan.procs)
+
+
 @pytest.mark.parametrize("kind", ["spmv", "spmm", "sddmm"])
 def test_the_projection_accepts_correct_results_and_rejects_single_changes(kind: str) -> None:
     k, x, _ = problem(kind, "nz-rowB" if kind == "spmv" else "nz")

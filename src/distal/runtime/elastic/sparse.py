@@ -879,6 +879,8 @@ class _Run:
         self.plan_f: Any = None
         self.owned_f: dict[int, Any] = {}
         self.senders_f: dict[int, list[tuple[int, Any]]] = {}
+        # where data tasks may go (with verification: off excluded workers)
+        self.placement: Any = dict
 
     def key(self, what: str) -> str:
         """A task key of this run (the nonce lets ``transfer_bytes`` find its transfers)."""
@@ -1039,7 +1041,9 @@ class _Run:
     def own(self, p: int) -> Any:
         """The future of processor ``p``'s owned data (submitted once)."""
         if p not in self.owned_f:
-            self.owned_f[p] = self.submit(carry, self.owned[p], key=f"owned-{p}")
+            self.owned_f[p] = self.submit(
+                carry, self.owned[p], key=f"owned-{p}", **self.placement()
+            )
         return self.owned_f[p]
 
     def senders(self, p: int) -> list[tuple[int, Any]]:
@@ -1050,7 +1054,15 @@ class _Run:
                 {pc.peer for nd in plan.procs[p].needs.values() for pc in nd.pieces} - {p}
             )
             self.senders_f[p] = [
-                (q, self.submit(payload_task, self.plan_f, self.own(q), p, key=f"payload-{q}-{p}"))
+                (
+                    q,
+                    self.submit(
+                        payload_task,
+                        *(self.plan_f, self.own(q), p),
+                        key=f"payload-{q}-{p}",
+                        **self.placement(),
+                    ),
+                )
                 for q in srcs
             ]
         return self.senders_f[p]
@@ -1265,6 +1277,7 @@ class _Verifier:
         self.n = 0  # pinned submissions so far (the round-robin's position)
         self.pool: dict[str, Any] = {}
         self.seen = -math.inf  # when the pool was last asked for
+        run.placement = self.restrict  # data tasks submitted from now on avoid the excluded
         self.ac = adapter.as_completed([], timeout=self.opts.timeout)
 
     # --- placement -----------------------------------------------------------------------
