@@ -155,14 +155,14 @@ def _lines(text: str) -> list[dict]:
     return out
 
 
-def launch(cmd: list[str]) -> subprocess.Popen:
+def launch(cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         stdin=subprocess.DEVNULL,
         text=True,
-        env=ENV,
+        env={**ENV, **(env or {})},
         start_new_session=True,
     )
 
@@ -179,10 +179,12 @@ def run_to_end(cmd: list[str], timeout: float = 120) -> list[dict]:
     return _lines(out)
 
 
-def kill_after_start(cmd: list[str], start: int, timeout: float = 120) -> None:
+def kill_after_start(
+    cmd: list[str], start: int, timeout: float = 120, env: dict[str, str] | None = None
+) -> list[dict]:
     """Run ``cmd`` until it reports it started iteration ``start`` (so ``start - 1`` is
     saved), then SIGKILL its whole process group."""
-    proc = launch(cmd)
+    proc = launch(cmd, env)
     deadline = time.monotonic() + timeout
     seen = []
     try:
@@ -200,9 +202,12 @@ def kill_after_start(cmd: list[str], start: int, timeout: float = 120) -> None:
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, seen)
     assert seen, "no line came"
     assert seen[-1].get("start") == start, seen
+    return seen
 
 
-def killed_and_resumed(prefix: list[str], tmp_path: Path, runtime: str) -> None:
+def killed_and_resumed(
+    prefix: list[str], tmp_path: Path, runtime: str, env: dict[str, str] | None = None
+) -> None:
     n, k = 8, 4
     ref = tmp_path / "ref.npz"
     done = run_to_end([*prefix, str(SCRIPT), runtime, str(tmp_path / "ref-ck"), str(n), str(ref)])
@@ -211,7 +216,9 @@ def killed_and_resumed(prefix: list[str], tmp_path: Path, runtime: str) -> None:
     location = str(tmp_path / "ck")
     out = tmp_path / "out.npz"
     cmd = [*prefix, str(SCRIPT), runtime, location, str(n), str(out), "0.5"]
-    kill_after_start(cmd, k)  # iteration k-1 is complete, k was running
+    seen = kill_after_start(cmd, k, env=env)  # iteration k-1 is complete, k was running
+    if env and "LOOP_KILL_WORKER_AT" in env:  # a worker really died in that run
+        assert any("killed_worker" in d for d in seen), seen
     assert not out.exists()
     assert (
         max(i for i in iteration_dirs(location, "power") if read_manifest(location, "power", i))
@@ -229,6 +236,14 @@ def killed_and_resumed(prefix: list[str], tmp_path: Path, runtime: str) -> None:
 
 def test_killed_loop_resumes_exactly_local(tmp_path: Path) -> None:
     killed_and_resumed([sys.executable], tmp_path, "local")
+
+
+def test_killed_loop_resumes_exactly_dask_with_a_worker_killed(tmp_path: Path) -> None:
+    """On Dask: one of the two worker processes is SIGKILLed in iteration 2 (the run
+    finishes on the other), then the whole driver in iteration 4; the restart resumes after
+    iteration 3 and ends equal to an uninterrupted run."""
+    pytest.importorskip("distributed")
+    killed_and_resumed([sys.executable], tmp_path, "dask", {"LOOP_KILL_WORKER_AT": "2"})
 
 
 def test_checkpoint_tools_list_and_verify_session_loops(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ runtime moves is read off the :class:`SparsePlan` built here: one rule, one plac
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -745,7 +746,9 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     if single:
         pattern = Coords.of_array(drv, a.svars, access_of[a.driver])
         n_ent = drv.nnz
-        term_rows.append({a.driver: np.arange(n_ent, dtype=np.int64)})
+        ident = _identity(n_ent)
+        _RANGE["ident"] = ident  # views of it are the processors' entry lists
+        term_rows.append({a.driver: ident})
         term_entries.append(None)
         keys = None
     else:
@@ -1135,13 +1138,27 @@ def _sparse_need(
     return Need(name, used, (), np.zeros(0, np.int64), tuple(pieces))
 
 
+_IDENTITY: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def _identity(n: int) -> np.ndarray:
+    """``arange(n)``, remembered: a unit-stride view of it is a run without a pass over it."""
+    out = np.arange(n, dtype=np.int64)
+    _IDENTITY[id(out)] = out
+    return out
+
+
 def _is_run(x: np.ndarray) -> bool:
-    """Whether ``x`` is ``x[0], x[0]+1, ...`` (checked in O(1) for arange views, else O(n))."""
+    """Whether ``x`` is ``x[0], x[0]+1, ...`` (O(1) for views of :func:`_identity`, else
+    O(n))."""
     n = len(x)
     if n == 0:
         return True
     if int(x[-1]) - int(x[0]) != n - 1:
         return False
+    base = x.base
+    if base is not None and _IDENTITY.get(id(base)) is base and x.strides == (8,):
+        return True
     return n < 3 or bool(np.all(np.diff(x) == 1))
 
 
@@ -1150,9 +1167,17 @@ def _n(ent: Any) -> int:
     return ent.stop - ent.start if isinstance(ent, slice) else len(ent)
 
 
+_RANGE: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
+
+
 def _arr(ent: Any) -> np.ndarray:
-    """A selection as indices."""
-    return np.arange(ent.start, ent.stop, dtype=np.int64) if isinstance(ent, slice) else ent
+    """A selection as indices (a slice: a view of the bind's one identity array)."""
+    if isinstance(ent, slice):
+        ident = _RANGE.get("ident")
+        if ident is None or len(ident) < ent.stop:
+            ident = _RANGE["ident"] = _identity(ent.stop)
+        return ident[ent.start : ent.stop]
+    return ent
 
 
 def _term_local(ent: np.ndarray, tent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

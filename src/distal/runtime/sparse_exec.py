@@ -73,10 +73,17 @@ def _block_rows(
     sd = [d for d, v in enumerate(acc.indices) if v in a.svars]
     dd = [d for d, v in enumerate(acc.indices) if v in a.dvars]
     view = np.transpose(block, sd + dd)
-    index = tuple(need.rows[sel, j] - own[d][0] for j, d in enumerate(sd))
-    index += tuple(
+    dense_part = tuple(
         slice(lo - own[d][0], hi - own[d][0]) for (lo, hi), d in zip(sub, dd, strict=True)
     )
+    if len(sd) == 1 and len(sel):
+        r = need.rows[sel, 0]
+        if int(r[-1]) - int(r[0]) == len(r) - 1:
+            # a need's rows are distinct and ascending, so these are consecutive (a block's
+            # own rows, a band): a view, not a gather
+            lo = int(r[0]) - own[sd[0]][0]
+            return view[(slice(lo, lo + len(r)), *dense_part)]
+    index = tuple(need.rows[sel, j] - own[d][0] for j, d in enumerate(sd)) + dense_part
     if not sd:  # no pattern dimension: one row
         return view[index][None, ...]
     return view[index]
@@ -158,7 +165,7 @@ class Compute:
                         self.plan, need, need.pieces[0].sel, need.box, block, own
                     )
                     continue
-                x = np.zeros(shape, dtype=t.dtype)
+                x = np.empty(shape, dtype=t.dtype)  # the pieces cover every row x box
                 for pc in need.pieces:
                     if pc.peer == self.pp.p:
                         block, own = owned.dense[name]
@@ -281,16 +288,48 @@ def add_into(
     view[idx] += part
 
 
+def _is_whole_block(plan: SparsePlan, p: int) -> bool:
+    """Whether ``p``'s contributions ``y`` are exactly its owned dense output block (the same
+    rows in order, the same dense box, one row dimension leading)."""
+    key = ("whole", p)
+    got = plan.cache.get(key)
+    if got is None:
+        a = plan.analysis
+        o = a.output
+        own = plan.owned[o.name][p]
+        out = plan.procs[p].out
+        got = False
+        if o.format.is_dense and own is not None:
+            lhs = a.output_access()
+            sd = [d for d, v in enumerate(lhs.indices) if v in a.svars]
+            dd = [d for d, v in enumerate(lhs.indices) if v in a.dvars]
+            rows = out.rows
+            if sd == [0] and dd == list(range(1, len(lhs.indices))) and len(rows):
+                lo, hi = own[0]
+                got = (
+                    int(rows[0, 0]) == lo
+                    and int(rows[-1, 0]) == hi - 1
+                    and len(rows) == hi - lo
+                    and tuple(out.box) == tuple(own[1:])
+                )
+        plan.cache[key] = got
+    return got
+
+
 def reduce_output(
     plan: SparsePlan, p: int, y: np.ndarray, received: Mapping[int, np.ndarray]
 ) -> np.ndarray | None:
     """``p``'s final output part: its own contributions, then the partial sums received in
     increasing source order."""
-    block = empty_output(plan, p)
     pp = plan.procs[p]
-    for pc in pp.out.pieces:
-        if pc.peer == p:
-            add_into(plan, p, block, p, pc, partial(pp, y, pc))
+    if _is_whole_block(plan, p):  # its contributions are its block, row for row
+        # y itself when nothing is added (y may be read again, e.g. by a verifier)
+        block = y.copy() if any(len(v) for v in received.values()) else y
+    else:
+        block = empty_output(plan, p)
+        for pc in pp.out.pieces:
+            if pc.peer == p:
+                add_into(plan, p, block, p, pc, partial(pp, y, pc))
     for src in sorted(received):
         spp = plan.procs[src]
         for pc, part in zip([x for x in spp.out.pieces if x.peer == p], received[src], strict=True):
