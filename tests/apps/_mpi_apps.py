@@ -39,8 +39,9 @@ if rank == 0:
 
 # the same applications on sparse inputs: the sparse kernels (SpMV, sparse MTTKRP)
 import scipy.sparse as sps  # noqa: E402
-import sparse as pydata  # noqa: E402
 from _problems import sparse_cp_tensor, sparse_spd  # noqa: E402
+
+import sparse as pydata  # noqa: E402
 
 xs = sparse_cp_tensor()
 w, fs, fit = dl.apps.cp_als(pydata.COO.from_numpy(xs), 4, iters=500, tol=1e-12, session=sess)
