@@ -213,16 +213,22 @@ class Kernel:
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute the plan on a runtime and return the output with measured stats."""
         if self.sparse is not None:
+            from distal.plan.sparse import load_patterns
+
             if runtime != "mpi":
-                return self.bind(inputs).run(inputs, runtime, **options)
+                # the sparse inputs are converted (and their patterns hashed) once: binding
+                # and the run then see the same arrays
+                arrays = load_patterns(self.sparse, inputs)
+                return self.bind(arrays).run({**inputs, **arrays}, runtime, **options)
             try:  # one rank's bad pattern fails every rank together, never a hang
-                bound = self.bind(inputs)
+                arrays = load_patterns(self.sparse, inputs)
+                bound = self.bind(arrays)
             except Exception as e:
                 from distal.runtime.mpi.sparse import fail_together
 
                 fail_together(e, options.get("comm"))
                 raise
-            return bound.run(inputs, runtime, **options)
+            return bound.run({**inputs, **arrays}, runtime, **options)
         # mpi: every rank checks its inputs inside the runtime, which agrees on the outcome
         # with the other ranks first, so one rank's bad input fails them all instead of a hang
         data = inputs if runtime == "mpi" else self.check_inputs(inputs)
