@@ -412,7 +412,11 @@ class TermLeaf:
         v = np.ascontiguousarray(v, dtype=dt)
         xs = [np.ascontiguousarray(x, dtype=dt) for x in xs]
         if self._path == "direct":
-            out[self._o] += v.reshape((self._n,) + (1,) * (out.ndim - 1))
+            o, shape = self._o, (self._n,) + (1,) * (out.ndim - 1)
+            if self._perm is None and self._n and int(o[-1]) - int(o[0]) == self._n - 1:
+                out[int(o[0]) : int(o[0]) + self._n] += v.reshape(shape)  # sorted, distinct: a run
+            else:
+                out[o] += v.reshape(shape)
             return
         if self._perm is not None:
             v = v[self._perm]

@@ -225,10 +225,19 @@ class Compute:
 def partial(pp: ProcPlan, y: np.ndarray, piece: Piece) -> np.ndarray:
     """The part of ``y`` (a processor's contributions) that goes to ``piece.peer``."""
     index = (
-        piece.sel,
+        _as_slice(piece.sel),
         *(slice(lo - b0, hi - b0) for (lo, hi), (b0, _) in zip(piece.box, pp.out.box, strict=True)),
     )
     return np.ascontiguousarray(y[index])
+
+
+def _as_slice(idx: np.ndarray) -> np.ndarray | slice:
+    """Ascending distinct indices that are consecutive as a slice (a view, not a gather);
+    plans' selections and owned positions are ascending and distinct."""
+    n = len(idx)
+    if n and int(idx[-1]) - int(idx[0]) == n - 1:
+        return slice(int(idx[0]), int(idx[0]) + n)
+    return idx
 
 
 def empty_output(plan: SparsePlan, p: int) -> np.ndarray | None:
@@ -254,7 +263,7 @@ def _into_index(plan: SparsePlan, q: int, src: int, piece: Piece) -> tuple:
     own = plan.owned[o.name][q]
     rows = plan.procs[src].out.rows[piece.sel]
     if not o.format.is_dense:
-        index: tuple = (np.searchsorted(own, rows),)
+        index: tuple = (_as_slice(np.searchsorted(own, rows)),)
     else:
         lhs = a.output_access()
         sd = [d for d, v in enumerate(lhs.indices) if v in a.svars]
@@ -289,8 +298,9 @@ def add_into(
 
 
 def _is_whole_block(plan: SparsePlan, p: int) -> bool:
-    """Whether ``p``'s contributions ``y`` are exactly its owned dense output block (the same
-    rows in order, the same dense box, one row dimension leading)."""
+    """Whether ``p``'s contributions ``y`` are exactly its owned output block: a sparse
+    output's same entries, or a dense one's same rows in order with the same dense box (one
+    row dimension leading)."""
     key = ("whole", p)
     got = plan.cache.get(key)
     if got is None:
@@ -299,7 +309,9 @@ def _is_whole_block(plan: SparsePlan, p: int) -> bool:
         own = plan.owned[o.name][p]
         out = plan.procs[p].out
         got = False
-        if o.format.is_dense and own is not None:
+        if not o.format.is_dense and own is not None:  # the same entries, in order
+            got = bool(np.array_equal(out.rows, own))  # once per bound plan
+        elif o.format.is_dense and own is not None:
             lhs = a.output_access()
             sd = [d for d, v in enumerate(lhs.indices) if v in a.svars]
             dd = [d for d, v in enumerate(lhs.indices) if v in a.dvars]
@@ -351,7 +363,7 @@ def assemble(plan: SparsePlan, blocks: Mapping[int, np.ndarray | None]) -> Any:
     for p, b in blocks.items():
         own = plan.owned[o.name][p]
         if b is not None and own is not None:
-            vals[own] = b
+            vals[_as_slice(own)] = b
     return plan.out_pattern.with_values(vals)
 
 
