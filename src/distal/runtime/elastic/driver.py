@@ -79,6 +79,41 @@ def workers(client: Any) -> dict[str, Any]:
     return dict(info.get("workers", {}))
 
 
+def drain_checkpoint(
+    client: Any, topic: str, root: str, events: Events, patience: float = 10.0
+) -> None:
+    """Wait for the workers' checkpoint writes, then for the ``done`` events they log.
+
+    Every result is with the driver by now; a write that failed fails the run (the
+    user asked for a checkpoint), a worker that died meanwhile only loses entries that a
+    rerun recomputes. The events travel by another route than ``Client.run``'s reply, so
+    the driver waits (up to ``patience`` seconds) until it has heard as many as each
+    worker reports.
+    """
+    replies = client.run(drain, topic, root, on_error="return")
+    expect = {}
+    for addr, r in replies.items():
+        if isinstance(r, RuntimeFailure):
+            raise r
+        if not isinstance(r, BaseException):
+            expect[addr] = int(r)
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        heard = events.written()
+        if all(heard[a] >= n for a, n in expect.items()):
+            return
+        time.sleep(0.01)
+    events.sync()
+
+
+def task_exception(f: Any) -> BaseException | None:
+    """What future ``f`` raised (or why it cannot say: cancelled, lost)."""
+    try:
+        return f.exception(timeout=10)
+    except Exception as e:  # cancelled or lost
+        return e
+
+
 class Driver:
     """One run: build the tasks, hand them to Dask, collect blocks and the summary.
 
@@ -700,40 +735,13 @@ class Driver:
         return done
 
     def _drain(self, topic: str, root: str, events: Events, patience: float = 10.0) -> None:
-        """Wait for the workers' checkpoint writes, then for the ``done`` events they log.
-
-        Every result is with the driver by now; a write that failed fails the run (the
-        user asked for a checkpoint), a worker that died meanwhile only loses entries that a
-        rerun recomputes. The events travel by another route than ``Client.run``'s reply, so
-        the driver waits (up to ``patience`` seconds) until it has heard as many as each
-        worker reports.
-        """
-        replies = self.client.run(drain, topic, root, on_error="return")
-        expect = {}
-        for addr, r in replies.items():
-            if isinstance(r, RuntimeFailure):
-                raise r
-            if not isinstance(r, BaseException):
-                expect[addr] = int(r)
-        deadline = time.monotonic() + patience
-        while time.monotonic() < deadline:
-            heard = events.written()
-            if all(heard[a] >= n for a, n in expect.items()):
-                return
-            time.sleep(0.01)
-        events.sync()
+        drain_checkpoint(self.client, topic, root, events, patience)
 
     def _exception(self, f: Any) -> BaseException | None:
-        try:
-            return f.exception(timeout=10)
-        except Exception as e:  # cancelled or lost
-            return e
+        return task_exception(f)
 
     def _fail(self, f: Any) -> None:
-        try:
-            exc = f.exception(timeout=10)
-        except Exception as e:  # cancelled or lost
-            exc = e
+        exc = task_exception(f)
         if isinstance(exc, RuntimeFailure):
             raise exc
         kind = str(f.key).split("-")[1] if "-" in str(f.key) else str(f.key)

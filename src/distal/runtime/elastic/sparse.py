@@ -115,7 +115,7 @@ from distal.runtime.elastic.check import (
     default_repeats,
     vectors,
 )
-from distal.runtime.elastic.driver import workers
+from distal.runtime.elastic.driver import drain_checkpoint, task_exception, workers
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Events, summarize
 from distal.runtime.elastic.tasks import (
@@ -127,7 +127,6 @@ from distal.runtime.elastic.tasks import (
     _stall,
     agree_block_task,
     agree_task,
-    drain,
     event,
     finish,
     transfer_bytes,
@@ -1126,10 +1125,7 @@ class _Run:
 
     def _fail(self, f: Any) -> None:
         """Raise what failed future ``f`` raised (a ``RuntimeFailure`` as it is)."""
-        try:
-            exc = f.exception(timeout=10)
-        except Exception as e:  # cancelled or lost
-            exc = e
+        exc = task_exception(f)
         if isinstance(exc, RuntimeFailure):
             raise exc
         raise RuntimeFailure(f"dask task {f.key!r} failed: {type(exc).__name__}: {exc}") from exc
@@ -1145,22 +1141,8 @@ class _Run:
             raise RuntimeFailure(f"dask task {f.key!r} failed: {type(e).__name__}: {e}") from e
 
     def _drain(self, topic: str, root: str, events: Events, patience: float = 10.0) -> None:
-        """Wait for the workers' checkpoint writes, then for the ``done`` events they log
-        (as the dense runtime: a failed write fails the run)."""
-        replies = self.client.run(drain, topic, root, on_error="return")
-        expect = {}
-        for addr, r in replies.items():
-            if isinstance(r, RuntimeFailure):
-                raise r
-            if not isinstance(r, BaseException):
-                expect[addr] = int(r)
-        deadline = time.monotonic() + patience
-        while time.monotonic() < deadline:
-            heard = events.written()
-            if all(heard[a] >= n for a, n in expect.items()):
-                return
-            time.sleep(0.01)
-        events.sync()
+        """As the dense runtime: a failed checkpoint write fails the run."""
+        drain_checkpoint(self.client, topic, root, events, patience)
 
     def _stats(self, events: Events, owned: list[Owned], store: CheckpointStore | None) -> Stats:
         """``Stats`` from the counts in the tasks' last ``done`` events, once per task (a
@@ -1507,10 +1489,7 @@ class _Verifier:
         return str(dones[-1]["worker"]) if dones else ""
 
     def _exception(self, f: Any) -> BaseException | None:
-        try:
-            return f.exception(timeout=10)
-        except Exception as e:  # cancelled or lost
-            return e
+        return task_exception(f)
 
     # --- exclusion -----------------------------------------------------------------------
 
