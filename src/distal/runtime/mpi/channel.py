@@ -50,6 +50,23 @@ _CHANNELS: dict[int, Channel] = {}
 GRAVEYARD: list[Any] = []  # stores of failed runs: peers may still touch their buffers
 
 
+def bury(owner: Any, receives: list[Any], pending: list[Any], grace: float = 0.5) -> None:
+    """After a failure: cancel ``receives``, give ``pending`` requests ``grace`` seconds to
+    settle, and keep ``owner`` (and so every buffer a request may still touch) for good."""
+    for r in receives:
+        try:
+            r.Cancel()
+        except Exception:
+            pass
+    deadline = time.monotonic() + grace
+    try:
+        while pending and not MPI.Request.Testall(pending) and time.monotonic() < deadline:
+            time.sleep(1e-3)
+    except Exception:
+        pass
+    GRAVEYARD.append(owner)
+
+
 def _note(text: str) -> None:
     """One line on this rank's stderr (an error the user may catch and never print)."""
     try:
@@ -437,6 +454,7 @@ __all__ = [
     "Channel",
     "Job",
     "PeerFailure",
+    "bury",
     "channel",
     "end_job",
     "install_excepthook",

@@ -79,6 +79,16 @@ def _agree(chan: Channel, error: Exception | None, fingerprint: float) -> None:
         )
 
 
+def check_job_size(nprocs: int, size: int, rank: int) -> None:
+    """A kernel for ``nprocs`` processors runs on a job of exactly that many ranks."""
+    if size != nprocs:
+        raise MPISizeError(
+            f"the machine has {nprocs} processors but this MPI job has {size} ranks "
+            f"(this is rank {rank}): launch with `mpiexec -n {nprocs} python SCRIPT` "
+            f"or `distal run -n {nprocs} SCRIPT`"
+        )
+
+
 def run(
     kernel: Any,
     data: dict[str, Any],
@@ -118,13 +128,7 @@ def run(
         if gather not in GATHER_MODES:
             raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
         predicted = kernel.stats()
-        nprocs = predicted.nprocs
-        if size != nprocs:
-            raise MPISizeError(
-                f"the machine has {nprocs} processors but this MPI job has {size} ranks "
-                f"(this is rank {rank}): launch with `mpiexec -n {nprocs} python SCRIPT` "
-                f"or `distal run -n {nprocs} SCRIPT`"
-            )
+        check_job_size(predicted.nprocs, size, rank)
         data = kernel.check_inputs(data)
         fingerprint = _fingerprint(kernel, predicted)
     except Exception as e:

@@ -11,7 +11,6 @@ from collections import defaultdict, deque
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
 from distal.plan.ir import (
@@ -30,7 +29,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
-from distal.runtime.mpi.channel import GRAVEYARD, Channel
+from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, box_index
@@ -346,18 +345,7 @@ class Rank(Store):
             self.fetch_sends += self.forwarder.sends
         pending = [r for r in self.next_reqs + self.step_reqs + self.fetch_sends if r]
         pending += self.combine_reqs
-        for r in self.next_reqs + self.step_recvs + self.combine_reqs:  # receives only
-            try:
-                r.Cancel()
-            except Exception:
-                pass
-        deadline = time.monotonic() + 0.5
-        try:
-            while pending and not MPI.Request.Testall(pending) and time.monotonic() < deadline:
-                time.sleep(1e-3)
-        except Exception:
-            pass
-        GRAVEYARD.append(self)
+        bury(self, self.next_reqs + self.step_recvs + self.combine_reqs, pending)
 
     def free_types(self) -> None:
         for t in self.types.values():

@@ -46,8 +46,13 @@ from mpi4py.util.dtlib import from_numpy_dtype
 from distal.errors import InputError, RuntimeFailure
 from distal.plan.sparse import Need, Piece, SparsePlan, piece_levels
 from distal.plan.stats import Stats
-from distal.runtime.mpi.channel import GRAVEYARD, Channel, PeerFailure, channel
-from distal.runtime.mpi.entry import GATHER_MODES, MPISizeError, _agree, _fingerprint
+from distal.runtime.mpi.channel import Channel, PeerFailure, bury, channel
+from distal.runtime.mpi.entry import (
+    GATHER_MODES,
+    _agree,
+    _fingerprint,
+    check_job_size,
+)
 from distal.runtime.result import Result
 from distal.runtime.sparse_exec import (
     Compute,
@@ -240,19 +245,7 @@ class Exchange:
     def abandon(self) -> None:
         """After a failure: withdraw the posted receives, keep everything alive for good."""
         recvs = [r for reqs in self.recvs.values() for r in reqs]
-        for r in recvs:
-            try:
-                r.Cancel()
-            except Exception:
-                pass
-        pending = self.sends + recvs
-        deadline = time.monotonic() + 0.5
-        try:
-            while pending and not MPI.Request.Testall(pending) and time.monotonic() < deadline:
-                time.sleep(1e-3)
-        except Exception:
-            pass
-        GRAVEYARD.append(self)
+        bury(self, recvs, self.sends + recvs)
 
     def free(self) -> None:
         for t in self.types:
@@ -329,12 +322,7 @@ def run(bound: Any, inputs: Mapping[str, Any], **options: Any) -> Result:
         if gather not in GATHER_MODES:
             raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
         predicted = bound.stats()
-        if size != predicted.nprocs:
-            raise MPISizeError(
-                f"the machine has {predicted.nprocs} processors but this MPI job has {size} "
-                f"ranks (this is rank {rank}): launch with `mpiexec -n {predicted.nprocs} "
-                f"python SCRIPT` or `distal run -n {predicted.nprocs} SCRIPT`"
-            )
+        check_job_size(predicted.nprocs, size, rank)
         data = bound.check_inputs(inputs)
         fingerprint = _kernel_fingerprint(bound, predicted)
     except Exception as e:
