@@ -32,6 +32,43 @@ _SPARSE_RUNTIMES = {
 }
 
 
+def dense_value(name: str, x: Any, t: Any) -> np.ndarray:
+    """Input ``name`` for dense tensor ``t``: a numeric array of its shape, in its dtype."""
+    try:
+        arr = np.asarray(x)
+    except Exception as e:
+        raise InputError(f"input {name!r} cannot be read as an array: {e}") from e
+    if arr.dtype.kind not in "biufc":
+        raise InputError(f"input {name!r} has non-numeric dtype {arr.dtype}")
+    if arr.dtype.kind == "c" and t.dtype.kind != "c":
+        raise InputError(f"input {name!r} is complex but tensor {name!r} is {t.dtype}")
+    if arr.shape != t.shape:
+        raise InputError(f"input {name!r} has shape {arr.shape}; tensor expects {t.shape}")
+    return np.asarray(arr, dtype=t.dtype)
+
+
+def _local_options(options: Mapping[str, Any]) -> None:
+    unknown = set(options) - {"trace", "progress"}
+    if unknown:
+        raise InputError(
+            f"unknown option(s) {sorted(unknown)} for the local runtime; "
+            "valid options are ['progress', 'trace']"
+        )
+
+
+def _runtime_module(path: str, runtime: str, what: str) -> Any:
+    """The module running kernels on ``runtime``; a missing one or a missing extra is a
+    ``NotSupportedYet`` saying which."""
+    try:
+        return importlib.import_module(path)
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith("distal"):
+            raise NotSupportedYet(f"{what}the {runtime!r} runtime is not in this version") from e
+        raise NotSupportedYet(
+            f"runtime {runtime!r} needs {e.name!r}: pip install 'distal[{runtime}]'"
+        ) from e
+
+
 class Kernel:
     """A compiled computation: its plan, predicted stats and runtimes."""
 
@@ -197,17 +234,7 @@ class Kernel:
             if is_block_source(inputs[name]):
                 out[name] = check_source(name, inputs[name], t.shape)
                 continue
-            try:
-                arr = np.asarray(inputs[name])
-            except Exception as e:
-                raise InputError(f"input {name!r} cannot be read as an array: {e}") from e
-            if arr.dtype.kind not in "biufc":
-                raise InputError(f"input {name!r} has non-numeric dtype {arr.dtype}")
-            if arr.dtype.kind == "c" and t.dtype.kind != "c":
-                raise InputError(f"input {name!r} is complex but tensor {name!r} is {t.dtype}")
-            if arr.shape != t.shape:
-                raise InputError(f"input {name!r} has shape {arr.shape}; tensor expects {t.shape}")
-            out[name] = np.asarray(arr, dtype=t.dtype)
+            out[name] = dense_value(name, inputs[name], t)
         return out
 
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
@@ -235,25 +262,13 @@ class Kernel:
         if runtime == "local":
             from distal.runtime.local import LocalRuntime
 
-            unknown = set(options) - {"trace", "progress"}
-            if unknown:
-                raise InputError(
-                    f"unknown option(s) {sorted(unknown)} for the local runtime; "
-                    "valid options are ['progress', 'trace']"
-                )
+            _local_options(options)
             t0 = time.perf_counter()
             rt = LocalRuntime(self.plan, self.kernels, self.dtypes, **options)
             value, stats, _ = rt.run(data)
             return Result(value, stats, time.perf_counter() - t0, trace=rt.trace.events)
         if runtime in RUNTIMES:
-            try:
-                mod = importlib.import_module(f"distal.runtime.{runtime}")
-            except ModuleNotFoundError as e:
-                if e.name and e.name.startswith("distal"):
-                    raise NotSupportedYet(f"runtime {runtime!r} is not in this version") from e
-                raise NotSupportedYet(
-                    f"runtime {runtime!r} needs {e.name!r}: pip install 'distal[{runtime}]'"
-                ) from e
+            mod = _runtime_module(f"distal.runtime.{runtime}", runtime, "")
             return mod.run(self, data, **options)
         raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
 
@@ -357,15 +372,7 @@ class BoundKernel:
             if is_block_source(x):  # read one owned block at a time (MPI sessions' blocks)
                 out[name] = check_source(name, x, t.shape)
                 continue
-            try:
-                arr = np.asarray(x)
-            except Exception as e:
-                raise InputError(f"input {name!r} cannot be read as an array: {e}") from e
-            if arr.dtype.kind not in "biufc":
-                raise InputError(f"input {name!r} has non-numeric dtype {arr.dtype}")
-            if arr.shape != t.shape:
-                raise InputError(f"input {name!r} has shape {arr.shape}; tensor expects {t.shape}")
-            out[name] = np.asarray(arr, dtype=t.dtype)
+            out[name] = dense_value(name, x, t)
         return out
 
     def computes(self) -> list[Any]:
@@ -381,26 +388,12 @@ class BoundKernel:
         if self.plan is None:
             return self.kernel.run(inputs, runtime, **options)
         if runtime == "local":
-            unknown = set(options) - {"trace", "progress"}
-            if unknown:
-                raise InputError(
-                    f"unknown option(s) {sorted(unknown)} for the local runtime; "
-                    "valid options are ['progress', 'trace']"
-                )
+            _local_options(options)
             from distal.runtime import sparse_local
 
             return sparse_local.run(self.plan, self.computes(), self.check_inputs(inputs))
         if runtime in RUNTIMES:
-            try:
-                mod = importlib.import_module(_SPARSE_RUNTIMES[runtime])
-            except ModuleNotFoundError as e:
-                if e.name and e.name.startswith("distal"):
-                    raise NotSupportedYet(
-                        f"sparse kernels on the {runtime!r} runtime are not in this version"
-                    ) from e
-                raise NotSupportedYet(
-                    f"runtime {runtime!r} needs {e.name!r}: pip install 'distal[{runtime}]'"
-                ) from e
+            mod = _runtime_module(_SPARSE_RUNTIMES[runtime], runtime, "sparse kernels on ")
             return mod.run(self, inputs, **options)
         raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
 
