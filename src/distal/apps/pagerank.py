@@ -25,6 +25,7 @@ the 1-norm (up to rounding).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -48,6 +49,22 @@ from distal.lang.nodes import Tensor, index_vars
 from distal.session import Session
 
 
+def _change(n: int, M: Machine, x_dist: str) -> dict[str, Any]:
+    """``dx = xn - x`` and ``e = dx . dx``: the squared change, a distributed scalar.
+
+    The change is a vector first: the squares of a difference summed as one statement
+    would be expanded into products of x and xn and cancel near convergence.
+    """
+    (i,) = index_vars("i")
+    xn = Tensor("pr_xn", (n,), dist="i -> i", machine=M)
+    x = Tensor("pr_x", (n,), dist=x_dist, machine=M)
+    dx = Tensor("pr_dx", (n,), dist="i -> i", machine=M)
+    dx[i] = xn[i] - x[i]
+    e, dx2 = scalar("pr_e", M), Tensor("pr_dx", (n,), dist="i -> i", machine=M)
+    e[()] = dx2[i] * dx2[i]
+    return {"diff": owner(dx, i, M), "change": owner(e, i, M)}
+
+
 def _kernels(n: int, d: float, M: Machine) -> dict[str, Any]:
     i, j = index_vars("i j")
     # x is always read replicated: the product needs it so, the other kernel reads its own
@@ -57,14 +74,7 @@ def _kernels(n: int, d: float, M: Machine) -> dict[str, Any]:
     c = scalar("pr_c", M, "*")
     xn = Tensor("pr_xn", (n,), dist="j -> j", machine=M)
     xn[j] = G[j, i] * x[i] * d + c[()]
-    # the change as a vector first: the squares of a difference summed as one statement
-    # would be expanded into products of x and xn and cancel near convergence
-    xn2 = Tensor("pr_xn", (n,), dist="i -> i", machine=M)
-    dx = Tensor("pr_dx", (n,), dist="i -> i", machine=M)
-    dx[i] = xn2[i] - x[i]
-    e, dx2 = scalar("pr_e", M), Tensor("pr_dx", (n,), dist="i -> i", machine=M)
-    e[()] = dx2[i] * dx2[i]
-    return {"step": owner(xn, j, M), "diff": owner(dx, i, M), "change": owner(e, i, M)}
+    return {"step": owner(xn, j, M), **_change(n, M, "i -> *")}
 
 
 def _sparse_kernels(n: int, d: float, M: Machine, split: str) -> dict[str, Any]:
@@ -73,7 +83,7 @@ def _sparse_kernels(n: int, d: float, M: Machine, split: str) -> dict[str, Any]:
     ``xn = d * y + c`` with ``c = (d * m + 1 - d) / n`` replicated."""
     i, j = index_vars("i j")
     ks = {"spmv": spmv("pr_y", "pr_Gs", "pr_x", n, n, M, split)}
-    m, x, dm = scalar("pr_m", M), Tensor("pr_x", (n,), dist="i -> i", machine=M), None
+    m, x = scalar("pr_m", M), Tensor("pr_x", (n,), dist="i -> i", machine=M)
     dm = Tensor("pr_dmask", (n,), dist="i -> i", machine=M)
     m[()] = x[i] * dm[i]
     ks["mass"] = owner(m, i, M)
@@ -82,14 +92,40 @@ def _sparse_kernels(n: int, d: float, M: Machine, split: str) -> dict[str, Any]:
     xn = Tensor("pr_xn", (n,), dist="j -> j", machine=M)
     xn[j] = y[j] * d + c[()]
     ks["step"] = owner(xn, j, M)
-    xn2 = Tensor("pr_xn", (n,), dist="i -> i", machine=M)
-    x2 = Tensor("pr_x", (n,), dist="i -> i", machine=M)
-    dx = Tensor("pr_dx", (n,), dist="i -> i", machine=M)
-    dx[i] = xn2[i] - x2[i]
-    e, dx2 = scalar("pr_e", M), Tensor("pr_dx", (n,), dist="i -> i", machine=M)
-    e[()] = dx2[i] * dx2[i]
-    ks["diff"], ks["change"] = owner(dx, i, M), owner(e, i, M)
-    return ks
+    return {**ks, **_change(n, M, "i -> i")}
+
+
+def _iterate(
+    sess: Session,
+    ks: dict[str, Any],
+    n: int,
+    d: float,
+    tol: float,
+    maxiter: int,
+    before: Callable[[], None] | None = None,
+) -> np.ndarray:
+    """The power iteration on a session whose kernels ``ks`` make ``pr_xn`` from ``pr_x``
+    (``before`` runs first in each iteration), checkpointed per iteration."""
+    bound = d / (1 - d) * np.sqrt(n)
+    loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="latest")
+    bar = progress(sess, maxiter, "pagerank iterations")
+    try:
+        for it in loop:
+            if before is not None:
+                before()
+            sess.run(ks["step"])
+            sess.run(ks["diff"])
+            sess.run(ks["change"])
+            rename(sess, "pr_xn", "pr_x")
+            err = bound * float(np.sqrt(sess.get("pr_e")))
+            bar.update(it + 1, note=f"error bound {err:.2e}")
+            if err <= tol:
+                break
+    finally:
+        loop.close()  # the last finished iteration is saved
+        bar.close()
+    x = sess.get("pr_x")
+    return x / x.sum()
 
 
 def pagerank(
@@ -144,24 +180,7 @@ def pagerank(
     sess.put("pr_G", np.ascontiguousarray(G))
     sess.put("pr_c", np.array((1 - d) / n))
     sess.put("pr_x", np.full(n, 1.0 / n))
-    bound = d / (1 - d) * np.sqrt(n)
-    loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="latest")
-    bar = progress(sess, maxiter, "pagerank iterations")
-    try:
-        for it in loop:
-            sess.run(ks["step"])
-            sess.run(ks["diff"])
-            sess.run(ks["change"])
-            rename(sess, "pr_xn", "pr_x")
-            err = bound * float(np.sqrt(sess.get("pr_e")))
-            bar.update(it + 1, note=f"error bound {err:.2e}")
-            if err <= tol:
-                break
-    finally:
-        loop.close()  # the last finished iteration is saved
-        bar.close()
-    x = sess.get("pr_x")
-    return x / x.sum()
+    return _iterate(sess, ks, n, d, tol, maxiter)
 
 
 def _pagerank_sparse(
@@ -188,24 +207,10 @@ def _pagerank_sparse(
     sess.put("pr_Gs", G)
     sess.put("pr_dmask", dangling.astype(np.float64))
     sess.put("pr_x", np.full(n, 1.0 / n))
-    bound = d / (1 - d) * np.sqrt(n)
-    loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="latest")
-    bar = progress(sess, maxiter, "pagerank iterations")
-    try:
-        for it in loop:
-            sess.run(ks["spmv"])
-            sess.run(ks["mass"])
-            sess.put("pr_c", np.array((d * float(sess.get("pr_m")) + 1 - d) / n))
-            sess.run(ks["step"])
-            sess.run(ks["diff"])
-            sess.run(ks["change"])
-            rename(sess, "pr_xn", "pr_x")
-            err = bound * float(np.sqrt(sess.get("pr_e")))
-            bar.update(it + 1, note=f"error bound {err:.2e}")
-            if err <= tol:
-                break
-    finally:
-        loop.close()
-        bar.close()
-    x = sess.get("pr_x")
-    return x / x.sum()
+
+    def product_and_mass() -> None:  # G x, and the dangling mass spread uniformly
+        sess.run(ks["spmv"])
+        sess.run(ks["mass"])
+        sess.put("pr_c", np.array((d * float(sess.get("pr_m")) + 1 - d) / n))
+
+    return _iterate(sess, ks, n, d, tol, maxiter, product_and_mass)
