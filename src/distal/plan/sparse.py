@@ -746,9 +746,7 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     if single:
         pattern = Coords.of_array(drv, a.svars, access_of[a.driver])
         n_ent = drv.nnz
-        ident = _identity(n_ent)
-        _RANGE["ident"] = ident  # views of it are the processors' entry lists
-        term_rows.append({a.driver: ident})
+        term_rows.append({a.driver: _identity(n_ent)})
         term_entries.append(None)
         keys = None
     else:
@@ -783,6 +781,8 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
             if len(sv_ext)
             else np.zeros((0, n_ent), np.int64)
         )
+    # the entries' numbers: a processor's entries, a slice, are a view of it
+    ident = term_rows[0][a.driver] if single else _identity(n_ent)
     # -- which processor visits which entry ----------------------------------------------
     grid = a.grid
     P = a.nprocs
@@ -855,6 +855,7 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
                     p,
                     pcoords,
                     cache,
+                    ident,
                 )
             needs[name] = need
             ow, owned[name][p] = _owned(a, name, arrays, sown, p, pcoords)
@@ -864,11 +865,12 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
         owned_words += ow
         terms = []
         for t, rows, tent in zip(a.terms, term_rows, term_entries, strict=True):
-            terms.append(_term_plan(a, t, rows, tent, ent, needs, out, box, arrays))
+            terms.append(_term_plan(a, t, rows, tent, ent, needs, out, box, ident))
         iters = _n(ent) * vol
+        letters = _letters(a, a.output_access())
         procs.append(
-            ProcPlan(p, _arr(ent), box, needs, out, tuple(terms), _letters(a, a.output_access()),
-                     iters, owned_words)
+            ProcPlan(p, _arr(ent, ident), box, needs, out, tuple(terms), letters, iters,
+                     owned_words)
         )  # fmt: skip
     moved = _count(a, procs, stats)
     return SparsePlan(
@@ -1090,12 +1092,13 @@ def _sparse_need(
     p: int,
     pcoords: np.ndarray,
     cache: dict,
+    ident: np.ndarray,
 ) -> Need:
     parts = []
     for rows, tent in zip(term_rows, term_entries, strict=True):
         if name not in rows:
             continue
-        k = ent if tent is None else _term_local(_arr(ent), tent)[1]
+        k = ent if tent is None else _term_local(_arr(ent, ident), tent)[1]
         parts.append(rows[name][k])
     used = parts[0] if len(parts) == 1 else np.unique(np.concatenate(parts))
     if len(used) > 1 and not _is_run(used) and np.any(np.diff(used) < 0):
@@ -1167,17 +1170,9 @@ def _n(ent: Any) -> int:
     return ent.stop - ent.start if isinstance(ent, slice) else len(ent)
 
 
-_RANGE: weakref.WeakValueDictionary[str, np.ndarray] = weakref.WeakValueDictionary()
-
-
-def _arr(ent: Any) -> np.ndarray:
-    """A selection as indices (a slice: a view of the bind's one identity array)."""
-    if isinstance(ent, slice):
-        ident = _RANGE.get("ident")
-        if ident is None or len(ident) < ent.stop:
-            ident = _RANGE["ident"] = _identity(ent.stop)
-        return ident[ent.start : ent.stop]
-    return ent
+def _arr(ent: Any, ident: np.ndarray) -> np.ndarray:
+    """A selection as indices (a slice: a view of the bind's identity array ``ident``)."""
+    return ident[ent] if isinstance(ent, slice) else ent
 
 
 def _term_local(ent: np.ndarray, tent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1315,12 +1310,12 @@ def _term_plan(
     needs: dict[str, Need],
     out: Need,
     box: dict[IndexVar, Interval],
-    arrays: dict[str, SparseArray],
+    ident: np.ndarray,
 ) -> TermPlan:
     if tent is None:
         local, k = None, ent
     else:
-        local, k = _term_local(_arr(ent), tent)
+        local, k = _term_local(_arr(ent, ident), tent)
     sparse = []
     for f in t.sparse:
         name = t.factors[f].tensor.name
