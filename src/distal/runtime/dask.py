@@ -36,6 +36,8 @@ to the parts in :mod:`distal.runtime.elastic`, which do the work.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from distributed import Client, LocalCluster, as_completed, get_worker
@@ -75,18 +77,26 @@ def _connect(opts: Options) -> tuple[Client, list[Any]]:
     )
 
 
-def run(kernel: Any, data: dict[str, Any], **options: Any) -> Any:
-    """Run ``kernel`` on Dask; see the module docstring and ``docs/elastic.md``."""
-    opts = Options.parse(options)
+@contextmanager
+def connected(opts: Options) -> Iterator[Any]:
+    """The client a run uses (``opts.client``'s, or a local cluster's), closing what this
+    run started when it ends."""
     client, owned = _connect(opts)
     try:
-        return Driver(kernel, data, opts, client, as_completed, get_worker).run()
+        yield client
     finally:
         for thing in owned:
             try:
                 thing.close()
             except Exception:  # pragma: no cover - best effort shutdown
                 pass
+
+
+def run(kernel: Any, data: dict[str, Any], **options: Any) -> Any:
+    """Run ``kernel`` on Dask; see the module docstring and ``docs/elastic.md``."""
+    opts = Options.parse(options)
+    with connected(opts) as client:
+        return Driver(kernel, data, opts, client, as_completed, get_worker).run()
 
 
 __all__ = [

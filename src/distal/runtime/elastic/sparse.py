@@ -853,15 +853,8 @@ def run(
         raise InputError("the sparse dask runtime takes a bound sparse kernel (kernel.bind)")
     opts = _options({"client": client, "checkpoint": checkpoint, **options})
     data = bound.check_inputs(inputs)
-    c, owned = adapter._connect(opts)
-    try:
+    with adapter.connected(opts) as c:
         return _Run(bound.plan, data, opts, c).run()
-    finally:
-        for thing in owned:
-            try:
-                thing.close()
-            except Exception:  # pragma: no cover - best effort shutdown
-                pass
 
 
 class _Run:

@@ -36,7 +36,7 @@ import math
 import time
 import zlib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, NoReturn
 
 import numpy as np
@@ -68,17 +68,8 @@ from distal.runtime.sparse_exec import (
 #: the options this runtime takes (``_fail_on_rank``: testing only)
 OPTIONS = ("gather", "comm", "_fail_on_rank")
 
-#: the per-rank counts all-gathered into ``Stats`` (in its field order)
-STAT_FIELDS = (
-    "words_received",
-    "words_sent",
-    "messages_received",
-    "messages_sent",
-    "iterations",
-    "peak_words",
-    "index_words_received",
-    "index_words_sent",
-)
+#: the per-rank counts all-gathered into ``Stats`` (its compared fields, in their order)
+STAT_FIELDS = tuple(f.name for f in fields(Stats) if f.compare)
 
 Layout = list[tuple[tuple[int, ...], np.dtype]]  # one piece's arrays: (shape, dtype) each
 
