@@ -18,6 +18,7 @@ from distal.plan.printer import explain, program_text
 from distal.plan.sinks import PlanSummary
 from distal.plan.sparse import Analysis, is_sparse_schedule
 from distal.plan.stats import Stats
+from distal.runtime.inputs import dense_value
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source
 from distal.schedule.api import Schedule
@@ -30,21 +31,6 @@ _SPARSE_RUNTIMES = {
     "mpi": "distal.runtime.mpi.sparse",
     "dask": "distal.runtime.elastic.sparse",
 }
-
-
-def dense_value(name: str, x: Any, t: Any) -> np.ndarray:
-    """Input ``name`` for dense tensor ``t``: a numeric array of its shape, in its dtype."""
-    try:
-        arr = np.asarray(x)
-    except Exception as e:
-        raise InputError(f"input {name!r} cannot be read as an array: {e}") from e
-    if arr.dtype.kind not in "biufc":
-        raise InputError(f"input {name!r} has non-numeric dtype {arr.dtype}")
-    if arr.dtype.kind == "c" and t.dtype.kind != "c":
-        raise InputError(f"input {name!r} is complex but tensor {name!r} is {t.dtype}")
-    if arr.shape != t.shape:
-        raise InputError(f"input {name!r} has shape {arr.shape}; tensor expects {t.shape}")
-    return np.asarray(arr, dtype=t.dtype)
 
 
 def _local_options(options: Mapping[str, Any]) -> None:
