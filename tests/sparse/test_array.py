@@ -107,8 +107,11 @@ def test_csr_layout_of_a_small_matrix() -> None:
     """The picture in docs/sparse.md."""
     d = np.array([[5, 0, 0, 1], [0, 0, 0, 0], [0, 2, 3, 0]], dtype=float)
     a = SparseArray.from_dense(d, "csr")
-    assert a.levels[0] == a.levels[0]
-    assert a.levels[0].kind == "d"
+    assert [lv.kind for lv in a.levels] == ["d", "c"]
+    ref = sp.csr_array(d)  # scipy's own CSR arrays of the same matrix
+    assert a.pos[1].tolist() == ref.indptr.tolist()
+    assert a.crd[1].tolist() == ref.indices.tolist()
+    assert a.vals.tolist() == ref.data.tolist()
     assert a.levels[0].size == 3
     assert a.pos[0] is None
     assert a.crd[0] is None
