@@ -78,3 +78,27 @@ def test_explain_lists_a_processors_program(capsys) -> None:
     out = capsys.readouterr().out
     assert "program of processor 3" in out
     assert "fetch B[4:8, 0:8]: [4:8, 0:4] from 2, [4:8, 4:8] own" in out
+
+
+@pytest.mark.parametrize("where", ["/proc/x.png", "FILE/x.png"])
+def test_plot_to_an_unwritable_place_is_a_viz_error(tmp_path, capsys, where):
+    """``-o`` naming a place that cannot hold a file: one VizError line, exit 2."""
+    pytest.importorskip("distal.algorithms")
+    (tmp_path / "FILE").write_text("a regular file, not a directory")
+    path = where.replace("FILE", str(tmp_path / "FILE"))
+    argv = ["plot", "ik,kj->ij", "--n", "8", "--machine", "2x2", "--algorithm", "summa"]
+    assert main([*argv, "-o", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: VizError: cannot write the picture to")
+    assert repr(path) in err
+    assert "Traceback" not in err
+
+
+def test_plot_api_raises_viz_error_for_an_unwritable_path():
+    import distal as dl
+    from distal.viz import VizError
+
+    pytest.importorskip("distal.algorithms")
+    kernel = dl.algorithms.summa(8, machine=dl.Machine(2, 2)).compile()
+    with pytest.raises(VizError, match=r"/proc/x\.png"):
+        kernel.plot_distribution("B", "/proc/x.png")

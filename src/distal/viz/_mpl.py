@@ -34,13 +34,21 @@ def figure(width: float, height: float) -> Any:
 
 
 def save(fig: Any, path: str | Path | None, dpi: int = 120) -> Any:
-    """Write ``fig`` to ``path`` (format from the suffix: .png, .svg, .pdf) and return it."""
+    """Write ``fig`` to ``path`` (format from the suffix: .png, .svg, .pdf) and return it.
+
+    A path that cannot be written (a missing or read-only directory, ``/proc``) raises
+    :class:`VizError` naming it, so the command line prints one line, not matplotlib's
+    traceback from deep inside its savers."""
     if path is not None:
         p = Path(path)
         if p.suffix.lower() not in (".png", ".svg", ".pdf", ".jpg", ".jpeg"):
             raise VizError(f"cannot save a picture as {str(p)!r}: use .png, .svg or .pdf")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(p, dpi=dpi)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(p, dpi=dpi)
+        except OSError as e:  # unwritable, missing or special place: say which, no traceback
+            why = e.strerror or type(e).__name__
+            raise VizError(f"cannot write the picture to {str(p)!r}: {why}") from e
     return fig
 
 
