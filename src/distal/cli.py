@@ -205,10 +205,35 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # a closed pipe shows here, not in the interpreter's exit flush
+        return code
+    except BrokenPipeError:
+        return closed_pipe()
     except dl.DistalError as e:
         print(f"error: {type(e).__name__}: {e}", file=sys.stderr)
         return 1 if isinstance(e, dl.RuntimeFailure) else 2
+
+
+SIGPIPE_EXIT = 128 + 13  # what a shell reports for a tool that SIGPIPE ended (`yes | head`)
+
+
+def closed_pipe() -> int:
+    """The reader of stdout went away (``distal checkpoint --json | head``): stop quietly.
+
+    Python ignores SIGPIPE, so a write to a closed pipe raises ``BrokenPipeError`` instead
+    of ending the process as it ends C tools. Pointing stdout at devnull keeps the
+    interpreter's final flush from raising it again; the exit status is the one such a
+    tool gets, so ``set -o pipefail`` scripts see the same thing for distal as for ``cat``.
+    """
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (a test's capture): nothing to do
+        pass
+    return SIGPIPE_EXIT
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
