@@ -48,7 +48,7 @@ def test_pagerank_matches_numpy_power_iteration() -> None:
 
 
 def test_pagerank_of_a_sparse_input_and_damping() -> None:
-    sp = pytest.importorskip("scipy.sparse")
+    sp = pytest.importorskip("scipy.sparse", reason="needs scipy (sparse extra)")
     a = graph(n=60, seed=4, dangling=5)
     x = dl.apps.pagerank(sp.csr_array(a), machine=2, damping=0.5)
     assert np.max(np.abs(x - numpy_pagerank(a, d=0.5))) <= 1e-10
@@ -65,7 +65,7 @@ def test_cg_matches_numpy_solve() -> None:
 
 
 def test_cg_sparse_inputs() -> None:
-    sp = pytest.importorskip("scipy.sparse")
+    sp = pytest.importorskip("scipy.sparse", reason="needs scipy (sparse extra)")
     A, b = spd(n=30, seed=5)
     x, _ = dl.apps.cg(sp.csr_matrix(A), b, machine=3)
     assert np.max(np.abs(x - np.linalg.solve(A, b))) <= 1e-8

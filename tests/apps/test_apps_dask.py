@@ -10,8 +10,8 @@ import pytest
 
 import distal as dl
 
-distributed = pytest.importorskip("distributed")
-sps = pytest.importorskip("scipy.sparse")
+distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
+sps = pytest.importorskip("scipy.sparse", reason="needs scipy (sparse extra)")
 
 from _problems import (  # noqa: E402
     cp_tensor,

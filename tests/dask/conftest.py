@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
 
 
 @pytest.fixture(scope="module")

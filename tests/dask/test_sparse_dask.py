@@ -28,7 +28,7 @@ from distal.runtime.elastic import sparse as es
 from distal.runtime.sparse_exec import Compute, owned_data
 from distal.sparse.array import SparseArray
 
-distributed = pytest.importorskip("distributed")
+distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
 

@@ -23,7 +23,7 @@ from distal.runtime.elastic import sparse as es
 from distal.runtime.elastic.tasks import Ctx, VerificationFailed
 from distal.runtime.sparse_exec import Compute, owned_data, reduce_output
 
-pytest.importorskip("distributed")
+pytest.importorskip("distributed", reason="needs distributed (dask extra)")
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(90)]
 

@@ -72,7 +72,6 @@ def test_named_algorithms(nprocs: int) -> None:
 
 @pytest.mark.parametrize("nprocs", SIZES)
 def test_algorithm_library(nprocs: int) -> None:
-    pytest.importorskip("distal.algorithms", reason="no algorithm library in this version")
     from _mpi_cases import library_cases
 
     job = run_job(nprocs, "library")

@@ -242,7 +242,7 @@ def test_killed_loop_resumes_exactly_dask_with_a_worker_killed(tmp_path: Path) -
     """On Dask: one of the two worker processes is SIGKILLed in iteration 2 (the run
     finishes on the other), then the whole driver in iteration 4; the restart resumes after
     iteration 3 and ends equal to an uninterrupted run."""
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs distributed (dask extra)")
     killed_and_resumed([sys.executable], tmp_path, "dask", {"LOOP_KILL_WORKER_AT": "2"})
 
 

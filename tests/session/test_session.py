@@ -277,7 +277,7 @@ def test_targets_the_copy_kernel_cannot_express_are_not_supported() -> None:
 
 
 def test_dask_session_holds_values_on_the_driver() -> None:
-    pytest.importorskip("distributed")
+    pytest.importorskip("distributed", reason="needs distributed (dask extra)")
     n = 8
     rng = np.random.default_rng(4)
     b, c = rng.random((n, n)), rng.random((n, n))

@@ -95,7 +95,7 @@ def test_local_preset_is_calibrated(kernels):
 
 
 def test_plot_and_chrome_trace(tmp_path, kernels):
-    pytest.importorskip("matplotlib")
+    pytest.importorskip("matplotlib", reason="needs matplotlib (viz extra)")
     sim = simulate(kernels["johnson"], EDR)
     sim.plot(tmp_path / "g.png")
     assert (tmp_path / "g.png").stat().st_size > 5000

@@ -31,7 +31,7 @@ def test_routing_table_compares_both_routings(monkeypatch):
 
 def test_validation_smoke(tmp_path):
     """The whole procedure on tiny cases: MPI ranks, the local runtime, both simulations."""
-    pytest.importorskip("mpi4py")
+    pytest.importorskip("mpi4py", reason="needs mpi4py (mpi extra)")
     if not (Path(sys.executable).parent / "mpiexec").is_file():
         pytest.skip("no mpiexec beside the interpreter")
     cases = validate.SMALL

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="needs matplotlib (viz extra)")
 
 import distal as dl
 from distal.sparse.generate import rmat, zipf_tensor

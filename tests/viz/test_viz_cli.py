@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="needs matplotlib (viz extra)")
 
 from distal.cli import main
 from distal.viz.cli_support import canonical, parse_expression, product_form
@@ -24,7 +24,6 @@ def test_parse_index_notation_and_einsum():
 
 
 def test_explain(capsys):
-    pytest.importorskip("distal.algorithms")
     assert main(["explain", GEMM, "--n", "32", "--machine", "2x2", "--algorithm", "cannon"]) == 0
     out = capsys.readouterr().out
     assert "rotate" in out
@@ -33,7 +32,6 @@ def test_explain(capsys):
 
 @pytest.mark.parametrize("kind", ["distribution", "traffic", "timeline", "simulated"])
 def test_plot(tmp_path, capsys, kind):
-    pytest.importorskip("distal.algorithms")
     path = tmp_path / f"{kind}.png"
     argv = ["plot", "ik,kj->ij", "--n", "32", "--machine", "2x2", "--algorithm", "summa"]
     assert main([*argv, "--kind", kind, "--tensor", "B", "-o", str(path)]) == 0
@@ -41,7 +39,6 @@ def test_plot(tmp_path, capsys, kind):
 
 
 def test_simulate(tmp_path, capsys):
-    pytest.importorskip("distal.algorithms")
     argv = ["simulate", "ijk,jl,kl->il", "--n", "16", "--machine", "2x2x2", "--algorithm"]
     trace = tmp_path / "sim.json"
     assert main([*argv, "mttkrp", "--network", "fat-tree-hdr", "--chrome-trace", str(trace)]) == 0
@@ -51,7 +48,6 @@ def test_simulate(tmp_path, capsys):
 
 
 def test_auto(capsys):
-    pytest.importorskip("distal.cost.autoschedule")
     assert main(["explain", GEMM, "--n", "32", "--machine", "4", "--algorithm", "auto"]) == 0
     assert "per processor" in capsys.readouterr().out
 
@@ -66,7 +62,6 @@ def test_auto(capsys):
     ],
 )
 def test_errors_name_the_culprit(capsys, argv, needle):
-    pytest.importorskip("distal.algorithms")
     assert main(argv) == 2
     assert needle in capsys.readouterr().err
 
@@ -83,7 +78,6 @@ def test_explain_lists_a_processors_program(capsys) -> None:
 @pytest.mark.parametrize("where", ["/proc/x.png", "FILE/x.png"])
 def test_plot_to_an_unwritable_place_is_a_viz_error(tmp_path, capsys, where):
     """``-o`` naming a place that cannot hold a file: one VizError line, exit 2."""
-    pytest.importorskip("distal.algorithms")
     (tmp_path / "FILE").write_text("a regular file, not a directory")
     path = where.replace("FILE", str(tmp_path / "FILE"))
     argv = ["plot", "ik,kj->ij", "--n", "8", "--machine", "2x2", "--algorithm", "summa"]
@@ -98,7 +92,6 @@ def test_plot_api_raises_viz_error_for_an_unwritable_path():
     import distal as dl
     from distal.viz import VizError
 
-    pytest.importorskip("distal.algorithms")
     kernel = dl.algorithms.summa(8, machine=dl.Machine(2, 2)).compile()
     with pytest.raises(VizError, match=r"/proc/x\.png"):
         kernel.plot_distribution("B", "/proc/x.png")

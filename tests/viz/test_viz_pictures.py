@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="needs matplotlib (viz extra)")
 
 from kernels_for_viz import cannon, johnson, ttm_replicated, vector
 
@@ -112,7 +112,7 @@ def test_progress_silent_when_not_a_terminal():
 
 
 def test_progress_forced_and_switched_off(monkeypatch):
-    pytest.importorskip("rich")
+    pytest.importorskip("rich", reason="needs rich (viz extra)")
     out = io.StringIO()
     with Progress(2, 3, enabled=True, stream=out) as bar:
         for s in range(2):

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-pytest.importorskip("matplotlib")
+pytest.importorskip("matplotlib", reason="needs matplotlib (viz extra)")
 
 from kernels_for_viz import cannon, johnson, vector
 
@@ -87,8 +87,7 @@ def test_traffic_on_a_long_line_has_a_few_integer_ticks():
 
 
 def test_hierarchical_machine_labels_node_and_processor():
-    algorithms = pytest.importorskip("distal.algorithms")
-    alg = algorithms.hierarchical_summa(16, machine=dl.Machine(2, 2).nest(dl.Machine(2)))
+    alg = dl.algorithms.hierarchical_summa(16, machine=dl.Machine(2, 2).nest(dl.Machine(2)))
     got = labels(alg.compile().plot_traffic().axes[1], "x")
     assert got[:3] == ["(0,0|0)", "(0,0|1)", "(0,1|0)"]
     assert len(got) == 8
