@@ -265,20 +265,22 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     for run in args.remove:
         print(f"removed {ct.remove(args.location, run)}")
 
-    def targets(run: str) -> list[str]:
-        return [r.run for r in ct.runs(args.location)] if run == "all" else [run]
+    def targets(run: str) -> list[str]:  # full run names: what is printed is what was acted on
+        if run == "all":
+            return [r.run for r in ct.runs(args.location)]
+        return [ct.find(args.location, run).run]
 
     if args.clean:
         for run in targets(args.clean):
             gone = ct.remove_temporaries(args.location, run, args.older_than)
-            print(f"{run[:16]}  removed {len(gone)} half-written entries")
+            print(f"{run}  removed {len(gone)} half-written entries")
     if args.verify:
         damaged = 0
         for run in targets(args.verify):
             res = ct.verify(args.location, run)
             bad = res[ct.CORRUPT]
             note = f": {', '.join(bad)}" if bad else ""
-            print(f"{run[:16]}  {len(res[ct.OK])} entries ok, {len(bad)} corrupt{note}")
+            print(f"{run}  {len(res[ct.OK])} entries ok, {len(bad)} corrupt{note}")
             damaged += len(bad)
         return 1 if damaged else 0
     found = ct.runs(args.location)
@@ -288,8 +290,9 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     if not found:
         print(f"no runs in {args.location}")
         return 0
+    w = max(16, *(len(r.run) for r in found))  # names in full: two runs never look alike
     print(
-        f"{'run':<16}  {'complete':>8}  {'entries':>7}  {'blocks':>6}  {'size':>10}  "
+        f"{'run':<{w}}  {'complete':>8}  {'entries':>7}  {'blocks':>6}  {'size':>10}  "
         f"{'modified':<16}  statement"
     )
     for r in found:
@@ -299,9 +302,9 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
             else "?"
         )
         print(
-            f"{r.run[:16]:<16}  {'yes' if r.complete else 'no':>8}  {r.entries:>7}  "
+            f"{r.run:<{w}}  {'yes' if r.complete else 'no':>8}  {r.entries:>7}  "
             f"{r.blocks:>6}  {ct.size_text(r.nbytes):>10}  {when:<16}  {r.statement or '?'}"
         )
         if r.temporaries:
-            print(f"{'':<16}  {r.temporaries} half-written entries (see --clean)")
+            print(f"{'':<{w}}  {r.temporaries} half-written entries (see --clean)")
     return 0

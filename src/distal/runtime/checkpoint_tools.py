@@ -106,13 +106,25 @@ def runs(location: str | os.PathLike[str]) -> list[RunInfo]:
 
 
 def find(location: str | os.PathLike[str], run: str) -> RunInfo:
-    """The run whose key is ``run`` or starts with it (unambiguously)."""
+    """The run named exactly ``run``, or the one run key (a hash) that starts with it.
+
+    A prefix stands for a run key only: a session iteration
+    (``sessions/<loop>/<iteration>``) is named in full, because there a prefix is a
+    different iteration's full name too (``sessions/fix/1`` would find ``sessions/fix/10``
+    once iteration 1 is no longer kept) and the tools must act on the run asked for.
+    """
     all_runs = runs(location)
-    hits = [r for r in all_runs if r.run == run] or [r for r in all_runs if r.run.startswith(run)]
+    hits = [r for r in all_runs if r.run == run]
+    if not hits and "/" not in run:
+        hits = [r for r in all_runs if "/" not in r.run and r.run.startswith(run)]
     if len(hits) != 1:
-        known = ", ".join(r.run[:12] for r in all_runs) or "none"
-        what = "matches no run" if not hits else f"matches {len(hits)} runs"
-        raise InputError(f"{run!r} {what} in {os.fspath(location)!r} (runs: {known})")
+        where = os.fspath(location)
+        if hits:
+            names = ", ".join(r.run for r in hits)
+            raise InputError(f"{run!r} is a prefix of {len(hits)} runs in {where!r}: {names}")
+        known = ", ".join(r.run for r in all_runs) or "none"
+        hint = " (a session iteration is named in full)" if "/" in run else ""
+        raise InputError(f"{run!r} matches no run in {where!r}{hint}; runs: {known}")
     return hits[0]
 
 
