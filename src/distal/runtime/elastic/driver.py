@@ -258,13 +258,14 @@ class Driver:
 
         # Finished blocks come straight from the checkpoint (checksummed) on the driver.
         present = store.names() if store is not None else set()
-        corrupt_blocks = 0
+        corrupt_blocks: set[str] = set()  # by name: the block's own task may find it too
         pending: dict[tuple[int, ...], Box] = {}
         for idx, box in blocks.items():
             arr = None
             if store is not None and block_name(idx) in present:
                 arr, status = store.load(block_name(idx))
-                corrupt_blocks += status == CORRUPT
+                if status == CORRUPT:
+                    corrupt_blocks.add(block_name(idx))
             if arr is None:
                 pending[idx] = box
             else:

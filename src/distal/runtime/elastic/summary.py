@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -25,7 +26,8 @@ class Summary:
     re-runs a task after losing the worker that ran it or held its result; with a checkpoint
     a re-run of a finished unit loads its saved partial instead and is not counted);
     ``lost_seconds`` estimates the compute time the lost executions had spent. ``corrupt``
-    counts checkpoint entries that failed their checksum and were recomputed.
+    counts checkpoint entries that failed their checksum and were recomputed, each entry
+    once (the driver and the task that recomputes a block may both find it damaged).
     ``per_worker`` is the number of tasks each worker finished (checkpoint loads included).
     ``speculative`` counts duplicates of straggling units submitted in the tail (see
     :mod:`.speculate`), ``speculative_won`` those that finished first and were used; the
@@ -80,7 +82,8 @@ class Summary:
             f"lost, {len(self.workers_lost)} worker(s) lost, {len(self.workers_joined)} joined",
         ]
         if self.corrupt:
-            lines.append(f"checkpoint: {self.corrupt} corrupt entr(y/ies) recomputed")
+            n = self.corrupt
+            lines.append(f"checkpoint: {n} corrupt {'entry' if n == 1 else 'entries'} recomputed")
         if self.verified:
             lines.append(f"verify: {self.verified} task(s) accepted by agreement")
         if self.checked or self.reductions_checked:
@@ -249,16 +252,23 @@ def summarize(
     logical: set[str],
     verify: int,
     reused_direct: int,
-    corrupt_blocks: int,
+    corrupt_blocks: int | Collection[str],
     workers_before: set[str],
     workers_after: set[str],
     checkpoint: str | None,
     speculative: int = 0,
     speculative_won: int = 0,
 ) -> Summary:
-    """The run's summary from its events (``logical``: the task names this run needed)."""
+    """The run's summary from its events (``logical``: the task names this run needed).
+
+    ``corrupt_blocks`` are the block entries the driver found damaged, by name: a unit that
+    alone computes a block is saved under the block's name and, re-run, finds the same
+    damaged entry and says so in its event, which must not count it a second time. A bare
+    count (names not kept) is added as it is.
+    """
     byname = events.by_name()
-    reused = computed = corrupt = recomputed = verified = same = 0
+    reused = computed = recomputed = verified = same = 0
+    corrupt: set[str] = set()  # entries, by name: each counts once
     lost = 0.0
     per_worker: dict[str, int] = defaultdict(int)
     seen_workers: set[str] = set()
@@ -277,7 +287,8 @@ def summarize(
             status = worked[-1].get("status") if worked else "reused"
             reused += status == "reused"
             computed += status != "reused"
-            corrupt += any(d.get("corrupt") for d in dones)
+            if any(d.get("corrupt") for d in dones):
+                corrupt.add(name)
             if status == "verified":
                 verified += 1
                 same += dones[-1].get("distinct", 0) < verify
@@ -291,7 +302,11 @@ def summarize(
         tasks_reused=reused + reused_direct,
         recomputed=recomputed,
         lost_seconds=lost,
-        corrupt=corrupt + corrupt_blocks,
+        corrupt=(
+            len(corrupt) + corrupt_blocks
+            if isinstance(corrupt_blocks, int)
+            else len(corrupt | set(corrupt_blocks))
+        ),
         per_worker=dict(per_worker),
         workers_joined=sorted((seen_workers | workers_after) - workers_before),
         workers_lost=sorted((workers_before | seen_workers) - workers_after),
