@@ -36,10 +36,15 @@ to the parts in :mod:`distal.runtime.elastic`, which do the work.
 
 from __future__ import annotations
 
+import ast
+import multiprocessing
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import dask.config
 from distributed import Client, LocalCluster, as_completed, get_worker
 
 from distal.errors import InputError
@@ -50,10 +55,101 @@ from distal.runtime.elastic.tasks import VerificationFailed
 from distal.runtime.elastic.units import GRANULARITIES, Unit, decompose
 
 
+def is_main_guard(stmt: ast.stmt) -> bool:
+    """``stmt`` is ``if __name__ == "__main__":`` (either operand order)."""
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+        return False
+    t = stmt.test
+    if len(t.ops) != 1 or not isinstance(t.ops[0], ast.Eq):
+        return False
+    sides = [t.left, t.comparators[0]]
+    names = [x.id for x in sides if isinstance(x, ast.Name)]
+    consts = [x.value for x in sides if isinstance(x, ast.Constant)]
+    return names == ["__name__"] and consts == ["__main__"]
+
+
+def unguarded_line(source: str, line: int) -> bool:
+    """Whether line ``line`` of a script is top-level code outside the body of an
+    ``if __name__ == "__main__":`` block (code a spawned worker process runs again)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return False  # cannot tell: let the run go ahead
+    for stmt in tree.body:
+        if stmt.lineno <= line <= (stmt.end_lineno or stmt.lineno):
+            if not is_main_guard(stmt):
+                return True
+            assert isinstance(stmt, ast.If)
+            return not any(b.lineno <= line <= (b.end_lineno or b.lineno) for b in stmt.body)
+    return False
+
+
+def _script_line() -> tuple[str, int] | None:
+    """(path, line) of the user's script's top-level statement that led to this call, if it
+    is unguarded; else None. Found from the stack: the frame running ``__main__``'s own
+    module code (``python script.py`` or ``python -m pkg.mod``; not a REPL or notebook,
+    whose ``__main__`` has no file and is never re-run)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path:
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (
+        frame.f_code.co_name == "<module>" and frame.f_globals is vars(main)
+    ):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    try:
+        source = Path(frame.f_code.co_filename).read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return (
+        (frame.f_code.co_filename, frame.f_lineno)
+        if unguarded_line(source, frame.f_lineno)
+        else None
+    )
+
+
+def _check_main_guard(opts: Options) -> None:
+    """Refuse to start a process pool from unguarded script code, before Dask starts one.
+
+    Dask starts worker processes with multiprocessing's ``spawn`` method (``forkserver``
+    does the same), which imports the script again in every new process; without an
+    ``if __name__ == "__main__":`` guard that re-runs the ``kernel.run`` call, each worker
+    tries to start a cluster of its own while it is being bootstrapped, and the run ends in
+    hundreds of lines of "Nanny failed to start". A worker process in that state is caught
+    too (multiprocessing's own ``_inheriting`` flag, the one its "bootstrapping phase"
+    check reads), in case the script's source could not be read.
+    """
+    method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+    if not opts.processes or method == "fork":
+        return
+    fix = (
+        'put the script\'s work under `if __name__ == "__main__":`, or pass client= (a '
+        "running distributed.Client or a scheduler address) or processes=False"
+    )
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise InputError(
+            "runtime='dask' was asked to start a LocalCluster inside a Dask worker process "
+            f"that is re-importing the main script ({method!r} start method): {fix}"
+        )
+    where = _script_line()
+    if where is not None:
+        path, line = where
+        raise InputError(
+            f"runtime='dask' without client= starts worker processes, and line {line} of "
+            f'{path} runs outside an `if __name__ == "__main__":` block: Dask\'s {method!r} '
+            "start method re-runs the script's top-level code in every worker, so each would "
+            f"start a cluster of its own; {fix}"
+        )
+
+
 def _connect(opts: Options) -> tuple[Client, list[Any]]:
     """The client to use and what to close afterwards (only what this run started)."""
     c = opts.client
     if c is None:
+        _check_main_guard(opts)
         cluster = LocalCluster(
             n_workers=opts.n_workers,
             threads_per_worker=1,
