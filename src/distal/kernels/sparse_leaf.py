@@ -452,3 +452,58 @@ class TermLeaf:
             x, y = (a.reshape(a.shape[0], wx) for a in xs)
             i1, i2 = self._idx
             _jit("sddmm")(ptr, rows, i1, i2, v, x, y, out.reshape(self._out_rows), zero)
+
+
+class EntryLeaves:
+    """A processor's leaf over stored entries (a Compute's ``EntryWork``), with every term's
+    index structure prepared once per plan; calling it with the processor's fetched values
+    adds the terms into the output and returns the iteration points its leaves visited."""
+
+    def __init__(self, work: Any, dtype: Any) -> None:
+        self.work = work
+        self.dtype = np.dtype(dtype)
+        ext = dict(work.extents)
+        self.leaves = [
+            TermLeaf(
+                t.out,
+                [d[1] for d in t.dense],
+                [d[2] for d in t.dense],
+                work.out_letters,
+                work.out_rows,
+                ext,
+            )
+            for t in work.terms
+        ]
+        self._union: dict[tuple[bool, ...], int] = {}
+
+    def __call__(self, out: np.ndarray, buffers: Mapping[str, Any]) -> int:
+        ran = []
+        for t, leaf in zip(self.work.terms, self.leaves, strict=True):
+            if leaf.entries == 0:
+                ran.append(False)
+                continue
+            v = None
+            for name, idx in t.sparse:
+                vals = buffers[name][0]
+                vals = vals if idx is None else vals[idx]
+                v = vals if v is None else v * vals
+            if t.coeff != 1:
+                v = v * t.coeff
+            leaf(out, np.ascontiguousarray(v, dtype=self.dtype),
+                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense])  # fmt: skip
+            ran.append(True)
+        return self._visited(tuple(ran)) * self.work.width
+
+    def _visited(self, ran: tuple[bool, ...]) -> int:
+        """Distinct entries the terms that ran cover."""
+        got = self._union.get(ran)
+        if got is None:
+            sets = [t.entries for t, r in zip(self.work.terms, ran, strict=True) if r]
+            if any(s is None for s in sets):
+                got = self.work.entries
+            elif not sets:
+                got = 0
+            else:
+                got = len(np.unique(np.concatenate(sets))) if len(sets) > 1 else len(sets[0])
+            self._union[ran] = got
+        return got

@@ -8,6 +8,11 @@ can be checked against it.
 Step ``s`` of every processor runs in four phases: fetches, compute, output
 flushes (partial sums sent to their owners), reductions of received partials.
 After the last step, final values go to the output's other replicas.
+
+Messages and instructions carry *regions* (:mod:`distal.plan.region`): dense boxes, rows of
+coordinates times a box, or stored positions of a sparse tensor. A plan bound to a sparse
+pattern is an ordinary plan whose regions are rows and entries and whose ``Compute`` runs
+over stored entries (:class:`EntryWork`); the runtimes execute both with one executor.
 """
 
 from __future__ import annotations
@@ -19,7 +24,8 @@ from distal.distribution.machine import Machine
 from distal.distribution.partition import Placement
 from distal.errors import InternalError
 from distal.lang.concrete import Statement
-from distal.typing import Box, box_volume
+from distal.plan.region import Region, words
+from distal.typing import Box
 
 FETCH, PARTIAL, FINAL = "fetch", "partial", "final"
 
@@ -40,14 +46,19 @@ class Message:
     tensor: str
     src: int
     dst: int
-    box: Box
+    box: Region
     hop: int = 0  # position of ``dst`` (fetch) / ``src`` (partial) in its routing tree; 0: direct
     relay: bool = False  # ``src`` forwards from its fetch buffer / ``dst`` combines and passes on
 
     @property
     def words(self) -> int:
         """Elements carried."""
-        return box_volume(self.box)
+        return words(self.box)
+
+    @property
+    def index_words(self) -> int:
+        """Coordinates and positions carried (pieces of a sparse tensor)."""
+        return getattr(self.box, "index_words", 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,17 +72,53 @@ class Fetch:
 
     step: int
     tensor: str
-    box: Box | None
-    pieces: tuple[tuple[int, Box], ...]
+    box: Region | None
+    pieces: tuple[tuple[int, Region], ...]
     view: bool
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TermWork:
+    """One term of a leaf over stored entries: ``coeff`` times the product of its sparse
+    factors' values (``sparse``: tensor and the row of its fetched values each entry reads,
+    None when it reads them in order) and its dense factors' rows (``dense``: tensor, row per
+    entry, the letters of its dense-loop dimensions), added into output row ``out``.
+    ``entries``: the processor's entries the term covers (None: all of them)."""
+
+    coeff: complex | float | int
+    sparse: tuple[tuple[str, object], ...]
+    dense: tuple[tuple[str, object, str], ...]
+    out: object
+    entries: object = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class EntryWork:
+    """A leaf over stored entries (a plan bound to a sparse pattern): its terms, the output's
+    rows and dense-loop letters, every letter's extent, and the number of entries visited
+    (each times the dense loops' ``width`` iterations)."""
+
+    terms: tuple[TermWork, ...]
+    out_letters: str
+    out_rows: int
+    extents: tuple[tuple[str, int], ...]
+    entries: int
+    width: int
+
+    @property
+    def iterations(self) -> int:
+        """Iteration points the leaf visits."""
+        return self.entries * self.width
 
 
 @dataclass(frozen=True, slots=True)
 class Compute:
-    """Run the leaf kernel over these boxes of the iteration space (statement variables)."""
+    """Run the leaf kernel over these boxes of the iteration space (statement variables),
+    or, with ``work``, over the stored entries it lists."""
 
     step: int
     boxes: tuple[Box, ...]
+    work: EntryWork | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +126,7 @@ class OpenOutput:
     """Start accumulating output ``box``; ``direct`` adds straight into the owned block."""
 
     step: int
-    box: Box
+    box: Region
     direct: bool
 
 
@@ -91,9 +138,9 @@ class Flush:
     """
 
     step: int
-    box: Box
-    sends: tuple[tuple[int, Box], ...]
-    local: tuple[Box, ...]
+    box: Region
+    sends: tuple[tuple[int, Region], ...]
+    local: tuple[Region, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +176,7 @@ class Reduce:
 
     step: int
     src: int
-    box: Box
+    box: Region
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +216,11 @@ class Plan:
             (step, kind, source, destination, tree position, tensor, box).
         primary: output block index -> the processor that reduces it.
         procs: the processors whose programs the plan holds (empty: every processor).
+        owned: the owned region of each processor for tensors whose ownership a pattern
+            decides (sparse tensors: their owned stored positions); others follow
+            ``placements``.
+        patterns: the patterns of a bound plan's sparse tensors (the output's with zero
+            values), what the runtimes assemble a sparse output into.
     """
 
     statement: Statement
@@ -183,6 +235,8 @@ class Plan:
     machine: Machine | None = None
     routing: str = "direct"
     procs: tuple[int, ...] = ()
+    owned: dict[str, tuple[Region | None, ...]] = field(default_factory=dict)
+    patterns: dict[str, object] = field(default_factory=dict)
 
     def ops(self, p: int) -> tuple[Op, ...]:
         """Processor ``p``'s instructions, in order."""
@@ -206,14 +260,20 @@ class Plan:
     def __hash__(self) -> int:
         return id(self)
 
+    def owned_region(self, name: str, p: int) -> Region | None:
+        """What processor ``p`` owns of tensor ``name`` (None: nothing)."""
+        if name in self.owned:
+            return self.owned[name][p]
+        pl = self.placements[name]
+        return pl.owned_box(self.coord_in(pl, p))
+
+    def tensor_names(self) -> tuple[str, ...]:
+        """Every tensor of the plan."""
+        return (*self.placements, *(n for n in self.owned if n not in self.placements))
+
     def owned_words(self, p: int) -> int:
         """Elements of every tensor that processor ``p`` owns."""
-        total = 0
-        for pl in self.placements.values():
-            box = pl.owned_box(self.coord_in(pl, p))
-            if box is not None:
-                total += box_volume(box)
-        return total
+        return sum(words(self.owned_region(n, p)) for n in self.tensor_names())
 
     @staticmethod
     def coord_in(pl: Placement, p: int) -> tuple[int, ...]:

@@ -8,8 +8,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from distal.plan.arrays import volumes
-from distal.plan.ir import FETCH, FINAL, PARTIAL
+from distal.plan.ir import (
+    FETCH,
+    FINAL,
+    PARTIAL,
+    Combine,
+    Compute,
+    Fetch,
+    Flush,
+    Message,
+    OpenOutput,
+    Plan,
+    Reduce,
+)
+from distal.plan.region import words
 from distal.plan.stats import Stats
+from distal.typing import box_volume
 
 Arr = np.ndarray
 
@@ -88,6 +102,7 @@ class Tally:
         self.P = P
         self.levels = levels
         self.totals = np.zeros((4, P), np.float64)  # words in, words out, messages in, out
+        self.index = np.zeros((2, P), np.float64)  # index words in, out (sparse pieces)
         self.lv = np.zeros((nlevels, P), np.float64)
         self.moved: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
         self.names = names
@@ -99,10 +114,15 @@ class Tally:
         self.arriving: dict[int, tuple[Arr, Arr]] = {}
         self.peak = np.zeros(P, np.int64)  # the most words beyond owned blocks, per processor
 
-    def add(self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None) -> None:
+    def add(
+        self, step, kind, tensor, src, dst, lo, hi, hop=None, relay=None, words=None, index=None
+    ) -> None:
         if len(src):
             words = volumes(lo, hi) if words is None else words
             self.apply(self.delta(step, kind, tensor, src, dst, words))
+            if index is not None:
+                self.index[0] += np.bincount(dst, weights=index, minlength=self.P)
+                self.index[1] += np.bincount(src, weights=index, minlength=self.P)
 
     def delta(self, step, kind, tensor, src, dst, words) -> tuple:
         """What one batch of messages adds to the counts (shared by the routings that send
@@ -188,3 +208,85 @@ class Tally:
         np.maximum(self.peak, now, out=self.peak)
 
 
+
+
+def count_plan(plan: Plan) -> PlanSummary:
+    """The exact stats of an enumerated plan, by the rules the engine's walk counts with:
+    its messages through a :class:`Tally` (words, messages, index words, machine levels,
+    per step), and memory by the plan's memory model read off the programs (what the
+    runtimes measure): owned regions, plus at the end of each step the fetch buffers in use
+    and those prefetched for the next step (views of owned data are free), the open partial
+    output buffer unless it is the owned block, and the partial sums received in the step.
+    """
+    P, S = plan.nprocs, plan.nsteps
+    names = list(plan.tensor_names())
+    tid = {n: k for k, n in enumerate(names)}
+    nlevels = plan.machine.nlevels if plan.machine is not None else 1
+    tally = Tally(
+        P, S, names, nlevels,
+        lambda s, d: np.array([plan.level_of(a, b) for a, b in zip(s, d, strict=True)], np.int64),
+    )  # fmt: skip
+    groups: dict[tuple[int, int, int], list[Message]] = defaultdict(list)
+    for m in plan.messages:
+        groups[(m.step, KINDS.index(m.kind), tid[m.tensor])].append(m)
+    for (step, kind, t), ms in sorted(groups.items()):
+        src = np.array([m.src for m in ms], np.int64)
+        dst = np.array([m.dst for m in ms], np.int64)
+        w = np.array([m.words for m in ms], np.float64)
+        iw = np.array([m.index_words for m in ms], np.float64)
+        tally.add(step, kind, t, src, dst, None, None, words=w, index=iw if iw.any() else None)
+    peak = [0] * P
+    iterations = [0] * P
+    for p in range(P):
+        for op in plan.ops(p):
+            if isinstance(op, Compute):
+                iterations[p] += (
+                    op.work.iterations if op.work is not None else sum(map(box_volume, op.boxes))
+                )
+        peak[p] = plan.owned_words(p) + max(_extra_by_step(plan, p), default=0)
+    wr, ws, mr, ms_ = (tally.ints(x) for x in tally.totals)
+    ir_, is_ = (tally.ints(x) for x in tally.index)
+    st = Stats(
+        words_received=wr,
+        words_sent=ws,
+        messages_received=mr,
+        messages_sent=ms_,
+        iterations=iterations,
+        peak_words=peak,
+        index_words_received=ir_,
+        index_words_sent=is_,
+        level_words_received=tally.level_words(),
+    )
+    ps = None if tally.per_step is None else np.rint(tally.per_step).astype(np.int64)
+    return PlanSummary(st, dict(tally.moved), S, ps)
+
+
+def _extra_by_step(plan: Plan, p: int) -> list[int]:
+    """Words ``p`` holds beyond its owned regions at the end of each step (the memory model
+    of :func:`count_plan`)."""
+    S = plan.nsteps
+    fetch_at: list[dict[str, int]] = [{} for _ in range(S + 1)]
+    partial = [0] * (S + 1)
+    received = [0] * (S + 1)
+    opened: dict[int, int] = {}
+    for op in plan.ops(p):
+        step = getattr(op, "step", S)
+        if isinstance(op, Fetch):
+            fetch_at[step][op.tensor] = 0 if op.view or op.box is None else words(op.box)
+        elif isinstance(op, OpenOutput) and not op.direct:
+            opened[step] = words(op.box)
+        elif isinstance(op, Flush):
+            for s in list(opened):
+                if s <= step:
+                    for k in range(s, step + 1):
+                        partial[k] += opened[s]
+                    del opened[s]
+        elif isinstance(op, Reduce | Combine):
+            received[step] += words(op.box)
+    held: dict[str, int] = {}
+    out = []
+    for s in range(S):
+        held.update(fetch_at[s])
+        nxt = sum(fetch_at[s + 1].values()) if s + 1 < S else 0
+        out.append(sum(held.values()) + nxt + partial[s] + received[s])
+    return out

@@ -69,10 +69,14 @@ class Stats:
         lists = [[0] * nprocs for f in fields(cls) if f.compare]
         return cls(*lists, level_words_received=[[0] * nprocs for _ in range(nlevels)])
 
-    def record(self, src: int, dst: int, words: int, level: int = 0) -> None:
-        """Count one message of ``words`` from ``src`` to ``dst`` crossing machine ``level``."""
+    def record(self, src: int, dst: int, words: int, level: int = 0, index: int = 0) -> None:
+        """Count one message of ``words`` (and ``index`` index words) from ``src`` to ``dst``
+        crossing machine ``level``."""
         self.words_received[dst] += words
         self.words_sent[src] += words
+        if index:
+            self.index_words_received[dst] += index
+            self.index_words_sent[src] += index
         self.messages_received[dst] += 1
         self.messages_sent[src] += 1
         if self.level_words_received is not None:

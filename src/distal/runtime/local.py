@@ -30,6 +30,7 @@ import numpy as np
 
 from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, cores
+from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import (
     FETCH,
     PARTIAL,
@@ -44,13 +45,14 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
+from distal.plan.region import Entries, index_words, shape, words
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.progress import Progress
 from distal.runtime.progress import _wanted as progress_wanted
 from distal.runtime.source import read_block
-from distal.runtime.store import Store, box_index
+from distal.runtime.store import Store, add_at, box_index, read, where
 from distal.runtime.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
-from distal.typing import Box, box_shape, box_volume
+from distal.typing import Box
 
 _POOL: list[Any] = []
 
@@ -163,6 +165,24 @@ class _Buffers:
             self.free.setdefault((arr.shape, arr.dtype.str), []).append(arr)
 
 
+def _whole_index(region: Any) -> Any:
+    """Where an owned region lies in the whole tensor's array: a box's slices, or the stored
+    positions (a slice when they are a run)."""
+    if isinstance(region, Entries):
+        return _positions_index(region)
+    return box_index(region, _ORIGIN[len(region)])
+
+
+def _positions_index(region: Entries) -> Any:
+    pos = region.positions
+    n = len(pos)
+    if n == 0:
+        return (slice(0, 0),)
+    if int(pos[-1]) - int(pos[0]) == n - 1:
+        return (slice(int(pos[0]), int(pos[0]) + n),)
+    return (pos,)
+
+
 class Prepared:
     """What runs of one plan share, derived once from the plan.
 
@@ -174,12 +194,20 @@ class Prepared:
     that act here.
     """
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, dtypes: dict[str, Any]) -> None:
         self.plan = plan
         n, nsteps = plan.nprocs, plan.nsteps
         self.levels: dict[tuple[int, int], int] = {}
-        owned_box: list[dict[str, Box]] = [{} for _ in range(n)]
-        self.blocks: list[list[tuple[str, Box, tuple, int]]] = [[] for _ in range(n)]
+        owned_box: list[dict[str, Any]] = [{} for _ in range(n)]
+        self.blocks: list[list[tuple[str, Any, Any, int]]] = [[] for _ in range(n)]
+        for name, regions in plan.owned.items():  # what a pattern decides: stored entries
+            for p in range(n):
+                region = regions[p]
+                if region is None:
+                    continue
+                role = _INPUT if name != plan.output else _PRIMARY
+                owned_box[p][name] = region
+                self.blocks[p].append((name, region, _whole_index(region), role))
         for name, pl in plan.placements.items():
             for p in range(n):
                 idx = pl.block_index(plan.coord_in(pl, p))
@@ -192,7 +220,12 @@ class Prepared:
                     role = _PRIMARY if plan.primary.get(idx) == p else _REPLICA
                 owned_box[p][name] = box
                 self.blocks[p].append((name, box, box_index(box, _ORIGIN[len(box)]), role))
-        self.owned_words = [sum(box_volume(b) for b in ob.values()) for ob in owned_box]
+        self.owned_words = [sum(words(b) for b in ob.values()) for ob in owned_box]
+        self.leaves: dict[int, EntryLeaves] = {}  # leaves over stored entries, per Compute
+        for p in range(n):
+            for op in plan.ops(p):
+                if isinstance(op, Compute) and op.work is not None:
+                    self.leaves[id(op)] = EntryLeaves(op.work, dtypes[plan.output])
         relayed = {
             (m.step, m.tensor, m.dst, m.box): m.hop
             for m in plan.messages
@@ -213,7 +246,7 @@ class Prepared:
                     if isinstance(op, Fetch):
                         mine.append(self._fetch(op, p, owned_box[p], relayed))
                         if not op.view:
-                            copied += sum(box_volume(piece) for _, piece in op.pieces)
+                            copied += sum(words(piece) for _, piece in op.pieces)
                     elif not isinstance(op, _MOVED_ELSEWHERE):
                         other.append(op)
                 fs.append(mine)
@@ -238,7 +271,7 @@ class Prepared:
         if op.box is None:
             return (op, _NOTHING, op.tensor, None, (), (), (), False)
         if op.view:
-            own_sl = box_index(op.box, owned[op.tensor])
+            own_sl = where(op.box, owned[op.tensor])
             return (op, _VIEW, op.tensor, op.box, (), own_sl, (), False)
         pieces = []
         for src, piece in op.pieces:
@@ -247,18 +280,23 @@ class Prepared:
             pieces.append(
                 (
                     src,
-                    box_index(piece, op.box),
-                    None if src_box is None else box_index(piece, src_box),
-                    box_volume(piece),
+                    where(piece, op.box),
+                    None if src_box is None else where(piece, src_box),
+                    words(piece),
                     self.level(src, p),
                     hop,
                     piece,
                 )
             )
-        whole = len(pieces) == 1 and pieces[0][5] is None and pieces[0][6] == op.box
-        return (op, _BUFFER, op.tensor, op.box, box_shape(op.box), (), tuple(pieces), whole)
+        whole = (
+            len(pieces) == 1
+            and pieces[0][5] is None
+            and isinstance(op.box, tuple)
+            and pieces[0][6] == op.box
+        )
+        return (op, _BUFFER, op.tensor, op.box, shape(op.box), (), tuple(pieces), whole)
 
-    def _owner_box(self, tensor: str, p: int) -> Box | None:
+    def _owner_box(self, tensor: str, p: int) -> Any:
         for name, box, _, _ in self.blocks[p]:
             if name == tensor:
                 return box
@@ -271,12 +309,12 @@ _PREPARED: dict[int, Prepared] = {}
 _PREPARED_LOCK = threading.Lock()
 
 
-def prepared(plan: Plan) -> Prepared:
+def prepared(plan: Plan, dtypes: dict[str, Any]) -> Prepared:
     """The run-independent part of executing ``plan`` here (made once, then reused)."""
     e = _PREPARED.get(id(plan))
     if e is not None and e.plan is plan:
         return e
-    e = Prepared(plan)
+    e = Prepared(plan, dtypes)
     with _PREPARED_LOCK:
         while len(_PREPARED) >= PREPARED_PLANS:
             _PREPARED.pop(next(iter(_PREPARED)))
@@ -304,7 +342,7 @@ class LocalRuntime:
         self.tracing = trace
         self.progress = progress
         self.trace = Recorder()
-        self.prep = prepared(plan)
+        self.prep = prepared(plan, dtypes)
         self.pending_fetch: list[tuple] = []
         self.pending_partial: list[tuple] = []
         self.bufs = _Buffers()
@@ -314,7 +352,12 @@ class LocalRuntime:
         plan, prep = self.plan, self.prep
         out_dtype = self.dtypes[plan.output]
         procs = [Store(p, plan.output, out_dtype) for p in range(plan.nprocs)]
-        result = _zeros(plan.placements[plan.output].shape, out_dtype)
+        pattern = plan.patterns.get(plan.output)
+        result = _zeros(
+            (pattern.nnz,) if pattern is not None else plan.placements[plan.output].shape,
+            out_dtype,
+        )
+        scatter = []  # owned output blocks that cannot be views of the result
         for q in procs:
             owned = q.owned
             for name, box, sl, role in prep.blocks[q.p]:
@@ -322,9 +365,13 @@ class LocalRuntime:
                     owned[name] = (self._input_block(name, inputs[name], box, sl), box)
                 elif role == _PRIMARY:
                     # the reducer's block is a view of the result: gathering is free
-                    owned[name] = (result[sl], box)
+                    if all(isinstance(x, slice) for x in sl):
+                        owned[name] = (result[sl], box)
+                    else:
+                        owned[name] = (_zeros(shape(box), out_dtype), box)
+                        scatter.append((owned[name][0], sl))
                 else:
-                    owned[name] = (_zeros(box_shape(box), out_dtype), box)
+                    owned[name] = (_zeros(shape(box), out_dtype), box)
         n, nlevels = plan.nprocs, prep.nlevels
         stats = Stats(*[[0] * n for _ in range(_STAT_LISTS)],
                       level_words_received=[[0] * n for _ in range(nlevels)])  # fmt: skip
@@ -355,6 +402,8 @@ class LocalRuntime:
         for q in procs:
             for op in prep.finals[q.p]:
                 self._exec(q, op, procs, stats)
+        for block, sl in scatter:
+            result[sl] = block
         seconds = time.perf_counter() - start
         if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:
             for q in procs:
@@ -456,14 +505,14 @@ class LocalRuntime:
                 if what == _NOTHING:
                     q.next[tensor] = None
                 elif what == _VIEW:
-                    q.next[tensor] = (q.owned[tensor][0][own_sl], box)
+                    q.next[tensor] = (read(q.owned[tensor][0], own_sl), box)
                 else:
                     if whole and jobs is None:
                         src, _, ssl, w, level, _, _ = pieces[0]
                         buf = self.bufs.take(shape, self.dtypes[tensor])
-                        np.copyto(buf, procs[src].owned[tensor][0][ssl])
+                        np.copyto(buf, read(procs[src].owned[tensor][0], ssl))
                         if src != p:
-                            stats.record(src, p, w, level)
+                            stats.record(src, p, w, level, index_words(pieces[0][6]))
                             words = w
                     else:
                         buf = self.bufs.take(shape, self.dtypes[tensor])
@@ -472,11 +521,11 @@ class LocalRuntime:
                                 self.pending_fetch.append((hop, p, tensor, piece, src))
                                 continue
                             if jobs is None:
-                                buf[dsl] = procs[src].owned[tensor][0][ssl]
+                                buf[dsl] = read(procs[src].owned[tensor][0], ssl)
                             else:
-                                jobs.append((buf[dsl], procs[src].owned[tensor][0][ssl]))
+                                jobs.append((buf[dsl], read(procs[src].owned[tensor][0], ssl)))
                             if src != p:
-                                stats.record(src, p, w, level)
+                                stats.record(src, p, w, level, index_words(piece))
                                 words += w
                     q.next[tensor] = (buf, box)
             except Exception as e:
@@ -492,7 +541,7 @@ class LocalRuntime:
         words = 0
         try:
             if isinstance(op, Compute):
-                stats.iterations[q.p] += q.compute(op, self.kernels)
+                stats.iterations[q.p] += q.compute(op, self.kernels, self.prep.leaves.get(id(op)))
             elif isinstance(op, OpenOutput):
                 q.open_output(op)
             elif isinstance(op, Flush):
@@ -530,25 +579,30 @@ class LocalRuntime:
             return
         for _, src, dst, box, relay in sorted(self.pending_partial, key=lambda x: (-x[0], x[1])):
             arr, origin = procs[src].partial  # type: ignore[misc]
-            piece = arr[box_index(box, origin)].copy()
+            piece = np.array(read(arr, where(box, origin)))
             self._count(stats, src, dst, box)
             if relay:
                 parr, porigin = procs[dst].partial  # type: ignore[misc]
-                parr[box_index(box, porigin)] += piece
+                add_at(parr, where(box, porigin), piece)
                 procs[dst].combined.append((piece, box))
             else:
                 procs[dst].inbox.append((piece, box))
         self.pending_partial.clear()
 
-    def _count(self, stats: Stats, src: int, dst: int, box: Box) -> int:
-        words = box_volume(box)
-        stats.record(src, dst, words, self.prep.level(src, dst))
-        return words
+    def _count(self, stats: Stats, src: int, dst: int, box: Any) -> int:
+        n = words(box)
+        stats.record(src, dst, n, self.prep.level(src, dst), index_words(box))
+        return n
 
     def _input_block(self, name: str, data: Any, box: Box, sl: tuple) -> np.ndarray:
         """A processor's owned block of an input: a read-only view of the caller's array
         (placing inputs is not traffic, and the caller's data can never be changed),
         or a block read from a block source."""
+        if isinstance(box, Entries):  # a sparse input: the values of its owned entries
+            vals = np.asarray(data.vals, dtype=self.dtypes[name])
+            out = vals[sl]
+            out.flags.writeable = False
+            return out
         if isinstance(data, np.ndarray) and data.dtype == self.dtypes[name]:
             view = data[sl]
             view.flags.writeable = False

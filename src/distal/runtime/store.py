@@ -14,11 +14,13 @@ from typing import Any
 import numpy as np
 
 from distal.kernels.leaf import TermKernel, run_leaf
+from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
-from distal.typing import Box, box_shape, box_volume
+from distal.plan.region import Location, Region, locate, shape
+from distal.typing import Box, box_volume
 from distal.typing import box_index as _box_index
 
-Held = tuple[np.ndarray, Box]  # an array and the box of the tensor it holds
+Held = tuple[np.ndarray, Region]  # an array and the region of the tensor it holds
 
 INDEXES = 1 << 14  # (box, origin) pairs whose index is kept: a plan's boxes recur every run
 _INDEX: dict[tuple[Box, Box], tuple[Any, ...]] = {}
@@ -37,6 +39,40 @@ def box_index(box: Box, origin: Box) -> tuple[Any, ...]:
             _INDEX.clear()
         _INDEX[key] = ix
     return ix
+
+
+_WHERE: dict[tuple[int, int], tuple[Region, Region, Any]] = {}
+
+
+def where(sub: Region, holder: Region) -> Any:
+    """Where region ``sub`` lies in an array holding ``holder``: an index (boxes, and parts
+    in the region they were cut from) or a :class:`~distal.plan.region.Location` (rows
+    gathered from an owned block), kept per pair: a plan's regions recur every run."""
+    if isinstance(sub, tuple) and isinstance(holder, tuple):
+        return box_index(sub, holder) if sub else (Ellipsis,)
+    key = (id(sub), id(holder))
+    got = _WHERE.get(key)
+    if got is not None and got[0] is sub and got[1] is holder:
+        return got[2]
+    loc = locate(sub, holder)
+    ix = loc.index if loc.perm is None and not loc.rowless else loc
+    if len(_WHERE) >= INDEXES:
+        _WHERE.clear()
+    _WHERE[key] = (sub, holder, ix)
+    return ix
+
+
+def read(arr: np.ndarray, ix: Any) -> np.ndarray:
+    """``arr`` at ``ix`` (from :func:`where`)."""
+    return ix.view(arr) if type(ix) is Location else arr[ix]
+
+
+def add_at(arr: np.ndarray, ix: Any, value: np.ndarray) -> None:
+    """``arr`` at ``ix`` (from :func:`where`) ``+= value``."""
+    if type(ix) is Location:
+        ix.add(arr, value)
+    else:
+        arr[ix] += value
 
 
 class Store:
@@ -75,9 +111,9 @@ class Store:
             return None
         if op.view:
             own, origin = self.owned[op.tensor]
-            self.next[op.tensor] = (own[box_index(op.box, origin)], op.box)
+            self.next[op.tensor] = (read(own, where(op.box, origin)), op.box)
             return None
-        buf = np.empty(box_shape(op.box), dtype)
+        buf = np.empty(shape(op.box), dtype)
         self.next[op.tensor] = (buf, op.box)
         return buf
 
@@ -95,12 +131,21 @@ class Store:
         if op.direct:
             self.partial, self.direct, self.fresh = self.owned[self.output], True, self.own_fresh
         else:
-            arr = np.zeros(box_shape(op.box), self.out_dtype)
+            arr = np.zeros(shape(op.box), self.out_dtype)
             self.partial, self.direct, self.fresh = (arr, op.box), False, True
 
-    def compute(self, op: Compute, kernels: tuple[TermKernel, ...]) -> int:
-        """Run the leaf over every box of ``op``; returns the iterations executed."""
+    def compute(
+        self, op: Compute, kernels: tuple[TermKernel, ...], leaves: EntryLeaves | None = None
+    ) -> int:
+        """Run the leaf over every box of ``op`` (or, for a leaf over stored entries, the
+        prepared ``leaves``); returns the iterations executed."""
         out, origin = self.partial  # type: ignore[misc]
+        if op.work is not None:
+            assert leaves is not None
+            done = leaves(out, self.buffers)
+            self.fresh = False
+            self.own_fresh = self.own_fresh and not self.direct
+            return done
         done = 0
         for box in op.boxes:
             run_leaf(kernels, box, self.buffers, out, origin, self.fresh)
@@ -113,14 +158,14 @@ class Store:
         """Add the children's partial sums (received for this step) into the buffer."""
         arr, origin = self.partial  # type: ignore[misc]
         for part, box in self.combined:
-            arr[box_index(box, origin)] += part
+            add_at(arr, where(box, origin), part)
 
     def flush_local(self, op: Flush) -> Held:
         """Add ``op.local`` pieces into the owned block; returns the buffer to send from."""
         arr, origin = self.partial  # type: ignore[misc]
         for box in op.local:
             own, oorigin = self.owned[self.output]
-            own[box_index(box, oorigin)] += arr[box_index(box, origin)]
+            add_at(own, where(box, oorigin), read(arr, where(box, origin)))
             self.own_fresh = False
         self.flushed = True
         return arr, origin
@@ -131,7 +176,7 @@ class Store:
             return 0
         own, origin = self.owned[self.output]
         for arr, box in self.inbox:
-            own[box_index(box, origin)] += arr
+            add_at(own, where(box, origin), arr)
         self.own_fresh = False
         words = sum(a.size for a, _ in self.inbox)
         self.inbox.clear()
