@@ -11,29 +11,11 @@ from reference import assert_stats_equal, assert_stats_sane, stats_fields
 ALGORITHMS = ("summa", "cannon", "pumma")
 
 
-def matmul_kernel(algorithm: str, n: int, g: int, dist: str = "xy -> xy"):
-    M = dl.Machine(g, g)
-    i, j, k = dl.index_vars("i j k")
-    A = dl.Tensor("A", (n, n), dist=dist, machine=M)
-    B = dl.Tensor("B", (n, n), dist=dist, machine=M)
-    C = dl.Tensor("C", (n, n), dist=dist, machine=M)
-    A[i, j] = B[i, k] * C[k, j]
-    io, jo, ii, ji, ko, ki, kos = dl.index_vars("io jo ii ji ko ki kos")
-    s = (
-        dl.schedule(A)
-        .distribute([i, j], [io, jo], [ii, ji], M)
-        .divide(k, ko, ki, M.shape[0])
-        .reorder([ko, ii, ji])
-    )
-    if algorithm == "summa":
-        s = s.communicate(A, jo).communicate([B, C], ko)
-    elif algorithm == "cannon":
-        s = s.rotate(ko, [io, jo], kos).communicate(A, jo).communicate([B, C], kos)
-    elif algorithm == "pumma":
-        s = s.rotate(ko, [io], kos).communicate(A, jo).communicate([B, C], kos)
-    else:  # pragma: no cover
-        raise ValueError(algorithm)
-    return dl.compile(s)
+def matmul_kernel(algorithm: str, n: int, g: int):
+    """``dl.algorithms``' SUMMA, Cannon or PUMMA of ``n x n`` matrices on a ``g x g`` grid,
+    ``k`` in ``g`` steps, compiled as ``dl.compile`` does by default."""
+    alg = getattr(dl.algorithms, algorithm)(n, machine=dl.Machine(g, g), steps=g)
+    return alg.compile(routing="auto")
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

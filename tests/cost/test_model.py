@@ -22,19 +22,7 @@ from distal.cost.model import (
 
 
 def _summa(n=16, g=2):
-    M = dl.Machine(g, g)
-    i, j, k = dl.index_vars("i j k")
-    A, B, C = (dl.Tensor(x, (n, n), dist="xy -> xy", machine=M) for x in "ABC")
-    A[i, j] = B[i, k] * C[k, j]
-    io, jo, ii, ji, ko, ki = dl.index_vars("io jo ii ji ko ki")
-    s = (
-        dl.schedule(A)
-        .distribute([i, j], [io, jo], [ii, ji], M)
-        .divide(k, ko, ki, g)
-        .reorder([ko, ii, ji])
-        .communicate([B, C], ko)
-    )
-    return dl.compile(s)
+    return dl.algorithms.summa(n, machine=dl.Machine(g, g), steps=g).compile(routing="auto")
 
 
 def test_cost_by_hand():

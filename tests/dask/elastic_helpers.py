@@ -23,25 +23,10 @@ def ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
 def gemm(
     n: int = 32, grid: tuple[int, int] = (4, 4), algorithm: str = "cannon", routing: str = "auto"
 ) -> Any:
-    """``A = B @ C`` over a grid of virtual processors (over-decomposed on purpose)."""
-    M = dl.Machine(*grid)
-    i, j, k = dl.index_vars("i j k")
-    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
-    B = dl.Tensor("B", (n, n), dist="xy -> xy", machine=M)
-    C = dl.Tensor("C", (n, n), dist="xy -> xy", machine=M)
-    A[i, j] = B[i, k] * C[k, j]
-    io, jo, ii, ji, ko, ki, kos = dl.index_vars("io jo ii ji ko ki kos")
-    s = (
-        dl.schedule(A)
-        .distribute([i, j], [io, jo], [ii, ji], M)
-        .divide(k, ko, ki, M.shape[0])
-        .reorder([ko, ii, ji])
-    )
-    if algorithm == "cannon":
-        s = s.rotate(ko, [io, jo], kos).communicate(A, jo).communicate([B, C], kos)
-    else:  # summa
-        s = s.communicate(A, jo).communicate([B, C], ko)
-    return dl.compile(s, routing=routing)
+    """``A = B @ C`` over a grid of virtual processors (over-decomposed on purpose):
+    ``dl.algorithms``' Cannon or SUMMA with ``k`` in ``grid[0]`` steps."""
+    alg = getattr(dl.algorithms, algorithm)(n, machine=dl.Machine(*grid), steps=grid[0])
+    return alg.compile(routing=routing)
 
 
 def gemm_inputs(n: int = 32, seed: int = 0) -> dict[str, np.ndarray]:

@@ -21,28 +21,11 @@ def _rand(shape: tuple[int, ...], seed: int) -> np.ndarray:
 
 
 def gemm(shape: tuple[int, int], n: int, algorithm: str) -> Built:
-    """SUMMA, Cannon or PUMMA: ``A(i,j) = B(i,k) * C(k,j)`` on a 2-D grid, all "xy -> xy"."""
-    M = dl.Machine(*shape)
-    i, j, k = dl.index_vars("i j k")
-    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
-    B = dl.Tensor("B", (n, n), dist="xy -> xy", machine=M)
-    C = dl.Tensor("C", (n, n), dist="xy -> xy", machine=M)
-    A[i, j] = B[i, k] * C[k, j]
-    io, jo, ii, ji, ko, ki, kos = dl.index_vars("io jo ii ji ko ki kos")
-    s = (
-        dl.schedule(A)
-        .distribute([i, j], [io, jo], [ii, ji], M)
-        .divide(k, ko, ki, max(shape))
-        .reorder([ko, ii, ji])
-    )
-    step = ko
-    if algorithm == "cannon":
-        s, step = s.rotate(ko, [io, jo], kos), kos
-    elif algorithm == "pumma":
-        s, step = s.rotate(ko, [io], kos), kos
-    s = s.communicate(A, jo).communicate([B, C], step)
+    """``dl.algorithms``' SUMMA, Cannon or PUMMA, ``A(i,j) = B(i,k) * C(k,j)`` on a 2-D grid,
+    every tensor in 2-D tiles, ``k`` in ``max(shape)`` steps."""
+    alg = getattr(dl.algorithms, algorithm)(n, machine=dl.Machine(*shape), steps=max(shape))
     b, c = _rand((n, n), 1), _rand((n, n), 2)
-    return dl.compile(s), {"B": b, "C": c}, b @ c
+    return alg.compile(routing="auto"), {"B": b, "C": c}, b @ c
 
 
 def johnson3d(shape: tuple[int, int, int], n: int) -> Built:

@@ -1,4 +1,4 @@
-"""Small kernels built with the public API only (no algorithm library needed)."""
+"""Small kernels built with the public API only."""
 
 from __future__ import annotations
 
@@ -6,24 +6,9 @@ import distal as dl
 
 
 def cannon(n: int = 32, g: int = 2) -> dl.Kernel:
-    """Cannon's GEMM on a g x g grid."""
-    M = dl.Machine(g, g)
-    i, j, k = dl.index_vars("i j k")
-    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
-    B = dl.Tensor("B", (n, n), dist="xy -> xy", machine=M)
-    C = dl.Tensor("C", (n, n), dist="xy -> xy", machine=M)
-    A[i, j] = B[i, k] * C[k, j]
-    io, jo, ii, ji, ko, ki, kos = dl.index_vars("io jo ii ji ko ki kos")
-    s = (
-        dl.schedule(A)
-        .distribute([i, j], [io, jo], [ii, ji], M)
-        .divide(k, ko, ki, g)
-        .reorder([ko, ii, ji])
-        .rotate(ko, [io, jo], kos)
-        .communicate(A, jo)
-        .communicate([B, C], kos)
-    )
-    return dl.compile(s)
+    """Cannon's GEMM on a g x g grid (``dl.algorithms.cannon``, compiled as ``dl.compile``
+    does by default)."""
+    return dl.algorithms.cannon(n, machine=dl.Machine(g, g), steps=g).compile(routing="auto")
 
 
 def johnson(n: int = 16) -> dl.Kernel:
