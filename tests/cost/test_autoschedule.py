@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import pytest
 import distal as dl
 from distal.cost import matmul_bound
 from distal.cost.autoschedule import build, candidates, estimate, schedule_code, search
+from distal.cost.estimate import _sample
 from distal.cost.model import MachineParams
 from distal.lang.concrete import concretize
 
@@ -46,11 +49,14 @@ def test_traffic_ranks_before_latency():
         search(A, M, traffic_slack=0.5)
 
 
-@pytest.mark.parametrize("P", [4, 8, 12])
-def test_closed_form_matches_plans(P):
+@pytest.mark.parametrize(
+    ("P", "extents"), [(4, ()), (8, ()), (12, ()), (16, ()), (27, (54, 108, 216))]
+)
+def test_closed_form_matches_plans(P, extents):
     """For every aligned candidate without steps the estimate equals the plan exactly;
-    with serial steps words are exact and memory is never underestimated."""
-    A, *_ = _matmul(48, 96, 192, P)
+    with serial steps words are exact and memory is never underestimated. The grids of
+    P = 16 and 27 have coordinates that the estimate does not sample."""
+    A, *_ = _matmul(*(extents or (48, 96, 192)), P)
     st = concretize(A.assignment)
     lay = dl.schedule(A).layouts()
     checked = 0
@@ -70,6 +76,42 @@ def test_closed_form_matches_plans(P):
                 assert max(e.peak_words) >= p.max_peak_words, c.describe()
             checked += 1
     assert checked > 5
+
+
+@pytest.mark.parametrize("grid", [(64,), (8, 8), (4, 4, 4), (3, 5, 7), (16, 16, 16)])
+def test_samples_are_few_on_every_grid(grid):
+    """The estimate samples the corners and the middle: at most 2**d + 1 processors on a
+    d-dimensional grid whatever its size (every processor of a 64-processor grid made the
+    search at P = 64 slower than at P = 4096), first and last coordinates included."""
+    samples = _sample(grid)
+    assert len(samples) <= 2 ** len(grid) + 1
+    assert len(set(samples)) == len(samples)
+    assert tuple(0 for _ in grid) in samples
+    assert tuple(g - 1 for g in grid) in samples
+    assert all(0 <= x < g for c in samples for x, g in zip(c, grid, strict=True))
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_search_shows_progress_on_a_terminal_only(monkeypatch):
+    """A search that outlasts ``PROGRESS_DELAY`` (0 here) draws a bar on a terminal; on
+    any other stream it prints nothing."""
+    import distal.cost.autoschedule as auto_mod
+
+    A, *_, M, _ = _matmul(64, 64, 64, 8)
+    monkeypatch.setattr(auto_mod, "PROGRESS_DELAY", 0.0)
+    monkeypatch.delenv("DISTAL_PROGRESS", raising=False)
+    quiet = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    first = search(A, M)[0]
+    assert quiet.getvalue() == ""
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    assert search(A, M)[0].candidate.describe() == first.candidate.describe()
+    assert "autoschedule" in term.getvalue()
 
 
 def _random_case(rng, P):

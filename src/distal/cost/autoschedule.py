@@ -51,6 +51,7 @@ form decides.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from distal.cost.candidates import _FIELDS, Candidate, build, candidates
 from distal.cost.estimate import estimate
@@ -60,10 +61,15 @@ from distal.errors import ScheduleError
 from distal.lang.concrete import Statement, concretize
 from distal.lang.nodes import Tensor
 from distal.plan.stats import Stats
+from distal.runtime.progress import Progress
 from distal.schedule.api import Schedule
 from distal.schedule.api import schedule as default_nest
 
 __all__ = ["Candidate", "Choice", "autoschedule", "build", "candidates", "estimate", "search"]
+
+#: seconds a search runs before it shows progress (on a terminal; ``DISTAL_PROGRESS=0``
+#: silences it): most searches take well under a second and should print nothing
+PROGRESS_DELAY = 1.0
 
 # -- the search -----------------------------------------------------------------------------
 
@@ -143,14 +149,36 @@ def search(
                 f"autoschedule: tensor {name!r} is distributed over {m!r} ({m.size} processors) "
                 f"but the machine has {P}"
             )
+    cands = candidates(st, P, auto, steps=memory_limit is not None)
+    with Progress(len(cands) + shortlist, label="autoschedule", delay=PROGRESS_DELAY) as bar:
+        return _rank(T, st, P, cands, layouts, bar, memory_limit, params, evaluate,
+                     plan_budget, shortlist, traffic_slack)  # fmt: skip
+
+
+def _rank(
+    T: Tensor,
+    st: Statement,
+    P: int,
+    cands: list[Candidate],
+    layouts: dict[str, tuple[Any, Any]],
+    bar: Progress,
+    memory_limit: int | None,
+    params: MachineParams,
+    evaluate: str,
+    plan_budget: int,
+    shortlist: int,
+    traffic_slack: float,
+) -> list[Choice]:
+    """:func:`search` after its checks: estimate every candidate, compile the shortlist,
+    rank; ``bar`` counts candidates estimated, then shortlisted plans built."""
     fpi = flops_per_iteration(st)
     isz = _itemsize(st)
-    cands = candidates(st, P, auto, steps=memory_limit is not None)
     scored = []
-    for c in cands:
+    for n, c in enumerate(cands):
         e = estimate(st, c, layouts)  # uniform lists: cost one processor
         est = stats_cost(Stats(*([getattr(e, f)[0]] for f in _FIELDS)), fpi, params, isz)
         scored.append((est.seconds, c.steps, len(c.grid), est, c))
+        bar.update(n + 1, note=f"estimating {len(cands)} candidates")
     fits = lambda cost: memory_limit is None or cost.peak_bytes <= memory_limit  # noqa: E731
     # Closed-form peaks are close but not exact; keep near misses for the plans to decide.
     pool = [x for x in scored if memory_limit is None or x[3].peak_bytes <= 1.25 * memory_limit]
@@ -172,6 +200,7 @@ def search(
             spent += work
             # ranked as the closed forms count (direct); compiling with routing="auto" later
             # can only lower the busiest processor's load
+            bar.update(len(cands) + len(chosen), note=f"planning {c.describe()}", force=True)
             direct = compile_kernel(s, routing="direct")
             cost = stats_cost(direct.stats(), fpi, params, isz)
             if fits(cost):
