@@ -51,3 +51,8 @@ class NotSupportedYet(DistalError, NotImplementedError):
 
 class InternalError(DistalError, RuntimeError):
     """A bug in distal itself: please report it."""
+
+
+class DistalWarning(UserWarning):
+    """Base class of every warning distal gives: something went on differently than asked
+    (e.g. a damaged checkpoint was not used), and the result is still right."""

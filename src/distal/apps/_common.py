@@ -11,6 +11,7 @@ from distal.distribution.machine import Machine
 from distal.errors import InputError, ScheduleError
 from distal.kernel import Kernel, compile
 from distal.lang.nodes import Tensor, index_vars
+from distal.runtime.inputs import check_cast
 from distal.runtime.progress import Progress
 from distal.schedule.api import schedule as default_schedule
 from distal.session import Session
@@ -30,7 +31,9 @@ def is_sparse(x: Any) -> bool:
 
 
 def sparse_input(x: Any, name: str, format: str, order: int) -> SparseArray:
-    """``x`` as a float64 ``dl.SparseArray`` of ``format`` (values checked finite)."""
+    """``x`` as a float64 ``dl.SparseArray`` of ``format`` (values checked finite; values
+    float64 cannot hold, e.g. complex ones, refused by the input rule
+    :func:`~distal.runtime.inputs.check_cast`: the applications compute in real float64)."""
     from distal.sparse.array import as_sparse
 
     try:
@@ -39,6 +42,7 @@ def sparse_input(x: Any, name: str, format: str, order: int) -> SparseArray:
         raise InputError(f"input {name!r} cannot be read as a sparse array: {e}") from e
     if arr.ndim != order:
         raise InputError(f"input {name!r} must have order {order}, got shape {arr.shape}")
+    check_cast(f"input {name!r}", arr.dtype, np.float64)
     if not np.all(np.isfinite(arr.vals)):
         raise InputError(f"input {name!r} has non-finite values")
     if arr.dtype != np.float64:
@@ -47,7 +51,8 @@ def sparse_input(x: Any, name: str, format: str, order: int) -> SparseArray:
 
 
 def dense_input(x: Any, name: str, order: int | None = None) -> np.ndarray:
-    """``x`` as a float64 numpy array (a sparse input is made dense)."""
+    """``x`` as a float64 numpy array (a sparse input is made dense; values float64 cannot
+    hold, e.g. complex ones, refused as in :func:`sparse_input`)."""
     if is_sparse(x):
         x = (
             x.to_dense()
@@ -57,8 +62,13 @@ def dense_input(x: Any, name: str, order: int | None = None) -> np.ndarray:
             else x.todense()
         )
     try:
-        arr = np.array(x, dtype=np.float64)
+        arr = np.asarray(x)
+        if arr.dtype.kind in "biufc":
+            check_cast(f"input {name!r}", arr.dtype, np.float64)
+        arr = np.array(arr, dtype=np.float64)
     except (TypeError, ValueError) as e:
+        if isinstance(e, InputError):
+            raise
         raise InputError(f"input {name!r} cannot be read as a float64 array: {e}") from e
     if order is not None and arr.ndim != order:
         raise InputError(f"input {name!r} must have order {order}, got shape {arr.shape}")

@@ -7,6 +7,7 @@ structurally. Index variables and tensors compare by identity.
 
 from __future__ import annotations
 
+import keyword
 import numbers
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,13 +22,23 @@ from distal.sparse.formats import Format, parse_format
 
 
 class IndexVar:
-    """A named loop/index variable; two variables are equal only if they are the same object."""
+    """A named loop/index variable; two variables are equal only if they are the same object.
+
+    The name is a Python identifier (not a keyword): ``repr(schedule)`` prints schedules as
+    code that names the variables, which must paste back as Python.
+    """
 
     __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise NotationError(f"an index variable needs a non-empty string name, got {name!r}")
+        if not name.isidentifier() or keyword.iskeyword(name):
+            what = "a Python keyword" if keyword.iskeyword(name) else "not a Python identifier"
+            raise NotationError(
+                f"index variable name {name!r} is {what}; use letters, digits and '_', not "
+                "starting with a digit (schedules print as code that names the variable)"
+            )
         self.name = name
 
     def __repr__(self) -> str:
@@ -41,6 +52,12 @@ def index_vars(names: str) -> tuple[IndexVar, ...]:
     parts = names.replace(",", " ").split()
     if not parts:
         raise NotationError("index_vars needs at least one name")
+    twice = sorted({p for p in parts if parts.count(p) > 1})
+    if twice:
+        raise NotationError(
+            f"index_vars({names!r}) names {', '.join(map(repr, twice))} more than once; two "
+            "variables with one name would print alike but never be equal"
+        )
     return tuple(IndexVar(p) for p in parts)
 
 
@@ -72,6 +89,76 @@ class Expr:
 
     def __pos__(self) -> Expr:
         return self
+
+    def __truediv__(self, other: Any) -> Expr:
+        """``e / c`` for a number ``c``: the coefficient ``1 / c`` (tensors divide nothing:
+        a leaf computes sums of products)."""
+        c = _number(other)
+        if c is None:
+            raise _unsupported(f"{self!r} / {_show(other)}", "a division by a tensor expression")
+        if c == 0:
+            raise NotationError(f"{self!r} / {c!r} divides by zero")
+        return Mul(self, Literal(1 / c))
+
+    def __rtruediv__(self, other: Any) -> Expr:
+        raise _unsupported(f"{_show(other)} / {self!r}", "a division by a tensor expression")
+
+    def __pow__(self, other: Any) -> Expr:
+        """``e ** n`` for a positive integer ``n``: ``n`` factors ``e * e * ... * e``."""
+        n = other.item() if isinstance(other, np.ndarray) and other.ndim == 0 else other
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise _unsupported(
+                f"{self!r} ** {_show(other)}", "a power that is not a positive integer"
+            )
+        n = int(n)
+        base = f"({self!r})" if isinstance(self, Mul | Neg) else repr(self)
+        terms = _term_count(self)
+        if n > MAX_POWER or terms**n > MAX_POWER_TERMS:
+            raise NotationError(
+                f"{base} ** {n}: a power is expanded into repeated factors, here {terms}^{n} "
+                f"products of {n} factors, past the limit of {MAX_POWER_TERMS} products of at "
+                f"most {MAX_POWER} factors; compute the base into a tensor first"
+            )
+        out: Expr = self
+        for _ in range(n - 1):
+            out = Mul(out, self)
+        return out
+
+    def __rpow__(self, other: Any) -> Expr:
+        raise _unsupported(f"{_show(other)} ** {self!r}", "a tensor expression as an exponent")
+
+    def __abs__(self) -> Expr:
+        raise _unsupported(f"abs({self!r})", "abs()")
+
+    def __floordiv__(self, other: Any) -> Expr:
+        raise _unsupported(f"{self!r} // {_show(other)}", "floor division")
+
+    def __rfloordiv__(self, other: Any) -> Expr:
+        raise _unsupported(f"{_show(other)} // {self!r}", "floor division")
+
+    def __mod__(self, other: Any) -> Expr:
+        raise _unsupported(f"{self!r} % {_show(other)}", "%")
+
+    def __rmod__(self, other: Any) -> Expr:
+        raise _unsupported(f"{_show(other)} % {self!r}", "%")
+
+    def __matmul__(self, other: Any) -> Expr:
+        raise _unsupported(f"{self!r} @ {_show(other)}", "@ (write the sum with index variables)")
+
+    def __rmatmul__(self, other: Any) -> Expr:
+        raise _unsupported(f"{_show(other)} @ {self!r}", "@ (write the sum with index variables)")
+
+    def __lt__(self, other: Any) -> Expr:
+        raise _unsupported(f"{self!r} < {_show(other)}", "comparisons")
+
+    def __le__(self, other: Any) -> Expr:
+        raise _unsupported(f"{self!r} <= {_show(other)}", "comparisons")
+
+    def __gt__(self, other: Any) -> Expr:
+        raise _unsupported(f"{self!r} > {_show(other)}", "comparisons")
+
+    def __ge__(self, other: Any) -> Expr:
+        raise _unsupported(f"{self!r} >= {_show(other)}", "comparisons")
 
     def __bool__(self) -> bool:
         raise NotationError("an index expression has no truth value; use T[i] = expr to assign")
@@ -139,6 +226,46 @@ class Sum(Expr):
 
     def __repr__(self) -> str:
         return f"sum_{self.var.name}({self.body!r})"
+
+
+#: what the notation computes, said by every error about what it does not
+SUPPORTED = (
+    "index notation supports +, -, * of tensor accesses and numbers, division by a number "
+    "and positive integer powers (e ** 2)"
+)
+#: the most products a power may expand into (``(B[i] + C[i]) ** n`` has ``2 ** n``) and
+#: the largest exponent: past them the leaves would evaluate an enormous sum, so the user
+#: computes the base into a tensor first
+MAX_POWER_TERMS = 1024
+MAX_POWER = 64
+
+
+def _unsupported(expr: str, what: str) -> NotationError:
+    return NotationError(f"{expr}: {what} is not supported; {SUPPORTED}")
+
+
+def _show(x: Any) -> str:
+    return repr(x) if isinstance(x, Expr | numbers.Number) else f"<{type(x).__name__}>"
+
+
+def _number(x: Any) -> complex | float | int | None:
+    """``x`` as a Python number when it is a scalar (not a bool), else None."""
+    if isinstance(x, np.ndarray) and x.ndim == 0:
+        x = x.item()
+    if isinstance(x, numbers.Number) and not isinstance(x, bool | np.bool_):
+        return x.item() if isinstance(x, np.generic) else x  # type: ignore[return-value]
+    return None
+
+
+def _term_count(e: Expr) -> int:
+    """How many products ``e`` expands into (see :func:`distal.lang.concrete.expand`)."""
+    if isinstance(e, Add):
+        return _term_count(e.a) + _term_count(e.b)
+    if isinstance(e, Mul):
+        return _term_count(e.a) * _term_count(e.b)
+    if isinstance(e, Neg | Sum):
+        return _term_count(e.a if isinstance(e, Neg) else e.body)
+    return 1
 
 
 def as_expr(x: Any) -> Expr:
@@ -337,5 +464,62 @@ def check_assignment(a: Assignment) -> Assignment:
         other = names.setdefault(acc.tensor.name, acc.tensor)
         if other is not acc.tensor:
             raise NotationError(f"two different tensors are named {acc.tensor.name!r}")
+    check_kinds(a)
     extents(a)
     return a
+
+
+#: numpy's order of number kinds: a value of a later kind does not fit an earlier one
+_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
+_KIND_NAME = {"i": "an integer", "f": "a real (float)", "c": "a complex"}
+
+
+def literals(e: Expr) -> Iterator[Literal]:
+    """All literals of ``e``, left to right."""
+    if isinstance(e, Literal):
+        yield e
+    elif isinstance(e, Add | Mul):
+        yield from literals(e.a)
+        yield from literals(e.b)
+    elif isinstance(e, Neg):
+        yield from literals(e.a)
+    elif isinstance(e, Sum):
+        yield from literals(e.body)
+
+
+def _literal_kind(v: Any) -> str:
+    if isinstance(v, numbers.Integral):
+        return "i"
+    return "f" if isinstance(v, numbers.Real) else "c"
+
+
+def check_kinds(a: Assignment) -> None:
+    """Every operand of ``a`` fits its output's dtype by numpy's ``same_kind`` rule.
+
+    A leaf computes in the output's dtype, so a complex scalar or tensor in a real
+    statement would lose its imaginary part, and a float one in an integer statement would
+    be truncated, without a word: both are refused (the input rule of
+    :func:`distal.runtime.inputs.check_cast`, applied to the statement itself).
+
+    Raises:
+        NotationError: naming the statement, the operand and the output tensor.
+    """
+    out = a.lhs.tensor
+    rank = _KIND_RANK[out.dtype.kind]
+
+    def refuse(what: str, dtype: np.dtype) -> NotationError:
+        return NotationError(
+            f"{a!r}: {what} but output tensor {out.name!r} is {out.dtype}, so the result "
+            f"would be cut to {out.dtype}; give {out.name!r} dtype=np.{dtype.name} or leave "
+            "the operand out"
+        )
+
+    for lit in literals(a.rhs):
+        k = _literal_kind(lit.value)
+        if _KIND_RANK[k] > rank:
+            want = np.result_type(out.dtype, np.float64 if k == "f" else np.complex128)
+            raise refuse(f"the number {lit.value!r} is {_KIND_NAME[k]} scalar", want)
+    for acc in accesses(a.rhs):
+        t = acc.tensor
+        if not np.can_cast(t.dtype, out.dtype, "same_kind"):
+            raise refuse(f"tensor {t.name!r} is {t.dtype}", np.result_type(t.dtype, out.dtype))

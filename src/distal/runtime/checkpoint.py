@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -353,6 +354,40 @@ class CheckpointStore:
         return out if isinstance(out, dict) else None
 
 
+def unusable(location: Any, path: str, e: OSError) -> InputError:
+    """The error for a checkpoint location where ``path`` cannot be written (a file in the
+    way, no permission, a read-only filesystem): one line naming both, not the ``OSError``
+    from deep inside the first write."""
+    return InputError(
+        f"checkpoint {location!r} is not a usable location: cannot write {path} ({e})"
+    )
+
+
+def check_location(location: Any) -> None:
+    """Refuse, before anything runs, a checkpoint location that is no path or URL, or a
+    local directory that cannot be made or written (what a run would otherwise find only
+    at its first save).
+
+    A local location is created if it is missing, and a temporary file is written to it and
+    removed; a URL is only resolved to its filesystem (writing to a remote store may cost).
+
+    Raises:
+        InputError: naming the location (see :func:`unusable`).
+    """
+    if not isinstance(location, str | os.PathLike):
+        raise InputError(f"checkpoint must be a directory or URL, got {location!r}")
+    store = CheckpointStore(location, "")
+    if not store.local:
+        store.fs()
+        return
+    try:
+        os.makedirs(store.base, exist_ok=True)
+        with tempfile.TemporaryFile(dir=store.base):
+            pass
+    except OSError as e:
+        raise unusable(location, store.base, e) from e
+
+
 class WriteFailed(RuntimeFailure):
     """A checkpoint entry could not be written (disk full, permissions, a gone server).
 
@@ -437,6 +472,7 @@ __all__ = [
     "OK",
     "CheckpointStore",
     "WriteFailed",
+    "check_location",
     "combine",
     "decode",
     "describe",
@@ -447,4 +483,5 @@ __all__ = [
     "input_fingerprints",
     "run_key",
     "source_fingerprint",
+    "unusable",
 ]

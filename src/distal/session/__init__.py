@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError, InternalError
+from distal.runtime.inputs import check_cast
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source, read_block
 from distal.session.layout import Layout, layout_of
@@ -77,6 +78,41 @@ class Held:
     data: Any
 
 
+#: the options a session passes to every run, by runtime, beyond those the runtime itself
+#: checks (see :func:`check_options`); names starting with ``_`` are the runtimes' test hooks
+MPI_OPTIONS = ("comm",)
+
+
+def check_options(runtime: str, options: Mapping[str, Any]) -> None:
+    """Refuse, when the session is made, runtime options its runs would refuse (an unknown
+    name, or a bad value where the runtime checks values up front), and ``gather=``: a
+    session decides what comes back itself (``sess.get``, ``sess.run(..., gather=True)``).
+
+    Raises:
+        InputError: naming the option and the valid ones.
+    """
+    if "gather" in options:
+        raise InputError(
+            "a session keeps its results where they were computed: do not pass gather= to "
+            "Session (use sess.get(name), or sess.run(kernel, gather=True))"
+        )
+    if runtime == "local":
+        from distal.kernel import _local_options
+
+        _local_options(options)
+    elif runtime == "mpi":
+        unknown = sorted(k for k in options if k not in MPI_OPTIONS and not k.startswith("_"))
+        if unknown:
+            raise InputError(
+                f"unknown option(s) {unknown} for the mpi runtime; valid options are "
+                f"{list(MPI_OPTIONS)}"
+            )
+    else:
+        from distal.runtime.elastic.options import Options
+
+        Options.parse(options)
+
+
 class Session:
     """Tensor values kept distributed across kernel runs (see the module docstring).
 
@@ -92,16 +128,19 @@ class Session:
     ) -> None:
         if runtime not in RUNTIMES:
             raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
-        if runtime == "mpi" and "gather" in runtime_options:
-            raise InputError(
-                "a session keeps MPI results distributed: do not pass gather= to Session "
-                "(use sess.get(name), or sess.run(kernel, gather=True))"
-            )
+        check_options(runtime, runtime_options)
+        if checkpoint is not None:
+            from distal.runtime.checkpoint import check_location
+
+            check_location(checkpoint)
         self.runtime = runtime
         self.options = dict(runtime_options)
         self.checkpoint = checkpoint
         self.moved_words = 0
         self.resumed_from: int | None = None
+        #: ``(loop name, iteration)`` of every complete saved iteration a loop found damaged
+        #: (an entry failing its checksum) and did not restore; see :meth:`summary`
+        self.discarded: list[tuple[str, int]] = []
         self._writing: Any = None  # the iteration being written behind (session.loops)
         self._write_free_at = 0.0  # when the writer takes the next iteration
         self._unsaved: Any = None  # (loop, snapshot) of an iteration left while writing
@@ -209,7 +248,11 @@ class Session:
                     f"input {name!r} of the kernel is neither given nor in the session "
                     f"(the session holds {self.names()})"
                 )
-            if not kernel.schedule.tensors()[name].format.is_dense:
+            t = kernel.schedule.tensors()[name]
+            # the input rule of kernel.run, here too: under MPI a held value is read block by
+            # block as a source, and a sparse one goes to the runtime as it is held
+            check_cast(f"session value {name!r}", self.values[name].dtype, t)
+            if not t.format.is_dense:
                 data[name] = self.values[name].data  # a sparse value is read as it is held
                 continue
             data[name] = self._input(name, layout_of(kernel, name))
@@ -339,6 +382,25 @@ class Session:
         from distal.session.loops import Loop
 
         return Loop(self, n, keep, name, save).start()
+
+    def summary(self) -> str:
+        """What the session did, in a few lines: its runtime and values, the words its
+        redistributions moved, where its last loop resumed, and every saved iteration that
+        was found damaged and not used (``discarded``)."""
+        lines = [
+            f"session on runtime {self.runtime!r}: values {self.names()}",
+            f"moved words (redistribution): {self.moved_words}",
+        ]
+        if self.checkpoint is not None:
+            resumed = "no" if self.resumed_from is None else f"after iteration {self.resumed_from}"
+            lines.append(f"checkpoint {self.checkpoint!s}: last loop resumed: {resumed}")
+        for loop in dict.fromkeys(name for name, _ in self.discarded):
+            its = [it for name, it in self.discarded if name == loop]
+            lines.append(
+                f"loop {loop!r}: damaged saved iteration(s) {its} not used (an entry missing "
+                "or failing its checksum)"
+            )
+        return "\n".join(lines)
 
     def __repr__(self) -> str:
         return f"Session({self.runtime!r}, values={self.names()}, moved_words={self.moved_words})"

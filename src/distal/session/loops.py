@@ -29,13 +29,14 @@ import os
 import re
 import shutil
 import time
+import warnings
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
-from distal.errors import InputError
+from distal.errors import DistalWarning, InputError
 from distal.runtime.checkpoint import OK, CheckpointStore
 from distal.session import Held, HeldBlock, Session
 from distal.session.layout import Layout
@@ -302,7 +303,32 @@ class Loop:
     # -- restoring -------------------------------------------------------------------------
 
     def restore(self) -> int | None:
-        """Install the kept values of the newest complete, intact iteration; its number."""
+        """Install the kept values of the newest complete, intact iteration; its number.
+
+        A complete iteration whose entries do not load (a checksum fails, a file is
+        missing) is passed over for an older one; every one passed over is recorded in
+        ``sess.discarded`` and announced by a :class:`~distal.errors.DistalWarning` (on rank
+        0), so a loop never starts again from an older iteration, or from 0, without a word.
+        """
+        before = len(self.sess.discarded)
+        found = self._restore()
+        damaged = [it for _, it in self.sess.discarded[before:]]
+        if damaged and self.sess.rank == 0:
+            where = f"loop {self.name!r} at {self.sess.checkpoint!s}"
+            then = (
+                f"resuming after iteration {found}, the newest intact one"
+                if found is not None
+                else "no intact iteration is left, so the loop starts again from iteration 0"
+            )
+            warnings.warn(
+                f"{where}: saved iteration(s) {damaged} are damaged (an entry is missing or "
+                f"fails its checksum) and were not used; {then}",
+                DistalWarning,
+                stacklevel=4,
+            )
+        return found
+
+    def _restore(self) -> int | None:
         sess = self.sess
         for it in reversed(iteration_dirs(sess.checkpoint, self.name)):
             man = read_manifest(sess.checkpoint, self.name, it)
@@ -327,6 +353,8 @@ class Loop:
                 sess.values.update(values)
                 self.last_complete = it
                 return it
+            if man is not None:  # complete, but its entries do not load: damaged
+                sess.discarded.append((self.name, it))
         return None
 
     def _load(self, it: int, man: dict[str, Any]) -> dict[str, Held] | None:

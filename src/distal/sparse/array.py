@@ -764,16 +764,26 @@ def _from_points(
     return SparseArray._make(shape, fmt, levels, out_vals)
 
 
-def as_sparse(x: Any, format: str | Format, shape: Sequence[int] | None = None) -> SparseArray:
-    """``x`` as a :class:`SparseArray` of ``format`` (and ``shape``, when given).
+def as_sparse(
+    x: Any,
+    format: str | Format,
+    shape: Sequence[int] | None = None,
+    *,
+    dtype: Any = None,
+    label: str = "the sparse values",
+) -> SparseArray:
+    """``x`` as a :class:`SparseArray` of ``format`` (and ``shape`` and ``dtype``, when given).
 
     Takes a SparseArray (re-formatted if its format differs), a scipy.sparse array or
     matrix, a pydata ``sparse`` array (the package is imported only for those), or a dense
-    array-like (its non-zeros are stored).
+    array-like (its non-zeros are stored). With ``dtype`` the values are converted to it by
+    the input rule of :func:`distal.runtime.inputs.check_cast` (numpy's ``same_kind``): a
+    complex matrix for a real tensor, or floats for an integer one, are refused rather than
+    silently cut; ``label`` names the values in that error.
 
     Raises:
-        ShapeError: ``x`` has another shape. InputError: a non-numeric input.
-        NotationError: a bad format.
+        ShapeError: ``x`` has another shape. InputError: a non-numeric input, or values
+        that ``dtype`` cannot hold. NotationError: a bad format.
     """
     if isinstance(x, SparseArray):
         got: Any = x
@@ -787,11 +797,20 @@ def as_sparse(x: Any, format: str | Format, shape: Sequence[int] | None = None) 
         want = _shape_of(shape)
         if tuple(got.shape) != want:
             raise ShapeError(f"an array of shape {tuple(got.shape)} was given for shape {want}")
+    if dtype is not None:  # before converting: a refused value costs no conversion
+        from distal.runtime.inputs import check_cast
+
+        dtype = np.dtype(dtype)
+        check_cast(label, _numeric(np.empty(0, got.dtype), label).dtype, dtype)
     fmt = parse_format(format, len(got.shape))
     if isinstance(got, SparseArray):
-        return got.with_format(fmt)
-    if is_scipy_sparse(got):
-        return SparseArray.from_scipy(got, fmt)
-    if is_pydata_sparse(got):
-        return SparseArray.from_pydata(got, fmt)
-    return SparseArray.from_dense(got, fmt)
+        out = got.with_format(fmt)
+    elif is_scipy_sparse(got):
+        out = SparseArray.from_scipy(got, fmt)
+    elif is_pydata_sparse(got):
+        out = SparseArray.from_pydata(got, fmt)
+    else:
+        out = SparseArray.from_dense(got, fmt)
+    if dtype is not None and out.dtype != dtype:
+        out = out.with_values(out.vals.astype(dtype))
+    return out
