@@ -76,7 +76,7 @@ def test_binding_present_on_ci() -> None:
     if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
         assert blas.binding() is not None, "no direct BLAS binding found on the CI platform"
     if blas.binding() is None:
-        pytest.skip("no direct BLAS binding on this platform")
+        pytest.skip(str(blas.unbound_reason()))
     path, symbol = blas.binding().rsplit(":", 1)
     assert os.path.exists(path)
     assert "cblas_dgemm" in symbol
@@ -88,6 +88,21 @@ def test_distal_blas_numpy_switches_the_binding_off() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60, check=True)  # fmt: skip
     assert out.stdout.split() == ["None", "False"]
+
+
+def test_the_numpy_pass_skips_saying_the_binding_was_switched_off() -> None:
+    """Under ``DISTAL_BLAS=numpy`` the tests that need the binding skip because it was
+    turned off on purpose, not with "no binding on this platform"."""
+    env = {**os.environ, "DISTAL_BLAS": "numpy"}
+    here = os.path.dirname(__file__)
+    argv = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"]
+    argv += [os.path.join(here, "test_leaf.py") + "::test_routine_matches_einsum[direct-ik,kj->ij]"]
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    skips = [line for line in out.stdout.splitlines() if line.startswith("SKIPPED")]
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert skips, out.stdout
+    assert all(blas.OFF_REASON in line for line in skips), skips
+    assert "on this platform" not in out.stdout
 
 
 class CountingBlas:
@@ -164,7 +179,7 @@ def test_index_width_limits_are_respected(monkeypatch: pytest.MonkeyPatch) -> No
     """An LP64 library refuses (returns False: numpy computes) dimensions beyond 2^31 - 1
     instead of passing truncated integers."""
     if blas._LIB is None:
-        pytest.skip("no direct BLAS binding")
+        pytest.skip(str(blas.unbound_reason()))
     monkeypatch.setattr(blas._LIB, "index_max", 3)
     a, b, c = np.ones((4, 2)), np.ones((2, 2)), np.zeros((4, 2))
     assert not blas.gemm(a, b, c, 1.0, 0.0)
