@@ -68,16 +68,16 @@ def test_a_complex_scalar_computes_in_complex_where_the_output_is_complex() -> N
 def test_a_complex_tensor_in_a_real_statement_is_refused() -> None:
     (i,) = dl.index_vars("i")
     A, B = dl.Tensor("A", (4,)), dl.Tensor("B", (4,), dtype=np.complex64)
-    with pytest.raises(dl.NotationError, match="tensor 'B' is complex64.*'A' is float64"):
+    with pytest.raises(dl.NotationError, match=r"tensor 'B' is complex64.*'A' is float64"):
         A[i] = B[i]
 
 
 def test_a_float_scalar_in_an_integer_statement_is_refused() -> None:
     (i,) = dl.index_vars("i")
     A, B = dl.Tensor("A", (3,), dtype=np.int64), dl.Tensor("B", (3,), dtype=np.int64)
-    with pytest.raises(dl.NotationError, match="0.5.*'A' is int64"):
+    with pytest.raises(dl.NotationError, match=r"0\.5.*'A' is int64"):
         A[i] = B[i] * 0.5
-    with pytest.raises(dl.NotationError, match="0.5"):
+    with pytest.raises(dl.NotationError, match=r"0\.5"):
         A[i] = B[i] / 2  # true division, as in numpy, is not an integer operation
     A[i] = B[i] * 3 + 1  # integer scalars stay integers
     b = np.array([4, -7, 2])
@@ -86,9 +86,9 @@ def test_a_float_scalar_in_an_integer_statement_is_refused() -> None:
 
 def test_a_complex_sparse_matrix_for_a_real_tensor_is_refused() -> None:
     m = _matrix() * (1 + 1j)
-    with pytest.raises(dl.InputError, match="input 'A' is complex128.*tensor 'A' is float64"):
+    with pytest.raises(dl.InputError, match=r"input 'A' is complex128.*tensor 'A' is float64"):
         sparse_value("A", m, _spmv().sparse.tensors["A"])
-    with pytest.raises(dl.InputError, match="complex128.*float64"):
+    with pytest.raises(dl.InputError, match=r"complex128.*float64"):
         dl.sparse.as_sparse(m, "csr", dtype=np.float64)
 
 
@@ -114,7 +114,7 @@ def test_spmv_in_complex_matches_scipy() -> None:
 
 def test_floats_for_an_integer_tensor_are_refused() -> None:
     k = _copy(np.int64)
-    with pytest.raises(dl.InputError, match="input 'B' is float64.*'B' is int64.*truncated"):
+    with pytest.raises(dl.InputError, match=r"input 'B' is float64.*'B' is int64.*truncated"):
         k.run({"B": [0.7, 1.9, -2.5]})
     with pytest.raises(dl.InputError, match="input 'B' is float64"):
         k.run({"B": np.array([np.nan, 1.0, 2.0])})
@@ -122,14 +122,14 @@ def test_floats_for_an_integer_tensor_are_refused() -> None:
 
 def test_negative_integers_for_an_unsigned_tensor_are_refused() -> None:
     k = _copy(np.uint8)
-    with pytest.raises(dl.InputError, match="input 'B' is int64.*'B' is uint8.*wrap"):
+    with pytest.raises(dl.InputError, match=r"input 'B' is int64.*'B' is uint8.*wrap"):
         k.run({"B": np.array([1, -2, 3])})
     b = np.array([1, 200, 3], dtype=np.uint16)  # unsigned into unsigned: same kind
     np.testing.assert_array_equal(k.run({"B": b}).value, b.astype(np.uint8))
 
 
 def test_a_complex_array_for_a_real_tensor_is_refused() -> None:
-    with pytest.raises(dl.InputError, match="input 'B' is complex128.*imaginary"):
+    with pytest.raises(dl.InputError, match=r"input 'B' is complex128.*imaginary"):
         _copy(np.float64).run({"B": np.array([1, 2, 3]) * 1j})
 
 
@@ -169,7 +169,7 @@ def test_the_rule_is_numpys_same_kind(src: type, dst: type) -> None:
 
 def test_floats_for_an_integer_sparse_tensor_are_refused() -> None:
     t = _spmv(np.int64).sparse.tensors["A"]
-    with pytest.raises(dl.InputError, match="input 'A' is float64.*'A' is int64"):
+    with pytest.raises(dl.InputError, match=r"input 'A' is float64.*'A' is int64"):
         sparse_value("A", _matrix(), t)
     ints = sp.csr_matrix(np.array([[0, 3, 0, 0, 1], [2, 0, 0, 0, 0]] + [[0] * N] * 3))
     arr = sparse_value("A", ints.astype(np.int32), t)
@@ -181,7 +181,8 @@ def test_as_sparse_keeps_an_array_that_already_fits() -> None:
     a = dl.sparse.as_sparse(_matrix(), "csr")
     assert dl.sparse.as_sparse(a, "csr", dtype=np.float64) is a
     b = dl.sparse.as_sparse(a, "csr", dtype=np.float32)
-    assert b.dtype == np.float32 and b.pattern_fingerprint() == a.pattern_fingerprint()
+    assert b.dtype == np.float32
+    assert b.pattern_fingerprint() == a.pattern_fingerprint()
 
 
 # -- sessions and apps ---------------------------------------------------------------------------
@@ -190,7 +191,7 @@ def test_as_sparse_keeps_an_array_that_already_fits() -> None:
 def test_a_float_session_value_for_an_integer_tensor_is_refused() -> None:
     sess = dl.Session(progress=False)
     sess.put("B", np.array([0.7, 1.9, -2.5]))
-    with pytest.raises(dl.InputError, match="session value 'B' is float64.*'B' is int64"):
+    with pytest.raises(dl.InputError, match=r"session value 'B' is float64.*'B' is int64"):
         sess.run(_copy(np.int64))
 
 
@@ -216,7 +217,7 @@ def test_cg_with_a_complex_matrix_is_refused() -> None:
     a[0, 1] += 0.5j
     a[1, 0] -= 0.5j
     b = rng.random(N)
-    with pytest.raises(dl.InputError, match="input 'A' is complex128.*imaginary"):
+    with pytest.raises(dl.InputError, match=r"input 'A' is complex128.*imaginary"):
         dl.apps.cg(a, b, machine=2)
     with pytest.raises(dl.InputError, match="input 'A' is complex128"):
         dl.apps.cg(sp.csr_matrix(a), b, machine=2)
