@@ -10,6 +10,9 @@ Each entry (a partial output sum or a finished output block) is one file::
 
     DISTALCK\\x02 {"name", "dtype", "shape", "nbytes", "xxh3_128"} <spaces>\\n <raw C-order bytes>
 
+(``"blake2b_128"`` in place of ``"xxh3_128"`` where ``xxhash`` is not installed; see
+:mod:`distal.runtime.checkpoint_hash`)
+
 written to a temporary name and renamed into place, so a reader sees either nothing or a
 whole file; the checksum catches files damaged later (truncated, bit rot, a bad disk):
 such an entry loads as ``corrupt`` and the runtime recomputes and rewrites it. Entries of
@@ -17,8 +20,9 @@ such an entry loads as ``corrupt`` and the runtime recomputes and rewrites it. E
 the header padded by spaces to 4 KiB so the payload starts on a block boundary.
 
 Checksums and input fingerprints are xxh3-128 (about 30 GB/s on one core, so hashing never
-shows next to the computation): they guard against accidents — damaged files, changed
-inputs — not against an adversary who crafts colliding inputs.
+shows next to the computation), BLAKE2b-128 without ``xxhash``: they guard against
+accidents — damaged files, changed inputs — not against an adversary who crafts colliding
+inputs.
 ``manifest.json`` records what the run is (for humans and tools) and, once the run has
 finished, every block's checksum.
 
@@ -42,15 +46,15 @@ import os
 import tempfile
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
-import xxhash
 
-from distal.errors import InputError, RuntimeFailure
-from distal.runtime import direct_io
+from distal.errors import DistalWarning, InputError, RuntimeFailure
+from distal.runtime import checkpoint_hash, direct_io
 from distal.runtime.source import is_block_source
 
 FORMAT = 2
@@ -62,12 +66,13 @@ OK, MISSING, CORRUPT = "ok", "missing", "corrupt"
 
 
 def fingerprint_array(arr: np.ndarray) -> str:
-    """xxh3-128 of an array's bytes, dtype and shape: equal data, equal fingerprint."""
+    """The checksum (:mod:`~distal.runtime.checkpoint_hash`) of an array's bytes, dtype and
+    shape: equal data, equal fingerprint."""
     a = np.require(arr, requirements="C")  # C order; a 0-d array stays 0-d
-    h = xxhash.xxh3_128(f"{a.dtype.str}{a.shape}".encode())
+    h = checkpoint_hash.hasher(data=f"{a.dtype.str}{a.shape}".encode())
     if a.size:
         h.update(memoryview(a.reshape(-1).view(np.uint8)))
-    return h.hexdigest()
+    return checkpoint_hash.finish(h)
 
 
 def source_fingerprint(src: Any) -> str | None:
@@ -132,13 +137,16 @@ def describe(kernel: Any, fingerprints: Mapping[str, str], granularity: str) -> 
 
 
 def header(name: str, a: np.ndarray, digest: str, size: int | None = None) -> bytes:
-    """An entry's header line; padded with spaces to ``size`` bytes when given."""
+    """An entry's header line; padded with spaces to ``size`` bytes when given. The checksum
+    is stored under its algorithm's name (``digest`` as :mod:`~distal.runtime.checkpoint_hash`
+    writes it)."""
+    algorithm, hexdigest = checkpoint_hash.untag(digest)
     meta = {
         "name": name,
         "dtype": a.dtype.str,
         "shape": list(a.shape),
         "nbytes": a.nbytes,
-        "xxh3_128": digest,
+        algorithm: hexdigest,
     }
     text = MAGIC + json.dumps(meta).encode()
     if size is not None:
@@ -154,12 +162,13 @@ def encode(name: str, arr: np.ndarray) -> tuple[bytes, memoryview, str]:
     """Header, payload and checksum of one entry."""
     a = np.require(arr, requirements="C")  # C order; a 0-d array stays 0-d
     payload = _payload(a)
-    digest = xxhash.xxh3_128(payload).hexdigest()
+    digest = checkpoint_hash.checksum(payload)
     return header(name, a, digest), payload, digest
 
 
 def decode(name: str, raw: bytes) -> np.ndarray | None:
-    """The array in an entry, or None when the entry is damaged or belongs to another name."""
+    """The array in an entry, or None when the entry is damaged or belongs to another name
+    (or its checksum's algorithm is not available here: a warning says so)."""
     if not raw.startswith(MAGIC):
         return None
     end = raw.find(b"\n", len(MAGIC))
@@ -169,13 +178,24 @@ def decode(name: str, raw: bytes) -> np.ndarray | None:
         head = json.loads(raw[len(MAGIC) : end])
         dtype = np.dtype(head["dtype"])
         shape = tuple(int(x) for x in head["shape"])
-        nbytes, digest = int(head["nbytes"]), str(head["xxh3_128"])
+        nbytes = int(head["nbytes"])
+        (algorithm,) = (a for a in checkpoint_hash.ALGORITHMS if a in head)
+        digest = checkpoint_hash.tag(algorithm, str(head[algorithm]))
     except (ValueError, KeyError, TypeError):
         return None
     payload = memoryview(raw)[end + 1 :]
     if head.get("name") != name or len(payload) != nbytes:
         return None
-    if xxhash.xxh3_128(payload).hexdigest() != digest:
+    good = checkpoint_hash.verify(payload, digest)
+    if good is None:
+        warnings.warn(
+            f"checkpoint entry {name!r} has a {algorithm} checksum, which needs the xxhash "
+            "package (pip install xxhash): it cannot be verified and is not used",
+            DistalWarning,
+            stacklevel=2,
+        )
+        return None
+    if not good:
         return None
     if int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes:
         return None
@@ -269,7 +289,7 @@ class CheckpointStore:
         path = self.path(name)
         if self.local and self._direct and a.nbytes >= direct_io.MIN_BYTES:
             os.makedirs(self.root, exist_ok=True)
-            size = direct_io.round_up(len(header(name, a, "0" * 32)) + 1)
+            size = direct_io.round_up(len(header(name, a, checkpoint_hash.placeholder())) + 1)
             tmp = f"{path}.tmp-{uuid.uuid4().hex}"
             digest = direct_io.write(
                 tmp, _payload(a), lambda d: header(name, a, d, size), size, self.fsync
@@ -380,6 +400,8 @@ def check_location(location: Any) -> None:
     if not store.local:
         store.fs()
         return
+    if os.path.exists(store.base) and not os.path.isdir(store.base):
+        raise InputError(f"checkpoint {location!r} is a file, not a directory")
     try:
         os.makedirs(store.base, exist_ok=True)
         with tempfile.TemporaryFile(dir=store.base):
