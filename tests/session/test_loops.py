@@ -109,7 +109,8 @@ def test_a_damaged_newest_iteration_falls_back_to_the_one_before(tmp_path: Path)
     raw[-3] ^= 0xFF  # one flipped byte in the payload: the checksum no longer matches
     path.write_bytes(bytes(raw))
     again, ks2 = _session(tmp_path)
-    assert _loop(again, ks2, 4) == [3]
+    with pytest.warns(dl.errors.DistalWarning, match=r"\[3\] are damaged"):
+        assert _loop(again, ks2, 4) == [3]
     assert again.resumed_from == 2
     assert np.array_equal(again.get("X"), sess.get("X"))
 
