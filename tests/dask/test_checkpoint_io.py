@@ -17,8 +17,6 @@ import distal as dl
 from distal.runtime import checkpoint as ck
 from distal.runtime import direct_io
 
-xxhash = pytest.importorskip("xxhash")
-
 
 def _direct_or_skip(tmp_path: Path) -> None:
     probe = np.ones(10)
@@ -47,6 +45,7 @@ def _direct_or_skip(tmp_path: Path) -> None:
     ],
 )
 def test_direct_writes_any_length_exactly(tmp_path: Path, nbytes: int) -> None:
+    xxhash = pytest.importorskip("xxhash", reason="needs xxhash (dask extra) for the digest")
     _direct_or_skip(tmp_path)
     payload = np.random.default_rng(nbytes).integers(0, 256, nbytes, dtype=np.uint8)
     path = str(tmp_path / "entry")
@@ -274,7 +273,7 @@ def test_half_written_entries_are_listed_and_cleaned_when_old(
     assert main(["checkpoint", str(loc)]) == 0
     assert "2 half-written entries" in capsys.readouterr().out
     assert main(["checkpoint", str(loc), "--clean", "all"]) == 0
-    assert "removed 1 half-written entries" in capsys.readouterr().out
+    assert "removed 1 half-written entry" in capsys.readouterr().out
     assert not old.exists()
     assert young.exists()
 

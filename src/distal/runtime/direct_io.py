@@ -25,7 +25,7 @@ import os
 import threading
 from collections.abc import Callable
 
-import xxhash
+from distal.runtime import checkpoint_hash
 
 ALIGN = 4096  # covers every block size in use (512 B and 4 KiB devices)
 CHUNK = 8 << 20  # staging buffer per thread: copied, hashed, written, reused
@@ -67,7 +67,8 @@ def write(
 ) -> str | None:
     """Write ``head(digest) + payload`` to a new file ``path``; return the payload's digest.
 
-    ``digest`` is the xxh3-128 of ``payload`` (hex); ``head(digest)`` must be exactly
+    ``digest`` is the checksum of ``payload`` (:mod:`~distal.runtime.checkpoint_hash`:
+    xxh3-128, or BLAKE2b-128 without ``xxhash``); ``head(digest)`` must be exactly
     ``head_size`` bytes, a multiple of :data:`ALIGN` no larger than :data:`CHUNK`. Returns
     ``None`` (and removes ``path``) when ``O_DIRECT`` is refused; other ``OSError``\\ s
     propagate, also with ``path`` removed.
@@ -84,7 +85,7 @@ def write(
     done = False
     try:
         stage = _stage()
-        h = xxhash.xxh3_128()
+        h = checkpoint_hash.hasher()
         n = len(payload)
         for off in range(0, n, CHUNK):
             m = min(CHUNK, n - off)
@@ -94,7 +95,7 @@ def write(
             if size > m:
                 stage[m:size] = bytes(size - m)
             _pwrite_all(fd, stage[:size], head_size + off)
-        digest = h.hexdigest()
+        digest = checkpoint_hash.finish(h)
         top = head(digest)
         if len(top) != head_size:
             raise ValueError(f"header is {len(top)} bytes, expected {head_size}")
