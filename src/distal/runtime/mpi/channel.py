@@ -9,20 +9,29 @@ others raise :class:`PeerFailure` naming the failed rank at their next poll.
 
 :func:`start` (run when :mod:`distal.runtime.mpi` is imported) installs the exception hook
 and the exit handler that end the whole job after a failure (see :func:`end_job`).
+
+Neither channel exists before every rank has come to distal: a rank whose script fails
+before its first run under a plain ``mpiexec`` (no hook installed yet) tells nobody. So the
+two places where ranks first wait for each other have a *join deadline* (``DISTAL_MPI_JOIN``
+seconds, default 60): MPI's start-up when this module starts MPI (:func:`_start_mpi`: a
+watchdog process, since ``MPI_Init`` holds the GIL) and the first collective on each
+communicator (:class:`Channel`'s duplicates: :class:`JoinTimeout`).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
+import math
 import os
+import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-from mpi4py import MPI
 
 from distal.errors import RuntimeFailure
 
@@ -31,19 +40,123 @@ END_TAG = 8  # job channel: this rank's script is over (one byte: 1 with an exce
 TAG_BASE = 16
 
 
-def _grace() -> float:
+def _seconds(name: str, default: float) -> float:
+    """A non-negative number of seconds from the environment (``inf``: no limit)."""
     try:
-        return max(0.0, float(os.environ.get("DISTAL_MPI_GRACE", "5")))
+        value = float(os.environ.get(name, default))
     except ValueError:
-        return 5.0
+        return default
+    return default if math.isnan(value) else max(0.0, value)
 
 
 # how long a rank whose script is over waits for the others' scripts to be over too
-EXIT_GRACE = _grace()
+EXIT_GRACE = _seconds("DISTAL_MPI_GRACE", 5.0)
+# how long a rank waits for every other rank to come to distal's first collective step (MPI's
+# start-up, a communicator's first use); generous, since a rank may legitimately arrive late
+JOIN_TIMEOUT = _seconds("DISTAL_MPI_JOIN", 60.0)
+
+_RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+_SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+
+# The watchdog of MPI's start-up, run as ``python -c``: argv = the read end of a pipe whose
+# write end the rank closes once MPI has started (or by ending), the deadline, the grace, the
+# rank's pid, the text to print.
+_WATCHDOG = r"""
+import os, select, signal, sys
+fd, limit, grace, pid = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+text = sys.argv[5]
+if select.select([fd], [], [], limit)[0]:
+    sys.exit(0)
+os.write(2, text.encode())
+select.select([], [], [], grace)
+for sig in (signal.SIGTERM, signal.SIGKILL):  # KILL: a Python SIGTERM handler cannot run
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        break
+    if select.select([fd], [], [], 2.0)[0]:  # the rank is gone: its end of the pipe closed
+        break
+"""
+_WATCHDOGS: list[Any] = []  # kept so that they are reaped, not left as zombies
+
+
+def _launched_rank() -> tuple[str, int] | None:
+    """This process's rank (as text) and the job's size from the launcher's environment,
+    or None when no launcher started it (a singleton ``MPI_Init`` waits for nobody)."""
+    rank = next((os.environ[v] for v in _RANK_VARS if os.environ.get(v)), None)
+    size = next((os.environ[v] for v in _SIZE_VARS if os.environ.get(v)), "0")
+    if rank is None:
+        return None
+    try:
+        return rank, int(size)
+    except ValueError:
+        return rank, 0
+
+
+@contextlib.contextmanager
+def _start_mpi() -> Iterator[None]:
+    """Around ``from mpi4py import MPI`` when that starts MPI: end the job if ``MPI_Init``
+    waits more than ``JOIN_TIMEOUT`` seconds for the other ranks.
+
+    A rank whose script raised before its first ``kernel.run(..., runtime="mpi")`` (and
+    never imported mpi4py) exits without starting MPI, and MPICH's ``mpiexec`` does not end
+    the job for it: the other ranks would wait in ``MPI_Init`` for good. ``MPI_Init`` holds
+    the GIL, so no Python thread can watch it: a small child process does, printing the
+    reason on this rank's stderr at the deadline and stopping the rank (``SIGTERM``, then
+    ``SIGKILL``, after ``EXIT_GRACE`` seconds so that every waiting rank prints its line),
+    which makes the launcher end the whole job. Nothing is watched when MPI is already
+    started, when no launcher started this process, or with ``DISTAL_MPI_JOIN=inf``; on time
+    the rank closes the pipe and the child exits (the rank spends ~10 ms starting it).
+    """
+    me = _launched_rank()
+    if "mpi4py.MPI" in sys.modules or me is None or me[1] == 1 or math.isinf(JOIN_TIMEOUT):
+        yield
+        return
+    text = (
+        f"distal: MPI rank {me[0]}: MPI's start-up (at this rank's first kernel.run) has "
+        f"waited {JOIN_TIMEOUT:g} s (DISTAL_MPI_JOIN) for the other ranks: a rank may have "
+        "failed before its first kernel.run (see its traceback) or be stuck or still "
+        "working. Ending the job (`distal run -n P SCRIPT` ends it at once when a rank's "
+        "script raises)\n"
+    )
+    read, write = os.pipe()
+    try:
+        args = [str(read), repr(JOIN_TIMEOUT), repr(EXIT_GRACE), str(os.getpid()), text]
+        _WATCHDOGS.append(
+            subprocess.Popen(
+                [sys.executable, "-S", "-I", "-c", _WATCHDOG, *args],
+                pass_fds=(read,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+            )
+        )
+    except OSError:  # pragma: no cover - cannot start a process: start MPI unwatched
+        pass
+    finally:
+        os.close(read)
+    try:
+        yield
+    finally:
+        os.close(write)  # the watchdog sees the pipe end and exits
+
+
+with _start_mpi():
+    from mpi4py import MPI
 
 
 class PeerFailure(RuntimeFailure):
     """Another rank failed; ``processor`` is that rank, the message carries its error."""
+
+
+class JoinTimeout(RuntimeFailure):
+    """Not every rank of a communicator came to distal's first collective step on it within
+    ``JOIN_TIMEOUT`` seconds (``DISTAL_MPI_JOIN``).
+
+    Raised on each rank that waited; ``processor`` is None: MPI cannot say which ranks are
+    missing (the duplicate communicators that would carry it need every rank). The
+    communicator is not used again, and this rank's script ends the job with ``MPI_Abort``
+    however it ends (:func:`end_job`), since the missing ranks may never come.
+    """
 
 
 _CHANNELS: dict[int, Channel] = {}
@@ -100,6 +213,7 @@ class Job:
         self.seen: list[str] = []
         self.told = False  # this rank's error text was sent
         self.said_end = False  # this rank's end of script was announced
+        self.unjoined: str | None = None  # a JoinTimeout this rank raised: end the job
 
     def get(self, timeout: float = 0.0) -> Any:
         """The duplicate once it is complete (waiting up to ``timeout`` s), else None."""
@@ -202,7 +316,7 @@ class Channel:
         self.ready = False  # the error duplicate is usable
         self.data, r1 = comm.Idup()
         self.err, r2 = comm.Idup()
-        self.wait([r1, r2])
+        self.wait([r1, r2], join=True)  # the first time these ranks meet: with a deadline
         self.ready = True
         ub = self.data.Get_attr(MPI.TAG_UB) or 32767
         self.span = max(1, (int(ub) - TAG_BASE) // 2)
@@ -255,7 +369,11 @@ class Channel:
             raise PeerFailure(text, processor=p)
 
     def wait(
-        self, reqs: Sequence[Any], keep: tuple[Any, ...] = (), cancel: Sequence[Any] = ()
+        self,
+        reqs: Sequence[Any],
+        keep: tuple[Any, ...] = (),
+        cancel: Sequence[Any] = (),
+        join: bool = False,
     ) -> None:
         """Wait for all ``reqs`` while watching the error channel.
 
@@ -264,10 +382,16 @@ class Channel:
         write into a receive buffer after the wait is abandoned, so freeing it would corrupt
         the heap. Sends and collectives are never cancelled (cancelling a send is deprecated
         and crashes some MPI libraries; a collective cannot be cancelled at all).
+
+        ``join``: these are the first requests every rank of the communicator must take part
+        in; a rank that never comes cannot report (no channel exists yet), so after
+        ``JOIN_TIMEOUT`` seconds :class:`JoinTimeout` is raised. Ranks that come in time
+        pass without any wait of their own.
         """
         if not reqs:
             return
         spins = 0
+        deadline = time.monotonic() + JOIN_TIMEOUT if join else math.inf
         try:
             while not MPI.Request.Testall(list(reqs)):
                 try:
@@ -278,6 +402,8 @@ class Channel:
                 spins += 1
                 if spins > 100:
                     time.sleep(min(2e-3, 2e-6 * spins))
+                    if time.monotonic() > deadline:
+                        raise JoinTimeout(self._unjoined(), processor=None)
         except BaseException:
             for r in cancel:
                 try:
@@ -301,6 +427,17 @@ class Channel:
             time.sleep(1e-3)
         job().record(str(failure))
         raise failure
+
+    def _unjoined(self) -> str:
+        """Why :meth:`wait` gave up on the first meeting of this communicator's ranks."""
+        where = "the job" if self.members == list(range(job().size)) else "this communicator"
+        return (
+            f"not every rank of {where} ({self.size} ranks) came to its first distal MPI "
+            f"step within {JOIN_TIMEOUT:g} s (DISTAL_MPI_JOIN): a rank may have failed before "
+            "its first kernel.run (see its traceback) or be stuck or still working; MPI "
+            "cannot say which. Ending the job (`distal run -n P SCRIPT` ends it at once when "
+            "a rank's script raises)"
+        )
 
     def barrier(self) -> None:
         """A barrier that still notices failures (non-blocking barrier, polled)."""
@@ -338,10 +475,29 @@ class Channel:
             time.sleep(1e-3)
 
 
+_UNJOINED: dict[int, str] = {}  # communicators whose ranks never all met: never used again
+
+
 def channel(comm: Any) -> Channel:
+    """The :class:`Channel` of ``comm``, made by the first run on it -- the first time its
+    ranks meet in distal, with the join deadline (:class:`JoinTimeout`, printed at once on
+    stderr; a later call on the same communicator raises it again without waiting)."""
     key = comm.py2f()
+    if key in _UNJOINED:
+        raise JoinTimeout(
+            f"an earlier run on this communicator timed out waiting for its ranks "
+            f"({_UNJOINED[key]}); the MPI runtime does not use it again: end the job",
+            processor=None,
+        )
     if key not in _CHANNELS:
-        _CHANNELS[key] = Channel(comm)
+        try:
+            _CHANNELS[key] = Channel(comm)
+        except JoinTimeout as e:
+            _UNJOINED[key] = str(e)
+            state = job()
+            state.unjoined = state.unjoined or str(e)
+            state.record(str(e))
+            raise
     return _CHANNELS[key]
 
 
@@ -370,7 +526,8 @@ def end_job(failed: bool, text: str = "") -> None:
             state.said_end = True
             state.send(END_TAG, b"\x01" if failed else b"\x00")
         state.poll()
-    if not failed and not state.errors and not any(state.ended.values()):
+    clean = not failed and not state.errors and not any(state.ended.values())
+    if clean and state.unjoined is None:
         return  # a normal end; no rank is known to have failed for good
     if comm is not None:
         deadline = time.monotonic() + EXIT_GRACE
@@ -384,9 +541,13 @@ def end_job(failed: bool, text: str = "") -> None:
     failing = sorted({r for r in others if state.ended.get(r)} | set(state.errors))
     if missing or not failed:
         why = [f"rank(s) {failing} ended with an exception"] if failing else []
-        if missing:
+        if comm is None:  # the job's error channel never formed: no rank can tell another
+            why.append("not every rank has started distal's MPI runtime")
+        elif missing:
             why.append(f"rank(s) {missing} did not end within {EXIT_GRACE:g} s")
         cause = f" after: {state.seen[0]}" if state.seen else ""
+        if state.seen and state.seen[0] == state.unjoined:  # printed just before
+            cause = f" (the join deadline, {JOIN_TIMEOUT:g} s, has passed)"
         _note(f"ending the MPI job (MPI_Abort): {'; '.join(why)}{cause}")
     _flush()
     MPI.COMM_WORLD.Abort(1)
