@@ -4,7 +4,10 @@ Before anything else every rank checks its part (the options, the number of rank
 inputs, its kernel's fingerprint) and all ranks agree on the outcome with one polled
 ``Iallgather``: a rank whose inputs are wrong raises its ``InputError`` and every other rank
 raises :class:`PeerFailure` naming it and carrying the error's text, all at the same point,
-with nothing left pending (the communicator stays usable).
+with nothing left pending (the communicator stays usable). The first run on a communicator
+is also the first time its ranks meet (:func:`~.channel.channel` makes its duplicates): a
+rank that never comes -- it raised before its first run, where no hook could report it --
+makes the others raise :class:`~.channel.JoinTimeout` at the join deadline and end the job.
 """
 
 from __future__ import annotations
