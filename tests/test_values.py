@@ -230,3 +230,11 @@ def test_cg_with_an_integer_matrix_still_solves() -> None:
     b = np.array([1, 2, 3])
     x, _ = dl.apps.cg(a, b, machine=2)
     np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-8)
+
+
+def test_a_block_source_of_floats_for_an_integer_tensor_is_refused() -> None:
+    k = _copy(np.int64)
+    with pytest.raises(dl.InputError, match=r"block source 'B' is float64.*int64.*truncated"):
+        k.run({"B": dl.from_function((3,), lambda i: i + 0.7)})
+    ints = dl.from_function((3,), lambda i: 2 * i - 1, dtype=np.int32)
+    np.testing.assert_array_equal(k.run({"B": ints}).value, [-1, 1, 3])

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError
+from distal.runtime.inputs import check_cast
 from distal.typing import Box, box_shape
 
 
@@ -29,7 +30,9 @@ def check_source(name: str, src: Any, shape: tuple[int, ...]) -> Any:
 
 
 def read_block(name: str, data: Any, box: Box, dtype: np.dtype) -> np.ndarray:
-    """A fresh array holding ``box`` of input ``data`` (an array or a block source)."""
+    """A fresh array holding ``box`` of input ``data`` (an array or a block source); a
+    source's block is converted to ``dtype`` by the input rule of
+    :func:`~distal.runtime.inputs.check_cast` (floats for an integer tensor are refused)."""
     if is_block_source(data):
         arr = np.asarray(data.read_block(box))
         if arr.shape != box_shape(box):
@@ -39,6 +42,7 @@ def read_block(name: str, data: Any, box: Box, dtype: np.dtype) -> np.ndarray:
             )
         if arr.dtype.kind not in "biufc":
             raise InputError(f"block source of {name!r} returned non-numeric dtype {arr.dtype}")
+        check_cast(f"a block of block source {name!r}", arr.dtype, dtype)
         return np.array(arr, dtype=dtype)
     index = tuple(slice(lo, hi) for lo, hi in box) if box else (Ellipsis,)
     return np.array(data[index], dtype=dtype)
