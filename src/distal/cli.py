@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 import distal as dl
+from distal.text import plural, time_text
 
 ALGORITHMS = ("cannon", "summa", "pumma")
 STAT_FIELDS = ("words_received", "words_sent", "messages_received", "iterations", "peak_words")
@@ -23,11 +24,17 @@ TOLERANCE = 1e-10
 
 
 def parse_grid(text: str) -> tuple[int, int]:
-    """Parse a grid such as ``"2x2"`` into ``(gx, gy)``, both positive."""
+    """Parse a grid such as ``"2x2"`` into ``(gx, gy)``, both positive; the message says
+    whether the form or an extent is wrong (``0x2`` has the right form)."""
     parts = text.lower().split("x")
-    if len(parts) != 2 or not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
         raise argparse.ArgumentTypeError(f"grid must look like GXxGY, e.g. 2x2; got {text!r}")
-    return int(parts[0]), int(parts[1])
+    gx, gy = int(parts[0]), int(parts[1])
+    if gx < 1 or gy < 1:
+        raise argparse.ArgumentTypeError(
+            f"grid {text!r} has an extent of 0; each must be at least 1, e.g. 2x2"
+        )
+    return gx, gy
 
 
 def positive_int(text: str) -> int:
@@ -140,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="distal", description="distal: distributed tensor algebra compiler and runtime."
     )
+    parser.add_argument("--version", action="version", version=f"distal {dl.__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     cal = sub.add_parser("calibrate", help="measure alpha/beta/gamma of this computer")
     cal.add_argument(
@@ -241,11 +249,11 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from distal.cost.model import calibrate, save_params
 
     params, raw = calibrate(quick=args.quick)
-    print(f"alpha (latency)     : {params.alpha * 1e6:10.3f} us per message")
+    print(f"alpha (latency)     : {time_text(params.alpha):>10} per message")
     gbs, gflops = raw["bandwidth_bytes_per_s"] / 1e9, raw["gemm_gflops"]
-    print(f"beta  (1/bandwidth) : {params.beta * 1e9:10.4f} ns per 8-byte word ({gbs:.2f} GB/s)")
+    print(f"beta  (1/bandwidth) : {time_text(params.beta):>10} per 8-byte word ({gbs:.2f} GB/s)")
     print(
-        f"gamma (1/flop rate) : {params.gamma * 1e12:10.4f} ps per flop "
+        f"gamma (1/flop rate) : {time_text(params.gamma):>10} per flop "
         f"({gflops:.1f} GFLOP/s numpy GEMM n={raw['gemm_n']})"
     )
     if not args.dry_run:
@@ -273,14 +281,18 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     if args.clean:
         for run in targets(args.clean):
             gone = ct.remove_temporaries(args.location, run, args.older_than)
-            print(f"{run}  removed {len(gone)} half-written entries")
+            print(
+                f"{run}  removed {plural(len(gone), 'half-written entry', 'half-written entries')}"
+            )
     if args.verify:
         damaged = 0
         for run in targets(args.verify):
             res = ct.verify(args.location, run)
             bad = res[ct.CORRUPT]
             note = f": {', '.join(bad)}" if bad else ""
-            print(f"{run}  {len(res[ct.OK])} entries ok, {len(bad)} corrupt{note}")
+            print(
+                f"{run}  {plural(len(res[ct.OK]), 'entry', 'entries')} ok, {len(bad)} corrupt{note}"
+            )
             damaged += len(bad)
         return 1 if damaged else 0
     found = ct.runs(args.location)

@@ -25,6 +25,7 @@ from distal.plan.sinks import PlanSummary
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Relation, Rotate
+from distal.text import plural
 
 
 def relation_text(r: Relation, extent: dict[IndexVar, int]) -> str:
@@ -134,7 +135,7 @@ def movement(s: Schedule, moved: dict[tuple[str, str], list[int]]) -> list[str]:
                     PARTIAL: "partial sums sent to reducers",
                     FINAL: "final blocks sent to replicas",
                 }[k]
-                lines.append(f"    {what}: {words} words in {msgs} messages")
+                lines.append(f"    {what}: {plural(words, 'word')} in {plural(msgs, 'message')}")
     return lines
 
 
@@ -186,9 +187,9 @@ def program_text(plan: Plan, p: int) -> list[str]:
     sent = [m for m in plan.messages if m.src == p]
     got = [m for m in plan.messages if m.dst == p]
     out = [
-        f"program of processor {p} ({plan.nsteps} steps; sends {len(sent)} messages, "
-        f"{sum(m.words for m in sent)} words; receives {len(got)} messages, "
-        f"{sum(m.words for m in got)} words):"
+        f"program of processor {p} ({plural(plan.nsteps, 'step')}; "
+        f"sends {plural(len(sent), 'message')}, {plural(sum(m.words for m in sent), 'word')}; "
+        f"receives {plural(len(got), 'message')}, {plural(sum(m.words for m in got), 'word')}):"
     ]
     step = None
     for op in plan.ops(p):
@@ -217,7 +218,7 @@ def explain(
     out += ["  " + x for x in loop_nest(s)]
     if s.relations:
         out += ["", "where:"] + ["  " + relation_text(r, s.extent) for r in s.relations]
-    out += ["", f"data ({summary.nsteps} steps per processor):"]
+    out += ["", f"data ({plural(summary.nsteps, 'step')} per processor):"]
     out += ["  " + x for x in movement(s, summary.moved)]
     out += ["", "per processor:"] + ["  " + x for x in traffic_table(summary.stats)]
     out += list(notes)

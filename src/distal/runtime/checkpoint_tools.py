@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from distal import text
 from distal.errors import InputError
 from distal.runtime.checkpoint import CORRUPT, MANIFEST, OK, SUFFIX, CheckpointStore
 
@@ -172,13 +173,9 @@ def remove(location: str | os.PathLike[str], run: str) -> str:
 
 
 def size_text(n: int) -> str:
-    """Bytes as a short human-readable size."""
-    x: float = n
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if x < 1024 or unit == "TiB":
-            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
-        x /= 1024
-    return f"{n} B"  # pragma: no cover
+    """Bytes as a short human-readable size, in the units every distal report uses
+    (:func:`distal.text.size_text`: decimal, ``"2.77 kB"``)."""
+    return text.size_text(n)
 
 
 def as_dict(info: RunInfo) -> dict[str, Any]:

@@ -121,7 +121,9 @@ class Schedule:
         head = ""
         if new:
             names = " ".join(v.name for v in new)
-            head = f"{', '.join(v.name for v in new)}, = dl.index_vars({names!r})\n"
+            # a trailing comma only where it is needed: one variable unpacked from the tuple
+            targets = ", ".join(v.name for v in new) + ("," if len(new) == 1 else "")
+            head = f"{targets} = dl.index_vars({names!r})\n"
         return f"{head}(dl.schedule({self.tensor.name}){body})"
 
     # -- validation helpers ------------------------------------------------------------------

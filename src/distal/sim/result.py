@@ -8,6 +8,7 @@ from typing import Any
 
 from distal.runtime.trace import WAIT, Event
 from distal.sim.network import Network
+from distal.text import plural, size_text, time_text
 
 KINDS = ("fetch", "compute", "flush", "reduce", "final", "wait")
 
@@ -73,25 +74,28 @@ class SimResult:
         return self.breakdown()[WAIT]
 
     def summary(self) -> str:
-        """A short text report: totals and the per-kind breakdown (max / mean over processors)."""
+        """A short text report: totals and the per-kind breakdown (max / mean over processors),
+        sizes and times in the units they read best in (:mod:`distal.text`)."""
         b = self.breakdown()
         mode = "sequential (local runtime)" if self.sequential else "parallel"
         lines = [
-            f"simulated on {self.network.name} ({mode}): {self.seconds:.6g} s, "
+            f"simulated on {self.network.name} ({mode}): {time_text(self.seconds)}, "
             f"{self.gflops:.1f} GFLOP/s ({self.gflops_per_node:.1f} per processor), "
-            f"{self.nprocs} processors, {self.messages} messages, {self.bytes / 1e6:.3f} MB",
-            f"{'kind':>8} {'max s':>12} {'mean s':>12}",
+            f"{plural(self.nprocs, 'processor')}, {plural(self.messages, 'message')}, "
+            f"{size_text(self.bytes)}",
+            f"{'kind':>8} {'max':>12} {'mean':>12}",
         ]
         for k in KINDS:
             v = b[k]
-            lines.append(f"{k:>8} {max(v, default=0):>12.6g} {sum(v) / max(len(v), 1):>12.6g}")
+            most, mean = max(v, default=0.0), sum(v) / max(len(v), 1)
+            lines.append(f"{k:>8} {time_text(most):>12} {time_text(mean):>12}")
         return "\n".join(lines)
 
     def plot(self, path: str | None = None, **options: Any) -> Any:
         """Per-processor Gantt chart of the simulated run (``distal.viz.plot_timeline``)."""
         from distal.viz import plot_timeline
 
-        options.setdefault("title", f"simulated on {self.network.name}: {self.seconds:.4g} s")
+        options.setdefault("title", f"simulated on {self.network.name}: {time_text(self.seconds)}")
         return plot_timeline(self, path, **options)
 
     def to_chrome_trace(self, path: str | None = None) -> Any:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import DistalUserError, NotationError, NotSupportedYet
+from distal.text import time_text
 
 
 class CliError(DistalUserError):
@@ -183,10 +184,14 @@ OTHERS = {"ttm": "ijk,kl->ijl", "mttkrp": "ijk,jl,kl->il"}
 
 
 def parse_machine(text: str) -> tuple[int, ...]:
-    """``"2x2"`` -> (2, 2)."""
+    """``"2x2"`` -> (2, 2); the message says whether the form or an extent is wrong."""
     parts = text.lower().split("x")
-    if not all(p.strip().isdigit() and int(p) > 0 for p in parts):
+    if not all(p.strip().isdigit() for p in parts):
         raise argparse.ArgumentTypeError(f"machine must look like 4, 2x2 or 2x2x2; got {text!r}")
+    if any(int(p) < 1 for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"machine {text!r} has an extent of 0; each must be at least 1, e.g. 2x2"
+        )
     return tuple(int(p) for p in parts)
 
 
@@ -321,8 +326,6 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
 def cmd_plot(args: argparse.Namespace) -> int:
     """Write one picture: distribution, traffic, timeline (a local run) or simulated."""
-    from distal.viz.timeline import time_unit
-
     cfg = build(args)
     k, path = cfg.kernel, args.output or f"distal-{args.kind}.png"
     if args.kind == "distribution":
@@ -334,8 +337,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         k.run(cfg.inputs()).plot_timeline(path, machine=k.plan.machine)
     else:
         sim = k.simulate(args.network)
-        unit, scale = time_unit(sim.seconds)
-        title = f"simulated on {args.network}: {sim.seconds * scale:.4g} {unit}"
+        title = f"simulated on {args.network}: {time_text(sim.seconds)}"
         sim.plot(path, machine=k.plan.machine, title=title)
     print(f"wrote {path}")
     return 0
@@ -348,10 +350,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     print(cfg.description)
     print(sim.summary())
     if args.plot:
-        from distal.viz.timeline import time_unit
-
-        unit, scale = time_unit(sim.seconds)
-        title = f"simulated on {args.network}: {sim.seconds * scale:.4g} {unit}"
+        title = f"simulated on {args.network}: {time_text(sim.seconds)}"
         sim.plot(args.plot, machine=cfg.kernel.plan.machine, title=title)
         print(f"wrote {args.plot}")
     if args.chrome_trace:

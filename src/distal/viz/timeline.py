@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from distal.runtime.trace import Event
+from distal.text import time_unit  # axes and printed times share one unit ladder
 from distal.viz._mpl import VizError, figure, proc_axis, proc_axis_label, save
 
 KIND_COLOURS = {
@@ -25,18 +26,6 @@ KIND_COLOURS = {
     "wait": "lightgrey",
 }
 KIND_ROWS = {k: n for n, k in enumerate(KIND_COLOURS)}
-
-
-def time_unit(seconds: float) -> tuple[str, float]:
-    """The unit a duration reads best in, and the factor from seconds: ``("ms", 1e3)``.
-
-    A run of microseconds drawn in seconds gets an offset multiplier (``1e-5``) that is
-    easy to miss; whole units on the axis avoid it."""
-    if seconds >= 1 or seconds <= 0:
-        return "s", 1.0
-    if seconds >= 1e-3:
-        return "ms", 1e3
-    return "µs", 1e6
 
 
 def events_of(source: Any) -> list[Event]:
@@ -86,6 +75,7 @@ def plot_timeline(
         if e.proc < shown and e.end > e.start:
             by.setdefault((e.proc, e.kind), []).append((e.start, e.end - e.start))
     end = max(e.end for e in events)
+    # whole units on the axis: microseconds drawn in seconds get an easily missed 1e-5 offset
     unit, scale = time_unit(end)
     for (p, kind), spans in by.items():
         ax.broken_barh(
