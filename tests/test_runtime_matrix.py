@@ -1,0 +1,69 @@
+"""The runtime matrix: {dense, sparse} x {local, mpi, dask}, the same small kernels in every cell.
+
+Dense: Cannon's GEMM on a 2 x 2 grid and a TTV whose every extent is ragged over its grid;
+sparse: SpMV with a row cut and with a non-zero cut (``runtime_matrix_cases.py``). In every
+cell each result equals numpy's or scipy's to 1e-12 (float64) and ``result.stats`` equals
+the prediction (``kernel.stats()`` dense, ``kernel.bind(inputs).stats()`` sparse). Only the
+public API is used, so the matrix holds whatever executes the plans underneath.
+
+MPI cells launch ``mpiexec -n 4`` (``mpi_jobs.run_job``: skipped without mpi4py or a
+launcher, failed under CI); Dask cells use a loopback cluster like ``tests/dask``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpi_jobs import run_job
+from runtime_matrix_cases import CASES, P, check
+
+SCRIPT = Path(__file__).resolve().parent / "runtime_matrix_cases.py"
+KINDS = tuple(CASES)
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    """Two in-process workers, one thread each (as ``tests/dask/conftest.py``'s ``client``)."""
+    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_local(kind: str) -> None:
+    for build in CASES[kind].values():
+        kernel, inputs, reference, predicted = build()
+        check(kernel.run(inputs), reference, predicted)
+
+
+@pytest.mark.mpi
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", KINDS)
+def test_mpi(kind: str) -> None:
+    job = run_job(P, kind, script=SCRIPT)
+    assert job.rc == 0, job
+    lines = [d for d in job.lines() if "case" in d]
+    failed = [d for d in lines if not d["ok"]]
+    assert failed == [], job
+    every = {(name, rank) for name in CASES[kind] for rank in range(P)}
+    assert {(d["case"], d["rank"]) for d in lines} == every, job
+
+
+@pytest.mark.dask
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", KINDS)
+def test_dask(kind: str, dask_client: Any) -> None:
+    for build in CASES[kind].values():
+        kernel, inputs, reference, predicted = build()
+        result = kernel.run(inputs, runtime="dask", client=dask_client)
+        check(result, reference, predicted)
+        assert result.tasks_executed > 0
