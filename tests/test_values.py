@@ -238,3 +238,14 @@ def test_a_block_source_of_floats_for_an_integer_tensor_is_refused() -> None:
         k.run({"B": dl.from_function((3,), lambda i: i + 0.7)})
     ints = dl.from_function((3,), lambda i: 2 * i - 1, dtype=np.int32)
     np.testing.assert_array_equal(k.run({"B": ints}).value, [-1, 1, 3])
+
+
+def test_pagerank_and_cp_als_with_complex_inputs_are_refused() -> None:
+    links = (_matrix(4) * (1 + 1j)).tocsr()
+    with pytest.raises(dl.InputError, match="input 'A' is complex128"):
+        dl.apps.pagerank(links, machine=2)
+    with pytest.raises(dl.InputError, match="input 'A' is complex128"):
+        dl.apps.pagerank(links.toarray(), machine=2)
+    x = np.random.default_rng(5).random((3, 4, 2)) * 1j
+    with pytest.raises(dl.InputError, match="input 'X' is complex128"):
+        dl.apps.cp_als(x, 2, machine=2, iters=1)
