@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from distal.errors import DistalUserError
 
 __all__ = [
@@ -153,24 +155,28 @@ class Cost:
 
 
 def stats_cost(stats: Any, flops_per_iter: int, params: MachineParams, itemsize: int = 8) -> Cost:
-    """The model applied to a ``Stats`` (exact, from a plan or a run)."""
-    per, best = [], (-1.0, 0.0, 0.0)
-    for p in range(stats.nprocs):
-        msgs = max(stats.messages_received[p], stats.messages_sent[p])
-        words = max(stats.words_received[p], stats.words_sent[p])
-        comm = params.alpha * msgs + params.beta * words
-        comp = params.gamma * flops_per_iter * stats.iterations[p]
-        per.append(comm + comp)
-        if comm + comp > best[0]:
-            best = (comm + comp, comm, comp)
-    peak = max(stats.peak_words, default=0)
+    """The model applied to a ``Stats`` (exact, from a plan or a run).
+
+    Evaluated with arrays (the same float operations in the same order as per processor):
+    ``compile`` costs every routing of a plan, and a Python loop over a million processors
+    took 1.4 s per routing.
+    """
+    if stats.nprocs == 0:
+        return Cost(0.0, 0.0, 0.0, (), 0, 0, 0, 0)
+    msgs = np.maximum(stats.messages_received, stats.messages_sent).astype(np.float64)
+    words = np.maximum(stats.words_received, stats.words_sent).astype(np.float64)
+    comm = params.alpha * msgs + params.beta * words
+    comp = params.gamma * flops_per_iter * np.asarray(stats.iterations, np.float64)
+    per = comm + comp
+    worst = int(np.argmax(per))  # the first slowest processor
+    peak = int(np.max(stats.peak_words))
     return Cost(
-        seconds=best[0] if per else 0.0,
-        comm_seconds=best[1],
-        compute_seconds=best[2],
-        per_processor=tuple(per),
-        max_words=max(stats.words_received, default=0),
-        max_messages=max(stats.messages_received, default=0),
+        seconds=float(per[worst]),
+        comm_seconds=float(comm[worst]),
+        compute_seconds=float(comp[worst]),
+        per_processor=tuple(per.tolist()),
+        max_words=int(np.max(stats.words_received)),
+        max_messages=int(np.max(stats.messages_received)),
         peak_words=peak,
         peak_bytes=peak * itemsize,
     )
