@@ -95,9 +95,9 @@ def test_hierarchical_levels_agree() -> None:
 def test_program_names_a_missing_processor() -> None:
     alg = dl.algorithms.summa(8, machine=dl.Machine(2, 2))
     kernel = dl.compile(alg.schedule)
-    with pytest.raises(dl.ScheduleError, match="processor 4"):
+    with pytest.raises(dl.InputError, match="processor 4 does not exist"):
         kernel.program(4)
-    with pytest.raises(dl.InputError, match="processor number"):
+    with pytest.raises(dl.InputError, match="processor '0' does not exist"):
         kernel.program("0")
     own = kernel.program(3)
     assert own.procs == (3,)

@@ -25,9 +25,9 @@ from distal.schedule.api import Schedule
 from distal.schedule.relations import Fuse, Pos
 
 RUNTIMES = ("local", "mpi", "dask")
-#: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``)
+#: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``); the
+#: local runtime runs every plan with its one executor
 _SPARSE_RUNTIMES = {
-    "local": "distal.runtime.sparse_local",
     "mpi": "distal.runtime.mpi.sparse",
     "dask": "distal.runtime.elastic.sparse",
 }
@@ -55,31 +55,143 @@ def _runtime_module(path: str, runtime: str, what: str) -> Any:
         ) from e
 
 
-class Kernel:
-    """A compiled computation: its plan, predicted stats and runtimes."""
+class Planned:
+    """What every kernel with a plan offers, dense or bound to its sparse inputs' patterns:
+    the plan, one processor's program, the exact stats, the explanation, the simulation and
+    the traffic picture, all read off one :class:`~distal.plan.ir.Plan` and its
+    :class:`~distal.plan.sinks.PlanSummary`, so they agree with each other.
+
+    Subclasses give ``schedule``, ``dtypes``, ``routing``, ``kernels`` (the dense leaves; none
+    for a plan over stored entries) and the three hooks :meth:`_whole_plan`,
+    :meth:`_program` and :attr:`summary`.
+    """
+
+    schedule: Schedule
+    dtypes: dict[str, Any]
+    routing: str
+    kernels: tuple[Any, ...]
+
+    @property
+    def summary(self) -> PlanSummary:
+        """Exact stats and per-tensor totals of the plan."""
+        raise NotImplementedError
+
+    def _whole_plan(self) -> Plan:
+        raise NotImplementedError
+
+    def _program(self, p: int) -> Plan:
+        raise NotImplementedError
+
+    def _text(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def nprocs(self) -> int:
+        """Processors of the machine the plan runs on."""
+        return self.summary.stats.nprocs
+
+    @cached_property
+    def plan(self) -> Plan:
+        """The exact per-processor plan (built on first use: runs need it, stats do not)."""
+        return self._whole_plan()
+
+    def program(self, p: int) -> Plan:
+        """Processor ``p``'s own part of the plan: its instructions and every message it sends
+        or receives (what a rank executes), built without the other processors' programs
+        where the lowering can.
+
+        Raises:
+            InputError: ``p`` is not a processor of the machine.
+        """
+        p = self._processor(p)
+        if "plan" in self.__dict__:  # already built whole: take p's part of it
+            return self.plan.restrict(p)
+        return self._program(p)
+
+    def _processor(self, p: Any) -> int:
+        """``p`` as a processor number, or the one error every inspection method raises."""
+        n = self.nprocs
+        if not isinstance(p, int | np.integer) or isinstance(p, bool) or not 0 <= p < n:
+            raise InputError(
+                f"processor {p!r} does not exist: the machine has {n} processor"
+                f"{'s' if n != 1 else ''} (0..{n - 1})"
+            )
+        return int(p)
+
+    def stats(self, inputs: Mapping[str, Any] | None = None) -> Stats:
+        """Exact predicted traffic, work and memory per processor (a fresh copy)."""
+        return Stats(**self.summary.stats.as_dict())
+
+    def explain(self, processor: int | None = None) -> str:
+        """The scheduled loop nest, where each tensor moves, and the per-processor table;
+        with ``processor``, also that processor's program, instruction by instruction."""
+        if processor is not None:
+            processor = self._processor(processor)
+        text = self._text()
+        if processor is None:
+            return text
+        return "\n".join([text, "", *program_text(self.program(processor), processor)])
+
+    def plot_traffic(self, path: str | None = None, **options: Any) -> Any:
+        """Processor x processor words matrix and per-processor bars (see ``distal.viz``)."""
+        self.summary  # noqa: B018 -- an unbound sparse kernel says what it needs first
+        from distal.viz import plot_traffic
+
+        return plot_traffic(self, path, **options)
+
+    def simulate(self, network: Any = "local", **options: Any) -> Any:
+        """Discrete-event simulation of the plan on a network model (see ``distal.sim``)."""
+        self.summary  # noqa: B018 -- an unbound sparse kernel says what it needs first
+        from distal.sim import simulate
+
+        return simulate(self, network=network, **options)
+
+    def __call__(self, **inputs: Any) -> Any:
+        """Shortcut: run on the local runtime and return the output."""
+        return self.run(inputs).value  # type: ignore[attr-defined]
+
+
+class Kernel(Planned):
+    """A compiled computation: its plan, predicted stats and runtimes.
+
+    A kernel with sparse inputs is compiled without their patterns (its schedule's rules are
+    checked); its plan exists once it is bound to them (:meth:`bind`), and everything that
+    reads the plan says so until then.
+    """
 
     def __init__(self, schedule: Schedule, routing: str = "auto", params: Any = None) -> None:
+        if not isinstance(schedule, Schedule):
+            raise ScheduleError(
+                f"compile() takes a Schedule (from dl.schedule(tensor)), got {schedule!r}"
+            )
         self.schedule = schedule
-        self.sparse = None
+        self.sparse: Analysis | None = None
         self._bound: BoundKernel | None = None
+        self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
+        self.params = params
+        self._summaries: dict[str, PlanSummary] = {}
+        if routing not in (*ROUTINGS, "auto"):
+            raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
         if is_sparse_schedule(schedule):
             # the pattern enters at bind time; compile checks the schedule's rules only
             self.sparse = Analysis(schedule)
-            self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
-            self.params = params
+            self.kernels = ()
             self.routing = "direct"
-            self._summaries = {}
             return
         if any(isinstance(r, Fuse | Pos) for r in schedule.relations):
             raise NotSupportedYet("fuse and pos on a dense computation are not in this version")
         placements_of(schedule)  # check every tensor's machine now, not at the first run
         self.kernels = term_kernels(schedule.statement, schedule)
-        self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
-        if routing not in (*ROUTINGS, "auto"):
-            raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
-        self._summaries: dict[str, PlanSummary] = {}
-        self.params = params
         self.routing = routing if routing != "auto" else self._cheapest_routing()
+
+    def _unbound(self, what: str) -> None:
+        """An unbound sparse kernel has no plan yet: say which patterns it needs."""
+        if self.sparse is not None:
+            raise InputError(
+                f"{what} of a sparse kernel depends on the patterns of its sparse input(s) "
+                f"{list(self.sparse.sparse_inputs)}: bind them first "
+                f"(kernel.bind(inputs).{what.split('(')[0].split('.')[-1]}...)"
+            )
 
     def _summary(self, routing: str) -> PlanSummary:
         if routing not in self._summaries:
@@ -126,28 +238,32 @@ class Kernel:
                 best = routing
         return best
 
-    @cached_property
-    def plan(self) -> Plan:
-        """The exact per-processor plan (built on first use: runs need it, stats do not)."""
-        return lower(self.schedule, self.routing)
-
-    def program(self, p: int) -> Plan:
-        """Processor ``p``'s own part of the plan: its instructions and every message it sends
-        or receives (what a rank executes), built without the other processors' programs."""
-        if not isinstance(p, int | np.integer) or isinstance(p, bool):
-            raise InputError(f"program() takes a processor number, got {p!r}")
-        if "plan" in self.__dict__:  # already built whole: take p's part of it
-            return self.plan.restrict(int(p))
-        return program(self.schedule, int(p), self.routing)
-
     @property
     def summary(self) -> PlanSummary:
         """Exact stats and per-tensor totals, computed without enumerating the plan."""
+        self._unbound("kernel.summary")
         return self._summary(self.routing)
 
     @property
-    def _stats(self) -> Stats:
-        return self.summary.stats
+    def nprocs(self) -> int:
+        if self.sparse is not None:
+            return self.sparse.nprocs
+        return self.schedule.machine.size if self.schedule.machine is not None else 1
+
+    def _whole_plan(self) -> Plan:
+        self._unbound("kernel.plan")
+        return lower(self.schedule, self.routing)
+
+    def _program(self, p: int) -> Plan:
+        return program(self.schedule, p, self.routing)
+
+    def program(self, p: int) -> Plan:
+        self._unbound("kernel.program(p)")
+        return super().program(p)
+
+    def _text(self) -> str:
+        self._unbound("kernel.explain()")
+        return explain(self.schedule, self.summary, self.routing, _bound_lines(self))
 
     def stats(self, inputs: Mapping[str, Any] | None = None) -> Stats:
         """Exact predicted traffic, work and memory per processor (a fresh copy).
@@ -156,15 +272,10 @@ class Kernel:
         patterns of the sparse inputs in ``inputs`` (never values); dense kernels ignore
         ``inputs``.
         """
-        if self.sparse is not None:
-            if inputs is None:
-                raise InputError(
-                    f"the stats of a sparse kernel depend on the patterns of its sparse "
-                    f"input(s) {list(self.sparse.sparse_inputs)}: call stats(inputs) or "
-                    "bind(inputs).stats()"
-                )
+        if self.sparse is not None and inputs is not None:
             return self.bind(inputs).stats()
-        return Stats(**self._stats.as_dict())  # a copy the caller may change
+        self._unbound("kernel.stats()")
+        return super().stats()
 
     def bind(self, inputs: Mapping[str, Any]) -> BoundKernel:
         """The kernel bound to the patterns of its sparse inputs: the exact plan for them.
@@ -183,18 +294,6 @@ class Kernel:
         self._bound = BoundKernel(self, bind(self.sparse, arrays), prints)
         return self._bound
 
-    def explain(self, processor: int | None = None) -> str:
-        """The scheduled loop nest, where each tensor moves, and the per-processor table;
-        with ``processor``, also that processor's program, instruction by instruction."""
-        if self.sparse is not None:
-            from distal.plan.sparse_text import explain_unbound
-
-            return explain_unbound(self.sparse)
-        text = explain(self.schedule, self.summary, self.routing, _bound_lines(self))
-        if processor is None:
-            return text
-        return "\n".join([text, "", *program_text(self.program(processor), int(processor))])
-
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Validate run inputs; arrays are converted to the tensors' dtypes.
 
@@ -203,25 +302,7 @@ class Kernel:
         produces any box of the tensor on demand, so data never has to sit whole
         on one host.
         """
-        if not isinstance(inputs, Mapping):
-            raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
-        tensors = self.schedule.tensors()
-        st = self.schedule.statement
-        need = tuple(t.name for t in st.inputs())
-        for name in inputs:
-            if name not in need:
-                role = "the output" if name == st.output.name else "not a tensor of this kernel"
-                raise InputError(f"input {name!r} is {role}; inputs are {list(need)}")
-        out = {}
-        for name in need:
-            if name not in inputs:
-                raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
-            t = tensors[name]
-            if is_block_source(inputs[name]):
-                out[name] = check_source(name, inputs[name], t.shape)
-                continue
-            out[name] = dense_value(name, inputs[name], t)
-        return out
+        return _check_inputs(self.schedule.statement, self.schedule.tensors(), inputs, {})
 
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute the plan on a runtime and return the output with measured stats."""
@@ -246,13 +327,8 @@ class Kernel:
         # with the other ranks first, so one rank's bad input fails them all instead of a hang
         data = inputs if runtime == "mpi" else self.check_inputs(inputs)
         if runtime == "local":
-            from distal.runtime.local import LocalRuntime
-
             _local_options(options)
-            t0 = time.perf_counter()
-            rt = LocalRuntime(self.plan, self.kernels, self.dtypes, **options)
-            value, stats, _ = rt.run(data)
-            return Result(value, stats, time.perf_counter() - t0, trace=rt.trace.events)
+            return _run_local(self.plan, self.kernels, self.dtypes, data, options)
         if runtime in RUNTIMES:
             mod = _runtime_module(f"distal.runtime.{runtime}", runtime, "")
             return mod.run(self, data, **options)
@@ -270,114 +346,109 @@ class Kernel:
         return plot_distribution(self, tensor, path, **options)
 
     def plot_traffic(self, path: str | None = None, **options: Any) -> Any:
-        """Processor x processor words matrix and per-processor bars (see ``distal.viz``)."""
-        self._dense_only("plot_traffic")
-        from distal.viz import plot_traffic
-
-        return plot_traffic(self, path, **options)
+        self._unbound("kernel.plot_traffic()")
+        return super().plot_traffic(path, **options)
 
     def simulate(self, network: Any = "local", **options: Any) -> Any:
-        """Discrete-event simulation of the plan on a network model (see ``distal.sim``)."""
-        self._dense_only("simulate")
-        from distal.sim import simulate
-
-        return simulate(self, network=network, **options)
-
-    def _dense_only(self, what: str) -> None:
-        if self.sparse is not None:
-            raise NotSupportedYet(
-                f"{what}() of a sparse kernel is not in this version (its plan depends on the "
-                "pattern: see kernel.bind(inputs).stats() and .explain())"
-            )
-
-    def __call__(self, **inputs: Any) -> np.ndarray:
-        """Shortcut: run on the local runtime and return the output."""
-        return self.run(inputs).value
+        self._unbound("kernel.simulate()")
+        return super().simulate(network, **options)
 
     def __repr__(self) -> str:
         return f"Kernel({self.schedule!r})"
 
 
-class BoundKernel:
+class BoundKernel(Planned):
     """A kernel bound to the patterns of its sparse inputs (``Kernel.bind``).
 
-    ``stats()`` and ``explain()`` are exact for those patterns; ``run(inputs)`` takes inputs
-    with the same patterns (values may change freely) and raises ``InputError`` for a
+    It has every method of :class:`Kernel`, read off the one plan the binding produced:
+    ``stats()``, ``explain()``, ``plan``, ``program(p)``, ``simulate()`` and ``plot_traffic()``
+    agree with each other and with what every runtime measures. ``run(inputs)`` takes
+    inputs with the same patterns (values may change freely) and raises ``InputError`` for a
     different pattern. Its plan and its leaves' index structure are built once.
+
+    ``binding`` is the lowering's per-processor view of the patterns (what each processor
+    visits, needs and contributes), which the plan was written from.
     """
 
-    def __init__(self, kernel: Kernel, plan: Any, fingerprints: dict[str, str]) -> None:
+    def __init__(self, kernel: Kernel, binding: Any, fingerprints: dict[str, str]) -> None:
         self.kernel = kernel
-        self.plan = plan
+        self.binding = binding
         self.fingerprints = fingerprints
+        self.schedule = kernel.schedule
+        self.dtypes = kernel.dtypes
+        self.routing = kernel.routing
+        self.kernels = kernel.kernels
         self._computes: list[Any] | None = None
+        if binding is not None:
+            from distal.plan.bound import emit
 
-    def stats(self) -> Stats:
-        """Exact predicted stats for the bound patterns (a fresh copy)."""
-        if self.plan is None:
-            return self.kernel.stats()
-        return Stats(**self.plan.stats.as_dict())
+            plan, self._bound_summary = emit(binding)
+            self.__dict__["plan"] = plan
+            binding.stats = self._bound_summary.stats
+            binding.moved = {
+                n: sum(w for (t, _), (w, _) in self._bound_summary.moved.items() if t == n)
+                for n in kernel.sparse.tensors
+            }
 
-    def explain(self) -> str:
-        """The loop nest, how the bound pattern is cut, what moves, the per-processor table."""
-        if self.plan is None:
+    @property
+    def summary(self) -> PlanSummary:
+        if self.binding is None:
+            return self.kernel.summary
+        return self._bound_summary
+
+    def _whole_plan(self) -> Plan:
+        return self.kernel.plan
+
+    def _program(self, p: int) -> Plan:
+        return self.kernel.program(p)
+
+    def _text(self) -> str:
+        if self.binding is None:
             return self.kernel.explain()
         from distal.plan.sparse_text import explain_bound
 
-        return explain_bound(self.plan)
+        return explain_bound(self.binding)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Inputs as the runtimes take them: sparse ones as SparseArrays with the bound
         patterns, dense ones as arrays of the tensors' shapes and dtypes."""
+        if self.binding is None:
+            return self.kernel.check_inputs(inputs)
         from distal.plan.sparse import load_patterns
 
         a = self.kernel.sparse
+        assert a is not None
         if not isinstance(inputs, Mapping):
             raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
-        need = tuple(t.name for t in a.statement.inputs())
-        for name in inputs:
-            if name not in need:
-                role = "the output" if name == a.output.name else "not a tensor of this kernel"
-                raise InputError(f"input {name!r} is {role}; inputs are {list(need)}")
+        _check_names(a.statement, inputs)
         arrays = load_patterns(a, inputs)
-        out: dict[str, Any] = {}
         for name, arr in arrays.items():
-            if arr is not self.plan.arrays[name]:
+            if arr is not self.binding.arrays[name]:
                 if arr.pattern_fingerprint() != self.fingerprints[name]:
                     raise InputError(
                         f"input {name!r} has another pattern than the one this kernel was bound "
                         "to (values may change, the pattern may not): bind again"
                     )
-            out[name] = arr
         dense = {n: v for n, v in inputs.items() if n not in arrays}
-        for name in need:
-            if name not in arrays and name not in dense:
-                raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
-        for name, x in dense.items():
-            t = a.tensors[name]
-            if is_block_source(x):  # read one owned block at a time (MPI sessions' blocks)
-                out[name] = check_source(name, x, t.shape)
-                continue
-            out[name] = dense_value(name, x, t)
-        return out
+        return _check_inputs(a.statement, a.tensors, dense, arrays)
 
     def computes(self) -> list[Any]:
-        """Every processor's prepared leaves (built on first use, kept for later runs)."""
+        """Every processor's prepared leaves for the runtimes that run the binding directly
+        (built on first use, kept for later runs)."""
         if self._computes is None:
             from distal.runtime.sparse_exec import Compute
 
-            self._computes = [Compute(self.plan, p) for p in range(self.plan.nprocs)]
+            P = self.binding.nprocs
+            self._computes = [Compute(self.binding, p) for p in range(P)]
         return self._computes
 
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute on a runtime; ``Result.stats`` equals :meth:`stats`."""
-        if self.plan is None:
+        if self.binding is None:
             return self.kernel.run(inputs, runtime, **options)
         if runtime == "local":
             _local_options(options)
-            from distal.runtime import sparse_local
-
-            return sparse_local.run(self.plan, self.computes(), self.check_inputs(inputs))
+            return _run_local(self.plan, (), self.dtypes, self.check_inputs(inputs), options)
         if runtime in RUNTIMES:
             mod = _runtime_module(_SPARSE_RUNTIMES[runtime], runtime, "sparse kernels on ")
             return mod.run(self, inputs, **options)
@@ -387,15 +458,59 @@ class BoundKernel:
         """Picture of ``tensor`` over the bound pattern: a sparse tensor's stored entries as a
         spy plot coloured by owning processor, so row and non-zero cuts can be compared
         (see ``distal.viz.sparse``); dense tensors as in ``Kernel.plot_distribution``."""
+        if self.binding is None:
+            return self.kernel.plot_distribution(tensor, path, **options)
         from distal.viz.sparse import plot_sparse_distribution
 
         return plot_sparse_distribution(self, tensor, path, **options)
 
-    def __call__(self, **inputs: Any) -> Any:
-        return self.run(inputs).value
-
     def __repr__(self) -> str:
         return f"BoundKernel({self.kernel.schedule!r})"
+
+
+def _check_names(st: Any, inputs: Mapping[str, Any]) -> tuple[str, ...]:
+    """The statement's input names; an unknown name or the output is an ``InputError``."""
+    need = tuple(t.name for t in st.inputs())
+    for name in inputs:
+        if name not in need:
+            role = "the output" if name == st.output.name else "not a tensor of this kernel"
+            raise InputError(f"input {name!r} is {role}; inputs are {list(need)}")
+    return need
+
+
+def _check_inputs(
+    st: Any, tensors: Mapping[str, Any], inputs: Mapping[str, Any], arrays: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Every input of ``st`` checked: ``arrays`` (sparse inputs, already read) as they are,
+    the others dense arrays in their tensors' shapes and dtypes, or block sources."""
+    if not isinstance(inputs, Mapping):
+        raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
+    need = _check_names(st, inputs)
+    out: dict[str, Any] = dict(arrays)
+    for name in need:
+        if name in arrays:
+            continue
+        if name not in inputs:
+            raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
+        t = tensors[name]
+        x = inputs[name]
+        if is_block_source(x):  # read one owned block at a time (sessions' blocks)
+            out[name] = check_source(name, x, t.shape)
+            continue
+        out[name] = dense_value(name, x, t)
+    return out
+
+
+def _run_local(
+    plan: Plan, kernels: Any, dtypes: dict[str, Any], data: dict[str, Any], options: dict
+) -> Result:
+    """Any plan on the local runtime."""
+    from distal.runtime.local import LocalRuntime
+
+    t0 = time.perf_counter()
+    rt = LocalRuntime(plan, kernels, dtypes, **options)
+    value, stats, _ = rt.run(data)
+    return Result(value, stats, time.perf_counter() - t0, trace=rt.trace.events)
 
 
 def _bound_lines(kernel: Kernel) -> list[str]:

@@ -169,7 +169,7 @@ def test_a_rerun_on_the_same_checkpoint_reuses_every_task(pool: Any, tmp_path: P
     [info] = checkpoint_tools.runs(tmp_path)
     assert info.complete
     assert info.statement == "A(i,k) = B(i,j) * C(j,k)"
-    assert info.blocks == sum(o is not None for o in bound.plan.owned["A"])
+    assert info.blocks == sum(o is not None for o in bound.binding.owned["A"])
     assert not checkpoint_tools.verify(tmp_path, info.run)["corrupt"]
 
 
@@ -182,7 +182,7 @@ def test_a_partly_finished_run_loads_compute_results_and_redoes_damaged_entries(
     root = Path(first.extra["checkpoint"])
     (root / f"{es.block_name(1)}.ck").unlink()  # block 1 lost: its partials are needed again
     (root / f"{es.block_name(2)}.ck").write_bytes(b"DISTALCK\x02 damaged")  # fails its checksum
-    plan = bound.plan
+    plan = bound.binding
     sends = {p: {pc.peer for pc in plan.procs[p].out.pieces} for p in range(plan.nprocs)}
     needed = [p for p in sorted(sends) if sends[p] & {1, 2}]
     bad = needed[0]  # a compute result the rerun needs, damaged
@@ -246,7 +246,7 @@ def test_a_lying_worker_is_outvoted_or_caught(pool: Any, verify: Any) -> None:
         assert all(r["worker"] == liar for r in s.rejections)
         if verify == "check":
             # every result, the recomputations of rejected ones included, passed in the end
-            owners = sum(o is not None for o in bound.plan.owned[k.sparse.output.name])
+            owners = sum(o is not None for o in bound.binding.owned[k.sparse.output.name])
             assert s.checked == s.tasks_total - owners
             assert s.reductions_checked == owners
             assert all(r["recomputed_on"] not in (None, liar) for r in s.rejections)
@@ -268,14 +268,14 @@ def test_an_excluded_worker_gets_no_further_task(pool: Any) -> None:
         assert s.excluded_workers == [liar]
         assert 1 <= s.units_rejected < procs // 3, str(s)
         assert s.per_worker[liar] == s.units_rejected + s.reductions_rejected, str(s)
-        assert s.checked == sum(bool(pp.out.pieces) for pp in bound.plan.procs)
+        assert s.checked == sum(bool(pp.out.pieces) for pp in bound.binding.procs)
 
 
 @pytest.mark.parametrize("kind", ["spmv", "spmm", "sddmm"])
 def test_the_projection_accepts_correct_results_and_rejects_single_changes(kind: str) -> None:
     k, x, _ = problem(kind, "nz-rowB" if kind == "spmv" else "nz")
     bound = k.bind(x)
-    plan = bound.plan
+    plan = bound.binding
     data = bound.check_inputs(x)
     owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
     rng = np.random.default_rng(5)

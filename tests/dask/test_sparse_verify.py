@@ -99,7 +99,7 @@ def test_check_catches_the_liar_excludes_it_and_recomputes_elsewhere(
     # every rejected result was made again, on a worker other than the liar, and passed
     assert all(r.get("recomputed_on") not in (None, liar) for r in s.rejections)
     assert all(r["how"] == "check" and r["kind"] in ("unit", "reduction") for r in s.rejections)
-    owners = sum(o is not None for o in bound.plan.owned["a"])
+    owners = sum(o is not None for o in bound.binding.owned["a"])
     assert s.checked == P
     assert s.reductions_checked == owners
     assert s.recomputed >= len(s.rejections)
@@ -122,7 +122,7 @@ def test_a_corrupted_block_is_summed_again_elsewhere(liar_pool: Any) -> None:
     assert s.reductions_rejected == len({r["unit"] for r in red})
     assert all(r["unit"].startswith("block-p") for r in red)
     assert all(r.get("recomputed_on") not in (None, liar) for r in red)
-    assert s.reductions_checked == sum(o is not None for o in bound.plan.owned["a"])
+    assert s.reductions_checked == sum(o is not None for o in bound.binding.owned["a"])
     assert "reduction(s) recomputed elsewhere" in str(s)
 
 
@@ -210,7 +210,7 @@ class _Worker:
 
 def test_rechecks_keep_a_sound_entry_and_rewrite_a_wrong_one(tmp_path: Path) -> None:
     bound, x, _ = problem("nz")
-    plan = bound.plan
+    plan = bound.binding
     data = bound.check_inputs(x)
     owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
     store = CheckpointStore(str(tmp_path), "run")
@@ -241,7 +241,7 @@ def test_rechecks_keep_a_sound_entry_and_rewrite_a_wrong_one(tmp_path: Path) -> 
 
 def _operands(bound: Any, x: Any) -> list[tuple[Compute, Any, Any, Any, np.ndarray]]:
     """Per processor: its Compute, owned data, payloads received, operands and result."""
-    plan = bound.plan
+    plan = bound.binding
     data = bound.check_inputs(x)
     owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
     out = []
@@ -296,9 +296,9 @@ def test_a_wide_spmm_is_checked_by_projection() -> None:
     for comp, owned, received, _, y in _operands(bound, x):
         assert not es.recompute_cheaper(comp)
         p = comp.pp.p
-        v = es.compute_verdict(bound.plan, p, owned, received, y, 1, None)
+        v = es.compute_verdict(bound.binding, p, owned, received, y, 1, None)
         assert v.ok, v.describe()
         assert not v.exact  # projected, not recomputed
         bad = y.copy()
         bad[1, 3] += 1e-7  # the projection's tolerance bounds all of M: ~1e-9 here
-        assert not es.compute_verdict(bound.plan, p, owned, received, bad, 1, None).ok
+        assert not es.compute_verdict(bound.binding, p, owned, received, bad, 1, None).ok

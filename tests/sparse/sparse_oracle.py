@@ -21,8 +21,13 @@ code, so a test comparing it with ``kernel.stats(inputs)`` checks the plan again
   of the level in the piece), per singleton level ``crd``;
 * one message per (tensor, source, destination) with at least one word;
 * ``peak_words[p]`` = what ``p`` owns (matrix entries, its block of the dense operand and of
-  the output) + values it receives by fetches + partial sums it sends + partial sums it
-  receives.
+  the output) + the buffers it holds while it computes: per input the region it needs (the
+  distinct rows of the dense operand its entries reference, or their hull, times the dense
+  width; the stored entries it visits of the matrix), unless it owns all of it and it lies
+  consecutively in what it owns (then it is read in place); the partial output buffer (the
+  distinct output rows its entries touch, times the width), unless those rows are exactly
+  its own output block; and the partial sums it receives. (The memory model of every plan,
+  dense or sparse.)
 """
 
 from __future__ import annotations
@@ -55,6 +60,29 @@ class Entry:
     position: int
     row: int
     col: int
+
+
+def held_in_place(needed: list[int], owned: list[int]) -> bool:
+    """Whether the sorted ``needed`` (coordinates or positions) all lie in the sorted
+    ``owned`` and form one consecutive run of it (read in place, no buffer)."""
+    if not needed:
+        return True
+    at = {x: k for k, x in enumerate(owned)}
+    if any(x not in at for x in needed):
+        return False
+    ks = [at[x] for x in needed]
+    return ks == list(range(ks[0], ks[0] + len(ks)))
+
+
+def buffer_words(needed: list[int], owned: list[int], width: int) -> int:
+    """Words of the buffer for ``needed`` rows (0 when they are read in place)."""
+    return 0 if held_in_place(needed, owned) else len(needed) * width
+
+
+def partial_buffer_words(rows: list[int], own_rows: list[int], width: int) -> int:
+    """Words of the partial output buffer for the touched ``rows`` (sorted): none when they
+    are exactly the processor's own output rows (it adds into its own block)."""
+    return 0 if rows and rows == own_rows else len(rows) * width
 
 
 def entries(B: sp.csr_array) -> list[Entry]:
@@ -128,8 +156,8 @@ def oracle(
             "index_words_sent",
         )
     }
-    fetched = list(z)  # values received by fetches
-    partial_sent, partial_recv = list(z), list(z)
+    buffers = list(z)  # fetch and partial buffers held while computing
+    partial_recv = list(z)
 
     def message(src: int, dst: int, words: int, index_words: int = 0) -> None:
         st["words_received"][dst] += words
@@ -153,7 +181,7 @@ def oracle(
                 by_src[q] += width
         for q, w in by_src.items():
             message(q, p, w)
-            fetched[p] += w
+        buffers[p] += buffer_words(cols, list(block_range(p, m, P)), width)
         # the matrix's entries that p visits but does not own
         pieces = defaultdict(list)
         for e in mine:
@@ -161,7 +189,8 @@ def oracle(
                 pieces[owner_b[e.position]].append(e)
         for q, pc in pieces.items():
             message(q, p, len(pc), piece_index_words(fmt, pc))
-            fetched[p] += len(pc)
+        own_b = [e.position for e in ent if owner_b[e.position] == p]
+        buffers[p] += buffer_words(sorted(e.position for e in mine), own_b, 1)
         # partial sums of output rows p touches and does not own
         rows = sorted({e.row for e in mine})
         by_owner = defaultdict(int)
@@ -171,12 +200,12 @@ def oracle(
                 by_owner[q] += width
         for q, w in by_owner.items():
             message(p, q, w)
-            partial_sent[p] += w
             partial_recv[q] += w
+        buffers[p] += partial_buffer_words(rows, list(block_range(p, n, P)), width)
     for p in range(P):
         owned = sum(1 for q in owner_b if q == p)
         owned += len(block_range(p, m, P)) * width + len(block_range(p, n, P)) * width
-        st["peak_words"][p] = owned + fetched[p] + partial_sent[p] + partial_recv[p]
+        st["peak_words"][p] = owned + buffers[p] + partial_recv[p]
     return st
 
 
@@ -211,7 +240,8 @@ def grid_spmm_oracle(B: sp.csr_array, K: int, gx: int, gy: int) -> dict[str, lis
             mine = [e for e in ent if block_of(e.row, n, gx) == x]
             st["iterations"][p] = len(mine) * ks
             by_src = defaultdict(int)
-            for j in {e.col for e in mine}:
+            cols = sorted({e.col for e in mine})
+            for j in cols:
                 if block_of(j, m, gx) != x:
                     by_src[block_of(j, m, gx) * gy + y] += ks
             for q, w in by_src.items():
@@ -219,11 +249,13 @@ def grid_spmm_oracle(B: sp.csr_array, K: int, gx: int, gy: int) -> dict[str, lis
                 st["words_sent"][q] += w
                 st["messages_received"][p] += 1
                 st["messages_sent"][q] += 1
+            rows = sorted({e.row for e in mine})
             st["peak_words"][p] = (
-                len(mine)
+                len(mine)  # B's row block x, replicated over y: read in place
                 + len(block_range(x, m, gx)) * ks
                 + len(block_range(x, n, gx)) * ks
-                + sum(by_src.values())
+                + buffer_words(cols, list(block_range(x, m, gx)), ks)
+                + partial_buffer_words(rows, list(block_range(x, n, gx)), ks)
             )
     return st
 
@@ -252,10 +284,13 @@ def checkerboard_oracle(
             return block_of(i, n, gx) * gy
         return block_of(i, n, P)
 
-    def a_owned(p: int) -> int:
+    def a_own_rows(p: int) -> list[int]:
         if a_dist == "x -> x0":
-            return len(block_range(p // gy, n, gx)) if p % gy == 0 else 0
-        return len(block_range(p, n, P))
+            return list(block_range(p // gy, n, gx)) if p % gy == 0 else []
+        return list(block_range(p, n, P))
+
+    def a_owned(p: int) -> int:
+        return len(a_own_rows(p))
 
     def b_owner(e: Entry, x: int, y: int) -> int:
         """The owner of entry ``e`` serving processor ``(x, y)``."""
@@ -273,8 +308,14 @@ def checkerboard_oracle(
     for x in range(gx):
         for y in range(gy):
             p = x * gy + y
-            owned = sum(1 for e in ent if b_owner(e, x, y) == p)
+            own_b = [e.position for e in ent if b_owner(e, x, y) == p]
+            owned = len(own_b)
             mine = [e for e in ent if block_of(e.row, n, gx) == x and block_of(e.col, m, gy) == y]
+            cols = sorted({e.col for e in mine})
+            rows = sorted({e.row for e in mine})
+            extra[p] += buffer_words(cols, list(block_range(y, m, gy)), 1)
+            extra[p] += buffer_words(sorted(e.position for e in mine), own_b, 1)
+            extra[p] += partial_buffer_words(rows, a_own_rows(p), 1)
             st["iterations"][p] = len(mine)
             pieces = defaultdict(list)
             for e in mine:
@@ -287,9 +328,8 @@ def checkerboard_oracle(
                 st["index_words_sent"][q] += piece_index_words("csr", pc)
                 st["messages_received"][p] += 1
                 st["messages_sent"][q] += 1
-                extra[p] += len(pc)
             by_owner = defaultdict(int)
-            for i in {e.row for e in mine}:
+            for i in rows:
                 if a_owner(i) != p:
                     by_owner[a_owner(i)] += 1
             for q, w in by_owner.items():
@@ -297,7 +337,6 @@ def checkerboard_oracle(
                 st["words_received"][q] += w
                 st["messages_sent"][p] += 1
                 st["messages_received"][q] += 1
-                extra[p] += w
                 extra[q] += w
             extra[p] += owned + len(block_range(y, m, gy))
     for p in range(P):
@@ -350,7 +389,13 @@ def ttv_oracle(
         st["iterations"][p] = len(mine)
         moves: list[tuple[int, int, int]] = []  # (source, words, index words) into p
         by_src = defaultdict(int)
-        for k in {ent[q][2] for q in mine}:
+        ks = sorted({ent[q][2] for q in mine})
+        extra[p] += buffer_words(ks, list(block_range(p, n3, P)), 1)
+        own_b = [q for q in range(nnz) if owner[q] == p]
+        extra[p] += buffer_words(sorted(mine), own_b, 1)
+        fibers_touched = {ent[q][:2] for q in mine}
+        extra[p] += len(fibers_touched)  # rows (i, j) of the output: always a buffer
+        for k in ks:
             if block_of(k, n3, P) != p:
                 by_src[block_of(k, n3, P)] += 1
         moves += [(q, w, 0) for q, w in by_src.items()]
@@ -366,9 +411,8 @@ def ttv_oracle(
             st["index_words_sent"][src] += iw
             st["messages_received"][p] += 1
             st["messages_sent"][src] += 1
-            extra[p] += w
         by_owner = defaultdict(int)
-        for i, _ in {ent[q][:2] for q in mine}:
+        for i, _ in fibers_touched:
             if block_of(i, n1, P) != p:
                 by_owner[block_of(i, n1, P)] += 1
         for q, w in by_owner.items():
@@ -376,7 +420,6 @@ def ttv_oracle(
             st["words_received"][q] += w
             st["messages_sent"][p] += 1
             st["messages_received"][q] += 1
-            extra[p] += w
             extra[q] += w
     for p in range(P):
         owned = owner.count(p) + len(block_range(p, n3, P)) + len(block_range(p, n1, P)) * n2

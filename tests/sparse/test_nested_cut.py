@@ -31,7 +31,7 @@ def test_nested_cut_owns_position_halves_of_each_row_block_and_runs_exactly() ->
         for q in range(2):
             want.append(np.arange(lo + min(q * c, hi - lo), lo + min((q + 1) * c, hi - lo)))
     for p in range(4):
-        assert np.array_equal(bound.plan.owned["B"][p], want[p])
+        assert np.array_equal(bound.binding.owned["B"][p], want[p])
     Cv = np.random.default_rng(0).standard_normal((n, 6))
     res = kernel.run({"B": B, "C": Cv})
     np.testing.assert_allclose(res.value, B.to_scipy() @ Cv, rtol=1e-12, atol=1e-12)

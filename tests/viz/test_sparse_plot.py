@@ -48,7 +48,7 @@ def bar_heights(fig) -> list[int]:
 
 
 def owners(bound, name: str = "B") -> np.ndarray:
-    plan = bound.plan
+    plan = bound.binding
     arr = plan.arrays[name]
     return plan.analysis.ownership[name].base(arr, arr.coordinates(), plan.cache)
 
@@ -59,7 +59,7 @@ def test_bars_count_each_processors_entries(matrix, dist):
     fig = bound.plot_distribution("B")
     counts = np.bincount(owners(bound), minlength=P)
     assert bar_heights(fig) == counts.tolist()
-    assert counts.tolist() == [len(x) for x in bound.plan.owned["B"]]
+    assert counts.tolist() == [len(x) for x in bound.binding.owned["B"]]
     assert counts.sum() == matrix.nnz
     assert len(fig.axes[0].collections[0].get_offsets()) == matrix.nnz  # every entry drawn
 
@@ -89,7 +89,7 @@ def test_spy_colours_are_the_owners(matrix):
 def test_visits_follow_the_procs_entries(matrix):
     bound = spmv("xy -> (xy)", matrix)
     fig = bound.plot_distribution("B", what="visits")
-    assert bar_heights(fig) == [len(pr.entries) for pr in bound.plan.procs]
+    assert bar_heights(fig) == [len(pr.entries) for pr in bound.binding.procs]
     assert "visiting" in fig.get_suptitle()
 
 

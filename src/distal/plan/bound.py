@@ -184,4 +184,3 @@ def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
         patterns=patterns,
     )
     return plan, count_plan(plan)
-

@@ -21,6 +21,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
+from distal.plan.region import describe
 from distal.plan.sinks import PlanSummary
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
@@ -147,7 +148,7 @@ _ROUTING_TEXT = {
 
 
 def _box(box) -> str:
-    return "[" + ", ".join(f"{lo}:{hi}" for lo, hi in box) + "]" if box is not None else "-"
+    return describe(box)
 
 
 def _op_text(op, p: int) -> str:
@@ -167,6 +168,9 @@ def _op_text(op, p: int) -> str:
         how = "into the own block" if op.direct else "in a partial buffer"
         return f"open output {_box(op.box)} {how}"
     if isinstance(op, Compute):
+        if op.work is not None:
+            w = op.work
+            return f"compute {w.entries} stored entries x {w.width} ({len(w.terms)} term(s))"
         return "compute " + " + ".join(_box(b) for b in op.boxes)
     if isinstance(op, Combine):
         return f"combine partial {_box(op.box)} from {op.src}"

@@ -221,3 +221,18 @@ def same(a: Region | None, b: Region | None) -> bool:
             np.array_equal(a.positions, b.positions)
         )
     return False
+
+
+def describe(region: Region | None) -> str:
+    """A region as text: ``[lo:hi, ...]`` for a box, the row count and box for rows, the
+    entry count (and position range) for stored entries."""
+    if region is None:
+        return "-"
+    if isinstance(region, tuple):
+        return "[" + ", ".join(f"{lo}:{hi}" for lo, hi in region) + "]"
+    if isinstance(region, Rows):
+        box = "".join(f", {lo}:{hi}" for lo, hi in region.box)
+        return f"[{len(region.rows)} rows{box}]"
+    pos = region.positions
+    span = f" in {int(pos[0])}:{int(pos[-1]) + 1}" if len(pos) else ""
+    return f"[{len(pos)} entries{span}]"

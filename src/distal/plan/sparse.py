@@ -593,7 +593,7 @@ class SparsePlan:
     fingerprints: dict[str, str]
     pattern: Coords  # the iteration entries' coordinates (np.asarray: (len(svars), n))
     procs: list[ProcPlan]
-    stats: Stats
+    stats: Stats  # filled from the plan written from this binding (plan/bound.py)
     out_pattern: SparseArray | None  # a sparse output's pattern (values zero)
     owned: dict[str, list[np.ndarray | tuple[Interval, ...] | None]]
     moved: dict[str, int] = field(default_factory=dict)
@@ -872,10 +872,9 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
             ProcPlan(p, _arr(ent, ident), box, needs, out, tuple(terms), letters, iters,
                      owned_words)
         )  # fmt: skip
-    moved = _count(a, procs, stats)
     return SparsePlan(
         a, arrays, {n: arr.pattern_fingerprint() for n, arr in arrays.items()}, pattern, procs,
-        stats, out_pattern, owned, moved, cache,
+        stats, out_pattern, owned, {}, cache,
     )  # fmt: skip
 
 
@@ -1338,46 +1337,3 @@ def _term_plan(
         t.coeff, local, tuple(sparse), tuple(dense), out.idx if local is None else out.idx[local],
         scale, active,
     )  # fmt: skip
-
-
-def _count(a: Analysis, procs: list[ProcPlan], stats: Stats) -> dict[str, int]:
-    """Fill the stats from the plan (the one place words, messages and memory are counted)."""
-    moved: dict[str, int] = {n: 0 for n in a.tensors}
-    extra = [0] * len(procs)  # fetch buffers and partial sums held on top of owned data
-    for pp in procs:
-        p = pp.p
-        stats.iterations[p] = pp.iterations
-        for need in pp.needs.values():
-            peers = set()
-            for pc in need.pieces:
-                if pc.peer == p or (pc.words == 0 and pc.index_words == 0):
-                    continue
-                stats.words_received[p] += pc.words
-                stats.words_sent[pc.peer] += pc.words
-                stats.index_words_received[p] += pc.index_words
-                stats.index_words_sent[pc.peer] += pc.index_words
-                extra[p] += pc.words
-                moved[need.tensor] += pc.words
-                peers.add(pc.peer)
-            for q in peers:
-                stats.messages_received[p] += 1
-                stats.messages_sent[q] += 1
-        peers = set()
-        for pc in pp.out.pieces:
-            if pc.peer == p or pc.words == 0:
-                continue
-            stats.words_sent[p] += pc.words
-            stats.words_received[pc.peer] += pc.words
-            extra[p] += pc.words  # the partial sums it computed for others
-            extra[pc.peer] += pc.words  # what the owner receives
-            moved[a.output.name] += pc.words
-            peers.add(pc.peer)
-        for q in peers:
-            stats.messages_sent[p] += 1
-            stats.messages_received[q] += 1
-    for pp in procs:
-        stats.peak_words[pp.p] = pp.owned_words + extra[pp.p]
-    # one machine level (sparse kernels run on flat machines): every word received crosses
-    # level 0, as the dense kernels' stats say; Stats.zeros left it all zero
-    stats.level_words_received = [list(stats.words_received)]
-    return moved

@@ -347,7 +347,7 @@ class LocalRuntime:
         self.pending_partial: list[tuple] = []
         self.bufs = _Buffers()
 
-    def run(self, inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, Stats, float]:
+    def run(self, inputs: dict[str, Any]) -> tuple[Any, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
         plan, prep = self.plan, self.prep
         out_dtype = self.dtypes[plan.output]
@@ -404,6 +404,8 @@ class LocalRuntime:
                 self._exec(q, op, procs, stats)
         for block, sl in scatter:
             result[sl] = block
+        if pattern is not None:  # a sparse output: its values in the bound pattern
+            result = pattern.with_values(result)
         seconds = time.perf_counter() - start
         if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:
             for q in procs:

@@ -183,18 +183,44 @@ class Compute:
                     ] = part
                 out[name] = x
             else:
+                in_place = self._in_place(need, owned)
+                if in_place is not None:  # a run of the owned values: read in place
+                    out[name] = in_place
+                    continue
                 vals = np.zeros(len(need.rows), dtype=t.dtype)
                 for pc in need.pieces:
                     if pc.peer == self.pp.p:
                         ov, positions = owned.sparse[name]
-                        if len(pc.sel) == len(positions) == len(need.rows):
-                            vals = ov
-                            continue
                         vals[pc.sel] = ov[np.searchsorted(positions, need.rows[pc.sel])]
                     else:
                         vals[pc.sel] = received[(name, pc.peer)].pop(0)[0]
                 out[name] = vals
         return out
+
+    def _in_place(self, need: Need, owned: Owned) -> np.ndarray | None:
+        """A sparse operand's values as a view of the owned ones, when the processor owns
+        every entry it needs and they are consecutive there (the plan's rule for a view)."""
+        pcs = need.pieces
+        if len(pcs) != 1 or pcs[0].peer != self.pp.p or len(pcs[0].sel) != len(need.rows):
+            return None
+        ov, positions = owned.sparse[need.tensor]
+        n = len(need.rows)
+        if n == 0:
+            return ov[:0]
+        at = np.searchsorted(positions, need.rows)
+        if int(at[-1]) - int(at[0]) != n - 1 or int(at[-1]) >= len(positions):
+            return None
+        return ov[int(at[0]) : int(at[0]) + n]
+
+    def held_words(self, xs: Mapping[str, np.ndarray], owned: Owned) -> int:
+        """Words of the operand buffers ``xs`` (from :meth:`operands`) that are not views of
+        the owned data: what the processor holds beyond what it owns while it computes."""
+        n = 0
+        for name, x in xs.items():
+            own = owned.dense.get(name, owned.sparse.get(name))
+            if own is None or not np.may_share_memory(x, own[0]):
+                n += x.size
+        return n
 
     @staticmethod
     def _whole(need: Need) -> bool:
@@ -203,6 +229,11 @@ class Compute:
     def run(self, owned: Owned, received: Mapping[tuple[str, int], list[np.ndarray]]) -> np.ndarray:
         """The processor's contributions: one row per output row it touches."""
         xs = self.operands(owned, {k: list(v) for k, v in received.items()})
+        # the memory model of every plan: operand buffers, and the partial output buffer
+        # unless the leaves add straight into the owned block
+        self.held = self.held_words(xs, owned)
+        if not _is_whole_block(self.plan, self.pp.p):
+            self.held += math.prod(self.out_shape)
         y = np.zeros(self.out_shape, dtype=self.dtype)
         for t, leaf in zip(self.pp.terms, self.leaves, strict=True):
             if leaf is None or len(t.out) == 0:

@@ -47,6 +47,7 @@ from distal.plan.ir import (
     Plan,
     Reduce,
 )
+from distal.plan.region import words
 from distal.plan.stats import ops_by_step
 from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.runtime.trace import FETCH as EV_FETCH
@@ -316,22 +317,28 @@ def step_costs(
                 c.copy[s] += overhead
                 if op.box is None or op.view:
                     continue
-                w = sum(box_volume(pc) for src, pc in op.pieces if copy_remote or src == p)
+                w = sum(words(pc) for src, pc in op.pieces if copy_remote or src == p)
                 c.copy[s] += 2 * w * itemsize(op.tensor) / mem_bandwidth
+            elif isinstance(op, Compute) and op.work is not None:
+                # a leaf over stored entries streams memory: per iteration point the entry's
+                # value and index, the gathered operand words and the output word
+                per = 3 + sum(len(t.dense) for t in op.work.terms)
+                c.compute[s] += op.work.iterations * per * out_b / mem_bandwidth + overhead
+                c.iterations[s] += op.work.iterations
             elif isinstance(op, Compute):
                 for box in op.boxes:
                     c.compute[s] += compute_seconds(box) + overhead
                     c.iterations[s] += box_volume(box)
             elif isinstance(op, Flush):
-                w = sum(box_volume(b) for b in op.local)
-                sent = sum(box_volume(b) for _, b in op.sends)
+                w = sum(words(b) for b in op.local)
+                sent = sum(words(b) for _, b in op.sends)
                 c.flush[s] += overhead * (1 + len(op.sends)) + 3 * w * out_b / mem_bandwidth
                 if copy_remote:
                     c.flush[s] += 2 * sent * out_b / mem_bandwidth
             elif isinstance(op, Reduce):
-                c.reduce[s] += overhead + 3 * box_volume(op.box) * out_b / mem_bandwidth
+                c.reduce[s] += overhead + 3 * words(op.box) * out_b / mem_bandwidth
             elif isinstance(op, Combine):  # a child's sum added into the partial buffer
-                c.flush[s] += overhead + 3 * box_volume(op.box) * out_b / mem_bandwidth
+                c.flush[s] += overhead + 3 * words(op.box) * out_b / mem_bandwidth
             elif isinstance(op, Forward):  # one more send call while the fetches are posted
                 c.copy[s] += overhead
             elif s == plan.nsteps:  # SendFinal / RecvFinal

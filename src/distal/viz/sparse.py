@@ -80,7 +80,7 @@ def plot_sparse_distribution(
     """
     if what not in WHATS:
         raise InputError(f"what={what!r} is not a colouring; valid options are {list(WHATS)}")
-    plan = getattr(bound, "plan", None)
+    plan = getattr(bound, "binding", None)
     if plan is None:  # a dense kernel bound without a sparse plan: its placement picture
         if what != "owner":
             raise InputError(f"what={what!r} needs a sparse kernel; this kernel is dense")

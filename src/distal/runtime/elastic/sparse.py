@@ -346,7 +346,11 @@ def compute_task(
             event(ctx, "done", label, w, status="reused", seconds=seconds, **counts)
             return _fault(arr)
     received, moved = _received(p, senders)
-    y = Compute(plan, p).run(owned, received)
+    comp = Compute(plan, p)
+    y = comp.run(owned, received)
+    # what the processor held beyond its owned data (operand and partial buffers), as a row
+    # (-1, p, words, 0) of the counts, so a re-run that loads the entry reports it too
+    moved = [*moved, [-1, p, comp.held, 0]]
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         y = y + 1
@@ -854,7 +858,7 @@ def run(
     opts = _options({"client": client, "checkpoint": checkpoint, **options})
     data = bound.check_inputs(inputs)
     with adapter.connected(opts) as c:
-        return _Run(bound.plan, data, opts, c).run()
+        return _Run(bound.binding, data, opts, c).run()
 
 
 class _Run:
@@ -1163,15 +1167,17 @@ class _Run:
         for name, last in counts.items():
             partials = name.startswith("block-")
             for src, dst, w, iw in last["moved"]:
+                if src < 0:  # the buffers a compute task held (not a message)
+                    held[dst] += w
+                    continue
                 stats.words_received[dst] += w
                 stats.words_sent[src] += w
                 stats.index_words_received[dst] += iw
                 stats.index_words_sent[src] += iw
                 stats.messages_received[dst] += 1
                 stats.messages_sent[src] += 1
-                held[dst] += w
-                if partials:
-                    held[src] += w
+                if partials:  # a partial sum received (fetched pieces are in the buffers)
+                    held[dst] += w
             if "iterations" in last:
                 p, n = last["iterations"]
                 stats.iterations[int(p)] += int(n)

@@ -98,7 +98,7 @@ class RankPlan:
     leaves and every transfer it sends or receives."""
 
     def __init__(self, bound: Any, p: int) -> None:
-        plan: SparsePlan = bound.plan
+        plan: SparsePlan = bound.binding
         a = plan.analysis
         self.p = p
         prepared = getattr(bound, "_computes", None)  # a local run may have built them
@@ -286,7 +286,7 @@ def run(bound: Any, inputs: Mapping[str, Any], **options: Any) -> Result:
         MPISizeError: the job's size is not the machine's (on every rank).
         PeerFailure: another rank failed; RuntimeFailure: this rank's run failed.
     """
-    if bound.plan is None:  # a dense kernel: the dense runtime
+    if bound.binding is None:  # a dense kernel: the dense runtime
         from distal.runtime.mpi.entry import run as dense_run
 
         return dense_run(bound.kernel, dict(inputs), **options)
@@ -339,7 +339,7 @@ def run(bound: Any, inputs: Mapping[str, Any], **options: Any) -> Result:
     lists = [[int(x) for x in table[:, c]] for c in range(nf)]
     # one machine level: every word received crosses level 0 (as in the plan's stats)
     stats = Stats(*lists, level_words_received=[list(lists[0])])
-    plan: SparsePlan = bound.plan
+    plan: SparsePlan = bound.binding
     return Result(
         value,
         stats,
@@ -359,7 +359,7 @@ def _execute(
 ) -> tuple[Any, np.ndarray | None, list[int], list[float]]:
     """This rank's run: exchange, compute, partial sums, reduction, gather. Returns the
     gathered value (or None), the owned output part, the counts and the phase times."""
-    plan: SparsePlan = bound.plan
+    plan: SparsePlan = bound.binding
     rank = ex.chan.rank
     ex.where = "preparing the rank's plan"
     rp = rank_plan(bound, rank)
@@ -381,7 +381,6 @@ def _execute(
         count["messages_received"] += 1
         count["words_received"] += w
         count["index_words_received"] += iw
-        held += w
     parts: dict[int, list[np.ndarray]] = {}
     for tr in rp.partial_recvs:
         bufs = [np.empty(s, dt) for lay in tr.layouts for s, dt in lay]
@@ -418,6 +417,7 @@ def _execute(
     ex.where = "computing"
     t_compute = time.perf_counter()
     y = rp.compute.run(owned, received)
+    held += rp.compute.held  # operand and partial buffers (the fetched pieces are in them)
     compute_seconds = time.perf_counter() - t_compute
     ex.where = "sending the partial sums"
     pp = plan.procs[rank]
@@ -429,7 +429,6 @@ def _execute(
         w = sum(x.size for x in bufs)
         count["messages_sent"] += 1
         count["words_sent"] += w
-        held += w
     ex.where = "waiting for the partial sums"
     ex.wait_recvs("partials")
     ex.where = "reducing the output"

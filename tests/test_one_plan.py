@@ -1,0 +1,144 @@
+"""One plan for dense and sparse kernels: one IR, one interface, one counting rule.
+
+* Dense plans and plans bound to sparse patterns are the same ``Plan`` type, counted by the
+  same sinks: the engine's streaming stats of a dense plan equal
+  :func:`~distal.plan.sinks.count_plan` of its enumerated plan, field for field (peak
+  memory and machine levels included), so the memory model the bound plans are counted by
+  is the dense one.
+* An unbound sparse kernel refuses everything that reads a plan, naming its sparse inputs;
+  bound, every method works and they agree with each other and with the local runtime.
+* A processor number out of range is one ``InputError`` everywhere, before or after the
+  plan is built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import distal as dl
+from distal.errors import InputError, ScheduleError
+from distal.plan.ir import Plan
+from distal.plan.sinks import count_plan
+
+A = dl.algorithms
+
+
+def _dense_kernels() -> list[tuple[str, dl.Kernel]]:
+    m22, m32, m222 = dl.Machine(2, 2), dl.Machine(3, 2), dl.Machine(2, 2, 2)
+    out = []
+    for routing in ("direct", "broadcast", "tree"):
+        for name, alg in [
+            ("summa", A.summa(30, machine=m32)),
+            ("cannon", A.cannon(24, machine=m22)),
+            ("pumma", A.pumma(20, machine=m22)),
+            ("johnson", A.johnson_3d(12, machine=m222)),
+            ("ttv", A.ttv((9, 7, 5), machine=dl.Machine(3))),
+            ("mttkrp", A.mttkrp((8, 6, 5), 3, machine=m222)),
+        ]:
+            out.append((f"{name}-{routing}", dl.compile(alg.compile().schedule, routing=routing)))
+    return out
+
+
+_DENSE = _dense_kernels()
+
+
+@pytest.mark.parametrize(("name", "kernel"), _DENSE, ids=[n for n, _ in _DENSE])
+def test_count_plan_equals_the_engine_on_dense_plans(name: str, kernel: dl.Kernel) -> None:
+    engine = kernel.stats().as_dict()
+    counted = count_plan(kernel.plan).stats.as_dict()
+    assert counted == engine, name
+
+
+def _spmv(split: str, P: int = 4):
+    B = sp.random(60, 50, density=0.1, format="csr", random_state=3)
+    k = A.spmv(B.shape, dl.Machine(P), split=split).compile()
+    return k, B
+
+
+@pytest.mark.parametrize(
+    "what",
+    ["summary", "plan", "program", "explain", "stats", "simulate", "plot_traffic"],
+)
+def test_unbound_sparse_kernel_refuses_what_reads_a_plan(what: str) -> None:
+    k, _ = _spmv("rows")
+    calls = {
+        "summary": lambda: k.summary,
+        "plan": lambda: k.plan,
+        "program": lambda: k.program(0),
+    }
+    call = calls[what] if what in calls else getattr(k, what)
+    with pytest.raises(InputError, match=r"\['B'\]"):
+        call()
+
+
+@pytest.mark.parametrize("split", ["rows", "nonzeros"])
+def test_bound_kernel_methods_agree(split: str) -> None:
+    k, B = _spmv(split)
+    x = np.random.default_rng(0).standard_normal(B.shape[1])
+    bound = k.bind({"B": B})
+    st = bound.stats()
+    assert isinstance(bound.plan, Plan)
+    assert bound.plan.nprocs == 4
+    for p in range(4):
+        prog = bound.program(p)
+        assert sum(m.words for m in prog.messages if m.dst == p) == st.words_received[p]
+        assert sum(m.words for m in prog.messages if m.src == p) == st.words_sent[p]
+        text = bound.explain(processor=p)
+        assert f"processor {p}" in text
+    res = bound.run({"B": B, "c": x})
+    np.testing.assert_allclose(res.value, B @ x, rtol=1e-12)
+    assert res.stats == st
+    # the traffic picture is the plan's processor x processor words
+    from distal.viz.traffic import traffic_matrix
+
+    w = traffic_matrix(bound.plan, None)
+    assert w.sum(axis=0).tolist() == st.words_received
+    fig = bound.plot_traffic()
+    assert fig is not None
+    sim = bound.simulate("local")
+    assert sim.seconds > 0
+    assert sim.messages == len(bound.plan.messages)
+
+
+def test_bound_program_lists_stored_entry_work() -> None:
+    k, B = _spmv("nonzeros")
+    bound = k.bind({"B": B})
+    text = "\n".join(bound.explain(processor=1).splitlines())
+    assert "stored entries" in text
+    assert "reduce partial" in text or "flush partial" in text
+
+
+@pytest.mark.parametrize("bad", [99, -1, 4, 1.0, True, "0"])
+def test_a_processor_out_of_range_is_one_input_error(bad) -> None:
+    k = A.summa(8, machine=dl.Machine(2, 2)).compile()
+    with pytest.raises(InputError, match="processor"):
+        k.program(bad)
+    with pytest.raises(InputError, match="processor"):
+        k.explain(processor=bad)
+    k.plan  # noqa: B018 -- built whole: the same error
+    with pytest.raises(InputError, match="processor"):
+        k.program(bad)
+    bound = _spmv("rows")[0].bind({"B": _spmv("rows")[1]})
+    with pytest.raises(InputError, match="processor"):
+        bound.program(bad)
+
+
+def test_compile_takes_a_schedule() -> None:
+    with pytest.raises(ScheduleError, match="Schedule"):
+        dl.compile(None)  # type: ignore[arg-type]
+
+
+def test_measured_iterations_come_from_the_leaves() -> None:
+    """Terms that cover different entries (a union): the local runtime counts the distinct
+    entries its leaves visited, equal to the plan's union count."""
+    k = A.spadd3((40, 30), dl.Machine(3)).compile()
+    mats = {n: sp.random(40, 30, density=0.1, format="csr", random_state=s)
+            for s, n in enumerate(k.sparse.sparse_inputs)}  # fmt: skip
+    res = k.run(mats)
+    want = sum(mats.values())
+    np.testing.assert_allclose(res.value.to_scipy().toarray(), want.toarray(), rtol=1e-12)
+    assert res.stats == k.stats(mats)
+    union = {(int(r), int(c)) for m in mats.values() for r, c in zip(*m.nonzero(), strict=True)}
+    assert sum(res.stats.iterations) == len(union)
