@@ -92,11 +92,6 @@ def test_a_complex_sparse_matrix_for_a_real_tensor_is_refused() -> None:
         dl.sparse.as_sparse(m, "csr", dtype=np.float64)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kernel.run reads sparse inputs through distal.plan.sparse.load_patterns, which "
-    "converts them with as_sparse and no dtype: it must call runtime.inputs.sparse_value",
-)
 def test_spmv_with_a_complex_scipy_matrix_for_a_real_tensor_is_refused() -> None:
     with pytest.raises(dl.InputError, match="input 'A' is complex128"):
         _spmv().run({"A": _matrix() * (1 + 1j), "x": np.ones(N)})

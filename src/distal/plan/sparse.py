@@ -47,9 +47,10 @@ from distal.errors import InputError, NotationError, NotSupportedYet
 from distal.lang.concrete import Term
 from distal.lang.nodes import Access, IndexVar, Tensor
 from distal.plan.stats import Stats
+from distal.runtime.inputs import sparse_value
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Rotate, Split
-from distal.sparse.array import SparseArray, as_sparse
+from distal.sparse.array import SparseArray
 
 Interval = tuple[int, int]
 
@@ -620,13 +621,7 @@ def load_patterns(a: Analysis, inputs: Mapping[str, Any]) -> dict[str, SparseArr
         )
     out = {}
     for name in a.sparse_inputs:
-        t = a.tensors[name]
-        try:
-            out[name] = as_sparse(inputs[name], t.format, t.shape)
-        except (InputError, NotationError) as e:
-            raise type(e)(f"input {name!r}: {e}") from e
-        except Exception as e:  # a shape or conversion failure names the input
-            raise InputError(f"input {name!r} cannot be read as a {t.format} array: {e}") from e
+        out[name] = sparse_value(name, inputs[name], a.tensors[name])
     return out
 
 

@@ -66,6 +66,18 @@ def _copiers() -> Any:
     return _POOL[0]
 
 
+_WORKERS: list[Any] = []
+
+
+def _workers() -> Any:
+    """Threads that run processors side by side (one per core), made once per process."""
+    if not _WORKERS:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _WORKERS.append(ThreadPoolExecutor(max(1, cores()), "distal-proc"))
+    return _WORKERS[0]
+
+
 PARALLEL_COPY_MIN = 1 << 18  # elements: a step fetching this many or more copies them in one
 # share per core (before it computes); below, this thread copies them alone (handing copies to
 # other threads and waiting for them costs more than copying a few MiB, more under load)
@@ -238,6 +250,7 @@ class Prepared:
         self.fetches: list[list[list[tuple]]] = []
         self.work: list[list[list[Any]]] = []
         self.fetch_words: list[int] = []
+        self.side_by_side: list[bool] = []
         for s in range(nsteps):
             fs, ws, copied = [], [], 0
             for p in range(n):
@@ -254,6 +267,13 @@ class Prepared:
             self.fetches.append(fs)
             self.work.append(ws)
             self.fetch_words.append(copied)
+            # leaves over stored entries run one thread each and let go of the GIL: the
+            # processors of such a step run side by side (dense leaves get every core from
+            # BLAS, so their processors run one after another)
+            self.side_by_side.append(
+                n > 1
+                and any(isinstance(op, Compute) and op.work is not None for w in ws for op in w)
+            )
         self.finals = [
             [op for op in by_step[p][nsteps] if isinstance(op, RecvFinal)] for p in range(n)
         ]
@@ -432,10 +452,19 @@ class LocalRuntime:
         if s + 1 < plan.nsteps:
             self._fetch_step(s + 1, procs, stats)
         work = prep.work[s]
-        for q in procs:
-            for op in work[q.p]:
-                self._exec(q, op, procs, stats)
-            bar.advance(q.p, s)
+        if prep.side_by_side[s]:
+
+            def run(q: Store) -> None:
+                for op in work[q.p]:
+                    self._exec(q, op, procs, stats)
+
+            for q, _ in zip(procs, _workers().map(run, procs), strict=True):
+                bar.advance(q.p, s)
+        else:
+            for q in procs:
+                for op in work[q.p]:
+                    self._exec(q, op, procs, stats)
+                bar.advance(q.p, s)
         self._relay_fetches(procs, stats)
         self._send_partials(procs, stats)
         peak = stats.peak_words
