@@ -5,6 +5,7 @@ and how a candidate becomes an ordinary :class:`Schedule`."""
 from __future__ import annotations
 
 import itertools
+import keyword
 import math
 from dataclasses import dataclass, field
 
@@ -227,8 +228,10 @@ def candidates(
 
 
 def _fresh(base: str, taken: set[str]) -> IndexVar:
+    """A variable named ``base`` (or ``base2``, ...): not taken, and not a Python keyword
+    (``i`` + ``s`` is ``is``), so the schedule prints as code that runs."""
     name, n = base, 1
-    while name in taken:
+    while name in taken or keyword.iskeyword(name):
         n += 1
         name = f"{base}{n}"
     taken.add(name)
