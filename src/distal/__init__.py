@@ -13,6 +13,7 @@ from distal.einsum import einsum
 from distal.errors import (
     DistalError,
     DistalUserError,
+    DistalWarning,
     InputError,
     InternalError,
     NotationError,
@@ -21,7 +22,7 @@ from distal.errors import (
     ScheduleError,
     ShapeError,
 )
-from distal.kernel import Kernel, Result, compile
+from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
@@ -31,8 +32,10 @@ from distal.sparse import Format, SparseArray
 __version__ = "0.1.0"
 
 __all__ = [
+    "BoundKernel",
     "DistalError",
     "DistalUserError",
+    "DistalWarning",
     "Format",
     "IndexVar",
     "InputError",

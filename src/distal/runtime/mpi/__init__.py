@@ -26,7 +26,9 @@ the others raise a ``RuntimeFailure`` naming that rank at their next poll. Impor
 package installs an exception hook and an exit handler (see :func:`.channel.end_job`): an
 uncaught exception on any rank, or a rank ending its script after a failure while others
 did not catch theirs, ends the whole job with ``MPI_Abort`` once every rank has printed its
-report (or after a few seconds), so the job never hangs.
+report (or after a few seconds), so the job never hangs. A rank that never reaches its first
+run (it raised before it, or is stuck) is noticed by a join deadline (``DISTAL_MPI_JOIN``,
+60 s): the waiting ranks raise :class:`~.channel.JoinTimeout` and the job is aborted.
 
 The package is split by what each part does: :mod:`.channel` (communicators, the error
 channel, ending the job), :mod:`.rank` (one rank's store, transfers and steps) and
@@ -36,13 +38,20 @@ that imports ``mpi4py``.
 
 from __future__ import annotations
 
-from distal.runtime.mpi.channel import PeerFailure, end_job, install_excepthook, start
+from distal.runtime.mpi.channel import (
+    JoinTimeout,
+    PeerFailure,
+    end_job,
+    install_excepthook,
+    start,
+)
 from distal.runtime.mpi.entry import GATHER_MODES, MPISizeError, run, world
 
 start()
 
 __all__ = [
     "GATHER_MODES",
+    "JoinTimeout",
     "MPISizeError",
     "PeerFailure",
     "end_job",
