@@ -142,3 +142,38 @@ def test_measured_iterations_come_from_the_leaves() -> None:
     assert res.stats == k.stats(mats)
     union = {(int(r), int(c)) for m in mats.values() for r, c in zip(*m.nonzero(), strict=True)}
     assert sum(res.stats.iterations) == len(union)
+
+
+def test_sparse_kernel_on_a_hierarchical_machine() -> None:
+    """A checkerboard SpMV on 2 nodes of 3 processors: the same words as on the flat 2 x 3
+    grid, with the words that cross between nodes (level 0) told apart from those inside
+    a node (level 1), measured as predicted."""
+    n = 50
+    B = sp.random(n, n, density=0.1, format="csr", random_state=1)
+    x = np.random.default_rng(3).standard_normal(n)
+
+    def kernel(M: dl.Machine) -> dl.Kernel:
+        i, j, io, ii, jo, ji = dl.index_vars("i j io ii jo ji")
+        Bt = dl.Tensor("B", (n, n), format="csr", dist="xy -> (xy)*", machine=M)
+        c = dl.Tensor("c", (n,), dist="x -> *x", machine=M)
+        a = dl.Tensor("a", (n,), dist="x -> xx", machine=M)
+        a[i] = Bt[i, j] * c[j]
+        s = dl.schedule(a).distribute([i, j], [io, jo], [ii, ji], M)
+        return dl.compile(s.communicate([a, Bt, c], jo))
+
+    flat = kernel(dl.Machine(2, 3)).bind({"B": B})
+    nested = kernel(dl.Machine(2).nest(dl.Machine(3))).bind({"B": B})
+    st = nested.stats()
+    assert st == flat.stats()
+    node = [0] * 6  # words each processor receives from the other node
+    for m in nested.plan.messages:
+        if m.src // 3 != m.dst // 3:
+            node[m.dst] += m.words
+    assert any(node)
+    assert node != st.words_received
+    inside = [w - v for w, v in zip(st.words_received, node, strict=True)]
+    assert st.level_words_received == [node, inside]
+    res = nested.run({"B": B, "c": x})
+    np.testing.assert_allclose(res.value, B @ x, rtol=1e-12)
+    assert res.stats == st
+    assert res.stats.level_words_received == st.level_words_received

@@ -116,9 +116,9 @@ class Analysis:
         self.tensors = tensors
         self.output: Tensor = st.output
         # an undistributed schedule runs on one processor, as a dense one does
+        # a hierarchical machine is the grid of all its coordinates: the cuts are the flat
+        # grid's, and the plan's messages say which level each crosses (plan.level_of)
         machine = s.machine if s.machine is not None else Machine(1)
-        if len(machine.levels) > 1:
-            raise NotSupportedYet("sparse kernels on hierarchical machines are not in this version")
         self.machine: Machine = machine
         self.grid: tuple[int, ...] = tuple(machine.shape)
         self.nprocs = math.prod(self.grid)
@@ -191,7 +191,11 @@ class Analysis:
                 else parse_layout(dist, name, t.ndim, self.machine)
             )
             if isinstance(parsed, tuple):
-                raise NotSupportedYet("per-level distributions in sparse kernels")
+                raise NotSupportedYet(
+                    f"tensor {name!r} has one distribution per machine level: a sparse kernel on "
+                    "a hierarchical machine distributes over its flat grid of every level's "
+                    "dimensions (one distribution, one distribute over all of them)"
+                )
             if t.format.is_dense:
                 if parsed.groups:
                     raise NotSupportedYet(
