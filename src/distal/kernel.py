@@ -214,7 +214,12 @@ class Kernel(Planned):
         one step is a hot spot even when every processor serves as much over all steps);
         the larger of the two is used.
         """
-        from distal.cost.model import DEFAULT_PARAMS, MachineParams, flops_per_iteration, stats_cost
+        from distal.costmodel.seconds import (
+            DEFAULT_PARAMS,
+            MachineParams,
+            flops_per_iteration,
+            stats_cost,
+        )
 
         params = DEFAULT_PARAMS if self.params is None else self.params
         if not isinstance(params, MachineParams):
@@ -515,7 +520,7 @@ def _run_local(
 
 def _bound_lines(kernel: Kernel) -> list[str]:
     """Max words received against the communication lower bound, where one is known."""
-    from distal.cost.bounds import statement_bound
+    from distal.costmodel.bounds import statement_bound
 
     st = kernel.summary.stats
     b = statement_bound(kernel.schedule, st.nprocs)
