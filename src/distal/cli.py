@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ck.add_argument("--json", action="store_true", help="print the runs as JSON")
     ck.set_defaults(func=cmd_checkpoint)
-    from distal.viz.cli_support import add_subcommands  # explain, plot, simulate
+    from distal.cli_study import add_subcommands  # explain, plot, simulate
 
     add_subcommands(sub)
     return parser

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import distal as dl
-from distal.sim import scaling, validate
+from distal.studies import scaling, validate
 from mpi_jobs import require_mpi
 
 

@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("matplotlib", reason="needs matplotlib (viz extra)")
 
 from distal.cli import main
-from distal.viz.cli_support import canonical, parse_expression, product_form
+from distal.cli_study import canonical, parse_expression, product_form
 
 GEMM = "A(i,j) = B(i,k) * C(k,j)"
 

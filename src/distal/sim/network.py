@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from distal.costmodel.seconds import config_path, load_params
 from distal.errors import DistalUserError
 
 
@@ -228,21 +229,18 @@ def _measure_oversubscribed(procs: int, n: int = 1024, span: float = 1.0) -> flo
 
 
 def _from_cost_model() -> dict[str, float] | None:
-    """What ``distal calibrate`` measured (``distal.cost.model``), when it has been run here.
+    """What ``distal calibrate`` measured (``distal.costmodel.seconds``), when it has been
+    run here.
 
     Its ``alpha`` / ``beta`` come from a ping-pong between two processes of this computer:
     exactly this preset's latency and link. Its ``gamma`` (a numpy GEMM with every BLAS
     thread) is not one core's rate, so it is not used here.
     """
-    try:
-        from distal.cost import model
-    except ImportError:
-        return None
-    path = model.config_path()  # this preset describes this computer: read what it measured
+    path = config_path()  # this preset describes this computer: read what it measured
     if not path.is_file():
         return None
     try:
-        params = model.load_params(path)
+        params = load_params(path)
     except Exception:
         return None
     if not str(getattr(params, "source", "")).startswith("calibrated"):

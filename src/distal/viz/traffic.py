@@ -3,7 +3,7 @@
 Left: the processor x processor matrix of words (rows send, columns receive), for
 one step or the whole run. Right: words received per processor, with the
 communication lower bound of the busiest processor as a line when
-``distal.cost.bounds`` knows one for this computation (matrix products, MTTKRP);
+``distal.costmodel.bounds`` knows one for this computation (matrix products, MTTKRP);
 otherwise a note says why there is no line.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from distal.costmodel.bounds import statement_bound
 from distal.viz._mpl import (
     ALL_TICKS,
     VizError,
@@ -36,11 +37,7 @@ def traffic_matrix(plan: Any, step: int | None = None) -> np.ndarray:
 def lower_bound(kernel: Any) -> tuple[float | None, str]:
     """``(words, description)`` of the busiest processor's lower bound, or ``(None, why)``."""
     try:
-        from distal.cost import bounds
-    except ImportError:
-        return None, "no lower bound: distal.cost.bounds is not available"
-    try:
-        b = bounds.statement_bound(kernel.schedule, kernel.plan.nprocs)
+        b = statement_bound(kernel.schedule, kernel.plan.nprocs)
     except Exception as e:  # a bound the cost module cannot form is not a picture error
         return None, f"no lower bound: {e}"
     if b is None:

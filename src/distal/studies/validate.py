@@ -2,7 +2,7 @@
 
 Run from the repository root on a quiet machine::
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python -m distal.sim.validate
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE .venv/bin/python -m distal.studies.validate
 
 It waits until the 1-minute load average is below ``--max-load`` before every timed phase
 (the figures mean nothing while other jobs share the cores), then
@@ -128,7 +128,7 @@ def measure_mpi(cases: dict[str, Callable[[], Any]], repeat: int) -> dict[str, A
     mpiexec = str(Path(sys.executable).parent / "mpiexec")
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "mpi.json"
-        cmd = [mpiexec, "-n", "4", sys.executable, "-m", "distal.sim.validate"]
+        cmd = [mpiexec, "-n", "4", sys.executable, "-m", "distal.studies.validate"]
         cmd += ["--worker", str(out), "--repeat", str(repeat)]
         cmd += ["--small"] if cases is SMALL else []
         subprocess.run(cmd, check=True, env=env)
@@ -140,7 +140,7 @@ def in_fresh_process(phase: str, cases: dict[str, Callable[[], Any]], repeat: in
     leaf kernels' slab threads set OpenBLAS's count) must not leak into the next phase."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / f"{phase}.json"
-        cmd = [sys.executable, "-m", "distal.sim.validate", "--phase", phase]
+        cmd = [sys.executable, "-m", "distal.studies.validate", "--phase", phase]
         cmd += ["--worker", str(out), "--repeat", str(repeat)]
         cmd += ["--small"] if cases is SMALL else []
         subprocess.run(cmd, check=True)

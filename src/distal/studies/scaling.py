@@ -6,7 +6,7 @@ Johnson on the most cubic grid, COSMA-style by ``cosma_grid``. Each kernel is co
 the routing asked for (``"auto"``: the cost model's choice, what ``dl.compile`` gives a
 user). Regenerate the pictures with::
 
-    .venv/bin/python -m distal.sim.scaling docs/img
+    .venv/bin/python -m distal.studies.scaling docs/img
 """
 
 from __future__ import annotations
