@@ -1,0 +1,139 @@
+"""The ```python blocks of README.md and docs/*.md run and do what their comments say.
+
+A file's blocks run in order in one namespace (later blocks continue earlier ones, as a
+reader pastes them), in a fresh temporary working directory per file, so a snippet that
+writes files writes them there. A file saying ``<!-- doc-test: every block stands alone -->``
+(the generated gallery, docs/algorithms.md) runs each block in a fresh namespace instead:
+every fragment must carry its own imports. A block that cannot run here is marked in the Markdown by
+an HTML comment on the line before its fence, ``<!-- no-run: reason -->``, and reported as
+a skip with that reason: the reason is part of the docs, not of this test.
+
+Each block is its own test (``-k algorithms.md`` selects one file); a block run alone first
+runs the file's earlier blocks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```python\s*$")
+NO_RUN = re.compile(r"^<!--\s*no-run:\s*(?P<reason>.+?)\s*-->\s*$")
+ALONE = "<!-- doc-test: every block stands alone -->"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced block: where it starts, its code, and why it is not run (if it is not)."""
+
+    path: Path
+    line: int  # 1-based line of the opening fence
+    code: str
+    skip: str | None
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """The ```python blocks of a Markdown file, with the no-run reason written before any."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    out: list[Block] = []
+    k = 0
+    while k < len(lines):
+        if not FENCE.match(lines[k]):
+            k += 1
+            continue
+        start = k
+        k += 1
+        body = []
+        while k < len(lines) and lines[k].strip() != "```":
+            body.append(lines[k])
+            k += 1
+        prev = next((lines[j] for j in range(start - 1, -1, -1) if lines[j].strip()), "")
+        m = NO_RUN.match(prev.strip())
+        out.append(Block(path, start + 1, "\n".join(body) + "\n", m["reason"] if m else None))
+        k += 1
+    return out
+
+
+BLOCKS = [b for f in FILES for b in blocks_of(f)]
+
+
+@dataclass
+class FileRun:
+    """One file's namespace and how far its blocks have run."""
+
+    cwd: Path
+    namespace: dict[str, Any] = field(default_factory=lambda: {"__name__": "__main__"})
+    done: set[int] = field(default_factory=set)
+    failed: str | None = None
+
+
+_RUNS: dict[Path, FileRun] = {}
+
+
+def _run(block: Block, run: FileRun, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(run.cwd)
+    try:
+        exec(compile(block.code, block.name, "exec"), run.namespace)
+    except BaseException:
+        run.failed = block.name
+        raise
+    finally:
+        run.done.add(block.line)
+
+
+def test_every_file_has_blocks_and_reasons_are_given():
+    """The collection itself: blocks are found, and every no-run marker names a reason."""
+    assert len(BLOCKS) > 20
+    assert {b.path.name for b in BLOCKS} >= {"README.md", "algorithms.md", "api.md"}
+    for path in FILES:
+        text = path.read_text(encoding="utf-8")
+        for line in text.splitlines():
+            if "no-run" in line:
+                assert NO_RUN.match(line.strip()), f"{path.name}: malformed marker {line!r}"
+
+
+def test_blocks_of_reads_markers_and_fences(tmp_path):
+    """A marker applies to the next block only; other fences are not Python blocks."""
+    md = tmp_path / "x.md"
+    md.write_text(
+        "text\n```python\na = 1\n```\n\n<!-- no-run: needs a cluster -->\n```python\nb = 2\n```\n"
+        "```sh\nls\n```\n```python\nc = 3\n```\n"
+    )
+    got = blocks_of(md)
+    assert [(b.line, b.code, b.skip) for b in got] == [
+        (2, "a = 1\n", None),
+        (7, "b = 2\n", "needs a cluster"),
+        (13, "c = 3\n", None),
+    ]
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
+def test_block_runs(block: Block, tmp_path_factory: pytest.TempPathFactory, monkeypatch):
+    if block.skip is not None:
+        pytest.skip(f"no-run: {block.skip}")
+    monkeypatch.setenv("MPLBACKEND", "Agg")
+    monkeypatch.setenv("DISTAL_PROGRESS", "0")
+    if ALONE in block.path.read_text(encoding="utf-8"):
+        _run(block, FileRun(tmp_path_factory.mktemp(block.path.stem)), monkeypatch)
+        return
+    run = _RUNS.get(block.path)
+    if run is None:
+        run = _RUNS[block.path] = FileRun(tmp_path_factory.mktemp(block.path.stem))
+    for earlier in BLOCKS:
+        if earlier.path != block.path or earlier.line >= block.line:
+            continue
+        if earlier.skip is None and earlier.line not in run.done:
+            _run(earlier, run, monkeypatch)
+    if run.failed is not None:
+        pytest.fail(f"an earlier block of this file failed: {run.failed}")
+    _run(block, run, monkeypatch)
