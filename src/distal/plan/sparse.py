@@ -1038,17 +1038,26 @@ def _block_pieces(
                 for b in range(first, last)
             ]
         )
-    out = []
-    for bs, sel in groups:
-        for combo in _product(dparts):
-            blk = np.zeros(order, np.int64)
+    combos = _product(dparts)
+    blks = np.zeros((len(groups) * len(combos), order), np.int64)
+    k = 0
+    for bs, _ in groups:
+        for combo in combos:
             for j, d in enumerate(sd):
-                blk[d] = bs[j]
+                blks[k, d] = bs[j]
             for j, d in enumerate(dd):
-                blk[d] = combo[j][0]
-            src = int(pl.ranks_of(pl.source_arrays(blk[None], pcoord[None]))[0])
+                blks[k, d] = combo[j][0]
+            k += 1
+    # every piece's serving replica in one call (a gather may touch every block)
+    recv = np.broadcast_to(pcoord[None], (len(blks), len(pcoord)))
+    srcs = pl.ranks_of(pl.source_arrays(blks, np.ascontiguousarray(recv))).tolist()
+    out = []
+    k = 0
+    for _, sel in groups:
+        for combo in combos:
             sub = tuple((lo, hi) for _, lo, hi in combo)
-            out.append(Piece(src, sel, sub, len(sel) * math.prod(h - lo for lo, h in sub)))
+            out.append(Piece(srcs[k], sel, sub, len(sel) * math.prod(h - lo for lo, h in sub)))
+            k += 1
     return tuple(out)
 
 
