@@ -137,3 +137,45 @@ def test_block_runs(block: Block, tmp_path_factory: pytest.TempPathFactory, monk
     if run.failed is not None:
         pytest.fail(f"an earlier block of this file failed: {run.failed}")
     _run(block, run, monkeypatch)
+
+
+# -- the README's first command: `distal demo` says what limits distal -----------------------
+
+
+def _event(kind: str, proc: int, start: float, end: float) -> Any:
+    from distal.runtime.trace import Event
+
+    return Event(proc, kind, 0, start, end)
+
+
+def _fake_run(seconds: float, trace: list[Any]) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(seconds=seconds, trace=trace)
+
+
+def test_demo_names_what_limits_distal():
+    """README: below 0.9x numpy the demo says why. Copies that overlap count once; a run
+    held back by small blocks and by copies names both, a fair run names nothing."""
+    from distal.cli import demo_limits
+
+    gemms = (8, (512, 512, 512))
+    trace = [_event("fetch", p, 0.0, 0.03) for p in range(4)]  # one step's copies, shared
+    trace += [_event("compute", p, 0.03 + 0.01 * p, 0.04 + 0.01 * p) for p in range(4)]
+    slow = demo_limits(_fake_run(0.1, trace), 1024, numpy_s=0.05, blocks_s=0.07, gemms=gemms)
+    assert "copies between processors 0.0300 s (30%)" in slow[0]
+    why = [line for line in slow if line.startswith("limited by:")]
+    assert any("too small for BLAS" in w for w in why)
+    assert any("copying fetched blocks" in w and "30%" in w for w in why)
+    fair = demo_limits(_fake_run(0.1, trace), 1024, numpy_s=0.095, blocks_s=0.07, gemms=gemms)
+    assert not [line for line in fair if line.startswith("limited by:")]
+
+
+def test_demo_smoke_prints_the_comparison(capsys):
+    """The CI smoke size: PASS, the traffic check, the time breakdown and the ratio."""
+    from distal.cli import main
+
+    assert main(["demo", "--n", "64", "--grid", "2x2", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    for expected in ("PASS", "measured == predicted: yes", "distal's time:", "ratio distal/numpy"):
+        assert expected in out
