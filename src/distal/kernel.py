@@ -26,9 +26,9 @@ from distal.schedule.relations import Fuse, Pos
 
 RUNTIMES = ("local", "mpi", "dask")
 #: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``); the
-#: local runtime runs every plan with its one executor
+#: local and MPI runtimes run every plan with their one executor
 _SPARSE_RUNTIMES = {
-    "mpi": "distal.runtime.mpi.sparse",
+    "mpi": "distal.runtime.mpi",
     "dask": "distal.runtime.elastic.sparse",
 }
 
@@ -323,7 +323,7 @@ class Kernel(Planned):
                 arrays = load_patterns(self.sparse, inputs)
                 bound = self.bind(arrays)
             except Exception as e:
-                from distal.runtime.mpi.sparse import fail_together
+                from distal.runtime.mpi.entry import fail_together
 
                 fail_together(e, options.get("comm"))
                 raise

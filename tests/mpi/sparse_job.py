@@ -276,7 +276,7 @@ def _catch(kernel: Any, inputs: dict[str, Any], case: str = "", **options: Any) 
 def bad(who: int) -> None:
     """Rank ``who``'s dense input is short; then its sparse input is (rejected by ``bind``,
     before there is a bound kernel); then its sparse input has another pattern."""
-    from distal.runtime.mpi.sparse import fail_together
+    from distal.runtime.mpi.entry import fail_together
 
     kernel, inputs, expected = spmv(SIZE, "nz", "xy -> x")
     given = dict(inputs)

@@ -69,6 +69,9 @@ class Rows:
     def index_words(self) -> int:
         return 0  # the coordinates are part of the plan, known on both sides
 
+    def __repr__(self) -> str:
+        return f"Rows{describe(self)}"
+
     def part(self, sel: np.ndarray, box: Box) -> Rows:
         """The rows ``sel`` (numbers in this region, ascending) times ``box`` (inside ours)."""
         return Rows(self.sdims, self.ddims, self.rows[sel], tuple(box), sel, self)
@@ -98,6 +101,9 @@ class Entries:
     @property
     def words(self) -> int:
         return len(self.positions)
+
+    def __repr__(self) -> str:
+        return f"Entries{describe(self)}"
 
     def part(self, sel: np.ndarray, index_words: int = 0) -> Entries:
         """The entries ``sel`` (numbers in this region, ascending)."""

@@ -40,12 +40,23 @@ class MPISizeError(DistalUserError):
 
 def _fingerprint(kernel: Any, predicted: Stats) -> float:
     """A cheap summary of the kernel, equal on every rank that compiled the same one: its
-    predicted stats, its schedule (as code), routing and tensors (no plan needed)."""
+    predicted stats, its schedule (as code), routing and tensors (no plan needed), and for
+    a kernel bound to sparse patterns the patterns' fingerprints."""
     s = kernel.schedule
     tensors = sorted((n, t.shape, str(t.dtype)) for n, t in s.tensors().items())
     dists = sorted((n, str(d)) for n, d in s.distributions.items())
-    text = repr((predicted.as_dict(), repr(s), kernel.routing, tensors, dists))
+    prints = sorted(getattr(kernel, "fingerprints", {}).items())
+    text = repr((predicted.as_dict(), repr(s), kernel.routing, tensors, dists, prints))
     return float(zlib.crc32(text.encode()))
+
+
+def fail_together(error: Exception, comm: Any = None) -> None:
+    """Take part in a run's agreement with ``error`` (raised here; the other ranks, which
+    entered :func:`run`, raise :class:`PeerFailure` naming this rank): for a failure before
+    there is a kernel to run -- ``kernel.bind(inputs)`` rejecting this rank's sparse inputs
+    -- so that it fails every rank together instead of leaving the others waiting."""
+    _agree(channel(MPI.COMM_WORLD if comm is None else comm), error, 0.0)
+    raise error  # pragma: no cover - _agree raises it
 
 
 _TEXT_WIDTH = 2000  # bytes of each failed rank's error text sent to the others
@@ -100,6 +111,7 @@ def run(
     comm: Any = None,
     _fail_on_rank: int | None = None,
     _fail_at_step: int = 0,
+    **unknown: Any,
 ) -> DistributedResult:
     """Execute ``kernel`` with one MPI rank per processor; call it on every rank.
 
@@ -128,6 +140,11 @@ def run(
     error: Exception | None = None
     fingerprint = 0.0
     try:  # every rank's checks, then one agreement: a rank that fails here fails them all
+        if unknown:
+            raise InputError(
+                f"unknown option(s) {sorted(unknown)} for the mpi runtime; valid options are "
+                "['comm', 'gather']"
+            )
         if gather not in GATHER_MODES:
             raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
         predicted = kernel.stats()
@@ -142,7 +159,7 @@ def run(
         me = Rank(kernel, data, chan)
         plan: Plan = me.plan
         steps = ops_by_step(plan, rank)
-        fail_at = _fail_at_step if _fail_on_rank == rank else None
+        fail_at = (_fail_at_step or 0) if _fail_on_rank == rank else None
         me.where = "placing the inputs"
         if fail_at is not None and fail_at < 0:
             raise RuntimeError("injected failure while placing the inputs")
@@ -174,6 +191,30 @@ def run(
     nf = len(STAT_FIELDS)
     levels = [[int(x) for x in table[:, c]] for c in range(nf + 3, table.shape[1])]
     stats = Stats(*([int(x) for x in table[:, f]] for f in range(nf)), level_words_received=levels)
+    extra = {
+        "execute_seconds": float(table[:, nf].max()),
+        "compute_seconds": [float(x) for x in table[:, nf + 1]],
+        "gather_seconds": float(table[:, nf + 2].max()),
+    }
+    own = me.owned.get(plan.output)
+    if plan.patterns:  # bound to sparse patterns: the owned part and what it holds
+        extra["block"] = None if own is None else own[0]
+        region = plan.owned_region(plan.output, rank)
+        extra["owned"] = getattr(region, "positions", region)
+    if plan.output not in plan.placements:  # a sparse output: its stored values
+        return DistributedResult(
+            value=value,  # type: ignore[arg-type]
+            stats=stats,
+            trace=trace,
+            seconds=time.perf_counter() - t_start,
+            extra=extra,
+            rank=rank,
+            nprocs=size,
+            shape=tuple(plan.patterns[plan.output].shape),
+            dtype=kernel.dtypes[plan.output],
+            barrier=chan.barrier,
+            notify=chan.notify,
+        )
     pl = plan.placements[plan.output]
     own = me.owned.get(plan.output)
     boxes = [(idx, pl.block_box(idx), q) for idx, q in sorted(plan.primary.items())]
@@ -182,11 +223,7 @@ def run(
         stats=stats,
         trace=trace,
         seconds=time.perf_counter() - t_start,
-        extra={
-            "execute_seconds": float(table[:, nf].max()),
-            "compute_seconds": [float(x) for x in table[:, nf + 1]],
-            "gather_seconds": float(table[:, nf + 2].max()),
-        },
+        extra=extra,
         rank=rank,
         nprocs=size,
         shape=pl.shape,

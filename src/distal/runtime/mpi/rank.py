@@ -1,7 +1,10 @@
 """One rank's execution: its store, its tagged transfers and its steps.
 
 It mirrors :mod:`distal.runtime.local` step for step, with real transfers (see the package
-docstring for the protocol).
+docstring for the protocol), for every plan: a region that is a box of an array moves in
+place (a subarray datatype); rows and stored entries, which lie scattered in their holders,
+are gathered into a contiguous message and scattered on arrival, and a piece of stored
+entries carries its ``pos``/``crd`` index arrays with its values (one message of bytes).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 import numpy as np
 from mpi4py.util.dtlib import from_numpy_dtype
 
+from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import (
     FETCH,
     FINAL,
@@ -29,10 +33,12 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
+from distal.plan.region import Entries, Region, index_words, shape
+from distal.plan.region import words as region_words
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
-from distal.runtime.store import Store, box_index
+from distal.runtime.store import Store, box_index, read, where
 from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
 from distal.typing import Box, box_shape, box_volume
 
@@ -43,6 +49,8 @@ STAT_FIELDS = (
     "messages_sent",
     "iterations",
     "peak_words",
+    "index_words_received",
+    "index_words_sent",
 )
 
 
@@ -73,6 +81,14 @@ class Rank(Store):
         self.compute_seconds = 0.0
         self.where = "setup"
         self.trace = Recorder()
+        self.leaves: dict[int, EntryLeaves] = {}  # leaves over stored entries, per Compute
+        for op in plan.ops(self.p):
+            if isinstance(op, Compute) and op.work is not None:
+                self.leaves[id(op)] = EntryLeaves(op.work, self.out_dtype)
+        self.keep: list[Any] = []  # gathered messages, alive until their sends complete
+        self._region_tensor: dict[int, str] = {}
+        self._piece_cache: dict = {}
+        self.arrivals: list[tuple[np.ndarray, Any, Any, int]] = []  # (buffer, index, msg, words)
         self._index_messages()
 
     # -- tags -----------------------------------------------------------------------------
@@ -86,6 +102,7 @@ class Rank(Store):
         # routing: pieces this rank passes on once its own copy has arrived
         self.forwards: dict[tuple, list[tuple[int, int]]] = defaultdict(list)
         for m in self.plan.messages:
+            self._region_tensor[id(m.box)] = m.tensor
             pair = (m.src, m.dst)
             tag = self.chan.tag(seq[pair])
             seq[pair] += 1
@@ -123,16 +140,69 @@ class Rank(Store):
             ).Commit()
         return [arr, 1, self.types[tkey]]
 
-    def _send(self, arr: np.ndarray, box: Box, origin: Box, dst: int, tag: int) -> Any:
-        self.counts["words_sent"] += box_volume(box)
+    def _send(self, arr: np.ndarray, box: Region, origin: Region, dst: int, tag: int) -> Any:
+        self.counts["words_sent"] += region_words(box)
         self.counts["messages_sent"] += 1
-        return self.chan.data.Isend(self._spec(arr, box, origin), dest=dst, tag=tag)
+        if isinstance(box, tuple) and isinstance(origin, tuple):
+            return self.chan.data.Isend(self._spec(arr, box, origin), dest=dst, tag=tag)
+        msg = np.ascontiguousarray(read(arr, where(box, origin)))
+        if index_words(box):  # stored entries travel with their pos/crd
+            msg = self._with_index(msg, box)
+        self.keep.append(msg)
+        return self.chan.data.Isend(self._flat(msg), dest=dst, tag=tag)
 
-    def _recv(self, arr: np.ndarray, box: Box, origin: Box, src: int, tag: int) -> Any:
-        self.counts["words_received"] += box_volume(box)
+    def _with_index(self, values: np.ndarray, box: Entries) -> np.ndarray:
+        """The bytes of a piece of stored entries: its values, then its index arrays."""
+        from distal.plan.sparse import piece_arrays
+
+        pattern = self.plan.patterns[self._tensor_of(box)]
+        index = piece_arrays(pattern, box.positions, self._piece_cache)
+        self.counts["index_words_sent"] += sum(x.size for x in index)
+        parts = [values.view(np.uint8).ravel()]
+        parts += [np.ascontiguousarray(x, np.int64).view(np.uint8).ravel() for x in index]
+        return np.concatenate(parts)
+
+    def _tensor_of(self, box: Region) -> str:
+        return self._region_tensor[id(box)]
+
+    def _flat(self, msg: np.ndarray) -> list[Any]:
+        key = msg.dtype.str
+        if key not in self.mpitypes:
+            self.mpitypes[key] = from_numpy_dtype(msg.dtype)
+        return [msg, self.mpitypes[key]]
+
+    def _recv(self, arr: np.ndarray, box: Region, origin: Region, src: int, tag: int) -> Any:
+        n = region_words(box)
+        self.counts["words_received"] += n
         self.counts["messages_received"] += 1
-        self.level_words[self.plan.level_of(src, self.p)] += box_volume(box)
-        return self.chan.data.Irecv(self._spec(arr, box, origin), source=src, tag=tag)
+        self.level_words[self.plan.level_of(src, self.p)] += n
+        if isinstance(box, tuple) and isinstance(origin, tuple):
+            return self.chan.data.Irecv(self._spec(arr, box, origin), source=src, tag=tag)
+        ix = where(box, origin)
+        iw = index_words(box)
+        if not iw and isinstance(ix, tuple) and all(isinstance(x, slice) for x in ix):
+            view = arr[ix]
+            if view.flags.c_contiguous:  # lies in one piece of the holder: in place
+                return self.chan.data.Irecv(self._flat(view), source=src, tag=tag)
+        self.counts["index_words_received"] += iw
+        if iw:
+            msg = np.empty(n * arr.dtype.itemsize + iw * 8, np.uint8)
+        else:
+            msg = np.empty(shape(box), arr.dtype)
+        self.arrivals.append((arr, ix, msg, n))
+        return self.chan.data.Irecv(self._flat(msg), source=src, tag=tag)
+
+    def _land(self) -> None:
+        """Scatter the messages received into temporaries to where they belong."""
+        for arr, ix, msg, n in self.arrivals:
+            if msg.dtype == np.uint8 and arr.dtype != np.uint8:  # values, then index arrays
+                msg = msg[: n * arr.dtype.itemsize].view(arr.dtype)
+            value = msg.reshape(-1) if msg.ndim == 1 else msg
+            if type(ix) is tuple:
+                arr[ix] = value
+            else:
+                ix.put(arr, value)
+        self.arrivals.clear()
 
     def _peak(self) -> None:
         self.counts["peak_words"] = max(self.counts["peak_words"], self.held_words())
@@ -142,6 +212,15 @@ class Rank(Store):
     def place(self) -> None:
         """Read the owned blocks of the inputs; the output's owned block starts at zero."""
         plan = self.plan
+        for name, regions in plan.owned.items():  # what a pattern decides: stored entries
+            own = regions[self.p]
+            if own is None:
+                continue
+            if name == plan.output:
+                self.owned[name] = (np.zeros(shape(own), self.dtypes[name]), own)
+                continue
+            vals = np.asarray(self.data[name].vals, dtype=self.dtypes[name])
+            self.owned[name] = (np.ascontiguousarray(vals[own.positions]), own)
         for name, pl in plan.placements.items():
             box = pl.owned_box(plan.coord_in(pl, self.p))
             if box is None:
@@ -169,12 +248,12 @@ class Rank(Store):
                 self._start_fetches(steps, s + 1)
             for op in steps[s]:
                 if isinstance(op, Combine):
-                    arr = np.empty(box_shape(op.box), self.dtypes[plan.output])
+                    arr = np.empty(shape(op.box), self.dtypes[plan.output])
                     tag = self._recv_tag(s, PARTIAL, plan.output, op.src, op.box)
                     self.combine_reqs.append(self._recv(arr, op.box, op.box, op.src, tag))
                     self.combined.append((arr, op.box))
                 if isinstance(op, Reduce):
-                    arr = np.empty(box_shape(op.box), self.dtypes[plan.output])
+                    arr = np.empty(shape(op.box), self.dtypes[plan.output])
                     tag = self._recv_tag(s, PARTIAL, plan.output, op.src, op.box)
                     self.step_recvs.append(self._recv(arr, op.box, op.box, op.src, tag))
                     self.step_reqs.append(self.step_recvs[-1])
@@ -186,11 +265,12 @@ class Rank(Store):
                     self._exec(op)
                     kind = COMPUTE if isinstance(op, Compute) else FLUSH
                     if isinstance(op, Compute | Flush):
-                        words = sum(box_volume(b) for _, b in op.sends) if kind == FLUSH else 0
-                        self.trace.add(self.p, kind, s, t, words)
+                        sent = sum(region_words(b) for _, b in op.sends) if kind == FLUSH else 0
+                        self.trace.add(self.p, kind, s, t, sent)
             self.where = f"step {s}: waiting for partial sums"
             t = self.trace.now()
             self.chan.wait(self.step_reqs, cancel=self.step_recvs)
+            self._land()
             if self.step_reqs:
                 self.trace.add(self.p, WAIT, s, t)
             self.step_reqs, self.step_recvs = [], []
@@ -256,7 +336,7 @@ class Rank(Store):
         for src, piece in op.pieces:
             if src == self.p:
                 own, origin = self.owned[op.tensor]
-                buf[box_index(piece, op.box)] = own[box_index(piece, origin)]
+                buf[where(piece, op.box)] = read(own, where(piece, origin))
             else:
                 tag = self._recv_tag(op.step, FETCH, op.tensor, src, piece)
                 self.next_reqs.append(self._recv(buf, piece, op.box, src, tag))
@@ -270,6 +350,7 @@ class Rank(Store):
             self.fetch_sends += self.forwarder.finish(self.chan.check)
             self.forwarder = None
         self.chan.wait(self.next_reqs, cancel=self.next_reqs)
+        self._land()
         if pending:
             self.trace.add(self.p, FETCH, step, t)
         self.next_reqs, self.next_keys = [], []
@@ -280,7 +361,9 @@ class Rank(Store):
             self.open_output(op)
         elif isinstance(op, Compute):
             t0 = time.perf_counter()
-            self.counts["iterations"] += self.compute(op, self.kernel.kernels)
+            self.counts["iterations"] += self.compute(
+                op, self.kernel.kernels, self.leaves.get(id(op))
+            )
             self.compute_seconds += time.perf_counter() - t0
         elif isinstance(op, Flush):
             if self.combine_reqs:  # routing: children's partial sums ride along
@@ -307,9 +390,11 @@ class Rank(Store):
                 sends.append(self._send(own, op.box, origin, op.dst, tag))
         self.chan.wait(recvs + sends, cancel=recvs)
 
-    def gather(self, mode: str) -> np.ndarray | None:
+    def gather(self, mode: str) -> Any:
         """The whole output on the ranks ``mode`` names (not counted as traffic)."""
         plan = self.plan
+        if plan.output in plan.owned:
+            return self._gather_entries(mode)
         pl = plan.placements[plan.output]
         targets = list(range(self.chan.size)) if mode == "all" else [0] if mode == "root" else []
         value = np.zeros(pl.shape, self.dtypes[plan.output]) if self.p in targets else None
@@ -333,6 +418,39 @@ class Rank(Store):
                 recvs.append(self.chan.data.Irecv(spec, source=q, tag=tag))
         self.chan.wait(reqs + recvs, keep=(value,), cancel=recvs)
         return value
+
+    def _gather_entries(self, mode: str) -> Any:
+        """A sparse output: every owner's values of its stored entries, on the ranks ``mode``
+        names, as the output pattern with those values."""
+        plan = self.plan
+        pattern = plan.patterns[plan.output]
+        targets = list(range(self.chan.size)) if mode == "all" else [0] if mode == "root" else []
+        vals = np.zeros(pattern.nnz, self.dtypes[plan.output]) if self.p in targets else None
+        regions = plan.owned[plan.output]
+        reqs, recvs, keep = [], [], []
+        for q, own in enumerate(regions):
+            if own is None or not len(own.positions):
+                continue
+            tag = self.chan.gather_tag(q)
+            if q == self.p:
+                mine = np.ascontiguousarray(self.owned[plan.output][0])
+                keep.append(mine)
+                for t in targets:
+                    if t == self.p:
+                        vals[own.positions] = mine  # type: ignore[index]
+                    else:
+                        reqs.append(self.chan.data.Isend(self._flat(mine), dest=t, tag=tag))
+            elif vals is not None:
+                part = np.empty(len(own.positions), vals.dtype)
+                keep.append(part)
+                recvs.append((self.chan.data.Irecv(self._flat(part), source=q, tag=tag), own, part))
+        self.chan.wait(reqs + [r for r, _, _ in recvs], keep=(vals, *keep),
+                       cancel=[r for r, _, _ in recvs])  # fmt: skip
+        if vals is None:
+            return None
+        for _, own, part in recvs:
+            vals[own.positions] = part
+        return pattern.with_values(vals)
 
     def abandon(self) -> None:
         """After a failure: withdraw posted receives, and keep every buffer alive for good.
