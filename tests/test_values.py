@@ -1,7 +1,7 @@
 """Values entering a computation keep their meaning: nothing is cut without a word.
 
 A leaf computes in its output's dtype, and inputs are converted to their tensors' dtypes by
-numpy's ``same_kind`` rule (:func:`distal.runtime.inputs.check_cast`): a complex scalar or
+numpy's ``same_kind`` rule (:func:`distal.casting.check_cast`): a complex scalar or
 tensor in a real statement, a complex or float input for a real or integer tensor, negative
 integers for an unsigned one, are refused (the statement with a ``NotationError``, a value
 with an ``InputError`` naming it), where they used to come back as the real part, truncated
@@ -16,7 +16,8 @@ import pytest
 import scipy.sparse as sp
 
 import distal as dl
-from distal.runtime.inputs import check_cast, dense_value, sparse_value
+from distal.casting import check_cast
+from distal.values import dense_value, sparse_value
 
 N = 5
 

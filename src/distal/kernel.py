@@ -18,11 +18,11 @@ from distal.plan.printer import explain, program_text
 from distal.plan.sinks import PlanSummary
 from distal.plan.sparse import Analysis, is_sparse_schedule
 from distal.plan.stats import Stats
-from distal.runtime.inputs import dense_value
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Fuse, Pos
+from distal.values import dense_value
 
 RUNTIMES = ("local", "mpi", "dask")
 #: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``); the

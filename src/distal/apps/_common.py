@@ -7,11 +7,11 @@ from typing import Any
 
 import numpy as np
 
+from distal.casting import check_cast
 from distal.distribution.machine import Machine
 from distal.errors import InputError, ScheduleError
 from distal.kernel import Kernel, compile
 from distal.lang.nodes import Tensor, index_vars
-from distal.runtime.inputs import check_cast
 from distal.runtime.progress import Progress
 from distal.schedule.api import schedule as default_schedule
 from distal.session import Session
@@ -33,7 +33,7 @@ def is_sparse(x: Any) -> bool:
 def sparse_input(x: Any, name: str, format: str, order: int) -> SparseArray:
     """``x`` as a float64 ``dl.SparseArray`` of ``format`` (values checked finite; values
     float64 cannot hold, e.g. complex ones, refused by the input rule
-    :func:`~distal.runtime.inputs.check_cast`: the applications compute in real float64)."""
+    :func:`~distal.casting.check_cast`: the applications compute in real float64)."""
     from distal.sparse.array import as_sparse
 
     try:

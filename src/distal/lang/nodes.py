@@ -499,7 +499,7 @@ def check_kinds(a: Assignment) -> None:
     A leaf computes in the output's dtype, so a complex scalar or tensor in a real
     statement would lose its imaginary part, and a float one in an integer statement would
     be truncated, without a word: both are refused (the input rule of
-    :func:`distal.runtime.inputs.check_cast`, applied to the statement itself).
+    :func:`distal.casting.check_cast`, applied to the statement itself).
 
     Raises:
         NotationError: naming the statement, the operand and the output tensor.

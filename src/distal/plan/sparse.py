@@ -47,10 +47,10 @@ from distal.errors import InputError, NotationError, NotSupportedYet
 from distal.lang.concrete import Term
 from distal.lang.nodes import Access, IndexVar, Tensor
 from distal.plan.stats import Stats
-from distal.runtime.inputs import sparse_value
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Rotate, Split
 from distal.sparse.array import SparseArray
+from distal.values import sparse_value
 
 Interval = tuple[int, int]
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from distal.casting import check_cast
 from distal.errors import InputError
-from distal.runtime.inputs import check_cast
 from distal.typing import Box, box_shape
 
 
@@ -32,7 +32,7 @@ def check_source(name: str, src: Any, shape: tuple[int, ...]) -> Any:
 def read_block(name: str, data: Any, box: Box, dtype: np.dtype) -> np.ndarray:
     """A fresh array holding ``box`` of input ``data`` (an array or a block source); a
     source's block is converted to ``dtype`` by the input rule of
-    :func:`~distal.runtime.inputs.check_cast` (floats for an integer tensor are refused)."""
+    :func:`~distal.casting.check_cast` (floats for an integer tensor are refused)."""
     if is_block_source(data):
         arr = np.asarray(data.read_block(box))
         if arr.shape != box_shape(box):

@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from distal.casting import check_cast
 from distal.errors import InputError, InternalError
-from distal.runtime.inputs import check_cast
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source, read_block
 from distal.session.layout import Layout, layout_of

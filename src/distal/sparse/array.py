@@ -777,7 +777,7 @@ def as_sparse(
     Takes a SparseArray (re-formatted if its format differs), a scipy.sparse array or
     matrix, a pydata ``sparse`` array (the package is imported only for those), or a dense
     array-like (its non-zeros are stored). With ``dtype`` the values are converted to it by
-    the input rule of :func:`distal.runtime.inputs.check_cast` (numpy's ``same_kind``): a
+    the input rule of :func:`distal.casting.check_cast` (numpy's ``same_kind``): a
     complex matrix for a real tensor, or floats for an integer one, are refused rather than
     silently cut; ``label`` names the values in that error.
 
@@ -798,7 +798,7 @@ def as_sparse(
         if tuple(got.shape) != want:
             raise ShapeError(f"an array of shape {tuple(got.shape)} was given for shape {want}")
     if dtype is not None:  # before converting: a refused value costs no conversion
-        from distal.runtime.inputs import check_cast
+        from distal.casting import check_cast
 
         dtype = np.dtype(dtype)
         check_cast(label, _numeric(np.empty(0, got.dtype), label).dtype, dtype)
