@@ -91,6 +91,23 @@ def test_samples_are_few_on_every_grid(grid):
     assert all(0 <= x < g for c in samples for x, g in zip(c, grid, strict=True))
 
 
+def test_ragged_own_block_straddling_two_contributors():
+    """n = 4096 on a 4 x 4 x 6 grid with k in 4 serial chunks: A's joint cut ``ij -> iji``
+    makes some own blocks straddle two i-blocks, whose processors send only the rows they
+    share. The estimate counted every contributor as sending the whole own block (2970624
+    words on processor (0, 0, 5) instead of 1915904), which dropped this schedule from the
+    shortlist; now it equals the plan."""
+    A, *_ = _matmul(4096, 4096, 4096, 96)
+    st = concretize(A.assignment)
+    lay = dl.schedule(A).layouts()
+    want = "3d+chunk grid (4, 4, 6) (i:4, j:4, k:6, k in 4 serial chunks)"
+    (c,) = [c for c in candidates(st, 96, {"A", "B", "C"}) if c.describe() == want]
+    e = estimate(st, c, lay)
+    p = dl.compile(build(A, c), routing="direct").stats()
+    assert max(e.words_received) == p.max_words_received == 1938432
+    assert search(A, dl.Machine(96), params=HDR)[0].candidate.describe() == want
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

@@ -140,6 +140,7 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
     nsteps = cand.steps
     out = st.output.name
     out_vars = tuple(st.lhs_vars)
+    lhs = set(out_vars)
     placements: dict[str, tuple[Placement, tuple[int, ...]]] = {}
     for name, idx in acc.items():
         dist, machine = layouts[name]
@@ -241,13 +242,28 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
         out_stepped = stepped is not None and stepped in out_vars
         direct = _contains(own, obox) and contributors <= 1
         others = max(0, contributors - (1 if _meet(obox, own) else 0))
+        # Words arriving: every contributor sends the part of its output box inside this
+        # processor's own block. The output variables' blocks partition their ranges, so
+        # those parts add up to the own block (within the step's slab) once per value of
+        # the summed grid dimensions; this processor's own part is not a message. (Each
+        # contributor sending all of ``own`` overcounts where ragged joint cuts make an
+        # own block straddle two contributors' boxes.)
+        summed = math.prod(g for v, g in zip(cand.dvars, cand.grid, strict=True) if v not in lhs)
         if out_stepped:
             oboxes = [tuple(var_range(v, c, t) for v in out_vars) for t in range(nsteps)]
-            incoming = [others * _meet(b, own) for b in oboxes]
+            slabs = [
+                tuple(var_range(v, c, t) if v is stepped else (0, ext[v]) for v in out_vars)
+                for t in range(nsteps)
+            ]
+            incoming = [
+                summed * _meet(sl, own) - _meet(b, own) for sl, b in zip(slabs, oboxes, strict=True)
+            ]
             partials = [0 if direct else _vol(b) for b in oboxes]
             m += sum(others for b in oboxes if _meet(b, own))
         else:
-            incoming = [0] * (nsteps - 1) + [others * _vol(own) if own is not None else 0]
+            mine = _meet(obox, own)
+            last = summed * _vol(own) - mine if own is not None else 0
+            incoming = [0] * (nsteps - 1) + [last]
             partials = [0 if direct else _vol(obox)] * nsteps
             m += others
         w += sum(incoming)
