@@ -177,3 +177,47 @@ def test_sparse_kernel_on_a_hierarchical_machine() -> None:
     np.testing.assert_allclose(res.value, B @ x, rtol=1e-12)
     assert res.stats == st
     assert res.stats.level_words_received == st.level_words_received
+
+
+@pytest.mark.parametrize("split", ["rows", "nonzeros"])
+@pytest.mark.parametrize(("grid", "adist"), [((4,), "x -> *"), ((2, 2), "x -> x*")])
+def test_sparse_kernel_with_a_replicated_output(split: str, grid, adist: str) -> None:
+    """Every replica ends with the finished block: partial sums go to one replica of each
+    block (the lowest-numbered one that contributes), which sends the block to the others
+    after the step, exactly as a dense kernel's replicated output."""
+    n, m = 40, 30
+    B = sp.random(n, m, density=0.15, format="csr", random_state=2)
+    x = np.random.default_rng(0).standard_normal(m)
+    M = dl.Machine(*grid)
+    i, j, io, ii, jo, ji, f, fp, fo, fi = dl.index_vars("i j io ii jo ji f fp fo fi")
+    if len(grid) == 1:
+        bdist, cdist = ("xy -> x" if split == "rows" else "xy -> (xy)"), "x -> x"
+    else:
+        bdist, cdist = ("xy -> xy" if split == "rows" else "xy -> (xy)*"), "x -> *x"
+    Bt = dl.Tensor("B", (n, m), format="csr", dist=bdist, machine=M)
+    c = dl.Tensor("c", (m,), dist=cdist, machine=M)
+    a = dl.Tensor("a", (n,), dist=adist, machine=M)
+    a[i] = Bt[i, j] * c[j]
+    s = dl.schedule(a)
+    if len(grid) == 2:
+        s = s.distribute([i, j], [io, jo], [ii, ji], M).communicate([a, Bt, c], jo)
+    elif split == "rows":
+        s = s.distribute([i], [io], [ii], M).communicate([a, Bt, c], io)
+    else:
+        s = s.fuse(i, j, f).pos(f, fp, Bt).distribute([fp], [fo], [fi], M)
+        s = s.communicate([a, Bt, c], fo)
+    bound = dl.compile(s).bind({"B": B})
+    st = bound.stats()
+    finals = [m for m in bound.plan.messages if m.kind == "final"]
+    assert finals  # the reducers send the finished blocks to the other replicas
+    for msg in finals:
+        assert bound.plan.primary[bound.plan.placements["a"].block_index(
+            bound.plan.coord_in(bound.plan.placements["a"], msg.dst))] == msg.src  # fmt: skip
+    res = bound.run({"B": B, "c": x})
+    np.testing.assert_allclose(res.value, B @ x, rtol=1e-12)
+    assert res.stats == st
+    # every replica holds the result: the words into each replica include its final block
+    pl = bound.plan.placements["a"]
+    for msg in finals:
+        box = pl.block_box(pl.block_index(bound.plan.coord_in(pl, msg.dst)))
+        assert msg.words == box[0][1] - box[0][0]

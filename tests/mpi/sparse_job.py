@@ -50,13 +50,16 @@ def _matrix(n: int, m: int, density: float, seed: int) -> sp.csr_matrix:
     return b.tocsr()
 
 
-def spmv(P: int, split: str, bdist: str, n: int = 60, dtype: Any = np.float64) -> Case:
-    """``a[i] = B[i, j] * c[j]``: split ``"row"`` (cut i) or ``"nz"`` (cut B's non-zeros)."""
+def spmv(
+    P: int, split: str, bdist: str, n: int = 60, dtype: Any = np.float64, adist: str = "x -> x"
+) -> Case:
+    """``a[i] = B[i, j] * c[j]``: split ``"row"`` (cut i) or ``"nz"`` (cut B's non-zeros);
+    ``adist="x -> *"`` replicates the output (reduced on one replica, then sent to all)."""
     M = dl.Machine(P)
     i, j, io, ii, f, fp, fo, fi = dl.index_vars("i j io ii f fp fo fi")
     B = dl.Tensor("B", (n, n), format="csr", dist=bdist, machine=M, dtype=dtype)
     c = dl.Tensor("c", (n,), dist="x -> x", machine=M, dtype=dtype)
-    a = dl.Tensor("a", (n,), dist="x -> x", machine=M, dtype=dtype)
+    a = dl.Tensor("a", (n,), dist=adist, machine=M, dtype=dtype)
     a[i] = B[i, j] * c[j]
     s = _split(dl.schedule(a), split, (i, j), B, M, (io, ii, f, fp, fo, fi))
     s = s.communicate([a, B, c], fo if split == "nz" else io)
@@ -123,6 +126,7 @@ def cases(P: int) -> dict[str, Callable[[], Case]]:
     out["spmm nz, B by rows"] = lambda: spmm(P, "nz", "xy -> x")
     out["sddmm row, B by non-zeros"] = lambda: sddmm(P, "row", "xy -> (xy)", "xy -> x")
     out["spmv nz complex"] = lambda: spmv(P, "nz", "xy -> x", dtype=np.complex128)
+    out["spmv nz, a replicated"] = lambda: spmv(P, "nz", "xy -> (xy)", adist="x -> *")
     return out
 
 

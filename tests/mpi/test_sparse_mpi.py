@@ -37,6 +37,7 @@ CASES = {
     *(f"{k} {s}" for k in ("spmv", "spmm") for s in ("row", "nz")),
     *(f"sddmm {s} D {d}" for s in ("row", "nz") for d in ("xy -> *", "xy -> x")),
     *MOVED,
+    "spmv nz, a replicated",
     "gather modes and options",
 }
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from distal.plan.ir import (
     FETCH,
+    FINAL,
     PARTIAL,
     Compute,
     EntryWork,
@@ -26,10 +27,12 @@ from distal.plan.ir import (
     Op,
     OpenOutput,
     Plan,
+    RecvFinal,
     Reduce,
+    SendFinal,
     TermWork,
 )
-from distal.plan.region import Entries, Region, Rows, locate
+from distal.plan.region import Entries, Region, Rows, locate, words
 from distal.plan.sinks import PlanSummary, count_plan
 from distal.plan.sparse import Analysis, Need, ProcPlan, SparsePlan, _is_run, _split_dims
 
@@ -85,6 +88,16 @@ def _is_whole_block(a: Analysis, region: Region, own: Region | None) -> bool:
     )
 
 
+def _reduces_own(sp: SparsePlan, p: int) -> bool:
+    """Whether ``p`` reduces its own output block (always, unless a replica of it does)."""
+    if not sp.primary:
+        return True
+    a = sp.analysis
+    pl = a.placements[a.output.name]
+    idx = pl.block_index(Plan.coord_in(pl, p))
+    return idx is None or sp.primary.get(idx, p) == p
+
+
 def _work(a: Analysis, pp: ProcPlan) -> EntryWork:
     terms = []
     for t in pp.terms:
@@ -133,7 +146,7 @@ def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
         ops_out: list[Op] = []
         out_region, out_parts = _need_region(a, pp.out)
         own_out = _owned(sp, out_name, p)
-        if _is_whole_block(a, out_region, own_out):
+        if _is_whole_block(a, out_region, own_out) and _reduces_own(sp, p):
             assert own_out is not None
             ops_out.append(OpenOutput(0, own_out, True))
         else:
@@ -158,13 +171,24 @@ def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
     owned = {
         n: tuple(_owned(sp, n, p) for p in range(P)) for n in a.tensors if n not in a.placements
     }
-    primary = {}
+    primary: dict[tuple[int, ...], int] = dict(sp.primary)
+    finals: list[Message] = []
     if out_name in a.placements:
         pl = a.placements[out_name]
         for p in range(P):
             idx = pl.block_index(Plan.coord_in(pl, p))
-            if idx is not None:
+            if idx is None:
+                continue
+            if idx not in sp.primary:
                 primary[idx] = p
+            elif sp.primary[idx] != p and words(pl.block_box(idx)):
+                # a replica: the finished block from its reducer, after the step
+                box = pl.block_box(idx)
+                q = sp.primary[idx]
+                programs[q].append(SendFinal(p, box))
+                programs[p].append(RecvFinal(q, box))
+                finals.append(Message(1, FINAL, out_name, q, p, box))
+    messages += sorted(finals, key=lambda m: (m.src, m.dst))
     patterns: dict[str, object] = dict(sp.arrays)
     if sp.out_pattern is not None:
         patterns[out_name] = sp.out_pattern

@@ -25,6 +25,7 @@ runtime moves is read off the :class:`SparsePlan` built here: one rule, one plac
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from collections.abc import Mapping, Sequence
@@ -205,12 +206,12 @@ class Analysis:
                 self.placements[name] = Placement(t.shape, parsed, self.grid)
             else:
                 self.ownership[name] = SparseOwnership(t, parsed, self.grid)
-        out_place = self.placements.get(self.output.name)
-        own = out_place.fixed_dims() if out_place else self.ownership[self.output.name].fixed
-        if not all(own):
+        if self.output.name in self.ownership and not all(
+            self.ownership[self.output.name].fixed
+        ):
             raise NotSupportedYet(
-                f"output {self.output.name!r} is replicated; sparse kernels write an output "
-                "with one copy of each element"
+                f"sparse output {self.output.name!r} is replicated; a sparse output has one "
+                "copy of each stored entry (a dense output may be replicated)"
             )
         for name, v in s.comm:
             if v not in s.processor_loops and v not in self._outer_loops():
@@ -603,6 +604,9 @@ class SparsePlan:
     owned: dict[str, list[np.ndarray | tuple[Interval, ...] | None]]
     moved: dict[str, int] = field(default_factory=dict)
     cache: dict = field(default_factory=dict, repr=False)
+    #: a replicated dense output: block index -> the replica that reduces it (its partial
+    #: sums go there, and it sends the finished block to the other replicas)
+    primary: dict[tuple[int, ...], int] = field(default_factory=dict)
 
     @property
     def nprocs(self) -> int:
@@ -871,10 +875,54 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
             ProcPlan(p, _arr(ent, ident), box, needs, out, tuple(terms), letters, iters,
                      owned_words)
         )  # fmt: skip
+    primary: dict[tuple[int, ...], int] = {}
+    pl_out = a.placements.get(a.output.name)
+    if pl_out is not None and not all(pl_out.fixed_dims()):
+        procs, primary = _reduce_on_primaries(pl_out, procs)
     return SparsePlan(
         a, arrays, {n: arr.pattern_fingerprint() for n, arr in arrays.items()}, pattern, procs,
-        stats, out_pattern, owned, {}, cache,
+        stats, out_pattern, owned, {}, cache, primary,
     )  # fmt: skip
+
+
+def _reduce_on_primaries(
+    pl: Placement, procs: list[ProcPlan]
+) -> tuple[list[ProcPlan], dict[tuple[int, ...], int]]:
+    """A replicated dense output: every block is reduced by one replica, the dense engine's
+    rule -- the lowest-numbered replica that contributes to it, else the lowest-numbered
+    replica -- so each processor's partial sums of a block go to that primary (the output
+    pieces were cut with the replica serving each processor)."""
+    grid = pl.grid
+
+    def rank(coord: tuple[int, ...]) -> int:
+        return int(np.ravel_multi_index(coord, grid)) if grid else 0
+
+    block_of: dict[int, tuple[int, ...]] = {}
+    contrib: dict[tuple[int, ...], set[int]] = {}
+    for pp in procs:
+        for pc in pp.out.pieces:
+            if pc.peer not in block_of:
+                idx = pl.block_index(np.unravel_index(pc.peer, grid) if grid else ())
+                block_of[pc.peer] = tuple(int(x) for x in idx)
+            contrib.setdefault(block_of[pc.peer], set()).add(pp.p)
+    primary: dict[tuple[int, ...], int] = {}
+    for q in range(len(procs)):
+        idx = pl.block_index(np.unravel_index(q, grid) if grid else ())
+        if idx is None:
+            continue
+        idx = tuple(int(x) for x in idx)
+        if idx in primary:
+            continue
+        holders = sorted(rank(c) for c in pl.replicas(idx))
+        mine = sorted(contrib.get(idx, set()) & set(holders))
+        primary[idx] = mine[0] if mine else holders[0]
+    out = []
+    for pp in procs:
+        pieces = tuple(
+            dataclasses.replace(pc, peer=primary[block_of[pc.peer]]) for pc in pp.out.pieces
+        )
+        out.append(dataclasses.replace(pp, out=dataclasses.replace(pp.out, pieces=pieces)))
+    return out, primary
 
 
 def _descend(arr: SparseArray, k: int, b: np.ndarray) -> np.ndarray:

@@ -855,6 +855,11 @@ def run(
     """
     if getattr(bound, "plan", None) is None:
         raise InputError("the sparse dask runtime takes a bound sparse kernel (kernel.bind)")
+    if bound.binding.primary:
+        raise NotSupportedYet(
+            f"a replicated output ({bound.binding.analysis.output.name!r}) of a sparse kernel on "
+            "the dask runtime is not in this version (the local and mpi runtimes run it)"
+        )
     opts = _options({"client": client, "checkpoint": checkpoint, **options})
     data = bound.check_inputs(inputs)
     with adapter.connected(opts) as c:
