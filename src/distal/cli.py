@@ -162,6 +162,12 @@ def demo_limits(
             f"here: numpy itself is {numpy_s / blocks_s:.2f}x as fast on them as on one n={n} "
             "GEMM; a larger --n or a smaller --grid gives larger blocks"
         )
+    if compute_s * FAIR > blocks_s:
+        why.append(
+            f"distal's GEMM calls took {compute_s / blocks_s:.2f}x as long as numpy's on the "
+            "same blocks in this run (on a busy machine one run's calls can be slowed by "
+            "others' work; rerun)"
+        )
     if copy_s > (1 - FAIR) * total:
         why.append(
             f"copying fetched blocks between the processors' stores takes {copy_s / total:.0%} "
