@@ -221,3 +221,64 @@ def test_sparse_kernel_with_a_replicated_output(split: str, grid, adist: str) ->
     for msg in finals:
         box = pl.block_box(pl.block_index(bound.plan.coord_in(pl, msg.dst)))
         assert msg.words == box[0][1] - box[0][0]
+
+
+def _streamed_spmm(steps: int, out_each_step: bool = True):
+    """SpDISTAL's SpMM with the dense operand streamed: ``A(i,k) = B(i,j) * C(j,k)``, rows
+    of B per processor, ``k`` divided into ``steps`` chunks; ``C`` (and ``A``, or ``A`` held
+    over every step) are communicated at the chunk loop, ``B`` once per processor."""
+    n, m, K = 60, 50, 12
+    M = dl.Machine(3)
+    i, j, k, io, ii, ko, ki = dl.index_vars("i j k io ii ko ki")
+    Bt = dl.Tensor("B", (n, m), format="csr", dist="xy -> x", machine=M)
+    Ct = dl.Tensor("C", (m, K), dist="xy -> x", machine=M)
+    At = dl.Tensor("A", (n, K), dist="xy -> x", machine=M)
+    At[i, k] = Bt[i, j] * Ct[j, k]
+    s = dl.schedule(At).reorder([i, j, k]).distribute([i], [io], [ii], M)
+    if steps:
+        s = s.divide(k, ko, ki, steps).reorder([ko, ii, j, ki])
+        s = s.communicate(Ct, ko).communicate(Bt, io).communicate(At, ko if out_each_step else io)
+    else:
+        s = s.communicate([At, Bt, Ct], io)
+    B = sp.random(n, m, density=0.1, format="csr", random_state=2)
+    C = np.random.default_rng(0).standard_normal((m, K))
+    return dl.compile(s), B, C
+
+
+@pytest.mark.parametrize("out_each_step", [True, False])
+def test_spmm_streamed_in_steps_holds_less(out_each_step: bool) -> None:
+    """Each step fetches only its chunk of C's referenced rows: the same words as fetching
+    them whole, less memory at once; result and stats as predicted, and the program has
+    one fetch of C per step."""
+    whole, B, C = _streamed_spmm(0)
+    st0 = whole.bind({"B": B}).stats()
+    peaks = []
+    for steps in (3, 4):
+        k, _, _ = _streamed_spmm(steps, out_each_step)
+        bound = k.bind({"B": B})
+        st = bound.stats()
+        assert bound.plan.nsteps == steps
+        assert st.words_received == st0.words_received
+        assert all(a < b for a, b in zip(st.peak_words, st0.peak_words, strict=True))
+        fetch_c = [op for op in bound.program(1).ops(1) if getattr(op, "tensor", "") == "C"]
+        assert [op.step for op in fetch_c] == list(range(steps))
+        res = bound.run({"B": B, "C": C})
+        np.testing.assert_allclose(res.value, B @ C, rtol=1e-12)
+        assert res.stats == st
+        peaks.append(max(st.peak_words))
+    assert peaks[1] < peaks[0]  # finer chunks, less held at once
+
+
+def test_streamed_and_replicated_output_is_refused_by_name() -> None:
+    n = 20
+    M = dl.Machine(2)
+    i, j, k, io, ii, ko, ki = dl.index_vars("i j k io ii ko ki")
+    Bt = dl.Tensor("B", (n, n), format="csr", dist="xy -> x", machine=M)
+    Ct = dl.Tensor("C", (n, 6), dist="xy -> x", machine=M)
+    At = dl.Tensor("A", (n, 6), dist="xy -> *", machine=M)
+    At[i, k] = Bt[i, j] * Ct[j, k]
+    s = dl.schedule(At).reorder([i, j, k]).distribute([i], [io], [ii], M)
+    s = s.divide(k, ko, ki, 2).reorder([ko, ii, j, ki]).communicate([Ct, At], ko)
+    B = sp.random(n, n, density=0.2, format="csr", random_state=1)
+    with pytest.raises(dl.NotSupportedYet, match="'A'"):
+        dl.compile(s.communicate(Bt, io)).bind({"B": B})

@@ -72,6 +72,24 @@ def spmv(
     return dl.compile(s), {"B": bv, "c": cv}, bv @ cv
 
 
+def spmm_streamed(P: int, steps: int, n: int = 60, r: int = 8) -> Case:
+    """SpMM with the rows of B per processor and C's columns streamed in ``steps`` chunks:
+    C and A communicated at the chunk loop, B once per processor (a plan of ``steps``
+    steps whose fetches of step s+1 are posted while step s computes)."""
+    M = dl.Machine(P)
+    i, j, k, io, ii, ko, ki = dl.index_vars("i j k io ii ko ki")
+    B = dl.Tensor("B", (n, n), format="csr", dist="xy -> x", machine=M)
+    C = dl.Tensor("C", (n, r), dist="xy -> x", machine=M)
+    A = dl.Tensor("A", (n, r), dist="xy -> x", machine=M)
+    A[i, k] = B[i, j] * C[j, k]
+    s = dl.schedule(A).reorder([i, j, k]).distribute([i], [io], [ii], M)
+    s = s.divide(k, ko, ki, steps).reorder([ko, ii, j, ki])
+    s = s.communicate([C, A], ko).communicate(B, io)
+    bv = _matrix(n, n, 0.1, 2)
+    cv = np.random.default_rng(3).random((n, r))
+    return dl.compile(s), {"B": bv, "C": cv}, bv @ cv
+
+
 def spmm(P: int, split: str, bdist: str, n: int = 60, r: int = 8) -> Case:
     """``A[i, k] = B[i, j] * C[j, k]`` with dense ``C`` and ``A`` (row blocks)."""
     M = dl.Machine(P)
@@ -127,6 +145,7 @@ def cases(P: int) -> dict[str, Callable[[], Case]]:
     out["sddmm row, B by non-zeros"] = lambda: sddmm(P, "row", "xy -> (xy)", "xy -> x")
     out["spmv nz complex"] = lambda: spmv(P, "nz", "xy -> x", dtype=np.complex128)
     out["spmv nz, a replicated"] = lambda: spmv(P, "nz", "xy -> (xy)", adist="x -> *")
+    out["spmm row, C streamed in 3 steps"] = lambda: spmm_streamed(P, 3)
     return out
 
 

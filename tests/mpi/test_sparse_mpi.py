@@ -38,6 +38,7 @@ CASES = {
     *(f"sddmm {s} D {d}" for s in ("row", "nz") for d in ("xy -> *", "xy -> x")),
     *MOVED,
     "spmv nz, a replicated",
+    "spmm row, C streamed in 3 steps",
     "gather modes and options",
 }
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from distal.lang.nodes import Access
 from distal.plan.ir import (
     FETCH,
     FINAL,
@@ -66,26 +67,45 @@ def _owned(sp: SparsePlan, name: str, p: int) -> Region | None:
     return Entries(own)
 
 
-def _is_whole_block(a: Analysis, region: Region, own: Region | None) -> bool:
-    """Whether an output region is the owned block itself, element for element in the same
-    layout (the leaf may then add straight into the owned block)."""
+def _direct_region(region: Region, own: Region | None) -> Region | None:
+    """The part of the owned block an output region is, element for element in the same
+    layout (the leaves may then add straight into the owned block), or None: the same
+    stored entries, or the owned rows in order (one row dimension leading) times a box
+    inside the owned one."""
     if own is None:
-        return False
+        return None
     if isinstance(region, Entries):
-        return isinstance(own, Entries) and bool(np.array_equal(region.positions, own.positions))
+        same = isinstance(own, Entries) and bool(np.array_equal(region.positions, own.positions))
+        return own if same else None
     assert isinstance(region, Rows)
     assert isinstance(own, tuple)
     if region.sdims != (0,) or region.ddims != tuple(range(1, len(own))):
-        return False
+        return None
     rows = region.rows
     lo, hi = own[0]
-    return (
-        len(rows) == hi - lo
-        and len(rows) > 0
-        and int(rows[0, 0]) == lo
-        and int(rows[-1, 0]) == hi - 1
-        and tuple(region.box) == tuple(own[1:])
+    if not (len(rows) == hi - lo and len(rows) > 0):
+        return None
+    if int(rows[0, 0]) != lo or int(rows[-1, 0]) != hi - 1:
+        return None
+    inside = all(
+        olo <= blo and bhi <= ohi
+        for (blo, bhi), (olo, ohi) in zip(region.box, own[1:], strict=True)
     )
+    if not inside:
+        return None
+    return own if tuple(region.box) == tuple(own[1:]) else ((lo, hi), *region.box)
+
+
+def _step_part(
+    region: Region, box: dict, access: Access, ddims: tuple[int, ...]
+) -> Region:
+    """The part of a region held over every step that one step (its dense-loop ``box``)
+    reads or writes: the step's interval along each dense-loop dimension."""
+    if isinstance(region, Rows):
+        sub = tuple(box[access.indices[d]] for d in region.ddims)
+        return region.part(np.arange(len(region.rows)), sub)
+    assert isinstance(region, tuple)
+    return tuple(box[access.indices[d]] if d in ddims else iv for d, iv in enumerate(region))
 
 
 def _reduces_own(sp: SparsePlan, p: int) -> bool:
@@ -98,7 +118,9 @@ def _reduces_own(sp: SparsePlan, p: int) -> bool:
     return idx is None or sp.primary.get(idx, p) == p
 
 
-def _work(a: Analysis, pp: ProcPlan) -> EntryWork:
+def _work(
+    a: Analysis, pp: ProcPlan, views: tuple = (), out_view: Region | None = None
+) -> EntryWork:
     terms = []
     for t in pp.terms:
         if not t.active:
@@ -113,7 +135,10 @@ def _work(a: Analysis, pp: ProcPlan) -> EntryWork:
     width = 1
     for _, e in ext:
         width *= e
-    return EntryWork(tuple(terms), pp.out_letters, len(pp.out.rows), ext, len(pp.entries), width)
+    return EntryWork(
+        tuple(terms), pp.out_letters, len(pp.out.rows), ext, len(pp.entries), width, views,
+        out_view,
+    )  # fmt: skip
 
 
 def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
@@ -124,50 +149,79 @@ def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
     programs: list[list[Op]] = []
     fetches: list[Message] = []
     partials: list[Message] = []
-    for pp in sp.procs:
-        p = pp.p
+    steps = sp.steps or [sp.procs]
+    S = len(steps)
+    lhs = a.output_access()
+    out_dd = _dims(a, out_name)[1]
+    # streamed in steps: the output is flushed at every step, or held over all of them
+    per_step_out = S == 1 or bool(a.depth[out_name])
+    for p in range(P):
         ops: list[Op] = []
-        for name, need in pp.needs.items():
-            region, parts = _need_region(a, need)
-            pieces = tuple((pc.peer, part) for pc, part in zip(need.pieces, parts, strict=True))
-            own = _owned(sp, name, p)
-            view = (
-                len(pieces) == 1
-                and pieces[0][0] == p
-                and len(need.pieces[0].sel) == len(need.rows)
-                and tuple(need.pieces[0].box) == tuple(need.box)
-                and own is not None
-                and _slices_only(locate(region, own).index)
-            )
-            ops.append(Fetch(0, name, region, pieces, bool(view)))
-            for src, part in pieces:
-                if src != p and (part.words or part.index_words):
-                    fetches.append(Message(0, FETCH, name, src, p, part))
-        ops_out: list[Op] = []
-        out_region, out_parts = _need_region(a, pp.out)
-        own_out = _owned(sp, out_name, p)
-        if _is_whole_block(a, out_region, own_out) and _reduces_own(sp, p):
-            assert own_out is not None
-            ops_out.append(OpenOutput(0, own_out, True))
-        else:
-            ops_out.append(OpenOutput(0, out_region, False))
-            sends, local = [], []
-            for pc, part in zip(pp.out.pieces, out_parts, strict=True):
-                if pc.peer == p:
-                    local.append(part)
-                elif part.words:
-                    sends.append((pc.peer, part))
-                    partials.append(Message(0, PARTIAL, out_name, p, pc.peer, part))
-            ops_out.append(Flush(0, out_region, tuple(sends), tuple(local)))
-        ops += [ops_out[0], Compute(0, (), _work(a, pp)), *ops_out[1:]]
+        held: dict[str, Region] = {}
+        open_region: Region | None = None
+        direct: Region | None = None
+        out_region: Region | None = None
+        out_parts: list[Region] = []
+        for s, procs in enumerate(steps):
+            pp = procs[p]
+            for name, need in pp.needs.items():
+                deep = a.tensors[name].format.is_dense and bool(a.depth[name])
+                if s > 0 and not deep:
+                    continue  # fetched once, held over every step
+                region, parts = _need_region(a, need)
+                pieces = tuple(
+                    (pc.peer, part) for pc, part in zip(need.pieces, parts, strict=True)
+                )
+                own = _owned(sp, name, p)
+                view = (
+                    len(pieces) == 1
+                    and pieces[0][0] == p
+                    and len(need.pieces[0].sel) == len(need.rows)
+                    and tuple(need.pieces[0].box) == tuple(need.box)
+                    and own is not None
+                    and _slices_only(locate(region, own).index)
+                )
+                ops.append(Fetch(s, name, region, pieces, bool(view)))
+                held[name] = region
+                for src, part in pieces:
+                    if src != p and (part.words or part.index_words):
+                        fetches.append(Message(s, FETCH, name, src, p, part))
+            views: list[tuple[str, Region]] = []
+            if S > 1:
+                for name in pp.needs:
+                    t = a.tensors[name]
+                    if t.format.is_dense and not a.depth[name] and _dims(a, name)[1]:
+                        views.append((name, _step_part(held[name], pp.box, a.access(name), ())))
+            out_view: Region | None = None
+            if per_step_out or s == 0:
+                out_region, out_parts = _need_region(a, pp.out)
+                own_out = _owned(sp, out_name, p)
+                direct = _direct_region(out_region, own_out) if _reduces_own(sp, p) else None
+                open_region = direct if direct is not None else out_region
+                ops.append(OpenOutput(s, open_region, direct is not None))
+            if not per_step_out:
+                assert open_region is not None
+                out_view = _step_part(open_region, pp.box, lhs, out_dd)
+            ops.append(Compute(s, (), _work(a, pp, tuple(views), out_view)))
+            if direct is None and (per_step_out or s == S - 1):
+                assert out_region is not None
+                sends, local = [], []
+                for pc, part in zip(pp.out.pieces, out_parts, strict=True):
+                    if pc.peer == p:
+                        local.append(part)
+                    elif part.words:
+                        sends.append((pc.peer, part))
+                        partials.append(Message(s, PARTIAL, out_name, p, pc.peer, part))
+                ops.append(Flush(s, out_region, tuple(sends), tuple(local)))
         programs.append(ops)
-    partials.sort(key=lambda m: (m.src, m.dst))
+    partials.sort(key=lambda m: (m.step, m.src, m.dst))
     for m in partials:
-        programs[m.dst].append(Reduce(0, m.src, m.box))
-    fetches.sort(key=lambda m: (m.src, m.dst))
+        programs[m.dst].append(Reduce(m.step, m.src, m.box))
     tensors = list(a.tensors)
     order = {n: k for k, n in enumerate(tensors)}
-    messages = sorted(fetches, key=lambda m: (m.src, m.dst, order[m.tensor])) + partials
+    fetches.sort(key=lambda m: (m.step, m.src, m.dst, order[m.tensor]))
+    # canonical order (step, kind, source, destination): both ends of a pair agree on it
+    messages = sorted([*fetches, *partials], key=lambda m: (m.step, m.kind != FETCH))
     owned = {
         n: tuple(_owned(sp, n, p) for p in range(P)) for n in a.tensors if n not in a.placements
     }
@@ -187,7 +241,7 @@ def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
                 q = sp.primary[idx]
                 programs[q].append(SendFinal(p, box))
                 programs[p].append(RecvFinal(q, box))
-                finals.append(Message(1, FINAL, out_name, q, p, box))
+                finals.append(Message(S, FINAL, out_name, q, p, box))
     messages += sorted(finals, key=lambda m: (m.src, m.dst))
     patterns: dict[str, object] = dict(sp.arrays)
     if sp.out_pattern is not None:
@@ -195,7 +249,7 @@ def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
     plan = Plan(
         statement=a.statement,
         nprocs=P,
-        nsteps=1,
+        nsteps=S,
         placements=dict(a.placements),
         inputs=tuple(t.name for t in a.statement.inputs()),
         output=out_name,

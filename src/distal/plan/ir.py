@@ -104,6 +104,10 @@ class EntryWork:
     extents: tuple[tuple[str, int], ...]
     entries: int
     width: int
+    #: in a plan that streams in steps: the part of a buffer held over every step that this
+    #: step reads (tensor, region), and the part of the output buffer it adds into
+    views: tuple[tuple[str, Region], ...] = ()
+    out_view: Region | None = None
 
     @property
     def iterations(self) -> int:

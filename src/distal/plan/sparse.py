@@ -47,6 +47,7 @@ from distal.distribution.partition import Placement
 from distal.errors import InputError, NotationError, NotSupportedYet
 from distal.lang.concrete import Term
 from distal.lang.nodes import Access, IndexVar, Tensor
+from distal.plan.engine import loop_roles
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Rotate, Split
@@ -213,13 +214,61 @@ class Analysis:
                 f"sparse output {self.output.name!r} is replicated; a sparse output has one "
                 "copy of each stored entry (a dense output may be replicated)"
             )
-        for name, v in s.comm:
-            if v not in s.processor_loops and v not in self._outer_loops():
-                raise NotSupportedYet(
-                    f"communicate({name}, {v.name}) inside the distributed loops: sparse kernels "
-                    "fetch once per processor (communicate at a distributed loop)"
-                )
+        self.depth, self.step = self._steps()
         self.hull = frozenset(s.hull)
+
+    def _steps(self) -> tuple[dict[str, int], tuple[IndexVar, Divide | Split] | None]:
+        """Each tensor's communication depth (0: once per processor, 1: at every step) and
+        the serial step loop, if any: the outer loop of a ``divide``/``split`` of a dense
+        loop (a processor streams the dense operands and the output in chunks of it, as
+        SpDISTAL's SpMM streams ``C``'s columns), with the relation that makes it."""
+        s = self.schedule
+        outer = self._outer_loops()
+        for name, v in s.comm:
+            if v in s.processor_loops or v in outer:
+                continue
+            rel = next(
+                (r for r in s.relations if isinstance(r, Divide | Split) and r.outer is v), None
+            )
+            if rel is None or rel.parent not in self.dvars or any(
+                c.vars == (rel.parent,) for c in self.cuts
+            ):
+                raise NotSupportedYet(
+                    f"communicate({name}, {v.name}) inside the distributed loops: a sparse kernel "
+                    "streams in steps only over the outer loop of a divide or split of an "
+                    "undistributed dense loop"
+                )
+        depth, step_loops = loop_roles(s)
+        if not step_loops:
+            return {n: 0 for n in self.tensors}, None
+        if len(step_loops) > 1:
+            raise NotSupportedYet(
+                f"serial loops {[v.name for v in step_loops]} above the communication of a "
+                "sparse kernel: it streams over one step loop"
+            )
+        v = step_loops[0]
+        rel = next(r for r in s.relations if isinstance(r, Divide | Split) and r.outer is v)
+        return {n: min(d, 1) for n, d in depth.items()}, (v, rel)
+
+    @property
+    def nsteps(self) -> int:
+        """Serial steps every processor runs (1 without a step loop)."""
+        return 1 if self.step is None else self.schedule.extent[self.step[0]]
+
+    def step_boxes(self, box: tuple[int, int]) -> list[tuple[int, int]]:
+        """The step loop's chunks of its dense variable, inside the processor's ``box`` of
+        it (one chunk, the box itself, without a step loop)."""
+        if self.step is None:
+            return [box]
+        _, rel = self.step
+        n = self.extent[rel.parent]
+        size = -(-n // rel.parts) if isinstance(rel, Divide) else rel.size
+        count = self.schedule.extent[rel.outer]
+        out = []
+        for k in range(count):
+            lo, hi = max(box[0], min(k * size, n)), min(box[1], min((k + 1) * size, n))
+            out.append((lo, max(lo, hi)))
+        return out
 
     def output_access(self) -> Access:
         """The left side."""
@@ -607,6 +656,9 @@ class SparsePlan:
     #: a replicated dense output: block index -> the replica that reduces it (its partial
     #: sums go there, and it sends the finished block to the other replicas)
     primary: dict[tuple[int, ...], int] = field(default_factory=dict)
+    #: every step's plans (``steps[s][p]``; ``procs`` is step 0's): a kernel that streams
+    #: in steps visits the same entries at each, over that step's chunk of the dense loops
+    steps: list[list[ProcPlan]] = field(default_factory=list)
 
     @property
     def nprocs(self) -> int:
@@ -824,6 +876,8 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     owned: dict[str, list] = {n: [None] * P for n in a.tensors}
     sown = {n: a.ownership[n].owners(arr, cache) for n, arr in arrays.items()}
     out_pattern, out_rows_of_entry, out_base = _output_pattern(a, pattern, keys, arrays, cache)
+    steps: list[list[ProcPlan]] = [[] for _ in range(a.nsteps)]
+    letters = _letters(a, a.output_access())
     for p in range(P):
         lo, hi = int(bounds[gid[p]]), int(bounds[gid[p] + 1])
         ent = _sel(perm, lo, hi)
@@ -838,51 +892,78 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
                     min(int(pcoords[p, m]) * b, ext[v]),
                     min((int(pcoords[p, m]) + 1) * b, ext[v]),
                 )
-        vol = math.prod(hi - lo for lo, hi in box.values())
-        needs: dict[str, Need] = {}
         owned_words = 0
-        for name, t in a.tensors.items():
-            if name == a.output.name:
-                continue
-            if t.format.is_dense:
-                need = _dense_need(a, name, access_of[name], pattern, ent, box, p, pcoords)
-            else:
-                need = _sparse_need(
-                    a,
-                    name,
-                    arrays[name],
-                    ent,
-                    term_rows,
-                    term_entries,
-                    sown[name],
-                    p,
-                    pcoords,
-                    cache,
-                    ident,
-                )
-            needs[name] = need
-            ow, owned[name][p] = _owned(a, name, arrays, sown, p, pcoords)
-            owned_words += ow
-        out = _output_need(a, pattern, ent, box, p, pcoords, out_rows_of_entry, out_base)
+        for name in a.tensors:
+            if name != a.output.name:
+                ow, owned[name][p] = _owned(a, name, arrays, sown, p, pcoords)
+                owned_words += ow
         ow, owned[a.output.name][p] = _owned_output(a, out_pattern, out_base, p, pcoords)
         owned_words += ow
-        terms = []
-        for t, rows, tent in zip(a.terms, term_rows, term_entries, strict=True):
-            terms.append(_term_plan(a, t, rows, tent, ent, needs, out, box, ident))
-        iters = _n(ent) * vol
-        letters = _letters(a, a.output_access())
-        procs.append(
-            ProcPlan(p, _arr(ent, ident), box, needs, out, tuple(terms), letters, iters,
-                     owned_words)
-        )  # fmt: skip
+        sparse_needs: dict[str, Need] = {}
+        for name, t in a.tensors.items():
+            if name != a.output.name and not t.format.is_dense:  # the same at every step
+                sparse_needs[name] = _sparse_need(
+                    a, name, arrays[name], ent, term_rows, term_entries, sown[name], p,
+                    pcoords, cache, ident,
+                )  # fmt: skip
+        whole: dict[str, Need] = {}  # needs of what is fetched once, over the whole box
+        for k, box_s in enumerate(_step_boxes(a, box)):
+
+            def need_of(
+                name: str, deep: bool, box_s=box_s, box=box, ent=ent, p=p, whole=whole
+            ) -> Need:
+                if not deep and name in whole:
+                    return whole[name]
+                bx = box_s if deep else box
+                if name == a.output.name:
+                    got = _output_need(a, pattern, ent, bx, p, pcoords, out_rows_of_entry,
+                                       out_base)  # fmt: skip
+                else:
+                    got = _dense_need(a, name, access_of[name], pattern, ent, bx, p, pcoords)
+                if not deep:
+                    whole[name] = got
+                return got
+
+            needs: dict[str, Need] = {}
+            for name, t in a.tensors.items():
+                if name == a.output.name:
+                    continue
+                if t.format.is_dense:
+                    needs[name] = need_of(name, bool(a.depth[name]))
+                else:
+                    needs[name] = sparse_needs[name]
+            out = need_of(a.output.name, bool(a.depth[a.output.name]))
+            terms = []
+            for t, rows, tent in zip(a.terms, term_rows, term_entries, strict=True):
+                terms.append(_term_plan(a, t, rows, tent, ent, needs, out, box_s, ident))
+            vol = math.prod(h - lo_ for lo_, h in box_s.values())
+            steps[k].append(
+                ProcPlan(p, _arr(ent, ident), box_s, needs, out, tuple(terms), letters,
+                         _n(ent) * vol, owned_words)
+            )  # fmt: skip
+    procs = steps[0]
     primary: dict[tuple[int, ...], int] = {}
     pl_out = a.placements.get(a.output.name)
     if pl_out is not None and not all(pl_out.fixed_dims()):
+        if a.nsteps > 1:
+            raise NotSupportedYet(
+                f"a replicated output ({a.output.name!r}) of a sparse kernel that streams in "
+                "steps is not in this version"
+            )
         procs, primary = _reduce_on_primaries(pl_out, procs)
+        steps = [procs]
     return SparsePlan(
         a, arrays, {n: arr.pattern_fingerprint() for n, arr in arrays.items()}, pattern, procs,
-        stats, out_pattern, owned, {}, cache, primary,
+        stats, out_pattern, owned, {}, cache, primary, steps,
     )  # fmt: skip
+
+
+def _step_boxes(a: Analysis, box: dict[IndexVar, Interval]) -> list[dict[IndexVar, Interval]]:
+    """The processor's box of the dense loops at each step (the whole box, without steps)."""
+    if a.step is None:
+        return [box]
+    v = a.step[1].parent
+    return [{**box, v: chunk} for chunk in a.step_boxes(box[v])]
 
 
 def _reduce_on_primaries(

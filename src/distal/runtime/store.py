@@ -87,6 +87,7 @@ class Store:
         self.next: dict[str, Held | None] = {}
         self.partial: Held | None = None
         self.direct = False  # the partial "buffer" is the owned output block
+        self.open_box: Region | None = None  # direct: the part of the owned block opened
         self.flushed = False
         self.fresh = False  # the partial buffer is still all zeros (leaf kernels may store)
         self.own_fresh = True  # the owned output block is still all zeros
@@ -128,6 +129,7 @@ class Store:
 
     def open_output(self, op: OpenOutput) -> None:
         """Start accumulating ``op.box``: into the owned block, or a zeroed buffer."""
+        self.open_box = op.box if op.direct else None
         if op.direct:
             self.partial, self.direct, self.fresh = self.owned[self.output], True, self.own_fresh
         else:
@@ -142,7 +144,19 @@ class Store:
         out, origin = self.partial  # type: ignore[misc]
         if op.work is not None:
             assert leaves is not None
-            done = leaves(out, self.buffers)
+            w = op.work
+            # the part of the output buffer (or, direct, of the owned block) the step adds
+            # into, and the parts of buffers held over every step that it reads
+            target = w.out_view if w.out_view is not None else self.open_box
+            if target is not None and target is not origin:
+                out = read(out, where(target, origin))
+            bufs = self.buffers
+            if w.views:
+                bufs = dict(bufs)
+                for name, v in w.views:
+                    arr, region = bufs[name]
+                    bufs[name] = (read(arr, where(v, region)), v)
+            done = leaves(out, bufs)
             self.fresh = False
             self.own_fresh = self.own_fresh and not self.direct
             return done

@@ -855,6 +855,11 @@ def run(
     """
     if getattr(bound, "plan", None) is None:
         raise InputError("the sparse dask runtime takes a bound sparse kernel (kernel.bind)")
+    if len(bound.binding.steps) > 1:
+        raise NotSupportedYet(
+            "a sparse kernel that streams in steps (communicate inside the distributed loops) "
+            "on the dask runtime is not in this version (the local and mpi runtimes run it)"
+        )
     if bound.binding.primary:
         raise NotSupportedYet(
             f"a replicated output ({bound.binding.analysis.output.name!r}) of a sparse kernel on "
