@@ -80,10 +80,6 @@ PICTURE_METHODS = {
 #: (importing module, imported top-level module) that still close a cycle between top-level
 #: modules, with what removes each. They are in files being rewritten for the one-plan work.
 PENDING = {
-    ("distal.runtime.mpi.entry", "distal.data"): (
-        "the MPI runtime returns data.DistributedResult, a runtime.result.Result: it belongs "
-        "in the runtime layer, distal.data re-exporting it"
-    ),
     ("distal.runtime.result", "distal.viz"): (
         "Result.plot_timeline / to_chrome_trace import distal.viz, which imports the runtime "
         "(Progress, Event): distal.viz.plot_timeline(result) is the picture"

@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from distal.data import DistributedResult, chunks_for
 from distal.errors import DistalUserError, InputError, RuntimeFailure
 from distal.plan.ir import FETCH, FINAL, Plan
 from distal.plan.stats import Stats, ops_by_step
+from distal.runtime.data import DistributedResult, chunks_for
 from distal.runtime.mpi.channel import Channel, PeerFailure, channel, job
 from distal.runtime.mpi.rank import STAT_FIELDS, Rank
 from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
