@@ -45,7 +45,10 @@ def ended_with_the_reason(job: Job, mode: str, mpi4py: bool) -> None:
         assert not reason_on(job, 1), job
     if mpi4py:  # in distal's first collective: a JoinTimeout, then MPI_Abort
         assert "JoinTimeout: not every rank of the job (4 ranks)" in job.err, job
-        assert "ending the MPI job (MPI_Abort)" in job.err, job
+        # the job ends with MPI_Abort: a rank says so, unless the aborting rank heard of
+        # every other rank's end first (rank 1's own hook may report its exception in
+        # time), when MPI's launcher's own abort line is all there is
+        assert "MPI_Abort" in job.err, job
     else:  # in MPI's start-up: the watchdog prints the reason and stops the rank
         assert "MPI's start-up (at this rank's first kernel.run)" in job.err, job
     if mode == "raise":
