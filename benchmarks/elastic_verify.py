@@ -12,9 +12,8 @@ scale, edge_factor)``, 2^18 rows and ~3.9 M non-zeros by default, bound once and
 single-threaded workers (one BLAS thread each; ``--processes`` for worker processes), in
 interleaved groups: no verification, ``verify="check"`` (each unit's result tested on the
 other worker by the randomized projection check of ``distal.runtime.elastic.check``; an
-SpMV compute result is checked by computing it again there, see
-``distal.runtime.elastic.sparse``) and ``verify=2`` (every unit computed twice, on both
-workers). The order within each group rotates, so slow drifts of the shared machine's load
+SpMV unit is checked by computing it again there, see its ``recompute_cheaper``) and
+``verify=2`` (every unit computed twice, on both workers). The order within each group rotates, so slow drifts of the shared machine's load
 fall on every variant alike. The report gives each variant's overhead against no
 verification as the ratio of medians, of best times and the median of per-group ratios.
 """

@@ -25,11 +25,11 @@ from distal.schedule.relations import Fuse, Pos
 from distal.values import dense_value
 
 RUNTIMES = ("local", "mpi", "dask")
-#: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``); the
-#: local and MPI runtimes run every plan with their one executor
+#: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``); every
+#: runtime runs every plan with its one executor
 _SPARSE_RUNTIMES = {
     "mpi": "distal.runtime.mpi",
-    "dask": "distal.runtime.elastic.sparse",
+    "dask": "distal.runtime.dask",
 }
 
 
@@ -383,7 +383,6 @@ class BoundKernel(Planned):
         self.dtypes = kernel.dtypes
         self.routing = kernel.routing
         self.kernels = kernel.kernels
-        self._computes: list[Any] | None = None
         if binding is not None:
             from distal.plan.bound import emit
 
@@ -437,16 +436,6 @@ class BoundKernel(Planned):
         dense = {n: v for n, v in inputs.items() if n not in arrays}
         return _check_inputs(a.statement, a.tensors, dense, arrays)
 
-    def computes(self) -> list[Any]:
-        """Every processor's prepared leaves for the runtimes that run the binding directly
-        (built on first use, kept for later runs)."""
-        if self._computes is None:
-            from distal.runtime.sparse_exec import Compute
-
-            P = self.binding.nprocs
-            self._computes = [Compute(self.binding, p) for p in range(P)]
-        return self._computes
-
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute on a runtime; ``Result.stats`` equals :meth:`stats`."""
         if self.binding is None:
@@ -456,7 +445,9 @@ class BoundKernel(Planned):
             return _run_local(self.plan, (), self.dtypes, self.check_inputs(inputs), options)
         if runtime in RUNTIMES:
             mod = _runtime_module(_SPARSE_RUNTIMES[runtime], runtime, "sparse kernels on ")
-            return mod.run(self, inputs, **options)
+            # dask: the driver reads checked inputs; mpi: every rank checks its own
+            data = self.check_inputs(inputs) if runtime == "dask" else inputs
+            return mod.run(self, data, **options)
         raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
 
     def plot_distribution(self, tensor: Any, path: str | None = None, **options: Any) -> Any:

@@ -107,8 +107,8 @@ def test_a_unit_missing_an_input_block_fails_instead_of_guessing() -> None:
         box = k.plan.placements[t].block_box(idx)
         blocks.append((t, box, x[t][tuple(slice(lo, hi) for lo, hi in box)]))
     _, traffic, iterations = tasks._compute(ctx, unit, blocks)
-    assert iterations == sum(box_volume(b) for _, boxes in unit.steps for b in boxes) > 0
-    want = [(src, unit.proc, box_volume(b)) for _, ps in unit.receives for src, b in ps]
+    assert iterations == sum(box_volume(b) for _, boxes, _ in unit.steps for b in boxes) > 0
+    want = [(src, unit.proc, box_volume(b), 0) for _, ps in unit.receives for src, b in ps]
     assert sorted(traffic) == sorted(want)
     # the one block that holds a received piece goes missing
     t, pieces = unit.receives[0]

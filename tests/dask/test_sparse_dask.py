@@ -22,10 +22,11 @@ import scipy.sparse as sp
 
 import distal as dl
 from conftest import trace_lines
-from distal.errors import InputError, NotSupportedYet
+from distal.errors import InputError
+from distal.plan.ir import Compute
+from distal.plan.region import Entries
 from distal.runtime import checkpoint_tools
-from distal.runtime.elastic import sparse as es
-from distal.runtime.sparse_exec import Compute, owned_data
+from distal.runtime.elastic import check, tasks, units
 from distal.sparse.array import SparseArray
 
 distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
@@ -180,13 +181,13 @@ def test_a_partly_finished_run_loads_compute_results_and_redoes_damaged_entries(
     bound = k.bind(x)
     first = bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path, keep_partials=True)
     root = Path(first.extra["checkpoint"])
-    (root / f"{es.block_name(1)}.ck").unlink()  # block 1 lost: its partials are needed again
-    (root / f"{es.block_name(2)}.ck").write_bytes(b"DISTALCK\x02 damaged")  # fails its checksum
-    plan = bound.binding
-    sends = {p: {pc.peer for pc in plan.procs[p].out.pieces} for p in range(plan.nprocs)}
-    needed = [p for p in sorted(sends) if sends[p] & {1, 2}]
-    bad = needed[0]  # a compute result the rerun needs, damaged
-    entry = root / f"{es.compute_name(bad)}.ck"
+    (root / f"{units.block_name((1,))}.ck").unlink()  # block 1 lost: its partials are needed
+    (root / f"{units.block_name((2,))}.ck").write_bytes(b"DISTALCK\x02 damaged")  # bad checksum
+    needed = [u for u in units.decompose(bound.plan) if {i for i, _ in u.pieces} & {(1,), (2,)}]
+    bad = needed[0]  # a unit's partial the rerun needs, damaged
+    assert len(needed) > 1
+    assert all(len(u.pieces) > 1 for u in needed)  # none makes a block alone
+    entry = root / f"{bad.name}.ck"
     body = entry.read_bytes()
     entry.write_bytes(body[:-1] + bytes([body[-1] ^ 1]))
     again = bound.run(x, runtime="dask", client=pool, checkpoint=tmp_path)
@@ -196,7 +197,8 @@ def test_a_partly_finished_run_loads_compute_results_and_redoes_damaged_entries(
     # blocks 1 and 2 summed again, the damaged compute result redone, the others loaded
     assert again.tasks_executed == 3, str(s)
     assert again.tasks_reused == s.tasks_total - 3
-    assert sum(again.stats.iterations) == plan.procs[bad].iterations
+    [work] = [op.work for op in bound.plan.ops(bad.proc) if isinstance(op, Compute)]
+    assert sum(again.stats.iterations) == work.iterations > 0
 
 
 def test_changed_values_or_pattern_never_meet_stale_entries(pool: Any, tmp_path: Path) -> None:
@@ -246,9 +248,11 @@ def test_a_lying_worker_is_outvoted_or_caught(pool: Any, verify: Any) -> None:
         assert all(r["worker"] == liar for r in s.rejections)
         if verify == "check":
             # every result, the recomputations of rejected ones included, passed in the end
-            owners = sum(o is not None for o in bound.binding.owned[k.sparse.output.name])
-            assert s.checked == s.tasks_total - owners
-            assert s.reductions_checked == owners
+            us = units.decompose(bound.plan)
+            reduced = {i for u in us if len(u.pieces) > 1 for i, _ in u.pieces}
+            assert s.checked == len(us)
+            assert s.reductions_checked == len(reduced)
+            assert s.tasks_total == len(us) + len(reduced)
             assert all(r["recomputed_on"] not in (None, liar) for r in s.rejections)
 
 
@@ -271,39 +275,79 @@ def test_an_excluded_worker_gets_no_further_task(pool: Any) -> None:
         assert s.checked == sum(bool(pp.out.pieces) for pp in bound.binding.procs)
 
 
+def unit_blocks(bound: Any, data: dict[str, Any], u: Any) -> list[tuple[str, Any, Any]]:
+    """The input blocks the driver hands unit ``u``'s tasks, cut here from ``data``."""
+    plan, out = bound.plan, []
+    for t, idx in u.needs:
+        r = units.block_region(plan, t, idx)
+        if isinstance(r, Entries):
+            out.append((t, units.Span(r.shape), np.asarray(data[t].vals)[r.positions]))
+        else:
+            out.append((t, r, np.asarray(data[t])[tuple(slice(lo, hi) for lo, hi in r)]))
+    return out
+
+
+def entry_calls(bound: Any, x: Any) -> list[tuple[Any, Any, Any, list[Any], np.ndarray]]:
+    """Per unit of a bound plan: the unit, its blocks, its Ctx, its leaves over stored entries
+    with their operands, and its result."""
+    data = bound.check_inputs(x)
+    ctx = tasks.Ctx("t", bound.kernels, np.dtype(np.float64), None, lambda: None)
+    out = []
+    for u in units.decompose(bound.plan):
+        u = u.task()
+        blocks = unit_blocks(bound, data, u)
+        calls = [
+            (w, {t: a for t, (a, _) in ops.items()})
+            for ops, _, works in tasks._steps(ctx, u, blocks)
+            for w in works
+        ]
+        y, _, _ = tasks._compute(ctx, u, blocks)
+        out.append((u, blocks, ctx, calls, y))
+    return out
+
+
 @pytest.mark.parametrize("kind", ["spmv", "spmm", "sddmm"])
 def test_the_projection_accepts_correct_results_and_rejects_single_changes(kind: str) -> None:
     k, x, _ = problem(kind, "nz-rowB" if kind == "spmv" else "nz")
     bound = k.bind(x)
-    plan = bound.binding
-    data = bound.check_inputs(x)
-    owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
     rng = np.random.default_rng(5)
-    for p in range(plan.nprocs):
-        senders = [(q, es.payload_task(plan, owned[q], p)) for q in range(plan.nprocs) if q != p]
-        received, _ = es._received(p, senders)
-        comp = Compute(plan, p)
-        xs = comp.operands(owned[p], {key: list(v) for key, v in received.items()})
-        y = comp.run(owned[p], received)
-        v = es.project_compute(comp, xs, y, seed=p)
+    found = 0
+    for u, _, _, calls, y in entry_calls(bound, x):
+        if y.size == 0:
+            continue
+        found += 1
+        shape, p = y.shape, u.proc
+        v = check.project_entries(y, calls, shape, np.dtype(np.float64), seed=p)
         assert v.ok, v.describe()
         assert not v.exact
         for _ in range(3):
             bad = y.copy()
             e = rng.integers(bad.size)
             bad.reshape(-1)[e] += 1e-9 * max(1.0, abs(bad.reshape(-1)[e]))
-            w = es.project_compute(comp, xs, bad, seed=p)
+            w = check.project_entries(bad, calls, shape, np.dtype(np.float64), seed=p)
             assert not w.ok, w.describe()
-        assert not es.project_compute(comp, xs, y[:-1], seed=p).ok  # wrong shape
+        # wrong shape
+        assert not check.project_entries(y[:-1], calls, shape, np.dtype(np.float64), seed=p).ok
+    assert found == P
+
+
+def test_granularity_and_speculation_run_bound_plans_like_dense_ones(pool: Any) -> None:
+    """The one driver serves bound plans with every option of the dense runtime: a step
+    granularity (one step: the same units) and speculation give the same bits."""
+    k, x, _ = problem("spmv", "nz")
+    bound = k.bind(x)
+    local = bound.run(x)
+    for opts in ({"granularity": "step"}, {"speculate": True}, {"speculate": False}):
+        res = bound.run(x, runtime="dask", client=pool, **opts)
+        assert np.array_equal(res.value, local.value), opts
+        assert res.stats.as_dict() == bound.stats().as_dict(), opts
 
 
 def test_options_the_sparse_runtime_refuses(pool: Any) -> None:
     k, x, _ = problem("spmv", "row")
     bound = k.bind(x)
-    with pytest.raises(NotSupportedYet, match="granularity"):
-        bound.run(x, runtime="dask", client=pool, granularity="step")
-    with pytest.raises(NotSupportedYet, match="speculate"):
-        bound.run(x, runtime="dask", client=pool, speculate=True)
+    with pytest.raises(InputError, match="granularity"):
+        bound.run(x, runtime="dask", client=pool, granularity="rows")
     with pytest.raises(InputError, match="verify"):
         bound.run(x, runtime="dask", client=pool, verify=0)
     with pytest.raises(InputError, match="at least 4 workers"):

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from elastic_helpers import process_pool
+from test_sparse_dask import entry_calls, unit_blocks
 
 import distal as dl
 from distal.runtime.checkpoint import CheckpointStore
-from distal.runtime.elastic import sparse as es
+from distal.runtime.elastic import check, tasks, units
 from distal.runtime.elastic.tasks import Ctx, VerificationFailed
-from distal.runtime.sparse_exec import Compute, owned_data, reduce_output
 
 pytest.importorskip("distributed", reason="needs distributed (dask extra)")
 
@@ -99,9 +99,10 @@ def test_check_catches_the_liar_excludes_it_and_recomputes_elsewhere(
     # every rejected result was made again, on a worker other than the liar, and passed
     assert all(r.get("recomputed_on") not in (None, liar) for r in s.rejections)
     assert all(r["how"] == "check" and r["kind"] in ("unit", "reduction") for r in s.rejections)
-    owners = sum(o is not None for o in bound.binding.owned["a"])
-    assert s.checked == P
-    assert s.reductions_checked == owners
+    us = units.decompose(bound.plan)
+    reduced = {i for u in us if len(u.pieces) > 1 for i, _ in u.pieces}
+    assert s.checked == P == len(us)
+    assert s.reductions_checked == len(reduced)
     assert s.recomputed >= len(s.rejections)
     assert "excluded workers: " + liar in str(s)
 
@@ -120,9 +121,10 @@ def test_a_corrupted_block_is_summed_again_elsewhere(liar_pool: Any) -> None:
     else:
         pytest.fail("the liar never had a block rejected in 30 runs")
     assert s.reductions_rejected == len({r["unit"] for r in red})
-    assert all(r["unit"].startswith("block-p") for r in red)
+    assert all(r["unit"].startswith("block-") for r in red)
     assert all(r.get("recomputed_on") not in (None, liar) for r in red)
-    assert s.reductions_checked == sum(o is not None for o in bound.binding.owned["a"])
+    us = units.decompose(bound.plan)
+    assert s.reductions_checked == len({i for u in us if len(u.pieces) > 1 for i, _ in u.pieces})
     assert "reduction(s) recomputed elsewhere" in str(s)
 
 
@@ -209,49 +211,41 @@ class _Worker:
 
 
 def test_rechecks_keep_a_sound_entry_and_rewrite_a_wrong_one(tmp_path: Path) -> None:
+    """An excluded worker's entries are re-verified: a sound unit entry is kept, a wrong one
+    recomputed and rewritten; so is a block, against its summands."""
     bound, x, _ = problem("nz")
-    plan = bound.binding
     data = bound.check_inputs(x)
-    owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
     store = CheckpointStore(str(tmp_path), "run")
-    ctx = Ctx("t", (), np.dtype(np.float64), store, _Worker)
+    ctx = Ctx("t", bound.kernels, np.dtype(np.float64), store, _Worker)
+    us = units.decompose(bound.plan)
     ys = {}
-    for p in range(plan.nprocs):
-        senders = [(q, es.payload_task(plan, owned[q], p)) for q in range(plan.nprocs) if q != p]
-        received, _ = es._received(p, senders)
-        ys[p] = y = Compute(plan, p).run(owned[p], received)
-        store.save(es.compute_name(p), y)
-        assert es.recheck_compute_task(ctx, plan, p, owned[p], senders, 1, None)
+    for u in us:
+        blocks = unit_blocks(bound, data, u)
+        ys[u.name], _, _ = y, _, _ = tasks._compute(ctx, u.task(), blocks)
+        store.save(u.name, y)
+        assert tasks.recheck_task(ctx, u.task(), blocks, 1, None)
         bad = y.copy()
         bad[0] += 1e-6
-        store.save(es.compute_name(p), bad)
-        assert not es.recheck_compute_task(ctx, plan, p, owned[p], senders, 1, None)
-        assert np.array_equal(store.load(es.compute_name(p))[0], y)
-    sends = {p: {pc.peer for pc in plan.procs[p].out.pieces} for p in range(plan.nprocs)}
-    for q in range(plan.nprocs):
-        mine = {p: ys[p] for p in ys if q in sends[p]}
-        y, parts = es._cut(plan, q, mine)
-        block = reduce_output(plan, q, y, parts)
-        store.save(es.block_name(q), block)
-        assert es.recheck_block_task(ctx, plan, q, mine)
-        store.save(es.block_name(q), block + 1.0)
-        assert not es.recheck_block_task(ctx, plan, q, mine)
-        assert np.array_equal(store.load(es.block_name(q))[0], block)
-
-
-def _operands(bound: Any, x: Any) -> list[tuple[Compute, Any, Any, Any, np.ndarray]]:
-    """Per processor: its Compute, owned data, payloads received, operands and result."""
-    plan = bound.binding
-    data = bound.check_inputs(x)
-    owned = [owned_data(plan, p, data) for p in range(plan.nprocs)]
-    out = []
-    for p in range(plan.nprocs):
-        senders = [(q, es.payload_task(plan, owned[q], p)) for q in range(plan.nprocs) if q != p]
-        received, _ = es._received(p, senders)
-        comp = Compute(plan, p)
-        xs = comp.operands(owned[p], {k: list(v) for k, v in received.items()})
-        out.append((comp, owned[p], received, xs, comp.run(owned[p], received)))
-    return out
+        store.save(u.name, bad)
+        assert not tasks.recheck_task(ctx, u.task(), blocks, 1, None)
+        assert np.array_equal(store.load(u.name)[0], y)
+    owned = bound.plan.owned.get("a") or [bound.plan.owned_region("a", q) for q in range(P)]
+    for q in range(P):
+        contribs = [
+            (ys[u.name], u.out_box if isinstance(pc, tuple) else None, pc, u.proc, -1)
+            for u in sorted(us, key=lambda u: (u.proc != q, u.proc))
+            for idx, pc in u.pieces
+            if idx == (q,)
+        ]
+        region = owned[q]
+        box = region if isinstance(region, tuple) else units.Span(region.shape)
+        name = units.block_name((q,))
+        block, _ = tasks._sum_block(ctx, box, contribs)
+        store.save(name, block)
+        assert tasks.recheck_block_task(ctx, name, box, contribs)
+        store.save(name, block + 1.0)
+        assert not tasks.recheck_block_task(ctx, name, box, contribs)
+        assert np.array_equal(store.load(name)[0], block)
 
 
 def test_spmv_is_checked_by_recomputing_within_the_rounding_bound() -> None:
@@ -260,23 +254,26 @@ def test_spmv_is_checked_by_recomputing_within_the_rounding_bound() -> None:
     rng = np.random.default_rng(2)
     for split in ("row", "nz"):
         bound, x, _ = problem(split)
-        for comp, _, _, xs, y in _operands(bound, x):
-            assert es.recompute_cheaper(comp)
-            assert es.recompute_verdict(comp, xs, y).ok
+        for u, blocks, ctx, _, y in entry_calls(bound, x):
+            products, words, _, _ = tasks._costs(ctx, u, blocks)
+            assert check.recompute_cheaper(products, words)
+            v = tasks.verdict(ctx, u, blocks, y, 1, None)
+            assert v.ok, v.describe()
+            assert v.exact
             # the same sums in another order differ in the last bits: within the bound
             other = y * (1 + 4 * np.finfo(float).eps * rng.uniform(-1, 1, y.shape))
-            v = es.recompute_verdict(comp, xs, other)
+            v = tasks.verdict(ctx, u, blocks, other, 1, None)
             assert v.ok, v.describe()
             assert 0 < v.diff <= v.tol
             for _ in range(3):
                 bad = y.copy()
                 e = rng.integers(bad.size)
                 bad[e] += 1e-9 * max(1.0, abs(bad[e]))
-                assert not es.recompute_verdict(comp, xs, bad).ok
+                assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok
             bad = y.copy()
             bad[0] = np.nan
-            assert not es.recompute_verdict(comp, xs, bad).ok
-            assert not es.recompute_verdict(comp, xs, y[:-1]).ok
+            assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok
+            assert not tasks.verdict(ctx, u, blocks, y[:-1], 1, None).ok
 
 
 def test_a_wide_spmm_is_checked_by_projection() -> None:
@@ -293,12 +290,12 @@ def test_a_wide_spmm_is_checked_by_projection() -> None:
     Bm.sort_indices()
     x = {"B": Bm, "C": np.random.default_rng(5).standard_normal((N, 32))}
     bound = dl.compile(s.communicate([A, B, C], io)).bind(x)
-    for comp, owned, received, _, y in _operands(bound, x):
-        assert not es.recompute_cheaper(comp)
-        p = comp.pp.p
-        v = es.compute_verdict(bound.binding, p, owned, received, y, 1, None)
+    for u, blocks, ctx, _, y in entry_calls(bound, x):
+        products, words, _, _ = tasks._costs(ctx, u, blocks)
+        assert not check.recompute_cheaper(products, words)
+        v = tasks.verdict(ctx, u, blocks, y, 1, None)
         assert v.ok, v.describe()
         assert not v.exact  # projected, not recomputed
         bad = y.copy()
         bad[1, 3] += 1e-7  # the projection's tolerance bounds all of M: ~1e-9 here
-        assert not es.compute_verdict(bound.binding, p, owned, received, bad, 1, None).ok
+        assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok

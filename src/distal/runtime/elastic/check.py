@@ -46,8 +46,22 @@ rounded at most ``gamma`` of its own path. The check accepts when every repetiti
 never rejected, and a wrong one passes only if its error's projection is below that
 rounding bound (or, with the probability above, vanishes).
 
-Operands holding ``inf`` or ``nan`` make the bound meaningless: such units are checked by
-recomputing them and comparing elementwise (``equal_nan``), which costs their flops.
+**Leaves over stored entries** (a plan bound to a sparse pattern, :func:`project_entries`):
+the same projection with the entries as the summation, one random vector per output
+dimension (the rows the unit adds into, then each dense output letter); for SpMV
+``sum_e v[e] r[o[e]] x[idx[e]]``. The degree is the number of output dimensions, the
+tolerance the same ``gamma`` bound.
+
+**Recomputing instead** (:func:`recompute_cheaper`, :func:`recompute_verdict`). Where the
+unit does fewer products than the projection reads words (one product per entry: SpMV; a
+reduction, one addition per summand), no order of evaluation makes a check cheaper than the
+work itself, so the check computes the result again. So do units whose operands hold
+``inf`` or ``nan``, which make the projection's bound meaningless. One rule accepts a
+recomputed result, the projection's own: both evaluations are sums of the same products,
+each within ``gamma_(K+p) M`` of the exact value elementwise (``K`` products summed into an
+element, ``p`` factors each, ``M`` the same sum over the operands' absolute values, never
+the claim), so ``|claimed - recomputed| <= 2 gamma_(K+p) M / (1 - gamma_(K+p))``; where
+``M`` is not finite the bits must agree (``nan`` for ``nan``).
 """
 
 from __future__ import annotations
@@ -375,73 +389,6 @@ def project(
     return Verdict(ok, diff, tol, reps, dims)
 
 
-Part = tuple[np.ndarray, tuple[tuple[int, int], ...]]
-"""One summand of a reduction: the piece of a partial, and its ranges in the block."""
-
-
-def project_sum(
-    claimed: np.ndarray,
-    parts: Sequence[Part],
-    out_shape: tuple[int, ...],
-    out_dtype: np.dtype,
-    seed: int,
-    reps: int | None = None,
-) -> Verdict:
-    """Check a reduction: ``claimed`` (the block) against the pieces ``parts`` summed into it.
-
-    The same projection as :func:`project`, with each piece as a one-factor term: the
-    projection of the claimed block must equal the sum of the pieces' projections on the
-    same vectors. Each element of the block is the sum of at most ``c = len(parts)``
-    pieces, so the claimed block is within ``gamma_c`` (output dtype) of the exact sum of
-    the pieces' absolute values, elementwise; the two projections add their own paths'
-    roundings (float64) and the right side ``c`` additions more. ``M`` is
-    ``2^D sum_parts sum |piece|`` (the pieces only, never the claimed block), rounded at
-    most ``gamma`` of the largest piece's size plus ``c``. A piece holding ``inf`` or
-    ``nan`` is a ``Verdict`` with ``exact=True`` (the caller recomputes the sum).
-    Cost: one read of the block and of every piece, plus one ``|piece|`` pass.
-    """
-    dims = len(out_shape)
-    reps = default_repeats(dims) if reps is None else int(reps)
-    R = vectors(seed, out_shape, reps)
-    claimed = np.asarray(claimed)
-    if claimed.shape != tuple(out_shape):
-        return Verdict(False, math.inf, 0.0, reps, dims)
-    u_out = _unit_roundoff(np.dtype(out_dtype))
-    cplx = 2 if np.dtype(out_dtype).kind == "c" else 1
-    lhs, depth_lhs = _project_claimed(claimed, R, reps)
-    letters = _letters(dims)
-    expr = ",".join(["".join(letters), *(REP + c for c in letters)]) + "->" + REP
-    rhs = np.zeros(reps, dtype=lhs.dtype)
-    mag = 0.0
-    depth_rhs = largest = 0
-    for arr, ranges in parts:
-        arr = np.asarray(arr)
-        if arr.size == 0:
-            continue
-        if dims:
-            rs = [R[d][:, lo:hi] for d, (lo, hi) in enumerate(ranges)]
-            val, dep = _contract(expr, [arr, *rs])
-        else:
-            val, dep = np.full(reps, arr[()]), 0
-        rhs = rhs + val
-        depth_rhs = max(depth_rhs, dep)
-        m = float(np.sum(_abs(arr, 0)))
-        if not math.isfinite(m):
-            return Verdict(False, math.nan, math.nan, reps, dims, exact=True)
-        mag += m
-        largest = max(largest, arr.size)
-    c = len(parts)
-    D = cplx * dims
-    g_a = _gamma(c, u_out)
-    g_l = _gamma(depth_lhs + D, U64)
-    g_r = _gamma(depth_rhs + D + c, U64)
-    g_m = _gamma(largest + c, U64)
-    bound = mag * 2.0**dims / (1.0 - g_m) if g_m < 1 else math.inf
-    tol = ((1 + g_a) * (1 + g_l) - 1 + g_r) * bound
-    diff = float(np.max(np.abs(lhs - rhs))) if reps else 0.0
-    return Verdict(bool(diff <= tol), diff, tol, reps, dims)
-
-
 def _summed_count(parts: Sequence[str], ops: Sequence[np.ndarray], sub: dict[str, str]) -> int:
     """How many products of the term land in one output element (summed extents)."""
     out = set(sub.values())
@@ -451,6 +398,192 @@ def _summed_count(parts: Sequence[str], ops: Sequence[np.ndarray], sub: dict[str
     return math.prod(v for c, v in sizes.items() if c not in out)
 
 
+def recompute_cheaper(products: float, words: float) -> bool:
+    """Whether computing a result again (``products`` multiplications or additions) costs no
+    more than projecting it, which reads ``words`` operand and result elements twice (for
+    the value and for the magnitude bound) per batch of repetitions."""
+    return products <= 2 * words
+
+
+def recompute_verdict(
+    claimed: Any, want: np.ndarray, mag: np.ndarray, K: int, p: int, dtype: np.dtype
+) -> Verdict:
+    """Accept ``claimed`` against ``want`` computed again, within the rounding bound of two
+    evaluations of the same sums (module docstring): ``mag`` is the same computation over
+    the operands' absolute values, ``K`` the products summed into one element, ``p`` the
+    factors of each. Bit-identical is a pass; where ``mag`` is not finite the bits must
+    agree. Deterministic: a wrong result passes only if every element's error is below the
+    bound (integers: exact)."""
+    dims = want.ndim
+    claimed = np.asarray(claimed)
+    if claimed.shape != want.shape:
+        return Verdict(False, math.inf, 0.0, 0, dims, exact=True)
+    if np.array_equal(claimed, want, equal_nan=True):
+        return Verdict(True, 0.0, 0.0, 0, dims, exact=True)
+    cplx = 2 if np.dtype(dtype).kind == "c" else 1
+    g = _gamma(K + cplx * (p + 1), _unit_roundoff(np.dtype(dtype)))
+    with np.errstate(invalid="ignore", over="ignore"):
+        tol = 2 * g * mag / (1 - g) if g < 1 else np.full(mag.shape, math.inf)
+        tol = np.where(np.isfinite(mag), tol, 0.0)  # no bound from inf: the bits must agree
+        diff = np.abs(claimed - want)
+        same = (claimed == want) | (np.isnan(claimed) & np.isnan(want))
+        excess = np.where(same, -np.inf, np.where(np.isnan(diff), np.inf, diff - tol))
+    worst = int(np.argmax(excess))
+    ok = bool(excess.reshape(-1)[worst] <= 0)
+    d, t = float(diff.reshape(-1)[worst]), float(tol.reshape(-1)[worst])
+    return Verdict(ok, d, t, 0, dims, exact=True)
+
+
+def entry_costs(work: Any) -> tuple[int, int, int, int]:
+    """A leaf over stored entries: (products it computes, words a projection reads, products
+    summed into one output element, factors per product)."""
+    ext = dict(work.extents)
+    products = words = K = p = 0
+    for t in work.terms:
+        n = len(t.out)
+        if n == 0:
+            continue
+        letters = {c for _, _, ls in t.dense for c in ls}
+        products += n * math.prod(ext[c] for c in letters)
+        words += n * (len(t.sparse) + len(t.dense) + 2)
+        rows = int(np.bincount(t.out).max())
+        K += rows * math.prod(ext[c] for c in letters - set(work.out_letters))
+        p = max(p, len(t.sparse) + len(t.dense) + (t.coeff != 1))
+    return products, words, K, p
+
+
+_REP, _ENT, _ROW = "Q", "E", "R"  # letters the leaves never use (theirs are a, b, ...)
+
+
+def _term_projection(
+    work: Any, t: Any, xs: Any, R: list[np.ndarray], absolute: bool
+) -> tuple[np.ndarray, int, int, int]:
+    """One term of a leaf over stored entries projected on the vectors ``R`` (rows first,
+    then the output's dense letters): ``sum_e coeff v[e] r_0[o[e]] contract(X_T[idx_T[e]],
+    r_d)``.
+
+    Each dense factor is contracted with the vectors of the output letters only it carries,
+    and summed over the letters only it carries, *before* its rows are gathered to the
+    entries (Freivalds: ``C r`` before ``B (C r)``), so the cost is about the operands' words.
+    With ``absolute``, every operand is taken by absolute value (the magnitude bound).
+    Returns the projection (one value per repetition), the additions any product goes
+    through, the products summed into one output element, and the factors multiplied.
+    """
+    out_letters = work.out_letters
+    ext = dict(work.extents)
+    f = np.abs if absolute else (lambda a: a)
+    v = None
+    for name, idx in t.sparse:
+        vals = f(xs[name] if idx is None else xs[name][idx])
+        v = vals if v is None else v * vals
+    n = len(t.out)
+    if v is None:
+        v = np.ones(n)
+    coeff = t.coeff
+    count: dict[str, int] = {}
+    for _, _, letters in t.dense:
+        for c in letters:
+            count[c] = count.get(c, 0) + 1
+    ops: list[np.ndarray] = [np.asarray(v, np.result_type(v, np.float64))[None, :] * R[0][:, t.out]]
+    specs = [_REP + _ENT]
+    pre = 0
+    for name, idx, letters in t.dense:
+        x = f(xs[name])
+        mine_out = [c for c in letters if count[c] == 1 and c in out_letters]
+        mine_sum = [c for c in letters if count[c] == 1 and c not in out_letters]
+        shared = [c for c in letters if count[c] > 1]
+        args: list[np.ndarray] = [x]
+        subs = [_ROW + letters]
+        for c in mine_out:
+            args.append(R[1 + out_letters.index(c)])
+            subs.append(_REP + c)
+        keep = _ROW + (_REP if mine_out else "") + "".join(shared)
+        if mine_out or mine_sum:
+            x = np.einsum(",".join(subs) + "->" + keep, *args, optimize=True)
+            pre = max(pre, math.prod(ext[c] for c in (*mine_out, *mine_sum)))
+        ops.append(x[idx])
+        specs.append(_ENT + keep[1:])
+    shared_all = sorted(c for c, k in count.items() if k > 1)
+    summands = n * math.prod(ext[c] for c in shared_all)
+    val = np.einsum(",".join(specs) + "->" + _REP, *ops, optimize=True)
+    # an output letter no factor carries gets the same contribution at each index
+    for d, c in enumerate(out_letters):
+        if c not in count:
+            val = val * R[1 + d].sum(axis=1)
+            summands *= ext[c]
+    val = val * (abs(coeff) if absolute else coeff)
+    rows = np.bincount(t.out).max() if n else 0
+    per_elem = int(rows) * math.prod(ext[c] for c in count if c not in out_letters)
+    factors = len(t.sparse) + len(t.dense) + (coeff != 1)
+    return val, pre + summands, per_elem, factors
+
+
+def project_entries(
+    claimed: np.ndarray,
+    calls: Iterable[tuple[Any, Any]],
+    out_shape: tuple[int, ...],
+    out_dtype: np.dtype,
+    seed: int,
+    reps: int | None = None,
+) -> Verdict:
+    """Check ``claimed`` (a unit's output buffer) against its leaves over stored entries:
+    ``calls`` are ``(EntryWork, operands)``, the operands being the fetched values by tensor.
+
+    :func:`project` with the entries as the summation (module docstring): the two sides
+    differ, in exact arithmetic, by a nonzero polynomial of degree ``dims`` (1 for SpMV, 2
+    for SpMM), so a wrong result passes a repetition with probability at most ``dims /
+    2^21``. Cost: one pass over the entries and the dense operands per batch of
+    repetitions, except where two dense factors share a summed letter (SDDMM's ``C[i, j]
+    D[j, k]``): their per-entry contraction is the kernel's own work.
+    """
+    dims = len(out_shape)
+    reps = default_repeats(dims) if reps is None else int(reps)
+    claimed = np.asarray(claimed)
+    if claimed.shape != tuple(out_shape):
+        return Verdict(False, math.inf, 0.0, reps, dims)
+    dtype = np.dtype(out_dtype)
+    R = vectors(seed, out_shape, reps)
+    ones = [np.ones((1, n)) for n in out_shape]
+    rhs = None
+    lhs = None
+    mag = 0.0
+    depth_rhs = depth_mag = n_terms = factors = per_elem = 0
+    for work, xs in calls:
+        if lhs is None:
+            letters = _ROW + work.out_letters
+            spec = ",".join([letters, *(_REP + c for c in letters)]) + "->" + _REP
+            lhs = np.einsum(spec, np.asarray(claimed, np.result_type(claimed, 1.0)), *R,
+                            optimize=True)  # fmt: skip
+            rhs = np.zeros(reps, dtype=lhs.dtype)
+        for t in work.terms:
+            if len(t.out) == 0:
+                continue
+            n_terms += 1
+            val, dep, k, nf = _term_projection(work, t, xs, R, False)
+            rhs = rhs + val
+            m, depm, _, _ = _term_projection(work, t, xs, ones, True)
+            mag += float(np.real(m[0]))
+            depth_rhs, depth_mag = max(depth_rhs, dep), max(depth_mag, depm)
+            per_elem += k
+            factors = max(factors, nf)
+    if lhs is None or rhs is None:
+        lhs = rhs = np.zeros(reps)
+    if not math.isfinite(mag):
+        return Verdict(False, math.nan, math.nan, reps, dims, exact=True)
+    depth_lhs = math.prod(out_shape)
+    cplx = 2 if dtype.kind == "c" else 1
+    p = cplx * (factors + 1)
+    D = cplx * dims
+    g_a = _gamma(per_elem + p, _unit_roundoff(dtype))
+    g_l = _gamma(depth_lhs + D, U64)
+    g_r = _gamma(depth_rhs + p + D + n_terms, U64)
+    g_m = _gamma(depth_mag + factors + 1 + n_terms, U64)
+    bound = mag * 2.0**dims / (1.0 - g_m) if g_m < 1 else math.inf
+    tol = ((1 + g_a) * (1 + g_l) - 1 + g_r) * bound
+    diff = float(np.max(np.abs(lhs - rhs))) if reps else 0.0
+    return Verdict(bool(diff <= tol), diff, tol, reps, dims)
+
+
 __all__ = [
     "TARGET_BITS",
     "VALUE_BITS",
@@ -458,6 +591,8 @@ __all__ = [
     "default_repeats",
     "false_accept_bound",
     "project",
-    "project_sum",
+    "project_entries",
+    "recompute_cheaper",
+    "recompute_verdict",
     "vectors",
 ]

@@ -19,12 +19,14 @@ import numpy as np
 
 from distal.errors import InputError, RuntimeFailure
 from distal.plan.ir import Plan, RecvFinal
+from distal.plan.region import Entries, Region, shape, words
 from distal.plan.stats import Stats
 from distal.runtime.checkpoint import (
     CORRUPT,
     CheckpointStore,
     combine,
     describe,
+    fingerprint_array,
     input_fingerprints,
     run_key,
 )
@@ -43,26 +45,35 @@ from distal.runtime.elastic.tasks import (
     drain,
     hash_block,
     input_block,
+    recheck_block_task,
     recheck_task,
     reduce_task,
     source_block,
     transfer_bytes,
     unit_task,
 )
-from distal.runtime.elastic.units import Unit, block_name, decompose, fuse
+from distal.runtime.elastic.units import (
+    Key,
+    Span,
+    Unit,
+    block_name,
+    block_region,
+    decompose,
+    fuse,
+)
 from distal.runtime.progress import Progress
 from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
 from distal.typing import Box, box_index, box_intersect, box_is_empty
 
 STATS_NOTE = (
-    "dask runtime: Result.stats words and messages are counted by the tasks from the pieces "
-    "of the plan's messages they received (each unit's fetch pieces in the input blocks it "
-    "was handed, each reduction's partial pieces, each output block's replica copies), "
-    "between the plan's virtual processors; work loaded from a checkpoint moved nothing and "
-    "counts nothing; peak_words is the plan's memory model. Dask moves whole blocks and "
-    "partials between workers wherever it placed the tasks: those bytes are "
-    "extra['dask_transfer_bytes']"
+    "dask runtime: Result.stats words, index words and messages are counted by the tasks "
+    "from the pieces of the plan's messages they received (each unit's fetch pieces in the "
+    "input blocks it was handed, each reduction's partial pieces, each output block's "
+    "replica copies), between the plan's virtual processors; iterations are what the "
+    "units' leaves visited; work loaded from a checkpoint moved nothing and counts nothing; "
+    "peak_words is the plan's memory model. Dask moves whole blocks and partials between "
+    "workers wherever it placed the tasks: those bytes are extra['dask_transfer_bytes']"
 )
 
 
@@ -133,7 +144,8 @@ class Driver:
         self.as_completed, self.get_worker = as_completed, get_worker
         self.plan: Plan = kernel.plan
         self.nonce = uuid.uuid4().hex[:12]
-        self.out_pl = self.plan.placements[self.plan.output]
+        self.out_pl = self.plan.placements.get(self.plan.output)
+        self.pattern = self.plan.patterns.get(self.plan.output)  # a sparse output's
         self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
         self.inputs_f: dict[tuple[str, tuple[int, ...]], Any] = {}
         self.units: dict[str, Unit] = {}
@@ -161,7 +173,7 @@ class Driver:
                     out.append((op.src, p, op.box))
         return out
 
-    def _delivered(self, box: Box, arr: np.ndarray, unit: Unit | None) -> None:
+    def _delivered(self, box: Region, arr: np.ndarray, unit: Unit | None) -> None:
         """Count what a finished block brings to the driver, in the plan's terms.
 
         A unit that alone makes its block (``final``) sends its partial to the block's
@@ -170,19 +182,50 @@ class Driver:
         """
         if unit is not None:
             for dst, piece in unit.sends:
-                self.delivered.append((unit.proc, dst, arr[box_index(piece, box)].size))
+                assert isinstance(piece, tuple)
+                assert isinstance(box, tuple)
+                self.delivered.append((unit.proc, dst, arr[box_index(piece, box)].size, 0))
         for src, dst, rbox in self.replicas:
+            assert isinstance(box, tuple)
             inter = box_intersect(rbox, box) if box else rbox
             if not box_is_empty(inter):
-                self.delivered.append((src, dst, arr[box_index(inter, box)].size))
+                self.delivered.append((src, dst, arr[box_index(inter, box)].size, 0))
+
+    def _output_blocks(self) -> dict[Key, Region]:
+        """The output's blocks by key, each once (empty boxes left out): a placement's
+        blocks with their reducers, or the stored entries each processor owns."""
+        plan = self.plan
+        if self.out_pl is None:
+            regions = plan.owned[plan.output]
+            return {(q,): r for q, r in enumerate(regions) if r is not None and words(r) > 0}
+        pl = self.out_pl
+        return {
+            idx: pl.block_box(idx)
+            for idx in sorted(plan.primary)
+            if not (pl.block_box(idx) and box_is_empty(pl.block_box(idx)))
+        }
+
+    def _owners(self, blocks: dict[Key, Region]) -> dict[Key, int]:
+        """The processor that reduces each output block (its own piece is summed first)."""
+        if self.out_pl is None:
+            return {idx: idx[0] for idx in blocks}
+        return {idx: self.plan.primary[idx] for idx in blocks}
+
+    def _place(self, value: np.ndarray, region: Region, arr: np.ndarray) -> None:
+        """Write a finished block into the result (a box of the output, or its owned stored
+        entries' values)."""
+        if isinstance(region, Entries):
+            value[region.positions] = arr
+        else:
+            value[box_index(region, ((0, 0),) * len(region))] = arr
 
     def _measured(self, events: Events) -> Stats:
         """``Stats`` from what the tasks and the driver counted (see ``STATS_NOTE``)."""
         plan = self.plan
         traffic, iterations = measured_traffic(events)
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
-        for src, dst, words in [*traffic, *self.delivered]:
-            stats.record(src, dst, words, plan.level_of(src, dst))
+        for src, dst, n, iw in [*traffic, *self.delivered]:
+            stats.record(src, dst, n, plan.level_of(src, dst), iw)
         for p, n in iterations.items():
             stats.iterations[p] += n
         # memory per virtual processor has no counterpart on a Dask worker
@@ -207,12 +250,16 @@ class Driver:
     def _block_future(self, t: str, idx: tuple[int, ...]) -> Any:
         key = (t, idx)
         if key not in self.inputs_f:
-            pl = self.plan.placements[t]
-            box = pl.block_box(idx)
+            box = block_region(self.plan, t, idx)
             dtype = np.dtype(self.kernel.dtypes[t])
             name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}"
             x = self.data[t]
-            if is_block_source(x):
+            if isinstance(box, Entries):  # a sparse input: the values of its owned entries
+                block = np.asarray(x.vals, dtype=dtype)[box.positions]
+                with warnings.catch_warnings():
+                    warnings.filterwarnings("ignore", message="Sending large graph")
+                    f = self.client.submit(input_block, block, key=name, pure=False)
+            elif is_block_source(x):
                 f = self.client.submit(source_block, t, x, box, dtype, key=name, pure=False)
             else:
                 # np.array, not ascontiguousarray: that makes a 0-d block (a scalar) 1-d
@@ -226,7 +273,11 @@ class Driver:
 
     def _fingerprints(self, units: list[Unit]) -> dict[str, str]:
         """Input fingerprints; block sources without ``fingerprint()`` hash the blocks read."""
-        fps = input_fingerprints(self.data)
+        patterns = self.plan.patterns
+        fps = input_fingerprints({t: x for t, x in self.data.items() if t not in patterns})
+        for t, x in self.data.items():
+            if t in patterns:  # the pattern decides the plan, the values the numbers
+                fps[t] = f"pattern={x.pattern_fingerprint()};values={fingerprint_array(x.vals)}"
         for t, fp in fps.items():
             if fp is not None:
                 continue
@@ -242,24 +293,20 @@ class Driver:
         opts, plan, client = self.opts, self.plan, self.client
         t0 = time.perf_counter()
         units = decompose(plan, opts.granularity)
-        blocks = {
-            idx: self.out_pl.block_box(idx)
-            for idx in sorted(plan.primary)
-            if not (self.out_pl.block_box(idx) and box_is_empty(self.out_pl.block_box(idx)))
-        }
+        blocks = self._output_blocks()
         units = fuse(units, blocks)
         self.units = {u.name: u for u in units}
         self.delivered = []
         finals = {u.pieces[0][0]: u for u in units if u.final}
         total = len(units) + len(blocks) - len(finals)
         store = self._store(units)
-        value = np.zeros(self.out_pl.shape, self.out_dtype)
-        origin = tuple((0, n) for n in self.out_pl.shape)
+        whole = (self.pattern.nnz,) if self.pattern is not None else self.out_pl.shape
+        value = np.zeros(whole, self.out_dtype)
 
         # Finished blocks come straight from the checkpoint (checksummed) on the driver.
         present = store.names() if store is not None else set()
         corrupt_blocks: set[str] = set()  # by name: the block's own task may find it too
-        pending: dict[tuple[int, ...], Box] = {}
+        pending: dict[Key, Region] = {}
         for idx, box in blocks.items():
             arr = None
             if store is not None and block_name(idx) in present:
@@ -269,7 +316,7 @@ class Driver:
             if arr is None:
                 pending[idx] = box
             else:
-                value[box_index(box, origin)] = arr
+                self._place(value, box, arr)
         needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
         reused_direct = total - len(needed) - len(set(pending) - set(finals))
 
@@ -297,9 +344,12 @@ class Driver:
                     f"verify={opts.verify!r} needs at least 2 workers; the pool has "
                     f"{len(self.allowed())}"
                 )
-            feeder = Feeder(self, ctx, needed, pending, present, set(finals), spec, opts.check)
+            feeder = Feeder(
+                self, ctx, needed, self._shapes(pending), present, set(finals), spec, opts.check,
+                self._owners(blocks),
+            )  # fmt: skip
             self.feeder = feeder
-            self._collect(feeder, pending, value, origin, bar, events, reused_direct)
+            self._collect(feeder, pending, value, bar, events, reused_direct)
             if store is not None:
                 self._drain(topic, store.root, events)
             events.sync()
@@ -338,6 +388,8 @@ class Driver:
         summary.seconds = time.perf_counter() - t0
         if store is not None:
             self._finish_checkpoint(store, units, blocks)
+        if self.pattern is not None:  # a sparse output: its values in the bound pattern
+            value = self.pattern.with_values(value)
         return Result(
             value,
             stats,
@@ -401,11 +453,19 @@ class Driver:
             )
         return {"workers": pool, "allow_other_workers": False}
 
-    def _blocks(self, u: Unit) -> list[tuple[str, Box, Any]]:
-        return [
-            (t, self.plan.placements[t].block_box(idx), self._block_future(t, idx))
-            for t, idx in u.needs
-        ]
+    def _shapes(self, pending: dict[Key, Region]) -> dict[Key, Any]:
+        """What a reduction is told of its block: a box, or the shape of stored entries."""
+        return {idx: r if isinstance(r, tuple) else Span(shape(r)) for idx, r in pending.items()}
+
+    def _blocks(self, u: Unit) -> list[tuple[str, Any, Any]]:
+        """The input blocks a unit's tasks are handed, in the order of its ``needs``: a box
+        with its block, or only the shape of a processor's owned stored values."""
+        out = []
+        for t, idx in u.needs:
+            region = block_region(self.plan, t, idx)
+            holder = region if isinstance(region, tuple) else Span(shape(region))
+            out.append((t, holder, self._block_future(t, idx)))
+        return out
 
     def _seed(self, name: str, attempt: int) -> int:
         h = hashlib.blake2b(self.secret + f"{name}#{attempt}".encode(), digest_size=8)
@@ -423,13 +483,30 @@ class Driver:
             # (and checked all the same)
             load = u.name in present
             return client.submit(
-                unit_task, ctx, u, blocks, load, False, key=key, pure=False, **self.restrict()
+                unit_task,
+                ctx,
+                u.task(),
+                blocks,
+                load,
+                False,
+                key=key,
+                pure=False,
+                **self.restrict(),
             )
         if k == 1 or u.name in present:
             # Always look in the checkpoint first: when Dask re-runs a unit after losing
             # the worker that held its result, the saved partial is loaded, not redone.
             return client.submit(
-                unit_task, ctx, u, blocks, save, save, key=key, pure=False, **self.restrict()
+                unit_task,
+                ctx,
+                u.task(),
+                blocks,
+                save,
+                save,
+                key=key,
+                pure=False,
+                fresh=u.name not in present,
+                **self.restrict(),
             )
         pool = self.allowed()
         if len(pool) < min(k, 2) or (not self.excluded and len(pool) < k):
@@ -438,7 +515,7 @@ class Driver:
             client.submit(
                 unit_task,
                 ctx,
-                u,
+                u.task(),
                 blocks,
                 False,
                 False,
@@ -454,7 +531,7 @@ class Driver:
         return client.submit(
             agree_task,
             ctx,
-            u,
+            u.task(),
             copies,
             opts.verify_rtol,
             opts.verify_atol,
@@ -479,7 +556,7 @@ class Driver:
         return self.client.submit(
             check_task,
             ctx,
-            u,
+            u.task(),
             self._blocks(u),
             f,
             self._seed(u.name, attempt),
@@ -571,10 +648,11 @@ class Driver:
             return self.client.submit(
                 unit_task,
                 ctx,
-                u,
+                u.task(),
                 self._blocks(u),
                 False,
                 False,
+                redo=attempt,
                 key=f"distal-unit-{self.nonce}-{u.name}-redo-{attempt}",
                 pure=False,
                 **self.restrict(avoid),
@@ -599,11 +677,26 @@ class Driver:
         for name in sorted(wrote):
             u = self.units.get(name)
             if u is None:
+                summed = self.feeder.summed.get(name)
+                if summed is None:
+                    continue
+                f = self.client.submit(
+                    recheck_block_task,
+                    self.feeder.ctx,
+                    name,
+                    *summed,
+                    key=f"distal-recheck-{self.nonce}-{name}",
+                    pure=False,
+                    **self.restrict(),
+                )
+                self.feeder.aux.add(f.key)
+                self.rechecked += 1
+                out.append(f)
                 continue
             f = self.client.submit(
                 recheck_task,
                 self.feeder.ctx,
-                u,
+                u.task(),
                 self._blocks(u),
                 self._seed(name, -1),
                 self.opts.verify_repeats,
@@ -639,12 +732,13 @@ class Driver:
             return self.client.submit(
                 unit_task,
                 ctx,
-                u,
+                u.task(),
                 blocks,
                 load,
                 save,
                 None,
                 n,
+                u.name not in self.present,
                 key=key,
                 workers=[worker],
                 allow_other_workers=False,
@@ -660,9 +754,8 @@ class Driver:
     def _collect(
         self,
         feeder: Feeder,
-        pending: dict[tuple[int, ...], Box],
+        pending: dict[Key, Region],
         value: np.ndarray,
-        origin: Box,
         bar: Progress,
         events: Events,
         reused_direct: int,
@@ -724,7 +817,7 @@ class Driver:
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
                     arr = f.result()
-                    value[box_index(pending[idx], origin)] = arr
+                    self._place(value, pending[idx], arr)
                     name = feeder.unit_of.get(f.key)
                     self._delivered(pending[idx], arr, self.units[name] if name else None)
                 done += feeder.finished(f)

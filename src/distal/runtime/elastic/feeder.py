@@ -65,9 +65,10 @@ class _Copies:
     dups: list[Any] = field(default_factory=list)
 
 
-def sent_to(u: Unit, piece: Box) -> int:
-    """Where the plan's ``Flush`` of ``u`` sends ``piece``; -1 when it is not sent."""
-    return next((dst for dst, box in u.sends if box == piece), -1)
+def sent_to(u: Unit, piece: Any) -> int:
+    """Where the plan's ``Flush`` of ``u`` sends ``piece`` (a box, or a cut of rows or stored
+    entries); -1 when it is not sent."""
+    return next((dst for dst, box in u.sends if box is piece or box == piece), -1)
 
 
 class Feeder:
@@ -96,6 +97,7 @@ class Feeder:
         finals: set[tuple[int, ...]],
         speculative: bool = False,
         check: bool = False,
+        owners: dict[tuple[int, ...], int] | None = None,
     ) -> None:
         self.driver, self.ctx, self.present = driver, ctx, present
         self.by_name = {u.name: u for u in needed}
@@ -110,11 +112,19 @@ class Feeder:
         self.reducing: dict[str, tuple[int, ...]] = {}  # reduction key -> block
         self.red_checks: dict[str, tuple[tuple[int, ...], int, str]] = {}  # -> (block, attempt, by)
         self.red_contribs: dict[tuple[int, ...], list[Any]] = {}  # kept until the block passes
-        contrib: dict[tuple[int, ...], list[tuple[Unit, Box]]] = defaultdict(list)
-        for u in sorted(needed, key=lambda u: (u.first, u.proc, u.name)):
+        # a passed block's summands, kept to re-verify its entry if its checker is excluded
+        self.summed: dict[str, tuple[Any, list[Any]]] = {}
+        contrib: dict[tuple[int, ...], list[tuple[Unit, Any]]] = defaultdict(list)
+        owners = owners or {}
+        for u in needed:
             for idx, piece in u.pieces:
                 if idx in pending:
                     contrib[idx].append((u, piece))
+        for idx, cs in contrib.items():
+            # the reducer's order: its own piece first, then the others by source and step
+            # (as the plan's Flush and Reduce instructions add them), so the bits never
+            # depend on which task finished first and equal the other runtimes'
+            cs.sort(key=lambda c: (c[0].proc != owners.get(idx), c[0].first, c[0].proc, c[0].name))
         self.queue: list[Unit] = []
         queued: set[str] = set()
         for idx in sorted(pending):
@@ -164,7 +174,13 @@ class Feeder:
             for idx in self.ready:
                 del self.waiting[idx]
                 contribs = [
-                    (self.unit_f[u.name], u.out_box, piece, u.proc, sent_to(u, piece))
+                    (
+                        self.unit_f[u.name],
+                        u.out_box if isinstance(piece, tuple) else None,
+                        piece,
+                        u.proc,
+                        sent_to(u, piece),
+                    )
                     for u, piece in self.contrib[idx]
                 ]
                 f = self.driver.submit_reduce(
@@ -222,7 +238,7 @@ class Feeder:
             return False
         if f.key in self.red_checks:
             idx, _, _ = self.red_checks.pop(f.key)
-            del self.red_contribs[idx]
+            self.summed[block_name(idx)] = (self.reduces[idx], self.red_contribs.pop(idx))
             return True
         name = self.unit_of.get(f.key)
         c = self.copies.pop(name, None) if name is not None else None

@@ -226,14 +226,19 @@ def _attempts(ms: list[dict[str, Any]], alive: set[str] | None) -> _Attempts:
     non-speculative start counts, as it may yet be lost). On a live worker it is a losing
     speculative copy still running. Once a copy has started (``spec``), only the first
     completion after it is used: the other copy lost the race, which is neither a
-    recomputation nor lost work.
+    recomputation nor lost work (a recomputation after a rejected check, ``redo``, is used
+    whatever the race).
     """
     starts = [m for m in ms if m["kind"] == "start"]
     dones = [m for m in ms if m["kind"] == "done"]
     race = min((m["t"] for m in starts if m.get("spec")), default=None)
     used = dones
     if race is not None:
-        used = [d for d in dones if d["t"] < race] + [d for d in dones if d["t"] >= race][:1]
+        # a recomputation after a rejected check is no copy in the race: it always counts
+        raced = [d for d in dones if not d.get("redo")]
+        used = [d for d in raced if d["t"] < race] + [d for d in raced if d["t"] >= race][:1]
+        used += [d for d in dones if d.get("redo")]
+        used.sort(key=lambda d: d["t"])
     cut = []
     for n, st in enumerate(starts):
         if any(d["worker"] == st["worker"] and d["t"] >= st["t"] for d in dones):
@@ -318,7 +323,9 @@ def summarize(
     )
 
 
-def measured_traffic(events: Events) -> tuple[list[tuple[int, int, int]], dict[int, int]]:
+def measured_traffic(
+    events: Events,
+) -> tuple[list[tuple[int, int, int, int]], dict[int, int]]:
     """The messages and iterations the tasks of this run counted, once per task.
 
     A task that computed more than once (recomputed after a failure, both copies of a
@@ -327,14 +334,14 @@ def measured_traffic(events: Events) -> tuple[list[tuple[int, int, int]], dict[i
     as the plan moves each piece once. Tasks taken from the checkpoint moved nothing in this
     run and count nothing.
     """
-    traffic: list[tuple[int, int, int]] = []
+    traffic: list[tuple[int, int, int, int]] = []
     iterations: dict[int, int] = defaultdict(int)
     for ms in events.by_name().values():
         counted = [m for m in ms if m["kind"] == "done" and ("traffic" in m or "iterations" in m)]
         if not counted:
             continue
         last = counted[-1]
-        traffic.extend((int(s), int(d), int(w)) for s, d, w in last.get("traffic", ()))
+        traffic.extend((int(s), int(d), int(w), int(iw)) for s, d, w, iw in last.get("traffic", ()))
         if "iterations" in last:
             proc, n = last["iterations"]
             iterations[int(proc)] += int(n)

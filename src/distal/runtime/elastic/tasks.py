@@ -14,6 +14,7 @@ worker at the end.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import threading
@@ -27,11 +28,22 @@ import numpy as np
 
 from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, run_leaf, term_calls
+from distal.kernels.sparse_leaf import EntryLeaves
+from distal.plan.region import Location, shape
 from distal.runtime import checkpoint
 from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
-from distal.runtime.elastic.check import Call, Part, Verdict, project, project_sum
-from distal.runtime.elastic.units import Unit
+from distal.runtime.elastic.check import (
+    Call,
+    Verdict,
+    entry_costs,
+    project,
+    project_entries,
+    recompute_cheaper,
+    recompute_verdict,
+)
+from distal.runtime.elastic.units import Cut, Gather, Unit
 from distal.runtime.source import read_block
+from distal.runtime.store import add_at, read
 from distal.typing import (
     Box,
     box_contains,
@@ -194,9 +206,36 @@ def hash_block(arr: np.ndarray) -> str:
     return fingerprint_array(arr)
 
 
-Traffic = list[tuple[int, int, int]]
-"""Messages as ``(source processor, destination processor, words)``, counted by the task
-that received them (sent in its ``done`` event; see :func:`~.summary.measured_traffic`)."""
+Traffic = list[tuple[int, int, int, int]]
+"""Messages as ``(source processor, destination processor, words, index words)``, counted by
+the task that received them (sent in its ``done`` event; see
+:func:`~.summary.measured_traffic`)."""
+
+Blocks = list[tuple[str, Any, np.ndarray]]
+"""A unit's input blocks, in the order of its ``needs``: ``(tensor, box or Span, array)``."""
+
+
+def _put(arr: np.ndarray, ix: Any, value: np.ndarray) -> None:
+    """``arr`` at ``ix`` (from :func:`~distal.runtime.store.where`) ``= value``."""
+    if type(ix) is Location:
+        ix.put(arr, value)
+    else:
+        arr[ix] = value
+
+
+def _gather(unit: Unit, t: str, g: Gather, blocks: Blocks, dtype: np.dtype) -> np.ndarray:
+    """A buffer of rows or stored entries, gathered piece by piece from the owned blocks of
+    the pieces' sources (a block the unit was not handed is a failure)."""
+    buf = np.empty(g.shape, dtype)
+    for src, cut in g.pieces:
+        if not 0 <= cut.need < len(blocks) or blocks[cut.need][0] != t:
+            raise RuntimeFailure(
+                f"unit {unit.name} (virtual processor {unit.proc}): it was not handed the "
+                f"block of {t!r} that processor {src} owns, which its buffer needs",
+                processor=unit.proc,
+            )
+        _put(buf, cut.dst, read(blocks[cut.need][2], cut.src))
+    return buf
 
 
 def _assemble(
@@ -229,66 +268,106 @@ def _assemble(
     return buf
 
 
-def _received(unit: Unit, by_tensor: Mapping[str, list[tuple[Box, np.ndarray]]]) -> Traffic:
+def _received(
+    unit: Unit, blocks: Blocks, by_tensor: Mapping[str, list[tuple[Box, np.ndarray]]]
+) -> Traffic:
     """The plan's fetch pieces of ``unit``, counted in the blocks it was actually handed.
 
     Each piece's words are the elements of the piece that the unit's input blocks hold
     (what arrived with the task), not the piece's size in the plan; a block that never
-    arrived counts nothing.
+    arrived counts nothing. A piece of stored entries carries its index words too.
     """
     out: Traffic = []
     for t, pieces in unit.receives:
         for src, piece in pieces:
             words = 0
+            if isinstance(piece, Cut):
+                if 0 <= piece.need < len(blocks) and blocks[piece.need][0] == t:
+                    words = int(np.size(read(blocks[piece.need][2], piece.src)))
+                if words or piece.index_words:
+                    out.append((src, unit.proc, words, piece.index_words))
+                continue
             for bbox, arr in by_tensor.get(t, ()):
                 inter = box_intersect(bbox, piece)
                 if not box_is_empty(inter):
                     words += arr[box_index(inter, bbox)].size
             if words:
-                out.append((src, unit.proc, words))
+                out.append((src, unit.proc, words, 0))
     return out
 
 
-def _by_tensor(
-    blocks: list[tuple[str, Box, np.ndarray]],
-) -> dict[str, list[tuple[Box, np.ndarray]]]:
+def _by_tensor(blocks: Blocks) -> dict[str, list[tuple[Box, np.ndarray]]]:
+    """The box-shaped blocks by tensor (what box buffers are cut from)."""
     by_tensor: dict[str, list[tuple[Box, np.ndarray]]] = defaultdict(list)
     for t, bbox, arr in blocks:
-        by_tensor[t].append((bbox, arr))
+        if isinstance(bbox, tuple):
+            by_tensor[t].append((bbox, arr))
     return by_tensor
 
 
-def _steps(ctx: Ctx, unit: Unit, by_tensor: Mapping[str, list[tuple[Box, np.ndarray]]]) -> Any:
-    """Per step of the unit: its operands ``{tensor: (buffer, box)}`` and compute boxes."""
-    cache: dict[tuple[str, Box], tuple[np.ndarray, Box]] = {}
-    for bufs, boxes in unit.steps:
+def _steps(ctx: Ctx, unit: Unit, blocks: Blocks, absolute: bool = False) -> Any:
+    """Per step of the unit: its operands ``{tensor: (buffer, box or Gather)}``, compute boxes
+    and leaves over stored entries (``absolute``: every operand by absolute value)."""
+    by_tensor = _by_tensor(blocks)
+    dtypes = {t: arr.dtype for t, _, arr in blocks}
+    cache: dict[tuple[str, int], tuple[np.ndarray, Any]] = {}
+    for bufs, boxes, works in unit.steps:
         operands = {}
         for t, b in bufs:
-            if (t, b) not in cache:
-                dtype = by_tensor[t][0][1].dtype if by_tensor.get(t) else ctx.out_dtype
-                cache[(t, b)] = (_assemble(unit, t, b, by_tensor.get(t, []), dtype), b)
-            operands[t] = cache[(t, b)]
-        yield operands, boxes
+            key = (t, id(b))
+            if key not in cache:
+                dtype = dtypes.get(t, ctx.out_dtype)
+                if isinstance(b, Gather):
+                    arr = _gather(unit, t, b, blocks, dtype)
+                else:
+                    arr = _assemble(unit, t, b, by_tensor.get(t, []), dtype)
+                cache[key] = (np.abs(arr) if absolute else arr, b)
+            operands[t] = cache[key]
+        yield operands, boxes, works
+
+
+def _abs_dtype(dtype: np.dtype) -> np.dtype:
+    return np.abs(np.zeros(0, dtype)).dtype
 
 
 def _compute(
-    ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]
+    ctx: Ctx, unit: Unit, blocks: Blocks, absolute: bool = False
 ) -> tuple[np.ndarray, Traffic, int]:
-    """The unit's partial output, the fetch traffic it received, and its iterations."""
-    by_tensor = _by_tensor(blocks)
-    out = np.zeros(box_shape(unit.out_box), ctx.out_dtype)
+    """The unit's partial output, the fetch traffic it received, and the iterations its
+    leaves visited. ``absolute``: the same sums over the operands' absolute values and the
+    terms' absolute coefficients (a recomputing check's magnitude bound)."""
+    dtype = _abs_dtype(ctx.out_dtype) if absolute else ctx.out_dtype
+    kernels = ctx.kernels
+    if absolute:
+        kernels = tuple(dataclasses.replace(k, coeff=abs(k.coeff)) for k in kernels)
+    out = np.zeros(shape(unit.out_box), dtype)
     iterations = 0
-    for operands, boxes in _steps(ctx, unit, by_tensor):
+    for operands, boxes, works in _steps(ctx, unit, blocks, absolute):
         for box in boxes:
-            run_leaf(ctx.kernels, box, operands, out, unit.out_box)
+            run_leaf(kernels, box, operands, out, unit.out_box)
             iterations += box_volume(box)
-    return out, _received(unit, by_tensor), iterations
+        for work in works:
+            if absolute:
+                terms = tuple(dataclasses.replace(t, coeff=abs(t.coeff)) for t in work.terms)
+                work = dataclasses.replace(work, terms=terms)
+            iterations += EntryLeaves(work, dtype)(out, operands)
+    traffic = [] if absolute else _received(unit, blocks, _by_tensor(blocks))
+    return out, traffic, iterations
 
 
-def _calls(ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]) -> list[Call]:
+def _planned_iterations(unit: Unit) -> int:
+    """The iterations a unit's leaves visit (what an earlier execution of it in this run
+    visited, when a re-run loads the entry that execution wrote)."""
+    return sum(
+        sum(map(box_volume, boxes)) + sum(w.iterations for w in works)
+        for _, boxes, works in unit.steps
+    )
+
+
+def _calls(ctx: Ctx, unit: Unit, blocks: Blocks) -> list[Call]:
     """The leaf calls the unit makes: every term on every compute box (as ``run_leaf``)."""
     out: list[Call] = []
-    for operands, boxes in _steps(ctx, unit, _by_tensor(blocks)):
+    for operands, boxes, _ in _steps(ctx, unit, blocks):
         for box in boxes:
             for tk, alpha, ops in term_calls(ctx.kernels, box, operands):
                 ranges = tuple(
@@ -299,51 +378,89 @@ def _calls(ctx: Ctx, unit: Unit, blocks: list[tuple[str, Box, np.ndarray]]) -> l
     return out
 
 
+def _costs(ctx: Ctx, unit: Unit, blocks: Blocks) -> tuple[int, int, int, int]:
+    """(products the unit computes, words a projection of it reads, products summed into
+    one output element, factors per product): what decides between projecting and
+    recomputing, and the recomputation's rounding bound."""
+    products = words = K = p = 0
+    for operands, boxes, works in _steps(ctx, unit, blocks):
+        for box in boxes:
+            for tk, alpha, ops in term_calls(ctx.kernels, box, operands):
+                vol = box_volume(box)
+                out_vol = math.prod(box[i][1] - box[i][0] for i in tk.out)
+                products += vol
+                words += sum(o.size for o in ops)
+                K += vol // max(out_vol, 1)
+                p = max(p, len(ops) + (alpha != 1))
+        for work in works:
+            a, b, k, f = entry_costs(work)
+            products, words, K, p = products + a, words + b, K + k, max(p, f)
+    return products, words + int(np.prod(shape(unit.out_box))), K, p
+
+
 def verdict(
-    ctx: Ctx,
-    unit: Unit,
-    blocks: list[tuple[str, Box, np.ndarray]],
-    claimed: np.ndarray,
-    seed: int,
-    reps: int | None,
+    ctx: Ctx, unit: Unit, blocks: Blocks, claimed: np.ndarray, seed: int, reps: int | None
 ) -> Verdict:
-    """The randomized check of ``claimed`` (see :mod:`.check`); non-finite operands are
-    checked by recomputing the unit."""
-    v = project(
-        claimed, _calls(ctx, unit, blocks), box_shape(unit.out_box), ctx.out_dtype, seed, reps
-    )
-    if v.exact:
-        want, _, _ = _compute(ctx, unit, blocks)
-        same = claimed.shape == want.shape and bool(
-            np.allclose(claimed, want, rtol=1e-12, atol=0.0, equal_nan=True)
-        )
-        return Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
-    return v
+    """The check of ``claimed`` as the unit's result (see :mod:`.check`): by the randomized
+    projection, or by computing it again where that costs no more (one product per entry:
+    SpMV) or where an operand holds ``inf`` or ``nan``."""
+    products, words, K, p = _costs(ctx, unit, blocks)
+    if not recompute_cheaper(products, words):
+        out_shape = shape(unit.out_box)
+        entry = [
+            (w, {t: a for t, (a, _) in ops.items()})
+            for ops, _, works in _steps(ctx, unit, blocks)
+            for w in works
+        ]
+        if entry:
+            v = project_entries(claimed, entry, out_shape, ctx.out_dtype, seed, reps)
+        else:
+            v = project(claimed, _calls(ctx, unit, blocks), out_shape, ctx.out_dtype, seed, reps)
+        if not v.exact:
+            return v
+    want, _, _ = _compute(ctx, unit, blocks)
+    mag, _, _ = _compute(ctx, unit, blocks, absolute=True)
+    return recompute_verdict(claimed, want, mag, K, p, ctx.out_dtype)
 
 
 def unit_task(
     ctx: Ctx,
     unit: Unit,
-    blocks: list[tuple[str, Box, np.ndarray]],
+    blocks: Blocks,
     try_load: bool,
     save: bool,
     replica: int | None = None,
     spec: int = 0,
+    fresh: bool = False,
+    redo: int = 0,
 ) -> Any:
     """Load the unit's partial from the checkpoint, or compute (and save) it.
 
     ``spec > 0`` marks a speculative duplicate: it logs under the unit's own name (one
     task, two copies) with ``spec`` set, and writes the very same checkpoint entry — same
     name, same bytes, atomically — so whichever copy lands last changes nothing.
+
+    ``fresh``: the entry was not in the checkpoint when the run began, so one it finds was
+    written by an earlier execution of this task in this run (whose worker died before its
+    ``done`` event left): the load reports what that execution received (counted in the
+    blocks this one was handed) and visited, so the run's stats still count it once.
+    ``redo > 0``: attempt ``redo`` after a check rejected the unit's result (a
+    recomputation, whatever speculative race the rejected copy was in).
     """
     label = unit.name if replica is None else f"{unit.name}#v{replica}"
     tags: dict[str, Any] = {"unit": True} | ({"spec": spec} if spec else {})
+    tags |= {"redo": redo} if redo else {}
     w = event(ctx, "start", label, **tags)
     t0 = time.perf_counter()
     corrupt = False
     if try_load and ctx.store is not None:
         arr, status = ctx.store.load(unit.name)
         if arr is not None:
+            if fresh:
+                tags |= {
+                    "traffic": _received(unit, blocks, _by_tensor(blocks)),
+                    "iterations": [unit.proc, _planned_iterations(unit)],
+                }
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
             return _fault(arr) if replica is None else (_fault(arr), w.address, {})
         corrupt = status == CORRUPT
@@ -464,7 +581,7 @@ def _agree(
 def check_task(
     ctx: Ctx,
     unit: Unit,
-    blocks: list[tuple[str, Box, np.ndarray]],
+    blocks: Blocks,
     claimed: np.ndarray,
     seed: int,
     reps: int | None,
@@ -515,26 +632,23 @@ def _judge(
     return claimed
 
 
-Contribs = list[tuple[np.ndarray, Box, Box, int, int]]
-"""A reduction's summands: ``(partial, its box, piece, source, destination)``."""
+Contribs = list[tuple[np.ndarray, Box | None, Box | Cut, int, int]]
+"""A reduction's summands: ``(partial, its box, piece, source, destination)``; a piece of
+rows or stored entries is a :class:`~.units.Cut` (from the partial into the block)."""
 
 
 def reduction_verdict(
-    ctx: Ctx, box: Box, contribs: Contribs, claimed: np.ndarray, seed: int, reps: int | None
+    ctx: Ctx, box: Any, contribs: Contribs, claimed: np.ndarray, seed: int, reps: int | None
 ) -> Verdict:
-    """The randomized check of a claimed block against its summands (see
-    :func:`.check.project_sum`); non-finite summands are checked by summing them again
-    (in the reducer's order, so the sum must be identical, ``nan`` for ``nan``)."""
-    parts: list[Part] = []
-    for arr, out_box, piece, _, _ in contribs:
-        ranges = tuple((lo - o, hi - o) for (lo, hi), (o, _) in zip(piece, box, strict=True))
-        parts.append((arr[box_index(piece, out_box)], ranges))
-    v = project_sum(claimed, parts, box_shape(box), ctx.out_dtype, seed, reps)
-    if v.exact:
-        want, _ = _sum_block(ctx, box, contribs)
-        same = claimed.shape == want.shape and bool(np.array_equal(claimed, want, equal_nan=True))
-        return Verdict(same, 0.0 if same else math.inf, 0.0, 0, v.dims, exact=True)
-    return v
+    """The check of a claimed block against its summands: summed again, in the reducer's
+    order. A sum does one addition per summand element, no more than projecting it would
+    read (:func:`.check.recompute_cheaper` always holds), so the block is recomputed and
+    accepted by the recomputation's rounding rule (:func:`.check.recompute_verdict`: the
+    same bits, or within ``2 gamma_c M``; ``nan`` for ``nan`` where a summand is not
+    finite). ``seed`` and ``reps`` are unused: nothing random is drawn."""
+    want, _ = _sum_block(ctx, box, contribs)
+    mag, _ = _sum_block(ctx, box, contribs, absolute=True)
+    return recompute_verdict(claimed, want, mag, len(contribs), 0, ctx.out_dtype)
 
 
 def check_reduce_task(
@@ -559,7 +673,7 @@ def check_reduce_task(
 def recheck_task(
     ctx: Ctx,
     unit: Unit,
-    blocks: list[tuple[str, Box, np.ndarray]],
+    blocks: Blocks,
     seed: int,
     reps: int | None,
 ) -> bool:
@@ -580,14 +694,42 @@ def recheck_task(
     return False
 
 
-def _sum_block(ctx: Ctx, box: Box, contribs: Contribs) -> tuple[np.ndarray, Traffic]:
-    block = np.zeros(box_shape(box), ctx.out_dtype)
+def recheck_block_task(ctx: Ctx, name: str, box: Any, contribs: Contribs) -> bool:
+    """Re-verify the entry of block ``name`` (written by a worker since excluded) against
+    its summands, the checked partials (:func:`reduction_verdict`); a damaged, missing or
+    failing entry is summed again here and rewritten. True when the entry was sound."""
+    w = ctx.worker()
+    arr, _ = ctx.store.load(name) if ctx.store is not None else (None, None)
+    if arr is not None and reduction_verdict(ctx, box, contribs, arr, 0, None).ok:
+        event(ctx, "recheck", name, w, ok=True)
+        return True
+    block, _ = _sum_block(ctx, box, contribs)
+    if ctx.store is not None:
+        ctx.store.save(name, block)
+    event(ctx, "recheck", name, w, ok=False)
+    return False
+
+
+def _sum_block(
+    ctx: Ctx, box: Any, contribs: Contribs, absolute: bool = False
+) -> tuple[np.ndarray, Traffic]:
+    """Block ``box`` (a box, or a Span) summed from ``contribs`` in their order, and the
+    partial-sum traffic it received (``absolute``: the sum of the summands' magnitudes)."""
+    dtype = _abs_dtype(ctx.out_dtype) if absolute else ctx.out_dtype
+    block = np.zeros(shape(box), dtype)
     traffic: Traffic = []
     for arr, out_box, piece, src, dst in contribs:
-        part = arr[box_index(piece, out_box)]
-        block[box_index(piece, box)] += part
+        if isinstance(piece, Cut):
+            part = read(arr, piece.src)
+            add_at(block, piece.dst, np.abs(part) if absolute else part)
+            iw = piece.index_words
+        else:
+            assert out_box is not None
+            part = arr[box_index(piece, out_box)]
+            block[box_index(piece, box)] += np.abs(part) if absolute else part
+            iw = 0
         if dst >= 0 and part.size:
-            traffic.append((src, dst, part.size))
+            traffic.append((src, dst, part.size, iw))
     return block, traffic
 
 
@@ -648,6 +790,7 @@ __all__ = [
     "finish",
     "hash_block",
     "input_block",
+    "recheck_block_task",
     "recheck_task",
     "reduce_task",
     "reduction_verdict",
