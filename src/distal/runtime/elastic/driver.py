@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from distal.errors import InputError, RuntimeFailure
+from distal.errors import InputError, NotSupportedYet, RuntimeFailure
 from distal.plan.ir import Plan, RecvFinal
 from distal.plan.region import Entries, Region, shape, words
 from distal.plan.stats import Stats
@@ -123,6 +123,12 @@ def task_exception(f: Any) -> BaseException | None:
         return f.exception(timeout=10)
     except Exception as e:  # cancelled or lost
         return e
+
+
+def _work_shape(work: Any) -> tuple[int, ...]:
+    """The output buffer a leaf over stored entries adds into."""
+    ext = dict(work.extents)
+    return (work.out_rows, *(ext[c] for c in work.out_letters))
 
 
 class Driver:
@@ -293,6 +299,14 @@ class Driver:
         opts, plan, client = self.opts, self.plan, self.client
         t0 = time.perf_counter()
         units = decompose(plan, opts.granularity)
+        if any(
+            _work_shape(w) != shape(u.out_box) for u in units for _, _, ws in u.steps for w in ws
+        ):
+            raise NotSupportedYet(
+                "a sparse kernel whose output buffer is held over several steps (communicate "
+                f"{plan.output!r} outside the loop that streams its operands) is not in this "
+                "version of the dask runtime (the local and mpi runtimes run it)"
+            )
         blocks = self._output_blocks()
         units = fuse(units, blocks)
         self.units = {u.name: u for u in units}
