@@ -248,7 +248,9 @@ def estimate(st: Statement, cand: Candidate, layouts: dict[str, tuple[Any, Any]]
         # the summed grid dimensions; this processor's own part is not a message. (Each
         # contributor sending all of ``own`` overcounts where ragged joint cuts make an
         # own block straddle two contributors' boxes.)
-        summed = math.prod(g for v, g in zip(cand.dvars, cand.grid, strict=True) if v not in lhs)
+        # (a serial candidate distributes nothing: one contributor, nothing summed)
+        dims = zip(cand.dvars, cand.grid[: len(cand.dvars)], strict=True)
+        summed = math.prod(g for v, g in dims if v not in lhs)
         if out_stepped:
             oboxes = [tuple(var_range(v, c, t) for v in out_vars) for t in range(nsteps)]
             slabs = [
