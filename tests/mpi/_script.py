@@ -197,7 +197,7 @@ def fail_write(rank: int, out_dir: str) -> None:
     """Every rank catches its error and reports it: nobody waits at a barrier for good."""
     from _mpi_cases import gemm
 
-    import distal.data as data
+    import distal.runtime.data as data  # where the writers live (dl.data re-exports them)
 
     kernel, inputs, _ = gemm((2, 2), 32, "summa")
     res = kernel.run(inputs, runtime="mpi", gather="none")
