@@ -162,7 +162,7 @@ def test_block_runs(block: Block, tmp_path_factory: pytest.TempPathFactory, monk
 
 
 def _event(kind: str, proc: int, start: float, end: float) -> Any:
-    from distal.runtime.trace import Event
+    from distal.trace import Event
 
     return Event(proc, kind, 0, start, end)
 

@@ -365,7 +365,7 @@ def test_the_task_progress_bar_draws_with_rich_or_as_a_text_line(
     """The elastic runtime's bar is the runtimes' one, in its one-row (tasks) use."""
     import io
 
-    from distal.runtime import progress
+    from distal import progress
 
     out = io.StringIO()
     with progress.Progress(4, enabled=True, stream=out, label="tasks") as bar:

@@ -12,7 +12,7 @@ from distal.distribution.machine import Machine
 from distal.errors import InputError, ScheduleError
 from distal.kernel import Kernel, compile
 from distal.lang.nodes import Tensor, index_vars
-from distal.runtime.progress import Progress
+from distal.progress import Progress
 from distal.schedule.api import schedule as default_schedule
 from distal.session import Session
 from distal.sparse import SparseArray

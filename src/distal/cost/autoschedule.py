@@ -61,7 +61,7 @@ from distal.errors import ScheduleError
 from distal.lang.concrete import Statement, concretize
 from distal.lang.nodes import Tensor
 from distal.plan.stats import Stats
-from distal.runtime.progress import Progress
+from distal.progress import Progress
 from distal.schedule.api import Schedule
 from distal.schedule.api import schedule as default_nest
 

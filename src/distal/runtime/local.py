@@ -47,11 +47,11 @@ from distal.plan.ir import (
 )
 from distal.plan.region import Entries, index_words, shape, words
 from distal.plan.stats import Stats, ops_by_step
-from distal.runtime.progress import Progress
-from distal.runtime.progress import _wanted as progress_wanted
+from distal.progress import Progress
+from distal.progress import _wanted as progress_wanted
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, add_at, box_index, read, where
-from distal.runtime.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
+from distal.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box
 
 _POOL: list[Any] = []

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from distal.plan.stats import Stats
-from distal.runtime.trace import Event
+from distal.trace import Event
 
 
 @dataclass

@@ -25,11 +25,11 @@ import numpy as np
 
 from distal.errors import DistalUserError
 from distal.plan.ir import Compute
-from distal.runtime.trace import COMPUTE, FETCH, FINAL, FLUSH, REDUCE, Event
 from distal.sim.compute import KernelTimer, box_shape_of, flops_per_iteration
 from distal.sim.engine import Engine, StepCosts, processor, step_costs, wire_of
 from distal.sim.network import PRESETS, Network, NetworkError, calibrate_local, get_network
 from distal.sim.result import SimResult
+from distal.trace import COMPUTE, FETCH, FINAL, FLUSH, REDUCE, Event
 
 __all__ = [
     "PRESETS",

@@ -49,9 +49,9 @@ from distal.plan.ir import (
 )
 from distal.plan.region import words
 from distal.plan.stats import ops_by_step
-from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
-from distal.runtime.trace import FETCH as EV_FETCH
-from distal.runtime.trace import FINAL as EV_FINAL
+from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
+from distal.trace import FETCH as EV_FETCH
+from distal.trace import FINAL as EV_FINAL
 from distal.typing import box_volume
 
 BUSY, WAITING = 0, 1

@@ -6,9 +6,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from distal.runtime.trace import WAIT, Event
 from distal.sim.network import Network
 from distal.text import plural, size_text, time_text
+from distal.trace import WAIT, Event
 
 KINDS = ("fetch", "compute", "flush", "reduce", "final", "wait")
 
@@ -23,7 +23,7 @@ class SimResult:
             message arrived.
         nprocs: processors.
         flops: floating-point operations of the whole computation.
-        trace: per-processor events, the same :class:`~distal.runtime.trace.Event` records
+        trace: per-processor events, the same :class:`~distal.trace.Event` records
             a real run's ``Result.trace`` holds (so the same pictures and exports apply).
         sequential: processors were simulated one after another (the local runtime).
         messages, bytes: traffic between processors.

@@ -1,6 +1,6 @@
 """Run timelines: a per-processor Gantt chart and Chrome trace JSON, from ``Event`` records.
 
-Both read anything with a ``trace`` list of :class:`~distal.runtime.trace.Event`
+Both read anything with a ``trace`` list of :class:`~distal.trace.Event`
 (a run's ``Result``, a simulation's ``SimResult``) or such a list itself. Chrome
 trace JSON uses complete events (``"ph": "X"``, microseconds), ``pid`` the
 processor and ``tid`` the kind of work, so Perfetto (ui.perfetto.dev) and
@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from distal.runtime.trace import Event
 from distal.text import time_unit  # axes and printed times share one unit ladder
+from distal.trace import Event
 from distal.viz._mpl import VizError, figure, proc_axis, proc_axis_label, save
 
 KIND_COLOURS = {

@@ -21,6 +21,7 @@ from distal.errors import InputError, NotSupportedYet, RuntimeFailure
 from distal.plan.ir import Plan, RecvFinal
 from distal.plan.region import Entries, Region, shape, words
 from distal.plan.stats import Stats
+from distal.progress import Progress
 from distal.runtime.checkpoint import (
     CORRUPT,
     CheckpointStore,
@@ -61,7 +62,6 @@ from distal.runtime.elastic.units import (
     decompose,
     fuse,
 )
-from distal.runtime.progress import Progress
 from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
 from distal.typing import Box, box_index, box_intersect, box_is_empty

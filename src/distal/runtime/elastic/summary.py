@@ -5,7 +5,7 @@ scheduler's event log; the driver subscribes to it. Everything the summary repor
 recomputations after failures, lost work, per-worker counts — is derived from those events,
 not from Dask internals, so it reads the same whatever Dask version places the tasks. So
 is the traffic: each task's ``done`` event carries the words it received
-(:func:`measured_traffic`). The progress bar is :mod:`distal.runtime.progress`.
+(:func:`measured_traffic`). The progress bar is :mod:`distal.progress`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.data import DistributedResult, chunks_for
 from distal.runtime.mpi.channel import Channel, PeerFailure, channel, job
 from distal.runtime.mpi.rank import STAT_FIELDS, Rank
-from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
+from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.typing import box_volume
 
 GATHER_MODES = ("all", "root", "none")

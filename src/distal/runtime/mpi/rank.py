@@ -39,7 +39,7 @@ from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, box_index, read, where
-from distal.runtime.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
+from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
 from distal.typing import Box, box_shape, box_volume
 
 STAT_FIELDS = (
