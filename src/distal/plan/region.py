@@ -31,6 +31,11 @@ from distal.typing import Box, box_index, box_shape, box_volume
 Index = tuple[Any, ...]
 
 
+def _run(pos: np.ndarray) -> bool:
+    """Whether ascending distinct positions are consecutive (by their ends)."""
+    return int(pos[-1]) - int(pos[0]) == len(pos) - 1
+
+
 def _as_slice(idx: np.ndarray) -> np.ndarray | slice:
     """Ascending distinct indices that are consecutive as a slice (a view, not a gather)."""
     n = len(idx)
@@ -210,7 +215,13 @@ def locate(sub: Region, holder: Region) -> Location:
         if sub is holder:
             return Location(None, (slice(None),))
         if isinstance(holder, Entries):
-            at = np.searchsorted(holder.positions, sub.positions)
+            mine, held = sub.positions, holder.positions
+            # positions are ascending and distinct: a run is told by its ends alone
+            if len(mine) and len(held) and _run(held) and _run(mine):
+                lo = int(mine[0]) - int(held[0])
+                if 0 <= lo and lo + len(mine) <= len(held):
+                    return Location(None, (slice(lo, lo + len(mine)),))
+            at = np.searchsorted(held, mine)
             return Location(None, (_as_slice(at),))
         raise InternalError(f"stored entries cannot be located in {type(holder).__name__}")
     raise InternalError(f"not a region: {sub!r}")

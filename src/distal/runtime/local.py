@@ -83,23 +83,32 @@ PARALLEL_COPY_MIN = 1 << 18  # elements: a step fetching this many or more copie
 # other threads and waiting for them costs more than copying a few MiB, more under load)
 
 
-def _copy_all(jobs: list[tuple[np.ndarray, np.ndarray]]) -> None:
-    """``np.copyto(dst, src)`` for every job, in one share of about equal size per core."""
+Job = tuple[np.ndarray, Any, np.ndarray, Any, int]  # dst, where in dst, src, where in src, words
+
+
+def _copy(job: Job) -> None:
+    dst, dix, src, six, _ = job
+    dst[dix] = read(src, six)  # numpy lets go of the GIL while it copies or gathers
+
+
+def _copy_all(jobs: list[Job]) -> None:
+    """Every job's copy (a box, or rows / stored entries gathered from their holder), in
+    one share of about equal size per core."""
     parts = min(cores(), len(jobs))
     if parts <= 1:
-        for dst, src in jobs:
-            np.copyto(dst, src)
+        for job in jobs:
+            _copy(job)
         return
-    shares: list[list[tuple[np.ndarray, np.ndarray]]] = [[] for _ in range(parts)]
+    shares: list[list[Job]] = [[] for _ in range(parts)]
     sizes = [0] * parts
-    for job in sorted(jobs, key=lambda j: -j[0].size):
+    for job in sorted(jobs, key=lambda j: -j[4]):
         t = sizes.index(min(sizes))
         shares[t].append(job)
-        sizes[t] += job[0].size
+        sizes[t] += job[4]
 
-    def run(share: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        for dst, src in share:
-            np.copyto(dst, src)  # numpy lets go of the GIL while it copies
+    def run(share: list[Job]) -> None:
+        for job in share:
+            _copy(job)
 
     futs = [_copiers().submit(run, share) for share in shares[1:]]
     run(shares[0])
@@ -505,7 +514,7 @@ class LocalRuntime:
             for q in procs:
                 self._fetch_all(q, s, procs, stats)
             return
-        jobs: list[tuple[np.ndarray, np.ndarray]] = []
+        jobs: list[Job] = []
         events: list[tuple[int, int]] = []
         t = self.trace.now() if self.tracing else 0.0
         for q in procs:
@@ -521,7 +530,7 @@ class LocalRuntime:
         s: int,
         procs: list[Store],
         stats: Stats,
-        jobs: list[tuple[np.ndarray, np.ndarray]] | None = None,
+        jobs: list[Job] | None = None,
         events: list[tuple[int, int]] | None = None,
     ) -> None:
         """Carry out processor ``q``'s fetches of step ``s`` (into its next buffers); with
@@ -554,7 +563,7 @@ class LocalRuntime:
                             if jobs is None:
                                 buf[dsl] = read(procs[src].owned[tensor][0], ssl)
                             else:
-                                jobs.append((buf[dsl], read(procs[src].owned[tensor][0], ssl)))
+                                jobs.append((buf, dsl, procs[src].owned[tensor][0], ssl, w))
                             if src != p:
                                 stats.record(src, p, w, level, index_words(piece))
                                 words += w
