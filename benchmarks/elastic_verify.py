@@ -14,8 +14,9 @@ interleaved groups: no verification, ``verify="check"`` (each unit's result test
 other worker by the randomized projection check of ``distal.runtime.elastic.check``; an
 SpMV unit is checked by computing it again there, see its ``recompute_cheaper``) and
 ``verify=2`` (every unit computed twice, on both workers). The order within each group
-rotates, so slow drifts of the shared machine's load fall on every variant alike. The report gives each variant's overhead against no
-verification as the ratio of medians, of best times and the median of per-group ratios.
+rotates, so slow drifts of the shared machine's load fall on every variant alike. The
+report gives each variant's overhead against no verification as the ratio of medians, of
+best times and the median of per-group ratios.
 """
 
 from __future__ import annotations
