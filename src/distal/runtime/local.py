@@ -50,7 +50,7 @@ from distal.plan.stats import Stats, ops_by_step
 from distal.progress import Progress
 from distal.progress import _wanted as progress_wanted
 from distal.runtime.source import read_block
-from distal.runtime.store import Store, add_at, box_index, read, where
+from distal.runtime.store import Store, add_at, box_index, copy_into, read, where
 from distal.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box
 
@@ -87,8 +87,11 @@ Job = tuple[np.ndarray, Any, np.ndarray, Any, int]  # dst, where in dst, src, wh
 
 
 def _copy(job: Job) -> None:
-    dst, dix, src, six, _ = job
-    dst[dix] = read(src, six)  # numpy lets go of the GIL while it copies or gathers
+    dst, dix, src, six, _ = job  # numpy lets go of the GIL while it copies or gathers
+    if all(isinstance(x, slice) or x is Ellipsis for x in dix):  # a view of the buffer
+        copy_into(dst[dix], src, six)
+    else:  # scattered rows of the buffer: assigned through their index
+        dst[dix] = read(src, six)
 
 
 def _copy_all(jobs: list[Job]) -> None:
@@ -550,7 +553,7 @@ class LocalRuntime:
                     if whole and jobs is None:
                         src, _, ssl, w, level, _, _ = pieces[0]
                         buf = self.bufs.take(shape, self.dtypes[tensor])
-                        np.copyto(buf, read(procs[src].owned[tensor][0], ssl))
+                        copy_into(buf, procs[src].owned[tensor][0], ssl)
                         if src != p:
                             stats.record(src, p, w, level, index_words(pieces[0][6]))
                             words = w
@@ -561,7 +564,7 @@ class LocalRuntime:
                                 self.pending_fetch.append((hop, p, tensor, piece, src))
                                 continue
                             if jobs is None:
-                                buf[dsl] = read(procs[src].owned[tensor][0], ssl)
+                                _copy((buf, dsl, procs[src].owned[tensor][0], ssl, w))
                             else:
                                 jobs.append((buf, dsl, procs[src].owned[tensor][0], ssl, w))
                             if src != p:

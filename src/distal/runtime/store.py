@@ -67,6 +67,26 @@ def read(arr: np.ndarray, ix: Any) -> np.ndarray:
     return ix.view(arr) if type(ix) is Location else arr[ix]
 
 
+def copy_into(dst: np.ndarray, arr: np.ndarray, ix: Any) -> None:
+    """``dst[...] = arr`` at ``ix``: a gather of whole rows lands in ``dst`` directly
+    (``np.take(..., out=dst)``), not through a temporary array first."""
+    if type(ix) is Location and ix.perm is None and not ix.rowless and dst.flags.c_contiguous:
+        rows, *rest = ix.index
+        if (
+            isinstance(rows, np.ndarray)
+            and dst.dtype == arr.dtype
+            and all(
+                isinstance(r, slice) and r.step is None and (r.start or 0) == 0
+                and r.stop == arr.shape[d + 1]
+                for d, r in enumerate(rest)
+            )
+            and len(rest) == arr.ndim - 1
+        ):
+            np.take(arr, rows, axis=0, out=dst)
+            return
+    np.copyto(dst, read(arr, ix))
+
+
 def add_at(arr: np.ndarray, ix: Any, value: np.ndarray) -> None:
     """``arr`` at ``ix`` (from :func:`where`) ``+= value``."""
     if type(ix) is Location:
