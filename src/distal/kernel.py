@@ -388,11 +388,6 @@ class BoundKernel(Planned):
 
             plan, self._bound_summary = emit(binding)
             self.__dict__["plan"] = plan
-            binding.stats = self._bound_summary.stats
-            binding.moved = {
-                n: sum(w for (t, _), (w, _) in self._bound_summary.moved.items() if t == n)
-                for n in kernel.sparse.tensors
-            }
 
     @property
     def summary(self) -> PlanSummary:
@@ -411,7 +406,7 @@ class BoundKernel(Planned):
             return self.kernel.explain()
         from distal.plan.sparse_text import explain_bound
 
-        return explain_bound(self.binding)
+        return explain_bound(self.binding, self._bound_summary)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Inputs as the runtimes take them: sparse ones as SparseArrays with the bound

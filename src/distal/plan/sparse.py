@@ -48,7 +48,6 @@ from distal.errors import InputError, NotationError, NotSupportedYet
 from distal.lang.concrete import Term
 from distal.lang.nodes import Access, IndexVar, Tensor
 from distal.plan.engine import loop_roles
-from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Rotate, Split
 from distal.sparse.array import SparseArray
@@ -641,17 +640,16 @@ class ProcPlan:
 
 @dataclass(eq=False)
 class SparsePlan:
-    """A sparse kernel bound to its inputs' patterns: every processor's plan and the stats."""
+    """A sparse kernel bound to its inputs' patterns: what every processor visits, needs and
+    contributes (written as a Plan, with its stats, by :mod:`distal.plan.bound`)."""
 
     analysis: Analysis
     arrays: dict[str, SparseArray]
     fingerprints: dict[str, str]
     pattern: Coords  # the iteration entries' coordinates (np.asarray: (len(svars), n))
     procs: list[ProcPlan]
-    stats: Stats  # filled from the plan written from this binding (plan/bound.py)
     out_pattern: SparseArray | None  # a sparse output's pattern (values zero)
     owned: dict[str, list[np.ndarray | tuple[Interval, ...] | None]]
-    moved: dict[str, int] = field(default_factory=dict)
     cache: dict = field(default_factory=dict, repr=False)
     #: a replicated dense output: block index -> the replica that reduces it (its partial
     #: sums go there, and it sends the finished block to the other replicas)
@@ -871,7 +869,6 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
     for m in filt_dims:
         gid = gid * a.cuts[m].parts + pcoords[:, m]
     # -- per processor ------------------------------------------------------------------
-    stats = Stats.zeros(P)
     procs: list[ProcPlan] = []
     owned: dict[str, list] = {n: [None] * P for n in a.tensors}
     sown = {n: a.ownership[n].owners(arr, cache) for n, arr in arrays.items()}
@@ -954,7 +951,7 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
         steps = [procs]
     return SparsePlan(
         a, arrays, {n: arr.pattern_fingerprint() for n, arr in arrays.items()}, pattern, procs,
-        stats, out_pattern, owned, {}, cache, primary, steps,
+        out_pattern, owned, cache, primary, steps,
     )  # fmt: skip
 
 

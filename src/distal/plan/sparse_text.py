@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from distal.plan.printer import relation_text, traffic_table
+from distal.plan.sinks import PlanSummary
 from distal.plan.sparse import COORD, DENSE, FUSED, Analysis, SparsePlan
 
 
@@ -65,8 +66,9 @@ def explain_unbound(a: Analysis, plan: SparsePlan | None = None) -> str:
     return "\n".join(lines)
 
 
-def explain_bound(plan: SparsePlan) -> str:
-    """The unbound text, then the bound pattern's cut and traffic."""
+def explain_bound(plan: SparsePlan, summary: PlanSummary) -> str:
+    """The unbound text, then the bound pattern's cut and the traffic of the plan written
+    from it (``summary``: its stats and per-tensor totals)."""
     a = plan.analysis
     lines = [explain_unbound(a, plan).rsplit("\n", 1)[0]]
     sizes = [len(pp.entries) for pp in plan.procs]
@@ -76,8 +78,9 @@ def explain_bound(plan: SparsePlan) -> str:
         f"max {max(sizes)}, max/mean {max(sizes) / mean if mean else 1.0:.3f}",
         "data moved (values; index words counted apart):",
     ]
-    for name, w in plan.moved.items():
+    for name in a.tensors:
+        w = sum(words for (t, _), (words, _) in summary.moved.items() if t == name)
         role = "partial sums" if name == a.output.name else "fetched"
         lines.append(f"  {name}: {w} words {role}")
-    lines += ["", "per processor:", *("  " + x for x in traffic_table(plan.stats))]
+    lines += ["", "per processor:", *("  " + x for x in traffic_table(summary.stats))]
     return "\n".join(lines)
