@@ -201,39 +201,29 @@ def run(
         extra["block"] = None if own is None else own[0]
         region = plan.owned_region(plan.output, rank)
         extra["owned"] = getattr(region, "positions", region)
+    common = {
+        "value": value,
+        "stats": stats,
+        "trace": trace,
+        "seconds": time.perf_counter() - t_start,
+        "extra": extra,
+        "rank": rank,
+        "nprocs": size,
+        "dtype": kernel.dtypes[plan.output],
+        "barrier": chan.barrier,
+        "notify": chan.notify,
+    }
     if plan.output not in plan.placements:  # a sparse output: its stored values
-        return DistributedResult(
-            value=value,  # type: ignore[arg-type]
-            stats=stats,
-            trace=trace,
-            seconds=time.perf_counter() - t_start,
-            extra=extra,
-            rank=rank,
-            nprocs=size,
-            shape=tuple(plan.patterns[plan.output].shape),
-            dtype=kernel.dtypes[plan.output],
-            barrier=chan.barrier,
-            notify=chan.notify,
-        )
+        return DistributedResult(shape=tuple(plan.patterns[plan.output].shape), **common)
     pl = plan.placements[plan.output]
-    own = me.owned.get(plan.output)
     boxes = [(idx, pl.block_box(idx), q) for idx, q in sorted(plan.primary.items())]
     return DistributedResult(
-        value=value,  # type: ignore[arg-type]
-        stats=stats,
-        trace=trace,
-        seconds=time.perf_counter() - t_start,
-        extra=extra,
-        rank=rank,
-        nprocs=size,
         shape=pl.shape,
-        dtype=kernel.dtypes[plan.output],
         blocks={} if own is None else {own[1]: own[0]},
         primary=tuple(b for _, b, q in boxes if q == rank and box_volume(b) > 0),
         all_boxes=tuple(b for _, b, _ in boxes if box_volume(b) > 0),
         chunks=chunks_for(pl.bounds, pl.shape),
-        barrier=chan.barrier,
-        notify=chan.notify,
+        **common,
     )
 
 
