@@ -36,7 +36,7 @@ def _run(pos: np.ndarray) -> bool:
     return int(pos[-1]) - int(pos[0]) == len(pos) - 1
 
 
-def _as_slice(idx: np.ndarray) -> np.ndarray | slice:
+def as_slice(idx: np.ndarray) -> np.ndarray | slice:
     """Ascending distinct indices that are consecutive as a slice (a view, not a gather)."""
     n = len(idx)
     if n and int(idx[-1]) - int(idx[0]) == n - 1:
@@ -191,7 +191,7 @@ def locate(sub: Region, holder: Region) -> Location:
             dense = tuple(
                 slice(lo - o, hi - o) for (lo, hi), (o, _) in zip(sub.box, holder.box, strict=True)
             )
-            return Location(None, (_as_slice(sub.sel), *dense))
+            return Location(None, (as_slice(sub.sel), *dense))
         if sub is holder:
             return Location(None, (slice(None),) * len(sub.shape))
         if isinstance(holder, tuple):
@@ -205,13 +205,13 @@ def locate(sub: Region, holder: Region) -> Location:
                 return Location(perm, dense or (Ellipsis,), rowless=True)
             if len(sub.sdims) == 1:
                 r = sub.rows[:, 0] - holder[sub.sdims[0]][0]
-                return Location(perm, (_as_slice(r), *dense))
+                return Location(perm, (as_slice(r), *dense))
             rows = tuple(sub.rows[:, j] - holder[d][0] for j, d in enumerate(sub.sdims))
             return Location(perm, (*rows, *dense))
         raise InternalError(f"rows cannot be located in {type(holder).__name__}")
     if isinstance(sub, Entries):
         if sub.parent is holder and sub.sel is not None:
-            return Location(None, (_as_slice(sub.sel),))
+            return Location(None, (as_slice(sub.sel),))
         if sub is holder:
             return Location(None, (slice(None),))
         if isinstance(holder, Entries):
@@ -222,22 +222,9 @@ def locate(sub: Region, holder: Region) -> Location:
                 if 0 <= lo and lo + len(mine) <= len(held):
                     return Location(None, (slice(lo, lo + len(mine)),))
             at = np.searchsorted(held, mine)
-            return Location(None, (_as_slice(at),))
+            return Location(None, (as_slice(at),))
         raise InternalError(f"stored entries cannot be located in {type(holder).__name__}")
     raise InternalError(f"not a region: {sub!r}")
-
-
-def same(a: Region | None, b: Region | None) -> bool:
-    """Whether two regions hold the same elements in the same layout (a view suffices)."""
-    if a is None or b is None:
-        return a is b
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return isinstance(a, tuple) and isinstance(b, tuple) and a == b
-    if isinstance(a, Entries) and isinstance(b, Entries):
-        return len(a.positions) == len(b.positions) and bool(
-            np.array_equal(a.positions, b.positions)
-        )
-    return False
 
 
 def describe(region: Region | None) -> str:

@@ -45,7 +45,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
-from distal.plan.region import Entries, index_words, shape, words
+from distal.plan.region import Entries, as_slice, index_words, shape, words
 from distal.plan.stats import Stats, ops_by_step
 from distal.progress import Progress
 from distal.progress import _wanted as progress_wanted
@@ -193,18 +193,8 @@ def _whole_index(region: Any) -> Any:
     """Where an owned region lies in the whole tensor's array: a box's slices, or the stored
     positions (a slice when they are a run)."""
     if isinstance(region, Entries):
-        return _positions_index(region)
+        return (as_slice(region.positions),)
     return box_index(region, _ORIGIN[len(region)])
-
-
-def _positions_index(region: Entries) -> Any:
-    pos = region.positions
-    n = len(pos)
-    if n == 0:
-        return (slice(0, 0),)
-    if int(pos[-1]) - int(pos[0]) == n - 1:
-        return (slice(int(pos[0]), int(pos[0]) + n),)
-    return (pos,)
 
 
 class Prepared:
