@@ -467,6 +467,14 @@ class Driver:
             )
         return {"workers": pool, "allow_other_workers": False}
 
+    def spread(self, n: int) -> dict[str, Any]:
+        """Submit keywords preferring the ``n``-th trusted worker, round-robin: loose while
+        every worker is trusted, the strict :meth:`restrict` once one is excluded."""
+        if self.excluded:
+            return self.restrict()
+        pool = self.allowed()
+        return {"workers": [pool[n % len(pool)]], "allow_other_workers": True} if pool else {}
+
     def _shapes(self, pending: dict[Key, Region]) -> dict[Key, Any]:
         """What a reduction is told of its block: a box, or the shape of stored entries."""
         return {idx: r if isinstance(r, tuple) else Span(shape(r)) for idx, r in pending.items()}
@@ -492,9 +500,10 @@ class Driver:
         blocks = self._blocks(u)
         key = f"distal-unit-{self.nonce}-{n}"
         if opts.check:
-            # computed anywhere Dask likes (but not on an excluded worker); saved by its
-            # check, so an entry is only ever a checked result; a saved entry is loaded
-            # (and checked all the same)
+            # spread round-robin over the trusted workers (a preference Dask may override,
+            # until a worker is excluded), so every worker's results meet the check; saved
+            # by its check, so an entry is only ever a checked result; a saved entry is
+            # loaded (and checked all the same)
             load = u.name in present
             return client.submit(
                 unit_task,
@@ -505,7 +514,7 @@ class Driver:
                 False,
                 key=key,
                 pure=False,
-                **self.restrict(),
+                **self.spread(n),
             )
         if k == 1 or u.name in present:
             # Always look in the checkpoint first: when Dask re-runs a unit after losing
