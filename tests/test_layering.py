@@ -18,7 +18,9 @@ The layers, bottom to top (a module imports only from its own layer or below):
    ``kernel.simulate()`` / ``plot_traffic()`` / ``plot_distribution()`` are thin upward
    calls: sim and viz take the kernel as an argument and never import ``distal.kernel``,
    :mod:`distal.cost` or anything above; viz never imports sim;
-6. what is built from kernels: ``algorithms``, ``session``, ``einsum``, ``apps``;
+6. what is built from kernels: ``algorithms``, ``arrays`` (the deferred numpy-like front; the
+   session makes its handles, so it never imports ``session``), ``session``, ``einsum``,
+   ``apps``;
 7. the facade ``distal`` (the package itself), ``cli``, ``cli_study`` (``distal explain |
    plot | simulate``) and ``studies`` (the simulated scaling study and the simulator's
    validation, which use the algorithm library).
@@ -70,6 +72,7 @@ ABOVE_SIM_AND_VIZ = (
     "distal.kernel",
     "distal.cost",
     "distal.algorithms",
+    "distal.arrays",
     "distal.session",
     "distal.einsum",
     "distal.apps",

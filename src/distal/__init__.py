@@ -6,6 +6,8 @@ three into an exact per-processor plan and runs it.
 """
 
 from distal import algorithms, apps, data
+from distal.arrays import DArray, exp, maximum, minimum, sqrt, where
+from distal.arrays import absolute as abs
 from distal.cost.autoschedule import autoschedule
 from distal.data import from_box_function, from_function, from_npy_dir, from_zarr, write_npy_dir
 from distal.distribution.machine import Machine
@@ -33,6 +35,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundKernel",
+    "DArray",
     "DistalError",
     "DistalUserError",
     "DistalWarning",
@@ -53,17 +56,23 @@ __all__ = [
     "SparseArray",
     "Stats",
     "Tensor",
+    "abs",
     "algorithms",
     "apps",
     "autoschedule",
     "compile",
     "data",
     "einsum",
+    "exp",
     "from_box_function",
     "from_function",
     "from_npy_dir",
     "from_zarr",
     "index_vars",
+    "maximum",
+    "minimum",
     "schedule",
+    "sqrt",
+    "where",
     "write_npy_dir",
 ]

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from distal.arrays import DArray, einsum_arrays
 from distal.distribution.machine import Machine
 from distal.errors import InputError, ScheduleError, ShapeError
 from distal.kernel import compile
@@ -93,7 +94,9 @@ def einsum(
     Accepts whatever ``numpy.einsum`` accepts as subscripts (explicit or implicit output,
     ``...``, repeated labels, size-1 broadcasting, the interleaved sublist form; see the
     module docstring for what is settled locally) and returns what it returns: an array,
-    or a numpy scalar for a 0-d result.
+    or a numpy scalar for a 0-d result. With a ``dl.DArray`` operand it records the
+    contraction in that array's session and returns a DArray (deferred, like every array
+    operation).
 
     ``schedule="auto"`` (the default, also ``None``): every tensor gets a one-copy
     distribution and a schedule chosen by the cost model (``distal.cost``); more
@@ -105,6 +108,13 @@ def einsum(
     """
     if not isinstance(subscripts, str):
         subscripts, operands = interleaved_subscripts((subscripts, *operands))
+    if any(isinstance(x, DArray) for x in operands):
+        if machine is not None or schedule is not None:
+            raise InputError(
+                "einsum of DArrays runs on their session's machine: do not pass machine= or "
+                "schedule="
+            )
+        return einsum_arrays(subscripts, tuple(operands))
     try:
         arrays = [np.asarray(x) for x in operands]
     except Exception as e:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import numpy as np
 
+from distal.arrays.lower import spmv_kernel
 from distal.casting import check_cast
 from distal.distribution.machine import Machine
 from distal.errors import InputError, ScheduleError
@@ -14,7 +14,7 @@ from distal.kernel import Kernel, compile
 from distal.lang.nodes import Tensor, index_vars
 from distal.progress import Progress
 from distal.schedule.api import schedule as default_schedule
-from distal.session import Session
+from distal.session import Session, session_machine
 from distal.sparse import SparseArray
 
 #: schedules: ``"owner"`` (owner computes, dense); for sparse inputs ``"rows"`` (the sparse
@@ -81,20 +81,8 @@ def dense_input(x: Any, name: str, order: int | None = None) -> np.ndarray:
 
 def spmv(out: str, mat: str, vec: str, n: int, m: int, machine: Machine, split: str) -> Kernel:
     """``out[i] = mat[i, j] * vec[j]`` with ``mat`` CSR, cut by rows or by stored entries;
-    the vectors in blocks (each processor gathers exactly the entries its columns use)."""
-    i, j, io, ii, f, fp, fo, fi = index_vars("i j io ii f fp fo fi")
-    dist = "xy -> x" if split == "rows" else "xy -> (xy)"
-    A = Tensor(mat, (n, m), format="csr", dist=dist, machine=machine)
-    x = Tensor(vec, (m,), dist="j -> j", machine=machine)
-    y = Tensor(out, (n,), dist="i -> i", machine=machine)
-    y[i] = A[i, j] * x[j]
-    s = default_schedule(y)
-    if split == "rows":
-        s = s.distribute([i], [io], [ii], machine).communicate([y, A, x], io)
-    else:
-        s = s.fuse(i, j, f).pos(f, fp, A).distribute([fp], [fo], [fi], machine)
-        s = s.communicate([y, A, x], fo)
-    return compile(s)
+    the vectors in blocks (the arrays front's SpMV, :func:`distal.arrays.lower.spmv_kernel`)."""
+    return spmv_kernel(out, mat, vec, n, m, machine, split)
 
 
 def session_for(session: Session | None) -> Session:
@@ -108,25 +96,9 @@ def session_for(session: Session | None) -> Session:
 
 
 def machine_for(sess: Session, machine: Machine | int | None) -> Machine:
-    """The 1-D machine the application runs on: ``machine`` (a ``dl.Machine`` of any shape
-    is used as a line of its ``size`` processors, an int is a count); by default one
-    processor per MPI rank, or one per core (at most 8) on the other runtimes."""
-    if machine is None:
-        if sess.runtime == "mpi":
-            p = sess.nranks
-        else:
-            p = max(1, min(os.cpu_count() or 1, 8))
-    elif isinstance(machine, Machine):
-        p = machine.size
-    elif isinstance(machine, int | np.integer) and not isinstance(machine, bool) and machine > 0:
-        p = int(machine)
-    else:
-        raise InputError(f"machine must be a dl.Machine or a processor count, got {machine!r}")
-    if sess.runtime == "mpi" and p != sess.nranks:
-        raise InputError(
-            f"the machine has {p} processors but the MPI session runs on {sess.nranks} ranks"
-        )
-    return Machine(p)
+    """The 1-D machine the application runs on: ``machine``, else the session's own (see
+    :func:`distal.session.session_machine`)."""
+    return sess.machine if machine is None else session_machine(sess, machine)
 
 
 def check_schedule(schedule: str, app: str, sparse: bool = False) -> str:

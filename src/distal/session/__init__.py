@@ -25,6 +25,7 @@ Checkpointed loops (``checkpoint=`` and :meth:`Session.iterations`) are in
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from distal.casting import check_cast
+from distal.distribution.machine import Machine
 from distal.errors import InputError, InternalError
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source, read_block
@@ -124,7 +126,12 @@ class Session:
     """
 
     def __init__(
-        self, runtime: str = "local", *, checkpoint: Any = None, **runtime_options: Any
+        self,
+        runtime: str = "local",
+        *,
+        checkpoint: Any = None,
+        machine: Any = None,
+        **runtime_options: Any,
     ) -> None:
         if runtime not in RUNTIMES:
             raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
@@ -151,6 +158,12 @@ class Session:
             from distal.runtime.mpi.session import rank_size
 
             self.rank, self.nranks = rank_size(self.options.get("comm"))
+        #: the machine the session's arrays are spread over (a line of its processors)
+        self.machine = session_machine(self, machine)
+        #: distributed kernels this session has executed (its arrays' and ``run``'s)
+        self.kernels_run = 0
+        self._program: Any = None
+        self._hidden = itertools.count()
 
     # -- values ----------------------------------------------------------------------------
 
@@ -197,9 +210,102 @@ class Session:
                 f"value {name!r} is not in the session; it holds {self.names()}"
             ) from None
 
+    # -- arrays -----------------------------------------------------------------------------
+
+    @property
+    def _arrays(self) -> Any:
+        """The session's arrays program (:mod:`distal.arrays.program`), made on first use."""
+        if self._program is None:
+            from distal.arrays.program import Program
+
+            self._program = Program(self, self.machine.size)
+        return self._program
+
+    @property
+    def compiles(self) -> int:
+        """Kernels the session's arrays program has compiled (a loop's second iteration
+        compiles nothing)."""
+        return 0 if self._program is None else self._program.compiles
+
+    def flush(self) -> None:
+        """Evaluate every pending array operation (see :mod:`distal.arrays.program`)."""
+        if self._program is not None:
+            self._program.flush()
+
+    def __getitem__(self, name: str) -> Any:
+        """A ``dl.DArray`` over value ``name``; it keeps reading that value even after
+        ``name`` is bound to another one."""
+        from distal.arrays.darray import DArray
+
+        self.flush()
+        held = self._held(name)
+        return DArray(self, self._hidden_value(held))
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        """Bind ``name`` to a value: a ``DArray`` (computed now, with whatever is pending),
+        a numpy array, or a scipy / pydata sparse array or ``dl.SparseArray``."""
+        from distal.arrays.darray import DArray
+
+        if not isinstance(name, str) or not name:
+            raise InputError(f"a session value needs a tensor name, got {name!r}")
+        self.flush()
+        if isinstance(value, DArray):
+            if value.session is not self:
+                raise InputError(f"value {name!r}: a DArray of another session")
+            self._arrays.materialize(value.node, name)
+            return
+        self.put(name, value)
+
+    def asarray(self, value: Any, dist: str | None = None) -> Any:
+        """An unnamed ``dl.DArray`` over ``value`` (an array, a sparse array, or a DArray of
+        this session, returned as it is). ``dist``: a distribution string over the session's
+        machine to place it by; otherwise the first kernel that reads it places it."""
+        from distal.arrays.darray import DArray
+
+        if isinstance(value, DArray):
+            if value.session is not self:
+                raise InputError("sess.asarray: a DArray of another session")
+            return value
+        name = f"_c{next(self._hidden)}"
+        self.put(name, value)
+        held = self.values.pop(name)
+        if dist is not None:
+            self._place(name, held, dist)
+        return DArray(self, self._hidden_value(held))
+
+    def _hidden_value(self, held: Held) -> Any:
+        """A program node reading ``held`` under a name of its own, dropped with the node."""
+        import weakref
+
+        from distal.arrays.graph import Value
+
+        name = f"_v{next(self._hidden)}"
+        self.values[name] = held
+        sparse = "csr" if _is_sparse(held.data) else None
+        node = Value(tuple(held.shape), np.dtype(held.dtype), name, sparse)
+        weakref.finalize(node, self.values.pop, name, None)
+        return node
+
+    def _place(self, name: str, held: Held, dist: str) -> None:
+        """Give a value just put the layout ``dist`` over the session's machine (placing,
+        not moving: not counted)."""
+        from distal.session.layout import layout_for
+
+        target = layout_for(name, held.shape, dist, self.machine)
+        self.values[name] = held
+        try:
+            self._input(name, target)
+        finally:
+            self.values.pop(name)
+
     def get(self, name: str) -> np.ndarray:
         """Value ``name`` gathered as a numpy array (a 0-d array for a scalar); under MPI a
-        collective: every rank calls it and gets the whole value."""
+        collective: every rank calls it and gets the whole value. Pending array operations
+        are evaluated first."""
+        self.flush()
+        return self._get_value(name)
+
+    def _get_value(self, name: str) -> Any:
         held = self._held(name)
         if _is_sparse(held.data):
             return held.data
@@ -233,8 +339,23 @@ class Session:
 
         Every input not in ``inputs`` comes from the session; a held value is redistributed
         first when its layout differs from the kernel's (``moved_words`` grows by the exact
-        words). ``Result.value`` is None unless ``gather=True``.
+        words). ``Result.value`` is None unless ``gather=True``. Pending array operations
+        are evaluated first (the kernel may read what they make).
         """
+        self.flush()
+        return self._run_as(kernel, {}, inputs, gather=gather)
+
+    def _run_as(
+        self,
+        kernel: Any,
+        names: Mapping[str, str],
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        gather: bool = False,
+    ) -> Result:
+        """:meth:`run`, the kernel's tensor ``t`` reading (or, for the output, writing) the
+        session value ``names.get(t, t)``: the arrays program's kernels are compiled once
+        with their own tensor names and run on whichever values the program gives them."""
         st = kernel.schedule.statement
         given = dict(inputs or {})
         need = [t.name for t in st.inputs()]
@@ -243,7 +364,8 @@ class Session:
             if name in given:
                 data[name] = given.pop(name)
                 continue
-            if name not in self.values:
+            vname = names.get(name, name)
+            if vname not in self.values:
                 raise InputError(
                     f"input {name!r} of the kernel is neither given nor in the session "
                     f"(the session holds {self.names()})"
@@ -251,14 +373,15 @@ class Session:
             t = kernel.schedule.tensors()[name]
             # the input rule of kernel.run, here too: under MPI a held value is read block by
             # block as a source, and a sparse one goes to the runtime as it is held
-            check_cast(f"session value {name!r}", self.values[name].dtype, t)
+            check_cast(f"session value {vname!r}", self.values[vname].dtype, t)
             if not t.format.is_dense:
-                data[name] = self.values[name].data  # a sparse value is read as it is held
+                data[name] = self.values[vname].data  # a sparse value is read as it is held
                 continue
-            data[name] = self._input(name, layout_of(kernel, name))
+            data[name] = self._input(vname, layout_of(kernel, name))
         if given:
             data.update(given)  # kernel.run names the extra ones
-        out = st.output.name
+        self.kernels_run += 1
+        out = names.get(st.output.name, st.output.name)
         if getattr(kernel, "sparse", None) is not None and (
             self.runtime == "mpi" or not st.output.format.is_dense
         ):
@@ -272,7 +395,7 @@ class Session:
             return res
         if self.runtime == "mpi":
             res = kernel.run(data, runtime="mpi", gather="none", **self._run_options())
-            lay = layout_of(kernel, out)
+            lay = layout_of(kernel, st.output.name)
             box = lay.boxes[self.rank]
             arr = next(iter(res.blocks.values()), None) if box is not None else None
             t = st.output
@@ -288,7 +411,7 @@ class Session:
         if res is None:
             res = kernel.run(data, runtime=self.runtime, **self._run_options())
         value = np.asarray(res.value)
-        self.values[out] = Held(value.shape, value.dtype, layout_of(kernel, out), value)
+        self.values[out] = Held(value.shape, value.dtype, layout_of(kernel, st.output.name), value)
         if not gather:
             res.value = None
         else:
@@ -404,6 +527,30 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.runtime!r}, values={self.names()}, moved_words={self.moved_words})"
+
+
+def session_machine(sess: Session, machine: Any) -> Machine:
+    """The line of processors a session's arrays (and ``dl.apps``) spread over:
+    ``machine`` (a ``dl.Machine`` of any shape is used as a line of its ``size``
+    processors, an int is a count); by default one processor per MPI rank, or one per core
+    (at most 8) on the other runtimes.
+
+    Raises:
+        InputError: not a machine or a positive count, or (MPI) not one processor per rank.
+    """
+    if machine is None:
+        p = sess.nranks if sess.runtime == "mpi" else max(1, min(os.cpu_count() or 1, 8))
+    elif isinstance(machine, Machine):
+        p = machine.size
+    elif isinstance(machine, int | np.integer) and not isinstance(machine, bool) and machine > 0:
+        p = int(machine)
+    else:
+        raise InputError(f"machine must be a dl.Machine or a processor count, got {machine!r}")
+    if sess.runtime == "mpi" and p != sess.nranks:
+        raise InputError(
+            f"the machine has {p} processors but the MPI session runs on {sess.nranks} ranks"
+        )
+    return Machine(p)
 
 
 def _is_sparse(x: Any) -> bool:

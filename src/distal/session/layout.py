@@ -135,3 +135,14 @@ def _layout_of(kernel: Any, name: str) -> Layout:
 
 
 __all__ = ["Layout", "layout_of"]
+
+
+def layout_for(name: str, shape: tuple[int, ...], dist: Any, machine: Machine) -> Layout:
+    """The layout a distribution string gives value ``name`` on ``machine``.
+
+    Raises:
+        NotationError: a bad distribution string (naming it).
+    """
+    lay = Layout(tuple(shape), _dist_key(dist), machine)
+    _ = lay.distribution  # parsed now, so a bad string fails here
+    return lay

@@ -1,0 +1,254 @@
+"""``dl.DArray``: a numpy-shaped handle on a value of a session's arrays program.
+
+Every operator records a node (:mod:`distal.arrays.graph`, which checks shapes and dtypes
+at once) and returns a new handle; nothing runs until a value is read (see
+:mod:`distal.arrays.program`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distal.arrays import graph as g
+from distal.errors import InputError, NotSupportedYet
+
+
+class DArray:
+    """A distributed array of a :class:`dl.Session` (made by ``sess[name]``,
+    ``sess.asarray(value)`` or an operation on DArrays). Read it with ``.get()``,
+    ``np.asarray``, ``float`` / ``int`` / ``bool`` (0-d)."""
+
+    __slots__ = ("__weakref__", "node", "program", "session")
+    __array_priority__ = 1000  # numpy defers its operators to ours
+
+    def __init__(self, session: Any, node: g.Node) -> None:
+        self.session = session
+        self.program = session._arrays
+        self.node = node
+        self.program.track(self)
+
+    # -- what it is ------------------------------------------------------------------------
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.shape
+
+    @property
+    def ndim(self) -> int:
+        return self.node.ndim
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.node.dtype
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.node.shape, dtype=np.int64))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d DArray")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        state = "computed" if self.program.is_value(self.node) else "deferred"
+        return f"DArray(shape={self.shape}, dtype={self.dtype}, {state})"
+
+    # -- reading it ------------------------------------------------------------------------
+
+    def get(self) -> Any:
+        """The value, gathered: a numpy array, or a ``dl.SparseArray`` for a sparse one."""
+        self.program.flush()  # this handle is live: it is among what the flush computes
+        return self.session._get_value(self.program.name_of(self.node))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        v = np.asarray(self.get())
+        return v if dtype is None else v.astype(dtype)
+
+    def _scalar(self, kind: Any) -> Any:
+        if self.ndim != 0 and self.size != 1:
+            raise TypeError(f"only a 0-d or 1-element DArray converts to {kind.__name__}")
+        return kind(np.asarray(self.get()).reshape(()))
+
+    def __float__(self) -> float:
+        return self._scalar(float)
+
+    def __int__(self) -> int:
+        return self._scalar(int)
+
+    def __bool__(self) -> bool:
+        return self._scalar(bool)
+
+    def __complex__(self) -> complex:
+        return self._scalar(complex)
+
+    # -- operations ------------------------------------------------------------------------
+
+    def _wrap(self, node: g.Node) -> DArray:
+        return DArray(self.session, node)
+
+    def _node(self, other: Any) -> g.Node:
+        return operand(self.session, other)
+
+    def _map(self, op: str, *others: Any, right: bool = False) -> DArray:
+        xs = [self.node, *(self._node(o) for o in others)]
+        if right:
+            xs.reverse()
+        if op in g.SCALAR_OPS and any(x.ndim for x in xs):
+            raise NotSupportedYet(
+                f"{op} on arrays of {max(x.ndim for x in xs)} dimensions: a kernel computes "
+                "sums of products; the arrays front computes this only between 0-d values"
+            )
+        return self._wrap(g.map_node(op, *xs))
+
+    def __add__(self, o: Any) -> DArray:
+        return self._map("add", o)
+
+    def __radd__(self, o: Any) -> DArray:
+        return self._map("add", o, right=True)
+
+    def __sub__(self, o: Any) -> DArray:
+        return self._map("sub", o)
+
+    def __rsub__(self, o: Any) -> DArray:
+        return self._map("sub", o, right=True)
+
+    def __mul__(self, o: Any) -> DArray:
+        return self._map("mul", o)
+
+    def __rmul__(self, o: Any) -> DArray:
+        return self._map("mul", o, right=True)
+
+    def __truediv__(self, o: Any) -> DArray:
+        """``a / b``: between 0-d values with numpy; an array divided by a scalar (a number
+        or a 0-d DArray) is a product with its reciprocal (computed once, 0-d)."""
+        d = self._node(o)
+        if self.ndim and d.ndim == 0:
+            if isinstance(d, g.Const):
+                if d.value == 0:
+                    raise InputError(f"{self!r} / 0 divides by zero")
+                # numpy's true division: the result dtype of a / b, even for integers
+                dt = g.map_node("div", self.node, d).dtype
+                return self._wrap(g.map_node("mul", self.node, g.const(dt.type(1) / d.value)))
+            recip = self._wrap(g.map_node("div", g.const(1.0), d))
+            return self._map("mul", recip)
+        return self._map("div", o)
+
+    def __rtruediv__(self, o: Any) -> DArray:
+        return self._map("div", o, right=True)
+
+    def __neg__(self) -> DArray:
+        return self._map("neg")
+
+    def __pos__(self) -> DArray:
+        return self._map("pos")
+
+    def __abs__(self) -> DArray:
+        return self._map("abs")
+
+    def __lt__(self, o: Any) -> DArray:
+        return self._map("lt", o)
+
+    def __le__(self, o: Any) -> DArray:
+        return self._map("le", o)
+
+    def __gt__(self, o: Any) -> DArray:
+        return self._map("gt", o)
+
+    def __ge__(self, o: Any) -> DArray:
+        return self._map("ge", o)
+
+    def __matmul__(self, o: Any) -> DArray:
+        return self._wrap(g.matmul(self.node, self._node(o)))
+
+    def __rmatmul__(self, o: Any) -> DArray:
+        return self._wrap(g.matmul(self._node(o), self.node))
+
+    @property
+    def T(self) -> DArray:
+        return self._wrap(g.transpose(self.node))
+
+    def sum(self, axis: Any = None) -> DArray:
+        return self._wrap(g.reduce_sum(self.node, axis))
+
+    def dot(self, o: Any) -> DArray:
+        return self @ o
+
+
+def operand(session: Any, x: Any) -> g.Node:
+    """``x`` as a node of ``session``'s program: a DArray's own node, a number as a
+    constant, anything else array-like as a new session value."""
+    if isinstance(x, DArray):
+        if x.session is not session:
+            raise InputError("a DArray of another session: move it with sess.asarray(x.get())")
+        return x.node
+    if isinstance(x, bool | int | float | complex | np.generic) or (
+        isinstance(x, np.ndarray) and x.ndim == 0
+    ):
+        return g.const(x)
+    return session.asarray(x).node
+
+
+def _session_of(xs: tuple[Any, ...]) -> Any:
+    for x in xs:
+        if isinstance(x, DArray):
+            return x.session
+    return None
+
+
+def _func(op: str, *xs: Any) -> Any:
+    sess = _session_of(xs)
+    if sess is None:
+        return getattr(np, {"lt": "less"}.get(op, op))(*xs)
+    first = next(x for x in xs if isinstance(x, DArray))
+    nodes = [operand(sess, x) for x in xs]
+    if op in g.SCALAR_OPS and any(n.ndim for n in nodes):
+        raise NotSupportedYet(
+            f"dl.{op} on arrays of {max(n.ndim for n in nodes)} dimensions: a kernel computes "
+            "sums of products; the arrays front computes this only between 0-d values"
+        )
+    return first._wrap(g.map_node(op, *nodes))
+
+
+def sqrt(x: Any) -> Any:
+    """Element-wise square root (numpy's, for numpy operands)."""
+    return _func("sqrt", x)
+
+
+def absolute(x: Any) -> Any:
+    """Element-wise absolute value."""
+    return _func("abs", x)
+
+
+def exp(x: Any) -> Any:
+    """Element-wise exponential."""
+    return _func("exp", x)
+
+
+def maximum(a: Any, b: Any) -> Any:
+    """Element-wise maximum."""
+    return _func("maximum", a, b)
+
+
+def minimum(a: Any, b: Any) -> Any:
+    """Element-wise minimum."""
+    return _func("minimum", a, b)
+
+
+def where(cond: Any, a: Any, b: Any) -> Any:
+    """``a`` where ``cond`` holds, else ``b``."""
+    return _func("where", cond, a, b)
+
+
+def einsum_arrays(subscripts: str, operands: tuple[Any, ...]) -> DArray:
+    """``dl.einsum`` with a DArray operand: one contraction node (see
+    :func:`distal.arrays.graph.contract`)."""
+    from distal.lang.einsum import parse_einsum
+
+    sess = _session_of(operands)
+    nodes = tuple(operand(sess, x) for x in operands)
+    ins, out = parse_einsum(subscripts, [n.ndim for n in nodes])
+    first = next(x for x in operands if isinstance(x, DArray))
+    return first._wrap(g.contract(tuple(ins), out, nodes, f"einsum {subscripts!r}"))

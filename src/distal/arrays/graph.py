@@ -1,0 +1,288 @@
+"""The deferred program of the arrays front: nodes, each with the shape and dtype numpy
+would give it, checked when the node is made.
+
+A :class:`~distal.arrays.darray.DArray` is a handle on one node. Nodes only record; the
+program (:mod:`distal.arrays.program`) decides later which of them become values in the
+session and which are fused into the kernels that read them. Shapes and dtypes are worked
+out here, at the line that makes the node, so a shape that does not broadcast or a dtype
+numpy refuses is an error where the user wrote it, not at evaluation.
+
+Nodes compare by identity (``eq=False``): two equal-looking expressions are two
+computations, and a node is the key of what the program materialized for it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InputError, NotSupportedYet, ShapeError
+
+_SEQ = itertools.count()
+
+#: element-wise operations a kernel computes (sums of products, and a division by a number)
+KERNEL_OPS = ("add", "sub", "mul", "neg", "pos")
+#: element-wise operations computed only between 0-d values (on each process, see
+#: :mod:`distal.arrays.program`): outside what a kernel's leaves compute
+SCALAR_OPS = (
+    "div",
+    "sqrt",
+    "abs",
+    "exp",
+    "maximum",
+    "minimum",
+    "where",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+)
+_NUMPY = {
+    "add": np.add,
+    "sub": np.subtract,
+    "mul": np.multiply,
+    "neg": np.negative,
+    "pos": np.positive,
+    "div": np.true_divide,
+    "sqrt": np.sqrt,
+    "abs": np.abs,
+    "exp": np.exp,
+    "maximum": np.maximum,
+    "minimum": np.minimum,
+    "where": np.where,
+    "lt": np.less,
+    "le": np.less_equal,
+    "gt": np.greater,
+    "ge": np.greater_equal,
+}
+_SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">"}
+_SYMBOL["ge"] = ">="
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One value of the program: its shape and dtype (as numpy's), and a creation number
+    that orders evaluation the same way on every MPI rank."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    seq: int = field(default_factory=lambda: next(_SEQ), init=False)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def args(self) -> tuple[Node, ...]:
+        return ()
+
+
+@dataclass(frozen=True, eq=False)
+class Value(Node):
+    """A value the session holds under ``name``; ``sparse``: a sparse value (its format
+    letters), read whole by the sparse lowering."""
+
+    name: str = ""
+    sparse: str | None = None
+
+
+@dataclass(frozen=True, eq=False)
+class Const(Node):
+    """A Python or numpy scalar operand."""
+
+    value: Any = 0
+
+
+@dataclass(frozen=True, eq=False)
+class Map(Node):
+    """An element-wise operation with numpy's broadcasting (``op`` in :data:`KERNEL_OPS` or
+    :data:`SCALAR_OPS`)."""
+
+    op: str = "add"
+    operands: tuple[Node, ...] = ()
+
+    def args(self) -> tuple[Node, ...]:
+        return self.operands
+
+
+@dataclass(frozen=True, eq=False)
+class Transpose(Node):
+    """``a.T``: the axes reversed."""
+
+    operand: Node | None = None
+
+    def args(self) -> tuple[Node, ...]:
+        assert self.operand is not None
+        return (self.operand,)
+
+
+@dataclass(frozen=True, eq=False)
+class Contract(Node):
+    """An einsum: ``ins[n]`` labels operand ``n``'s axes, ``out`` the result's; a label not
+    in ``out`` is summed. ``@``, ``.sum`` and ``dl.einsum`` make these."""
+
+    ins: tuple[str, ...] = ()
+    out: str = ""
+    operands: tuple[Node, ...] = ()
+
+    def args(self) -> tuple[Node, ...]:
+        return self.operands
+
+
+# -- making nodes (shapes and dtypes checked here) ---------------------------------------------
+
+
+def _dtype(xs: list[Node | Any], what: str) -> np.dtype:
+    """numpy's result dtype of ``xs`` (Python scalars weak, as in numpy)."""
+    try:
+        return np.result_type(*[x.value if isinstance(x, Const) else x.dtype for x in xs])
+    except TypeError as e:
+        raise InputError(f"{what}: numpy refuses these dtypes: {e}") from None
+
+
+def const(value: Any) -> Const:
+    """A scalar operand (a Python number or a 0-d numpy value)."""
+    v = value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+    if isinstance(v, np.generic):
+        return Const((), np.dtype(v.dtype), v)
+    if isinstance(v, bool | int | float | complex):
+        return Const((), np.result_type(v), v)
+    raise InputError(f"{value!r} is not an array operand (a DArray, numpy array or number)")
+
+
+def _refuse_sparse(xs: tuple[Node, ...] | list[Node], what: str) -> None:
+    if any(isinstance(x, Value) and x.sparse is not None for x in xs):
+        raise NotSupportedYet(
+            f"{what} with a sparse array: the arrays front runs a sparse matrix only as "
+            "A @ x with x a dense vector (SpMV); compile other sparse kernels with dl.compile"
+        )
+
+
+def is_spmv(ins: tuple[str, ...], out: str, xs: tuple[Node, ...]) -> bool:
+    """The one sparse contraction of the arrays front: a sparse matrix times a dense
+    vector, ``ab,b->a``."""
+    return (
+        ins == ("ab", "b")
+        and out == "a"
+        and isinstance(xs[0], Value)
+        and xs[0].sparse is not None
+        and not (isinstance(xs[1], Value) and xs[1].sparse is not None)
+    )
+
+
+def map_node(op: str, *xs: Node) -> Map:
+    """``op`` over ``xs`` with numpy's broadcasting and promotion."""
+    _refuse_sparse(xs, _SYMBOL.get(op, op))
+    shapes = [x.shape for x in xs]
+    name = _SYMBOL.get(op, op)
+    try:
+        shape = tuple(int(n) for n in np.broadcast_shapes(*shapes))
+    except ValueError:
+        shown = f" {name} ".join(str(s) for s in shapes) if op in _SYMBOL else shapes
+        raise ShapeError(f"operands could not be broadcast together: {shown}") from None
+    if op in ("lt", "le", "gt", "ge"):
+        _dtype(list(xs), name)
+        dtype = np.dtype(bool)
+    elif op == "where":
+        if xs[0].dtype != np.dtype(bool):
+            raise InputError(f"where: the condition must be boolean, got {xs[0].dtype}")
+        dtype = _dtype(list(xs[1:]), "where")
+    elif op in ("div", "sqrt", "exp"):
+        # numpy's true division and float functions: integers become float64
+        probe = [np.zeros((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
+        with np.errstate(all="ignore"):
+            dtype = np.asarray(_NUMPY[op](*probe)).dtype
+    else:
+        dtype = _dtype(list(xs), name)
+        if op in ("neg", "sub") and dtype == np.dtype(bool):
+            raise InputError(f"{name}: numpy does not negate or subtract booleans")
+    if dtype.kind not in "biufc":
+        raise InputError(f"{name}: result dtype {dtype} is not numeric")
+    return Map(shape, dtype, op, tuple(xs))
+
+
+def transpose(x: Node) -> Node:
+    _refuse_sparse([x], ".T")
+    if x.ndim < 2:
+        return x  # numpy: .T of a vector or scalar is itself
+    return Transpose(tuple(reversed(x.shape)), x.dtype, x)
+
+
+def contract(ins: tuple[str, ...], out: str, xs: tuple[Node, ...], what: str) -> Contract:
+    """An einsum node: every label's extent agrees across operands (no size-1 broadcasting
+    and no repeated label within one operand: both are refused by name)."""
+    extent: dict[str, int] = {}
+    for n, (spec, x) in enumerate(zip(ins, xs, strict=True)):
+        if len(spec) != x.ndim:
+            raise ShapeError(f"{what}: operand {n} has {x.ndim} axes, its subscripts {spec!r}")
+        if len(set(spec)) != len(spec):
+            raise NotSupportedYet(
+                f"{what}: label repeated within operand {n} ({spec!r}): take the diagonal "
+                "with numpy first"
+            )
+        for c, size in zip(spec, x.shape, strict=True):
+            if extent.setdefault(c, size) != size:
+                raise ShapeError(
+                    f"{what}: label {c!r} has extents {extent[c]} and {size} (operand {n}); "
+                    "they must agree"
+                )
+    if not is_spmv(ins, out, xs):
+        _refuse_sparse(xs, what)
+    if any(c not in extent for c in out):
+        raise ShapeError(f"{what}: output label not in any operand: {out!r}")
+    dtype = _dtype(list(xs), what)
+    return Contract(tuple(extent[c] for c in out), dtype, ins, out, xs)
+
+
+def matmul(a: Node, b: Node) -> Contract:
+    """numpy's ``a @ b`` for 1-D and 2-D operands."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ShapeError("matmul: an operand is 0-d (use * for scalars)")
+    if a.ndim > 2 or b.ndim > 2:
+        raise NotSupportedYet(
+            f"matmul of {a.ndim}-D by {b.ndim}-D operands: write the batch with dl.einsum"
+        )
+    ka, kb = a.shape[-1], b.shape[0]
+    if ka != kb:
+        raise ShapeError(f"matmul: shapes {a.shape} and {b.shape} do not align ({ka} != {kb})")
+    ins = ("ab" if a.ndim == 2 else "b", "bc" if b.ndim == 2 else "b")
+    out = ("a" if a.ndim == 2 else "") + ("c" if b.ndim == 2 else "")
+    return contract(ins, out, (a, b), "matmul")
+
+
+def reduce_sum(x: Node, axis: Any) -> Node:
+    """``x.sum(axis)`` with numpy's ``axis`` (None, an int or a tuple; negative allowed)."""
+    letters = "abcdefghijklmnopqrstuvwxyz"[: x.ndim]
+    if axis is None:
+        axes = set(range(x.ndim))
+    else:
+        raw = axis if isinstance(axis, tuple) else (axis,)
+        axes = set()
+        for a in raw:
+            if (
+                isinstance(a, bool)
+                or not isinstance(a, int | np.integer)
+                or not (-x.ndim <= a < x.ndim)
+            ):
+                raise InputError(f"sum: axis {a!r} is out of range for a {x.ndim}-D array")
+            axes.add(int(a) % x.ndim)
+    if not axes:
+        return x
+    out = "".join(c for d, c in enumerate(letters) if d not in axes)
+    return contract((letters,), out, (x,), "sum")
+
+
+def numpy_op(op: str) -> Any:
+    """The numpy function an element-wise operation means (the 0-d evaluation)."""
+    return _NUMPY[op]
+
+
+def describe(node: Node) -> str:
+    """A short name for a node in messages."""
+    if isinstance(node, Value):
+        return node.name
+    if isinstance(node, Map):
+        return f"{node.op}{node.shape}"
+    return f"{type(node).__name__.lower()}{node.shape}"

@@ -1,0 +1,317 @@
+"""A fused group of the arrays program as one distributed kernel.
+
+A *group* is a root node with the element-wise tree that feeds it, down to its *leaves*:
+values the session holds (named) and scalar constants. It becomes one statement in index
+notation, which the ordinary pipeline compiles; nothing here is a second lowering.
+
+The walk over the group (:func:`signature`) gives a *key*: a nested tuple that says
+everything the kernel depends on — the expression with its leaves as numbered slots, every
+index variable's extent, each slot's shape, dtype and format, the result's dtype and the
+machine. Equal keys make equal kernels, so the program compiles a key once and a loop's
+second iteration compiles nothing; :func:`build` makes the kernel from the key alone.
+
+Placement (the one rule, here): over a line of ``P`` processors, a group is computed
+owner-computes by its first output index (its first summed index when the result is 0-d);
+the result, and every operand whose same axis that index runs over, is cut into blocks
+along it (a held value's own layout is blocks along its first axis, so element-wise chains
+over equal shapes move nothing); an operand not indexed by it is read replicated; a 0-d
+result is replicated, where every later group reads it. A sparse matrix times a vector is
+SpDISTAL's SpMV, cut by stored entries (balanced whatever the row lengths) with the
+vectors in blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is_spmv
+from distal.distribution.machine import Machine
+from distal.errors import InternalError
+from distal.kernel import Kernel, compile
+from distal.lang.concrete import expand
+from distal.lang.nodes import Expr, IndexVar, Literal, Tensor, index_vars
+from distal.schedule.api import schedule as default_schedule
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+#: the tensor names of a group's kernel: slot ``k`` is ``t{k}``, the result ``out``
+OUT = "out"
+
+
+def slot_name(k: int) -> str:
+    return f"t{k}"
+
+
+class _Walk:
+    """State of one walk: slots by node, index variables by id with their extents."""
+
+    def __init__(self, is_leaf: Callable[[Node], bool]) -> None:
+        self.is_leaf = is_leaf
+        self.slots: list[Node] = []
+        self.slot_of: dict[int, int] = {}
+        self.extents: list[int] = []
+
+    def var(self, extent: int) -> int:
+        self.extents.append(int(extent))
+        return len(self.extents) - 1
+
+    def expr(self, node: Node, vs: tuple[int, ...]) -> tuple:
+        if isinstance(node, Const):
+            return ("const", node.value, node.dtype.str)
+        if self.is_leaf(node):
+            k = self.slot_of.get(id(node))
+            if k is None:
+                k = self.slot_of[id(node)] = len(self.slots)
+                self.slots.append(node)
+            return ("slot", k, vs)
+        if isinstance(node, Transpose):
+            assert node.operand is not None
+            return self.expr(node.operand, tuple(reversed(vs)))
+        if isinstance(node, Map) and node.op in ("add", "sub", "mul", "neg", "pos"):
+            subs = tuple(self.expr(x, self.broadcast(x, node.shape, vs)) for x in node.operands)
+            return (node.op, *subs)
+        raise InternalError(f"a group reached {type(node).__name__} {node!r} as an inner node")
+
+    def broadcast(self, x: Node, shape: tuple[int, ...], vs: tuple[int, ...]) -> tuple[int, ...]:
+        """The variables of operand ``x`` inside a result of ``shape`` indexed by ``vs``:
+        numpy's broadcasting, a size-1 axis against a longer one getting a variable of its
+        own (extent 1, so summing over it is the value itself)."""
+        lead = len(shape) - x.ndim
+        out = []
+        for d, n in enumerate(x.shape):
+            out.append(self.var(1) if n == 1 and shape[lead + d] != 1 else vs[lead + d])
+        return tuple(out)
+
+
+def signature(root: Node, is_leaf: Callable[[Node], bool], nprocs: int) -> tuple[tuple, list[Node]]:
+    """The key of ``root``'s group and its leaves (slots, in slot order).
+
+    Raises:
+        NotSupportedYet: the group cannot be one kernel (the program materializes the
+            operands of a contraction first when its terms do not all use its summed
+            indices; see :func:`sums_cover`).
+    """
+    w = _Walk(is_leaf)
+    if isinstance(root, Contract):
+        letter: dict[str, int] = {}
+        for spec, x in zip(root.ins, root.operands, strict=True):
+            for c, n in zip(spec, x.shape, strict=True):
+                if c not in letter:
+                    letter[c] = w.var(n)
+        outs = tuple(letter[c] for c in root.out)
+        summed = tuple(v for c, v in letter.items() if c not in root.out)
+        factors = tuple(
+            w.expr(x, tuple(letter[c] for c in spec))
+            for spec, x in zip(root.ins, root.operands, strict=True)
+        )
+        body: tuple = ("contract", outs, summed, factors)
+    else:
+        outs = tuple(w.var(n) for n in root.shape)
+        body = ("map", outs, w.expr(root, outs))
+    descs = tuple(_desc(x) for x in w.slots)
+    kind = "dense"
+    if any(d[2] is not None for d in descs):
+        kind = _sparse_kind(root, w.slots)
+    key = (body, tuple(w.extents), descs, root.dtype.str, int(nprocs), kind)
+    return key, w.slots
+
+
+def _desc(x: Node) -> tuple:
+    return (tuple(x.shape), x.dtype.str, x.sparse if isinstance(x, Value) else None)
+
+
+def _sparse_kind(root: Node, slots: list[Node]) -> str:
+    """The one sparse group, checked when its node was made: a sparse matrix times a
+    vector, its operands values (nothing is fused into it)."""
+    if (
+        isinstance(root, Contract)
+        and is_spmv(root.ins, root.out, root.operands)
+        and len(slots) == 2
+    ):
+        return "spmv"
+    raise InternalError(f"a sparse group that is not a sparse matrix times a vector: {root!r}")
+
+
+def sums_cover(key: tuple) -> bool:
+    """Every term of the expanded statement of ``key`` uses every summed index."""
+    body = key[0]
+    if body[0] != "contract" or not body[2]:
+        return True
+    vs = _vars(key[1])
+    slots = _slot_tensors(key, vs, Machine(1))
+    expr = _product(body[3], slots, vs)
+    summed = {vs[v] for v in body[2]}
+    for term in expand(expr):
+        used = term.used()
+        if not summed <= used:
+            return False
+    return True
+
+
+#: terms past which a group is cut (its operands computed first): a product of sums
+#: expands into the product of their term counts, and each term is a leaf of its own
+MAX_TERMS = 32
+
+
+def term_count(key: tuple) -> int:
+    """Terms of the expanded statement of ``key`` (without expanding it)."""
+
+    def count(e: tuple) -> int:
+        tag = e[0]
+        if tag in ("slot", "const"):
+            return 1
+        if tag in ("add", "sub"):
+            return count(e[1]) + count(e[2])
+        if tag == "mul":
+            return count(e[1]) * count(e[2])
+        return count(e[1])
+
+    body = key[0]
+    if body[0] == "map":
+        return count(body[2])
+    n = 1
+    for f in body[3]:
+        n *= count(f)
+    return n
+
+
+# -- building the kernel from a key -----------------------------------------------------------
+
+
+def _vars(extents: tuple[int, ...]) -> list[IndexVar]:
+    return [IndexVar(f"v{n}") for n in range(len(extents))]
+
+
+def _uses(e: tuple, out: dict[int, list[tuple[int, ...]]]) -> None:
+    if e[0] == "slot":
+        out.setdefault(e[1], []).append(e[2])
+    elif e[0] != "const":
+        for sub in e[1:]:
+            _uses(sub, out)
+
+
+def _owner_var(body: tuple) -> int | None:
+    outs = body[1]
+    if outs:
+        return outs[0]
+    if body[0] == "contract" and body[2]:
+        return body[2][0]
+    return None
+
+
+def _dist(ndim: int, accesses: list[tuple[int, ...]], owner: int | None) -> str:
+    """Blocks along the axis the owner index runs over in every access, else replicated."""
+    names = _LETTERS[:ndim]
+    axes = {acc.index(owner) if owner in acc else None for acc in accesses}
+    if owner is None or len(axes) != 1 or None in axes:
+        return f"{names} -> *"
+    (axis,) = axes
+    return f"{names} -> {names[axis]}"
+
+
+def _slot_tensors(key: tuple, vs: list[IndexVar], machine: Machine) -> list[Tensor]:
+    body, _, descs = key[0], key[1], key[2]
+    uses: dict[int, list[tuple[int, ...]]] = {}
+    for e in body[3] if body[0] == "contract" else (body[2],):
+        _uses(e, uses)
+    owner = _owner_var(body)
+    out = []
+    for k, (shape, dtype, sparse) in enumerate(descs):
+        dist = _dist(len(shape), uses.get(k, []), owner)
+        fmt = "dense" if sparse is None else sparse
+        out.append(
+            Tensor(
+                slot_name(k), shape, dist=dist, machine=machine, dtype=np.dtype(dtype), format=fmt
+            )
+        )
+    return out
+
+
+def _expr(e: tuple, slots: list[Tensor], vs: list[IndexVar]) -> Expr:
+    tag = e[0]
+    if tag == "slot":
+        return slots[e[1]][tuple(vs[v] for v in e[2])]
+    if tag == "const":
+        return Literal(e[1])
+    subs = [_expr(x, slots, vs) for x in e[1:]]
+    if tag == "add":
+        return subs[0] + subs[1]
+    if tag == "sub":
+        return subs[0] - subs[1]
+    if tag == "mul":
+        return subs[0] * subs[1]
+    if tag == "neg":
+        return -subs[0]
+    if tag == "pos":
+        return subs[0]
+    raise InternalError(f"unknown operation {tag!r} in a group key")
+
+
+def _product(factors: tuple, slots: list[Tensor], vs: list[IndexVar]) -> Expr:
+    out = _expr(factors[0], slots, vs)
+    for f in factors[1:]:
+        out = out * _expr(f, slots, vs)
+    return out
+
+
+def build(key: tuple) -> Kernel:
+    """The kernel of a group key (see the module docstring for its placement)."""
+    body, extents, _, dtype, nprocs, kind = key
+    machine = Machine(nprocs)
+    if kind == "spmv":
+        (_, mdt, fmt), (_, vdt, _) = key[2]
+        dtypes = (np.dtype(mdt), np.dtype(vdt), np.dtype(dtype))
+        n, m = key[2][0][0]
+        return spmv_kernel(
+            OUT, slot_name(0), slot_name(1), n, m, machine, "nonzeros", dtypes=dtypes, fmt=fmt
+        )
+    vs = _vars(extents)
+    slots = _slot_tensors(key, vs, machine)
+    outs = body[1]
+    owner = _owner_var(body)
+    out_dist = f"{_LETTERS[: len(outs)]} -> {_LETTERS[0]}" if outs else "-> *"
+    result = Tensor(
+        OUT, tuple(extents[v] for v in outs), dist=out_dist, machine=machine, dtype=np.dtype(dtype)
+    )
+    rhs = _product(body[3], slots, vs) if body[0] == "contract" else _expr(body[2], slots, vs)
+    if not slots:
+        raise InternalError("a group with no operand array reached the lowering")
+    result[tuple(vs[v] for v in outs)] = rhs
+    s = default_schedule(result)
+    if owner is not None:
+        (po, pi) = index_vars("po pi")
+        s = s.distribute([vs[owner]], [po], [pi], machine)
+    return compile(s)
+
+
+def spmv_kernel(
+    out: str,
+    mat: str,
+    vec: str,
+    n: int,
+    m: int,
+    machine: Machine,
+    split: str,
+    *,
+    dtypes: tuple[Any, Any, Any] = (np.float64, np.float64, np.float64),
+    fmt: str = "csr",
+) -> Kernel:
+    """``out[i] = mat[i, j] * vec[j]`` with ``mat`` sparse, cut by rows (``"rows"``) or by
+    stored entries (``"nonzeros"``); the vectors in blocks (each processor gathers exactly
+    the entries of ``vec`` its columns use)."""
+    i, j, io, ii, f, fp, fo, fi = index_vars("i j io ii f fp fo fi")
+    dist = "xy -> x" if split == "rows" else "xy -> (xy)"
+    A = Tensor(mat, (n, m), format=fmt, dist=dist, machine=machine, dtype=dtypes[0])
+    x = Tensor(vec, (m,), dist="j -> j", machine=machine, dtype=dtypes[1])
+    y = Tensor(out, (n,), dist="i -> i", machine=machine, dtype=dtypes[2])
+    y[i] = A[i, j] * x[j]
+    s = default_schedule(y)
+    if split == "rows":
+        s = s.distribute([i], [io], [ii], machine).communicate([y, A, x], io)
+    else:
+        s = s.fuse(i, j, f).pos(f, fp, A).distribute([fp], [fo], [fi], machine)
+        s = s.communicate([y, A, x], fo)
+    return compile(s)

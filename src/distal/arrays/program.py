@@ -1,0 +1,176 @@
+"""The deferred program of a session's arrays: what is pending, and how it is evaluated.
+
+Operations on :class:`~distal.arrays.darray.DArray` record nodes (:mod:`distal.arrays.graph`)
+and run nothing. When a value is needed (``float``, ``np.asarray``, ``.get()``,
+``sess.get``, a checkpoint save, ``sess.flush()``) the program *flushes*: every array the
+user still holds a handle on (a live :class:`DArray`) whose node is not yet a value is
+evaluated, in creation order (the same on every MPI rank). What the user no longer holds is
+never a value of its own: it is fused into the kernels that read it.
+
+How the pending nodes become kernels:
+
+* a node the user holds, a contraction (``@``, ``.sum``, ``einsum``), and a node bound to a
+  session name are *materialized*: each is the root of one group, computed by one kernel
+  (:mod:`distal.arrays.lower`) into a session value;
+* every other element-wise node is fused into the group that reads it (recomputed where
+  two groups read it: element-wise work, cheaper than a kernel and a held value);
+* a contraction whose terms would not all use its summed indices materializes its
+  operands first (see :func:`distal.arrays.lower.sums_cover`);
+* 0-d element-wise nodes (``alpha = rs / pq``) are computed with numpy from their 0-d
+  operands on each process (every rank holds the replicated scalars), and held as a
+  replicated value: division, ``sqrt`` and the other functions outside index notation's
+  sums of products are computed this way, so they are refused on arrays of 1 or more
+  dimensions when the node is made.
+
+Kernels are cached by their group's key, so a loop compiles only in its first iteration
+(``sess.compiles``); ``sess.kernels_run`` counts the kernels executed. Values materialized
+for unnamed arrays are dropped from the session when their node is no longer reachable.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from typing import Any
+
+import numpy as np
+
+from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is_spmv, numpy_op
+from distal.arrays.lower import MAX_TERMS, OUT, build, signature, slot_name, sums_cover, term_count
+from distal.errors import InternalError
+
+#: pending nodes past which a new operation flushes (so a loop that never reads a value
+#: does not grow one ever longer expression)
+MAX_PENDING = 64
+
+
+class Program:
+    """The arrays program of one session (``session`` is duck-typed: the session layer
+    sits above this one)."""
+
+    def __init__(self, session: Any, nprocs: int) -> None:
+        self.sess = session
+        self.nprocs = nprocs
+        #: what each materialized node became: a Value node reading its session value (the
+        #: handles are moved onto it at a flush, so the operation's operands can be freed)
+        self.names: weakref.WeakKeyDictionary[Node, Value] = weakref.WeakKeyDictionary()
+        self.live: weakref.WeakSet[Any] = weakref.WeakSet()
+        self.kernels: dict[tuple, Any] = {}
+        self.compiles = 0
+        self.kernels_run = 0
+        self._counter = itertools.count()
+        self._pending = 0
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def track(self, array: Any) -> None:
+        """A new handle: the program evaluates it at the next flush unless it dies first."""
+        self.live.add(array)
+        if not self.is_value(array.node):
+            self._pending += 1
+            if self._pending > MAX_PENDING:
+                self.flush()
+
+    def is_value(self, node: Node) -> bool:
+        return isinstance(node, Value) or node in self.names
+
+    def name_of(self, node: Node) -> str:
+        if isinstance(node, Value):
+            return node.name
+        return self.names[node].name
+
+    # -- evaluating ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Evaluate every live pending array (see the module docstring)."""
+        todo = sorted(
+            (a.node for a in list(self.live) if not self.is_value(a.node)), key=lambda n: n.seq
+        )
+        for node in todo:
+            self.materialize(node)
+        for a in list(self.live):
+            if not isinstance(a.node, Value):
+                a.node = self.names[a.node]  # the handle now reads the value, not the recipe
+        self._pending = 0
+
+    def materialize(self, node: Node, name: str | None = None) -> str:
+        """Compute ``node`` into a session value (under ``name``, or a fresh one) and return
+        the value's name."""
+        if self.is_value(node):
+            have = self.name_of(node)
+            if name is not None and name != have:
+                self.sess.values[name] = self.sess.values[have]  # one held value, two names
+                return name
+            return have
+        if isinstance(node, Const):
+            raise InternalError("a constant reached materialize")
+        # what this node's group needs as values first
+        for dep in self._boundaries(node):
+            self.materialize(dep)
+        out = name or f"_a{next(self._counter)}"
+        if node.ndim == 0 and not isinstance(node, Contract):
+            self._host(node, out)
+        else:
+            self._kernel(node, out)
+        value = Value(node.shape, node.dtype, out)
+        self.names[node] = value
+        if name is None:
+            weakref.finalize(value, self.sess.values.pop, out, None)
+        return out
+
+    def _boundaries(self, root: Node) -> list[Node]:
+        """The nodes of ``root``'s group that must be values before it runs: contractions
+        inside it, 0-d element-wise nodes, and (where the sums would differ from numpy's)
+        a contraction's operands."""
+        if isinstance(root, Contract) and is_spmv(root.ins, root.out, root.operands):
+            # the sparse lowering fuses nothing: its vector is a value first
+            return [x for x in root.operands if not self.is_value(x)]
+        if root.ndim == 0 and not isinstance(root, Contract):  # computed with numpy
+            return [x for x in root.args() if not isinstance(x, Const)]
+        out: list[Node] = []
+        seen: set[int] = set()
+        stack = list(root.args())
+        while stack:  # (a loop, not a recursive closure: that would be a reference cycle)
+            n = stack.pop()
+            if id(n) in seen or isinstance(n, Const) or self.is_value(n):
+                continue
+            seen.add(id(n))
+            if isinstance(n, Contract) or n.ndim == 0:
+                out.append(n)
+            else:
+                stack.extend(n.args())
+        stop = {id(b) for b in out}
+        key, _ = signature(root, lambda n: self.is_value(n) or id(n) in stop, self.nprocs)
+        if term_count(key) > MAX_TERMS or (isinstance(root, Contract) and not sums_cover(key)):
+            # cut here: the root's own operands become values first
+            out.extend(x for x in root.args() if not isinstance(x, Const) and id(x) not in stop)
+        return sorted(dict.fromkeys(out), key=lambda n: n.seq)
+
+    def _host(self, node: Node, out: str) -> None:
+        """A 0-d element-wise node, computed with numpy from its 0-d operands."""
+        args = []
+        for x in node.args():
+            if isinstance(x, Const):
+                args.append(x.value)
+            else:
+                args.append(np.asarray(self.sess._get_value(self.name_of(x))).reshape(()))
+        if isinstance(node, Map):
+            with np.errstate(all="ignore"):
+                value = np.asarray(numpy_op(node.op)(*args), dtype=node.dtype)
+        elif isinstance(node, Transpose):
+            value = np.asarray(args[0])
+        else:
+            raise InternalError(f"no host evaluation of {type(node).__name__}")
+        self.sess.put(out, value)
+
+    def _kernel(self, root: Node, out: str) -> None:
+        """Run ``root``'s group as one kernel (compiled once per key) into value ``out``."""
+        key, slots = signature(root, self.is_value, self.nprocs)
+        kernel = self.kernels.get(key)
+        if kernel is None:
+            kernel = self.kernels[key] = build(key)
+            self.compiles += 1
+        names = {slot_name(k): self.name_of(x) for k, x in enumerate(slots)}
+        names[OUT] = out
+        self.sess._run_as(kernel, names)
+        self.kernels_run += 1
