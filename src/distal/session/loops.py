@@ -174,6 +174,7 @@ class Loop:
         or resting ``WRITER_REST`` times as long as its last write took) is left unsaved,
         except the loop's last, which is saved when the loop ends.
         """
+        self.sess.flush()  # pending array operations are part of the iteration
         snap = self._snapshot(it)
         sess = self.sess
         if self.latest and not self.mpi:

@@ -1,0 +1,47 @@
+"""Runs on every rank under ``mpiexec -n P``; driven by ``test_arrays_runtimes.py``.
+
+The same arrays program as on the local runtime: an element-wise chain with broadcasting,
+matrix products and sums, and conjugate gradients on a sparse Laplacian. Every rank prints
+one JSON line with what it read (``float`` returns on every rank) and its largest error
+against numpy / scipy.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from test_arrays import cg, laplacian, rand
+
+import distal as dl
+
+
+def main() -> None:
+    sess = dl.Session("mpi")
+    a, v = rand(9, 5, seed=1), rand(5, seed=2)
+    x, y = sess.asarray(a), sess.asarray(v)
+    errs = []
+    chain = ((x + y) * 2.0 - x * y).get()
+    errs.append(np.abs(chain - ((a + v) * 2.0 - a * v)).max())
+    errs.append(np.abs((x @ y).get() - a @ v).max())
+    errs.append(np.abs((x.T @ x).get() - a.T @ a).max())
+    s = float((x + 1.0).sum())
+    errs.append(abs(s - (a + 1.0).sum()))
+    A = laplacian(8)
+    b = rand(A.shape[0], seed=3)
+    sol, its = cg(sess, A, b)
+    from scipy.sparse.linalg import spsolve
+
+    errs.append(np.abs(sol.get() - spsolve(A.tocsc(), b)).max())
+    out = {"rank": sess.rank, "sum": s, "its": its, "err": float(max(errs))}
+    out.update(kernels=sess.kernels_run, compiles=sess.compiles)
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,262 @@
+"""The arrays front (``dl.DArray``): results against numpy / scipy, errors at the line that
+makes them, deferral, fusion and compile counts, and checkpointed loops."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import distal as dl
+
+RTOL = 1e-10
+
+
+def rand(*shape: int, seed: int = 0, dtype: type = np.float64) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+@pytest.fixture
+def sess() -> dl.Session:
+    return dl.Session("local", machine=2)
+
+
+def laplacian(n: int) -> sp.csr_matrix:
+    """The 2-D 5-point Laplacian on an ``n x n`` grid."""
+    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
+    return (sp.kron(sp.eye(n), t) + sp.kron(t, sp.eye(n))).tocsr()
+
+
+def cg(sess: dl.Session, A: object, b: np.ndarray, tol: float = 1e-10) -> tuple[object, int]:
+    """Conjugate gradients, as a user writes it on arrays."""
+    A, b = sess.asarray(A), sess.asarray(b)
+    x, r = b * 0.0, b
+    p, rs = r, r @ r
+    bnorm = float(dl.sqrt(b @ b))
+    for it in range(1, 10 * b.shape[0]):
+        q = A @ p
+        alpha = rs / (p @ q)
+        x = x + alpha * p
+        r = r - alpha * q
+        rs_new = r @ r
+        if float(dl.sqrt(rs_new)) <= tol * bnorm:
+            return x, it
+        p = r + (rs_new / rs) * p
+        rs = rs_new
+    raise AssertionError("cg did not converge")
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shapes",
+    [((6, 4), (6, 4)), ((6, 4), (4,)), ((6, 1), (1, 4)), ((5,), ()), ((3, 4, 2), (4, 1))],
+)
+def test_element_wise_chains_broadcast_as_numpy(sess: dl.Session, shapes: tuple) -> None:
+    a, b = rand(*shapes[0], seed=1), rand(*shapes[1], seed=2)
+    x, y = sess.asarray(a), sess.asarray(b)
+    got = ((x + y) * 2.0 - y * x + 0.5 - (-x)) / 4.0
+    want = ((a + b) * 2.0 - b * a + 0.5 - (-a)) / 4.0
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got.get(), want, rtol=RTOL)
+    np.testing.assert_allclose(np.asarray(3.0 - x * y), 3.0 - a * b, rtol=RTOL)
+
+
+def test_dtypes_promote_as_numpy(sess: dl.Session) -> None:
+    f32 = sess.asarray(rand(5, dtype=np.float32))
+    i64 = sess.asarray(np.arange(5))
+    assert (f32 * 2.0).dtype == np.float32
+    assert (f32 + i64).dtype == np.result_type(np.float32, np.int64)
+    assert (i64 / 2).dtype == np.float64
+    assert (i64 * 3).get().dtype == np.int64
+    np.testing.assert_array_equal((i64 * 3 + 1).get(), np.arange(5) * 3 + 1)
+    np.testing.assert_allclose((i64 / 4).get(), np.arange(5) / 4, rtol=RTOL)
+    assert (f32 * 2.0).get().dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    ("sa", "sb"), [((6, 4), (4,)), ((6,), (6, 3)), ((5, 4), (4, 3)), ((7,), (7,))]
+)
+def test_matmul_forms(sess: dl.Session, sa: tuple, sb: tuple) -> None:
+    a, b = rand(*sa, seed=3), rand(*sb, seed=4)
+    got = sess.asarray(a) @ sess.asarray(b)
+    assert got.shape == (a @ b).shape
+    np.testing.assert_allclose(got.get(), a @ b, rtol=RTOL)
+
+
+def test_transpose_sum_and_einsum(sess: dl.Session) -> None:
+    a, v = rand(5, 4, seed=5), rand(5, seed=6)
+    x, y = sess.asarray(a), sess.asarray(v)
+    np.testing.assert_allclose((x.T @ y).get(), a.T @ v, rtol=RTOL)
+    np.testing.assert_allclose((x + x.T.T).get(), 2 * a, rtol=RTOL)
+    for axis in (None, 0, 1, -1, (0, 1)):
+        np.testing.assert_allclose(x.sum(axis).get(), a.sum(axis), rtol=RTOL)
+    # a sum over a chain with a term that does not use the summed index: numpy's meaning
+    np.testing.assert_allclose(float((x + 1.0).sum()), (a + 1.0).sum(), rtol=RTOL)
+    np.testing.assert_allclose(
+        dl.einsum("ij,i->j", x * 2.0, y).get(), np.einsum("ij,i->j", a * 2, v), rtol=RTOL
+    )
+    np.testing.assert_allclose(float(dl.einsum("ij,ij->", x, x)), (a * a).sum(), rtol=RTOL)
+
+
+def test_scalars_and_functions_on_scalars(sess: dl.Session) -> None:
+    a = rand(8, seed=7)
+    x = sess.asarray(a)
+    s = x @ x
+    assert s.shape == ()
+    assert s.ndim == 0
+    np.testing.assert_allclose(float(dl.sqrt(s)), np.sqrt(a @ a), rtol=RTOL)
+    np.testing.assert_allclose(float(x.sum() / s), a.sum() / (a @ a), rtol=RTOL)
+    np.testing.assert_allclose((x / s).get(), a / (a @ a), rtol=RTOL)
+    m = dl.maximum(x.sum(), s)
+    np.testing.assert_allclose(float(m), max(a.sum(), a @ a), rtol=RTOL)
+    w = dl.where(x.sum() > 0, s, -s)
+    np.testing.assert_allclose(float(w), (a @ a) if a.sum() > 0 else -(a @ a), rtol=RTOL)
+    assert float(dl.abs(-s)) == pytest.approx(a @ a, rel=RTOL)
+    assert float(dl.exp(s * 0.0)) == 1.0
+    assert int(sess.asarray(np.arange(4)).sum()) == 6
+    assert bool(s > 0) is True
+    # numpy operands: numpy's own functions
+    np.testing.assert_array_equal(dl.sqrt(np.array([4.0, 9.0])), [2.0, 3.0])
+
+
+def test_sparse_matrix_times_vector(sess: dl.Session) -> None:
+    A = sp.random(40, 30, density=0.1, random_state=1, format="csr")
+    v = rand(30, seed=8)
+    sess["A"] = A
+    got = sess["A"] @ (sess.asarray(v) * 2.0)
+    np.testing.assert_allclose(got.get(), A @ (v * 2.0), rtol=RTOL)
+
+
+def test_cg_on_arrays_matches_scipy(sess: dl.Session) -> None:
+    from scipy.sparse.linalg import spsolve
+
+    A = laplacian(12)
+    b = rand(A.shape[0], seed=9)
+    x, its = cg(sess, A, b)
+    np.testing.assert_allclose(x.get(), spsolve(A.tocsc(), b), rtol=1e-8, atol=1e-9)
+    assert 10 < its < A.shape[0]
+
+
+# -- deferred, fused, compiled once ------------------------------------------------------------
+
+
+def test_nothing_runs_until_a_value_is_read(sess: dl.Session) -> None:
+    x = sess.asarray(rand(6, seed=10))
+    y = (x + 1.0) * x - x * 3.0 + 2.0 * x - x
+    s = y @ y
+    assert sess.kernels_run == 0
+    assert sess.compiles == 0
+    assert "deferred" in repr(s)
+    float(s)
+    # the element-wise chain (dead: only y and s are held) fuses: y is one kernel, s one
+    assert sess.kernels_run == 2
+    del y
+    z = x * 2.0 + 1.0
+    t = z @ z  # z is live: computed once, then read by the inner product
+    float(t)
+    assert sess.kernels_run == 4
+    w = x * 2.0
+    float((w * w - 1.0).sum())  # w and the sum: the dead chain between is fused into the sum
+    assert sess.kernels_run == 7  # w, (w * w - 1) (a term without the summed index), the sum
+
+
+def test_a_loop_compiles_only_in_its_first_iteration(sess: dl.Session) -> None:
+    A = laplacian(6)
+    b = rand(36, seed=11)
+    cg(sess, A, b)
+    first = sess.compiles
+    runs = sess.kernels_run
+    _x, its = cg(sess, A, b)
+    assert sess.compiles == first  # the second solve compiles nothing
+    per_iteration = (sess.kernels_run - runs) / its
+    assert per_iteration <= 6.2  # q, p.q, x, r, r.r, p (the 0-d ones are not kernels)
+
+
+def test_values_of_dropped_arrays_leave_the_session(sess: dl.Session) -> None:
+    x = sess.asarray(rand(10, seed=12))
+    for _ in range(20):
+        x = x * 0.5 + 1.0
+        float(x @ x)
+    assert len([n for n in sess.values if n.startswith("_")]) <= 3
+    np.testing.assert_allclose(x.get()[0], _fixed_point(rand(10, seed=12)[0], 20), rtol=RTOL)
+
+
+def _fixed_point(v: float, n: int) -> float:
+    for _ in range(n):
+        v = v * 0.5 + 1.0
+    return v
+
+
+def test_named_values_and_snapshots(sess: dl.Session) -> None:
+    a = rand(4, seed=13)
+    sess["v"] = a
+    old = sess["v"]
+    sess["v"] = old * 2.0  # rebinding the name does not change what old reads
+    np.testing.assert_allclose(old.get(), a, rtol=RTOL)
+    np.testing.assert_allclose(sess.get("v"), 2.0 * a, rtol=RTOL)
+    np.testing.assert_allclose(sess["v"].get(), 2.0 * a, rtol=RTOL)
+    sess["w"] = sess["v"] + old
+    np.testing.assert_allclose(sess.get("w"), 3.0 * a, rtol=RTOL)
+    assert {"v", "w"} <= set(sess.names())
+
+
+# -- errors at the line ---------------------------------------------------------------------------
+
+
+def test_errors_are_raised_by_the_operation(sess: dl.Session) -> None:
+    x, y = sess.asarray(rand(6, 4)), sess.asarray(rand(5))
+    with pytest.raises(dl.ShapeError, match=r"\(6, 4\) \+ \(5,\)"):
+        x + y
+    with pytest.raises(dl.ShapeError, match="do not align"):
+        x @ y
+    with pytest.raises(dl.InputError, match="'nope'"):
+        sess["nope"]
+    with pytest.raises(dl.NotSupportedYet, match="sqrt on arrays of 2 dimensions"):
+        dl.sqrt(x)
+    with pytest.raises(dl.NotSupportedYet, match="div"):
+        x / x
+    with pytest.raises(dl.InputError, match="axis 2"):
+        x.sum(2)
+    with pytest.raises(dl.InputError, match="another session"):
+        x + dl.Session(machine=2).asarray(rand(6, 4))
+    with pytest.raises(dl.InputError, match=r"not an array operand|non-numeric"):
+        x + "a"
+    sess["A"] = sp.random(6, 6, density=0.3, random_state=0, format="csr")
+    with pytest.raises(dl.NotSupportedYet, match="sparse"):
+        sess["A"] * 2.0
+    with pytest.raises(dl.ShapeError, match="label 'j'"):
+        dl.einsum("ij,j->i", x, y)
+    assert sess.kernels_run == 0  # nothing ran for any of them
+
+
+# -- checkpointed loops -------------------------------------------------------------------------
+
+
+def test_arrays_in_a_checkpointed_loop_resume_exactly(tmp_path: object) -> None:
+    a = rand(8, 8, seed=14) * 0.1
+    b = rand(8, seed=15)
+
+    def run(stop: int | None) -> tuple[np.ndarray, int | None]:
+        sess = dl.Session("local", checkpoint=tmp_path, machine=2)
+        sess["A"], sess["x"] = a, np.zeros(8)
+        for it in sess.iterations(6, keep=["x"], name="jacobi"):
+            x = sess["x"]
+            sess["x"] = sess["A"] @ x + b
+            if stop is not None and it == stop:
+                break
+        return sess.get("x"), sess.resumed_from
+
+    run(stop=3)  # iterations 0..2 saved; 3 broke off unsaved
+    x, resumed = run(stop=None)
+    assert resumed == 2
+    want = np.zeros(8)
+    for _ in range(6):
+        want = a @ want + b
+    np.testing.assert_allclose(x, want, rtol=RTOL)
+    fresh = dl.Session("local", machine=2)
+    fresh["A"], fresh["x"] = a, np.zeros(8)
+    for _ in range(6):
+        fresh["x"] = fresh["A"] @ fresh["x"] + b
+    assert np.array_equal(x, fresh.get("x"))  # bit-identical to an uninterrupted run

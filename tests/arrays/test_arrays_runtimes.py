@@ -1,0 +1,53 @@
+"""The arrays front on the MPI runtime (2 and 4 real ranks) and on Dask (a local
+cluster): the same program as on the local runtime, the same results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from test_arrays import cg, laplacian, rand
+
+import distal as dl
+from mpi_jobs import run_job
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_arrays_program_on_mpi_ranks(ranks: int) -> None:
+    job = run_job(ranks, script=HERE / "_mpi_arrays.py", timeout=180)
+    assert job.rc == 0, job
+    lines = job.lines()
+    assert sorted(d["rank"] for d in lines) == list(range(ranks)), job
+    assert all(d["err"] < 1e-8 for d in lines), lines
+    # every rank read the same scalar and ran the same kernels
+    assert len({d["sum"] for d in lines}) == 1
+    assert len({d["its"] for d in lines}) == 1
+    assert len({(d["kernels"], d["compiles"]) for d in lines}) == 1
+    local = dl.Session("local", machine=ranks)
+    a = rand(9, 5, seed=1)
+    assert lines[0]["sum"] == pytest.approx(float((local.asarray(a) + 1.0).sum()), rel=1e-12)
+
+
+def test_arrays_program_on_dask() -> None:
+    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        sess: Any = dl.Session("dask", client=client, machine=2)
+        A = laplacian(6)
+        b = rand(A.shape[0], seed=4)
+        x, its = cg(sess, A, b)
+        local, its_local = cg(dl.Session("local", machine=2), A, b)
+        assert its == its_local
+        np.testing.assert_allclose(x.get(), local.get(), rtol=1e-12, atol=1e-14)
+        a = rand(7, 3, seed=5)
+        d = sess.asarray(a)
+        np.testing.assert_allclose((d.T @ (d * 2.0)).get(), a.T @ (a * 2.0), rtol=1e-12)
