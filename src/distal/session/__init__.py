@@ -254,7 +254,7 @@ class Session:
                 raise InputError(f"value {name!r}: a DArray of another session")
             self._arrays.materialize(value.node, name)
             return
-        self.put(name, value)
+        self.put(name, _as_held_sparse(value))
 
     def asarray(self, value: Any, dist: str | None = None) -> Any:
         """An unnamed ``dl.DArray`` over ``value`` (an array, a sparse array, or a DArray of
@@ -267,7 +267,7 @@ class Session:
                 raise InputError("sess.asarray: a DArray of another session")
             return value
         name = f"_c{next(self._hidden)}"
-        self.put(name, value)
+        self.put(name, _as_held_sparse(value))
         held = self.values.pop(name)
         if dist is not None:
             self._place(name, held, dist)
@@ -555,6 +555,16 @@ def session_machine(sess: Session, machine: Any) -> Machine:
             f"the machine has {p} processors but the MPI session runs on {sess.nranks} ranks"
         )
     return Machine(p)
+
+
+def _as_held_sparse(x: Any) -> Any:
+    """A scipy / pydata sparse array as the ``dl.SparseArray`` (CSR) the arrays' kernels
+    read, converted once when bound rather than on every run; anything else as it is."""
+    from distal.sparse.array import SparseArray, as_sparse
+
+    if _is_sparse(x) and not isinstance(x, SparseArray):
+        return as_sparse(x, "csr", label="the sparse array")
+    return x
 
 
 def _is_sparse(x: Any) -> bool:

@@ -1,0 +1,107 @@
+"""The arrays front against the single-process peers, side by side in one run.
+
+``python benchmarks/arrays.py [--grid 1000] [--iters 20]`` prints, per iteration, P = 2 on
+the local runtime:
+
+* CG on the 2-D 5-point Laplacian (``grid x grid`` points) written on ``dl.DArray``s,
+  against ``scipy.sparse.linalg.cg`` on the same matrix (both run a fixed number of
+  iterations) and against ``dl.apps.cg`` (the same algorithm as separately compiled kernels);
+* dispatch: a chain of five element-wise operations on 1000-element vectors, computed as
+  one fused kernel, against numpy running the five operations.
+
+Ratios are ``peer time / distal time`` (above 1: distal is faster). The load average is
+printed first; compare ratios from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spla
+
+import distal as dl
+
+
+def laplacian(n: int) -> sp.csr_matrix:
+    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(n, n))
+    return (sp.kron(sp.eye(n), t) + sp.kron(t, sp.eye(n))).tocsr()
+
+
+def cg_arrays(sess: dl.Session, A: Any, b: Any, iters: int) -> Any:
+    """CG as a user writes it on arrays (a fixed number of iterations)."""
+    x, r = b * 0.0, b
+    p, rs = r, r @ r
+    for _ in range(iters):
+        q = A @ p
+        alpha = rs / (p @ q)
+        x = x + alpha * p
+        r = r - alpha * q
+        rs_new = r @ r
+        float(rs_new)  # the stopping test's read, as a real solver does
+        p = r + (rs_new / rs) * p
+        rs = rs_new
+    return x
+
+
+def best(f: Any, repeats: int = 3) -> float:
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        f()
+        out.append(time.perf_counter() - t0)
+    return min(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--grid", type=int, default=1000)
+    ap.add_argument("--iters", type=int, default=20)
+    args = ap.parse_args()
+    print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
+    A = laplacian(args.grid)
+    n = A.shape[0]
+    b = np.random.default_rng(0).standard_normal(n)
+    k = args.iters
+    print(f"CG: n = {n}, nnz = {A.nnz}, {k} iterations, P = 2 (local runtime)")
+
+    sess = dl.Session("local", machine=2)
+    dA, db = sess.asarray(A), sess.asarray(b)
+    cg_arrays(sess, dA, db, 2).get()  # compile and place
+    runs0 = sess.kernels_run
+    t_arr = best(lambda: cg_arrays(sess, dA, db, k).get()) / k
+    kernels = (sess.kernels_run - runs0) / (3 * k)
+    t_sp = best(lambda: spla.cg(A, b, rtol=0.0, atol=0.0, maxiter=k)) / k
+    app_sess = dl.Session("local", progress=False)
+    dl.apps.cg(A, b, machine=2, tol=0.0, maxiter=2, session=app_sess)
+    t_app = best(lambda: dl.apps.cg(A, b, machine=2, tol=0.0, maxiter=k, session=app_sess)) / k
+    print(f"  distal arrays   {t_arr * 1e3:8.2f} ms/iter  ({kernels:.1f} kernels/iter)")
+    print(f"  dl.apps.cg      {t_app * 1e3:8.2f} ms/iter  (arrays x{t_app / t_arr:.2f})")
+    print(f"  scipy cg        {t_sp * 1e3:8.2f} ms/iter  (ratio scipy/distal {t_sp / t_arr:.2f})")
+
+    v = np.random.default_rng(1).standard_normal(1000)
+    sess2 = dl.Session("local", machine=2)
+    sess2["v"] = v
+    x = sess2["v"]
+
+    def chain() -> None:
+        sess2["w"] = (((x * 2.0 + 1.0) * x - x) * 0.5) + x  # five operations, one kernel
+
+    chain()
+    runs0 = sess2.kernels_run
+    reps = 200
+    t_chain = best(lambda: [chain() for _ in range(reps)]) / reps
+    assert (sess2.kernels_run - runs0) == 3 * reps
+    t_np = best(lambda: [(((v * 2.0 + 1.0) * v - v) * 0.5) + v for _ in range(reps)]) / reps
+    print("dispatch: five element-wise operations on 1000-element vectors")
+    print(f"  distal (one fused kernel) {t_chain * 1e6:8.1f} us")
+    print(f"  numpy (five operations)   {t_np * 1e6:8.1f} us  ({t_np / 5 * 1e6:.1f} us each)")
+    print("  cuPyNumeric, Dask array: not measured here (not installed by this benchmark)")
+
+
+if __name__ == "__main__":
+    main()
