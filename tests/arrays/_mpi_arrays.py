@@ -1,8 +1,8 @@
 """Runs on every rank under ``mpiexec -n P``; driven by ``test_arrays_runtimes.py``.
 
 The same arrays program as on the local runtime: an element-wise chain with broadcasting,
-matrix products and sums, and conjugate gradients on a sparse Laplacian. Every rank prints
-one JSON line with what it read (``float`` returns on every rank) and its largest error
+maps (functions, comparisons, division), matrix products and sums, and conjugate gradients
+on a sparse Laplacian. Every rank prints one JSON line with what it read (``float`` returns on every rank) and its largest error
 against numpy / scipy.
 """
 
@@ -30,6 +30,9 @@ def main() -> None:
     errs.append(np.abs(chain - ((a + v) * 2.0 - a * v)).max())
     errs.append(np.abs((x @ y).get() - a @ v).max())
     errs.append(np.abs((x.T @ x).get() - a.T @ a).max())
+    m = (dl.sqrt(x * x + 1.0) / (dl.abs(y) + 1.0)).get()  # a map, y replicated
+    errs.append(np.abs(m - np.sqrt(a * a + 1.0) / (np.abs(v) + 1.0)).max())
+    errs.append(np.abs(dl.where(x > 0, x, -x).sum(0).get() - np.abs(a).sum(0)).max())
     s = float((x + 1.0).sum())
     errs.append(abs(s - (a + 1.0).sum()))
     A = laplacian(8)

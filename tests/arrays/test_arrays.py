@@ -121,6 +121,32 @@ def test_scalars_and_functions_on_scalars(sess: dl.Session) -> None:
     np.testing.assert_array_equal(dl.sqrt(np.array([4.0, 9.0])), [2.0, 3.0])
 
 
+def test_functions_division_and_comparisons_on_arrays(sess: dl.Session) -> None:
+    a, c = rand(6, 4, seed=20), np.abs(rand(4, seed=21)) + 0.5
+    x, y = sess.asarray(a), sess.asarray(c)
+    np.testing.assert_allclose(dl.sqrt(x * x + y).get(), np.sqrt(a * a + c), rtol=RTOL)
+    np.testing.assert_allclose((x / y).get(), a / c, rtol=RTOL)
+    np.testing.assert_allclose((y / (x * x + 1.0)).get(), c / (a * a + 1.0), rtol=RTOL)
+    np.testing.assert_array_equal(dl.where(x > 0, x, 0.0).get(), np.where(a > 0, a, 0.0))
+    assert (x <= y).get().dtype == np.bool_
+    np.testing.assert_array_equal((x <= y).get(), a <= c)
+    np.testing.assert_allclose(dl.maximum(x, y).sum(0).get(), np.maximum(a, c).sum(0), rtol=RTOL)
+    np.testing.assert_allclose(dl.minimum(x, -y).get(), np.minimum(a, -c), rtol=RTOL)
+    np.testing.assert_allclose((dl.exp(x) @ y).get(), np.exp(a) @ c, rtol=RTOL)
+    np.testing.assert_allclose((dl.abs(x.T) - x.T).get(), np.abs(a.T) - a.T, rtol=RTOL)
+    np.testing.assert_allclose((dl.abs(x).T + 1.0).get(), np.abs(a).T + 1.0, rtol=RTOL)
+    assert (sess.asarray(np.arange(4)) / sess.asarray(np.arange(1, 5))).dtype == np.float64
+
+
+def test_a_map_over_aligned_arrays_moves_nothing(sess: dl.Session) -> None:
+    a, b = rand(8, 3, seed=22), rand(8, 3, seed=23)
+    x, y = sess.asarray(a), sess.asarray(b)
+    z = dl.sqrt(x * x + y * y) / (dl.abs(x) + 1.0)
+    np.testing.assert_allclose(z.get(), np.sqrt(a * a + b * b) / (np.abs(a) + 1.0), rtol=RTOL)
+    assert sess.kernels_run == 1  # the whole chain: one map
+    assert sess.moved_words == 0
+
+
 def test_sparse_matrix_times_vector(sess: dl.Session) -> None:
     A = sp.random(40, 30, density=0.1, random_state=1, format="csr")
     v = rand(30, seed=8)
@@ -213,10 +239,10 @@ def test_errors_are_raised_by_the_operation(sess: dl.Session) -> None:
         x @ y
     with pytest.raises(dl.InputError, match="'nope'"):
         sess["nope"]
-    with pytest.raises(dl.NotSupportedYet, match="sqrt on arrays of 2 dimensions"):
-        dl.sqrt(x)
-    with pytest.raises(dl.NotSupportedYet, match="div"):
-        x / x
+    with pytest.raises(dl.InputError, match="condition must be boolean"):
+        dl.where(x, x, x)
+    with pytest.raises(dl.InputError, match="divides by zero"):
+        x / 0
     with pytest.raises(dl.InputError, match="axis 2"):
         x.sum(2)
     with pytest.raises(dl.InputError, match="another session"):

@@ -51,3 +51,4 @@ def test_arrays_program_on_dask() -> None:
         a = rand(7, 3, seed=5)
         d = sess.asarray(a)
         np.testing.assert_allclose((d.T @ (d * 2.0)).get(), a.T @ (a * 2.0), rtol=1e-12)
+        np.testing.assert_allclose(dl.exp(d / (d * d + 1.0)).get(), np.exp(a / (a * a + 1.0)))

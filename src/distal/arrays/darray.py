@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from distal.arrays import graph as g
-from distal.errors import InputError, NotSupportedYet
+from distal.errors import InputError
 
 
 class DArray:
@@ -96,11 +96,6 @@ class DArray:
         xs = [self.node, *(self._node(o) for o in others)]
         if right:
             xs.reverse()
-        if op in g.SCALAR_OPS and any(x.ndim for x in xs):
-            raise NotSupportedYet(
-                f"{op} on arrays of {max(x.ndim for x in xs)} dimensions: a kernel computes "
-                "sums of products; the arrays front computes this only between 0-d values"
-            )
         return self._wrap(g.map_node(op, *xs))
 
     def __add__(self, o: Any) -> DArray:
@@ -122,8 +117,9 @@ class DArray:
         return self._map("mul", o, right=True)
 
     def __truediv__(self, o: Any) -> DArray:
-        """``a / b``: between 0-d values with numpy; an array divided by a scalar (a number
-        or a 0-d DArray) is a product with its reciprocal (computed once, 0-d)."""
+        """``a / b``: an array divided by a scalar (a number or a 0-d DArray) is a product
+        with its reciprocal (computed once, 0-d), so it fuses into index-notation kernels;
+        otherwise numpy's division, a map."""
         d = self._node(o)
         if self.ndim and d.ndim == 0:
             if isinstance(d, g.Const):
@@ -204,11 +200,6 @@ def _func(op: str, *xs: Any) -> Any:
         return getattr(np, {"lt": "less"}.get(op, op))(*xs)
     first = next(x for x in xs if isinstance(x, DArray))
     nodes = [operand(sess, x) for x in xs]
-    if op in g.SCALAR_OPS and any(n.ndim for n in nodes):
-        raise NotSupportedYet(
-            f"dl.{op} on arrays of {max(n.ndim for n in nodes)} dimensions: a kernel computes "
-            "sums of products; the arrays front computes this only between 0-d values"
-        )
     return first._wrap(g.map_node(op, *nodes))
 
 

@@ -23,11 +23,12 @@ from distal.errors import InputError, NotSupportedYet, ShapeError
 
 _SEQ = itertools.count()
 
-#: element-wise operations a kernel computes (sums of products, and a division by a number)
+#: element-wise operations index notation computes (sums of products; a division by a
+#: number is a product with its reciprocal)
 KERNEL_OPS = ("add", "sub", "mul", "neg", "pos")
-#: element-wise operations computed only between 0-d values (on each process, see
-#: :mod:`distal.arrays.program`): outside what a kernel's leaves compute
-SCALAR_OPS = (
+#: element-wise operations outside index notation's sums of products: computed by numpy,
+#: on each process, over the blocks it holds (a *map*, see :mod:`distal.arrays.program`)
+MAP_OPS = (
     "div",
     "sqrt",
     "abs",
@@ -98,7 +99,7 @@ class Const(Node):
 @dataclass(frozen=True, eq=False)
 class Map(Node):
     """An element-wise operation with numpy's broadcasting (``op`` in :data:`KERNEL_OPS` or
-    :data:`SCALAR_OPS`)."""
+    :data:`MAP_OPS`)."""
 
     op: str = "add"
     operands: tuple[Node, ...] = ()
@@ -275,7 +276,7 @@ def reduce_sum(x: Node, axis: Any) -> Node:
 
 
 def numpy_op(op: str) -> Any:
-    """The numpy function an element-wise operation means (the 0-d evaluation)."""
+    """The numpy function an element-wise operation means."""
     return _NUMPY[op]
 
 

@@ -62,11 +62,7 @@ class _Walk:
         if isinstance(node, Const):
             return ("const", node.value, node.dtype.str)
         if self.is_leaf(node):
-            k = self.slot_of.get(id(node))
-            if k is None:
-                k = self.slot_of[id(node)] = len(self.slots)
-                self.slots.append(node)
-            return ("slot", k, vs)
+            return ("slot", self.slot(node), vs)
         if isinstance(node, Transpose):
             assert node.operand is not None
             return self.expr(node.operand, tuple(reversed(vs)))
@@ -74,6 +70,22 @@ class _Walk:
             subs = tuple(self.expr(x, self.broadcast(x, node.shape, vs)) for x in node.operands)
             return (node.op, *subs)
         raise InternalError(f"a group reached {type(node).__name__} {node!r} as an inner node")
+
+    def slot(self, node: Node) -> int:
+        k = self.slot_of.get(id(node))
+        if k is None:
+            k = self.slot_of[id(node)] = len(self.slots)
+            self.slots.append(node)
+        return k
+
+    def map_expr(self, node: Node, top: bool = False) -> tuple:
+        """A map group's expression: every element-wise node down to the leaves (a
+        transposed or contracted operand is a leaf: the program makes it a value first)."""
+        if isinstance(node, Const):
+            return ("const", node.value)
+        if not isinstance(node, Map) or (not top and self.is_leaf(node)):
+            return ("slot", self.slot(node))
+        return (node.op, *(self.map_expr(x) for x in node.operands))
 
     def broadcast(self, x: Node, shape: tuple[int, ...], vs: tuple[int, ...]) -> tuple[int, ...]:
         """The variables of operand ``x`` inside a result of ``shape`` indexed by ``vs``:
@@ -285,6 +297,42 @@ def build(key: tuple) -> Kernel:
         (po, pi) = index_vars("po pi")
         s = s.distribute([vs[owner]], [po], [pi], machine)
     return compile(s)
+
+
+# -- maps: element-wise groups outside index notation ---------------------------------------
+
+
+def map_signature(root: Node, is_leaf: Callable[[Node], bool]) -> tuple[tuple, list[Node]]:
+    """A map group as an expression over numbered slots (its leaves), for :func:`evaluate`."""
+    w = _Walk(is_leaf)
+    return w.map_expr(root, top=True), w.slots
+
+
+def evaluate(expr: tuple, arrays: list[Any]) -> Any:
+    """A map's expression on numpy arrays (each processor's blocks, or whole values)."""
+    from distal.arrays.graph import numpy_op
+
+    tag = expr[0]
+    if tag == "slot":
+        return arrays[expr[1]]
+    if tag == "const":
+        return expr[1]
+    return numpy_op(tag)(*(evaluate(x, arrays) for x in expr[1:]))
+
+
+def held_dist(ndim: int) -> str:
+    """A held value's own layout: blocks of its first axis (0-d: replicated)."""
+    names = _LETTERS[:ndim]
+    return f"{names} -> {names[0]}" if ndim else "-> *"
+
+
+def map_dist(result: tuple[int, ...], operand: tuple[int, ...]) -> str:
+    """How a map reads an operand: in the result's blocks when its first axis is the
+    result's (so each processor's block of it lines up with its block of the result),
+    otherwise replicated (a broadcast operand)."""
+    if result and len(operand) == len(result) and operand[0] == result[0]:
+        return held_dist(len(operand))
+    return f"{_LETTERS[: len(operand)]} -> *"
 
 
 def spmv_kernel(

@@ -35,8 +35,30 @@ from typing import Any
 
 import numpy as np
 
-from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is_spmv, numpy_op
-from distal.arrays.lower import MAX_TERMS, OUT, build, signature, slot_name, sums_cover, term_count
+from distal.arrays.graph import (
+    MAP_OPS,
+    Const,
+    Contract,
+    Map,
+    Node,
+    Transpose,
+    Value,
+    is_spmv,
+    numpy_op,
+)
+from distal.arrays.lower import (
+    MAX_TERMS,
+    OUT,
+    build,
+    evaluate,
+    held_dist,
+    map_dist,
+    map_signature,
+    signature,
+    slot_name,
+    sums_cover,
+    term_count,
+)
 from distal.errors import InternalError
 
 #: pending nodes past which a new operation flushes (so a loop that never reads a value
@@ -110,6 +132,8 @@ class Program:
         out = name or f"_a{next(self._counter)}"
         if node.ndim == 0 and not isinstance(node, Contract):
             self._host(node, out)
+        elif self._is_map(node):
+            self._map(node, out)
         else:
             self._kernel(node, out)
         value = Value(node.shape, node.dtype, out)
@@ -127,6 +151,7 @@ class Program:
             return [x for x in root.operands if not self.is_value(x)]
         if root.ndim == 0 and not isinstance(root, Contract):  # computed with numpy
             return [x for x in root.args() if not isinstance(x, Const)]
+        is_map = self._is_map(root)
         out: list[Node] = []
         seen: set[int] = set()
         stack = list(root.args())
@@ -137,14 +162,51 @@ class Program:
             seen.add(id(n))
             if isinstance(n, Contract) or n.ndim == 0:
                 out.append(n)
+            elif is_map and isinstance(n, Transpose):
+                out.append(n)  # a map reads blocks as they lie: a transpose is made first
+            elif not is_map and isinstance(n, Map) and n.op in MAP_OPS:
+                out.append(n)  # outside index notation: a map of its own, made first
             else:
                 stack.extend(n.args())
+        if is_map:
+            return sorted(dict.fromkeys(out), key=lambda n: n.seq)
         stop = {id(b) for b in out}
         key, _ = signature(root, lambda n: self.is_value(n) or id(n) in stop, self.nprocs)
         if term_count(key) > MAX_TERMS or (isinstance(root, Contract) and not sums_cover(key)):
             # cut here: the root's own operands become values first
             out.extend(x for x in root.args() if not isinstance(x, Const) and id(x) not in stop)
         return sorted(dict.fromkeys(out), key=lambda n: n.seq)
+
+    def _is_map(self, root: Node) -> bool:
+        """Whether ``root``'s group is a map: an element-wise tree of one or more dimensions
+        with an operation outside index notation in it (above the contractions, 0-d values
+        and values it reads)."""
+        if not isinstance(root, Map) or root.ndim == 0:
+            return False
+        stack: list[Node] = [root]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Map) and n.ndim:
+                if n.op in MAP_OPS:
+                    return True
+                stack.extend(x for x in n.operands if not self.is_value(x))
+            elif isinstance(n, Transpose) and not self.is_value(n):
+                stack.extend(n.args())
+        return False
+
+    def _map(self, root: Node, out: str) -> None:
+        """A map group: numpy over each processor's blocks of its operands (laid out by
+        :func:`~distal.arrays.lower.map_dist`; what moves is counted as redistribution)."""
+        expr, slots = map_signature(root, self.is_value)
+        operands = [(self.name_of(x), map_dist(root.shape, x.shape)) for x in slots]
+        self.sess._map_blocks(
+            lambda arrays: evaluate(expr, arrays),
+            operands,
+            out,
+            root.shape,
+            root.dtype,
+            held_dist(root.ndim),
+        )
 
     def _host(self, node: Node, out: str) -> None:
         """A 0-d element-wise node, computed with numpy from its 0-d operands."""

@@ -273,6 +273,45 @@ class Session:
             self._place(name, held, dist)
         return DArray(self, self._hidden_value(held))
 
+    def _map_blocks(
+        self,
+        fn: Any,
+        operands: Sequence[tuple[str, str]],
+        out: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        dist: str,
+    ) -> None:
+        """An element-wise map of the arrays program: ``fn`` over each process's blocks of
+        the operands ``(value name, distribution)``, kept as value ``out`` in ``dist``.
+
+        Operands are first placed or redistributed to their distributions (what moves is
+        counted in ``moved_words``, exactly as for a kernel's inputs); then on ``"mpi"``
+        every rank maps the blocks it holds, and on ``"local"`` and ``"dask"`` (values held
+        whole in this process) the whole arrays are mapped at once.
+        """
+        from distal.session.layout import layout_for
+
+        data = [
+            self._input(v, layout_for(v, self.values[v].shape, d, self.machine))
+            for v, d in operands
+        ]
+        target = layout_for(out, shape, dist, self.machine)
+        if self.runtime == "mpi":
+            box = target.boxes[self.rank]
+            arrays = [b.array for b in data]
+            arr = None if box is None else np.asarray(fn(arrays), dtype=dtype)
+            self.values[out] = Held(shape, dtype, target, HeldBlock(shape, dtype, box, arr))
+        else:
+            value = np.asarray(fn(data), dtype=dtype)
+            self.values[out] = Held(
+                shape,
+                dtype,
+                target,
+                np.broadcast_to(value, shape).copy() if value.shape != shape else value,
+            )
+        self.kernels_run += 1
+
     def _hidden_value(self, held: Held) -> Any:
         """A program node reading ``held`` under a name of its own, dropped with the node."""
         import weakref
