@@ -2,8 +2,8 @@
 
 The same arrays program as on the local runtime: an element-wise chain with broadcasting,
 maps (functions, comparisons, division), matrix products and sums, and conjugate gradients
-on a sparse Laplacian. Every rank prints one JSON line with what it read (``float`` returns on every rank) and its largest error
-against numpy / scipy.
+on a sparse Laplacian. Every rank prints one JSON line with what it read (``float``
+returns on every rank) and its largest error against numpy / scipy.
 """
 
 from __future__ import annotations
