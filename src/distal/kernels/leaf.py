@@ -104,7 +104,11 @@ def _gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: complex | float, b
     if ra is not None:
         if b.shape[1] == 1 and blas.gemv(a, b[:, 0], c[:, 0], ra, beta):
             return
-        if a.shape[0] == 1 and blas.gemv(b.T, a[0], c[0], ra, beta):
+        # a single row: a vector-matrix product; with one summed element (a scalar times a
+        # vector, as in x + alpha * p) the vector is taken as an untransposed column, since
+        # BLAS's transposed gemv runs many times slower when the output's pages are fresh
+        bt = b.reshape(b.shape[1], 1) if b.shape[0] == 1 else b.T
+        if a.shape[0] == 1 and blas.gemv(bt, a[0], c[0], ra, beta):
             return
         if blas.gemm(a, b, c, ra, beta):
             return
