@@ -207,16 +207,23 @@ def kill_after_start(
 
 
 def killed_and_resumed(
-    prefix: list[str], tmp_path: Path, runtime: str, env: dict[str, str] | None = None
+    prefix: list[str],
+    tmp_path: Path,
+    runtime: str,
+    env: dict[str, str] | None = None,
+    script: Path = SCRIPT,
 ) -> None:
+    """``script`` (the loop of ``_loop_script.py``, or the same loop written otherwise) run
+    to the end, then SIGKILLed in iteration 4 and restarted: it resumes after iteration 3
+    and ends bit-identical to the uninterrupted run."""
     n, k = 8, 4
     ref = tmp_path / "ref.npz"
-    done = run_to_end([*prefix, str(SCRIPT), runtime, str(tmp_path / "ref-ck"), str(n), str(ref)])
+    done = run_to_end([*prefix, str(script), runtime, str(tmp_path / "ref-ck"), str(n), str(ref)])
     assert done[-1]["ran"] == list(range(n))
     assert done[-1]["resumed_from"] is None
     location = str(tmp_path / "ck")
     out = tmp_path / "out.npz"
-    cmd = [*prefix, str(SCRIPT), runtime, location, str(n), str(out), "0.5"]
+    cmd = [*prefix, str(script), runtime, location, str(n), str(out), "0.5"]
     seen = kill_after_start(cmd, k, env=env)  # iteration k-1 is complete, k was running
     if env and "LOOP_KILL_WORKER_AT" in env:  # a worker really died in that run
         assert any("killed_worker" in d for d in seen), seen
