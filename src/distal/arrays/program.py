@@ -78,6 +78,7 @@ class Program:
         self.names: weakref.WeakKeyDictionary[Node, Value] = weakref.WeakKeyDictionary()
         self.live: weakref.WeakSet[Any] = weakref.WeakSet()
         self.kernels: dict[tuple, Any] = {}
+        self._covers: dict[tuple, bool] = {}
         self.compiles = 0
         self.kernels_run = 0
         self._counter = itertools.count()
@@ -127,30 +128,34 @@ class Program:
         if isinstance(node, Const):
             raise InternalError("a constant reached materialize")
         # what this node's group needs as values first
-        for dep in self._boundaries(node):
+        kind, deps, sig = self._group(node)
+        for dep in deps:
             self.materialize(dep)
         out = name or f"_a{next(self._counter)}"
-        if node.ndim == 0 and not isinstance(node, Contract):
+        if kind == "host":
             self._host(node, out)
-        elif self._is_map(node):
+        elif kind == "map":
             self._map(node, out)
         else:
-            self._kernel(node, out)
+            self._kernel(node, out, sig)
         value = Value(node.shape, node.dtype, out)
         self.names[node] = value
         if name is None:
             weakref.finalize(value, self.sess.values.pop, out, None)
         return out
 
-    def _boundaries(self, root: Node) -> list[Node]:
-        """The nodes of ``root``'s group that must be values before it runs: contractions
-        inside it, 0-d element-wise nodes, and (where the sums would differ from numpy's)
-        a contraction's operands."""
+    def _group(self, root: Node) -> tuple[str, list[Node], Any]:
+        """How ``root``'s group runs (``"host"``, ``"map"`` or ``"kernel"``), the nodes that
+        must be values before it runs (contractions inside it, 0-d element-wise nodes,
+        transposes under a map, maps under a kernel, and — where the sums would differ from
+        numpy's, or the statement would have too many terms — the root's own operands),
+        and for a kernel its :func:`~distal.arrays.lower.signature` when it is already
+        final (``None``: worked out when it runs)."""
         if isinstance(root, Contract) and is_spmv(root.ins, root.out, root.operands):
             # the sparse lowering fuses nothing: its vector is a value first
-            return [x for x in root.operands if not self.is_value(x)]
+            return "kernel", [x for x in root.operands if not self.is_value(x)], None
         if root.ndim == 0 and not isinstance(root, Contract):  # computed with numpy
-            return [x for x in root.args() if not isinstance(x, Const)]
+            return "host", [x for x in root.args() if not isinstance(x, Const)], None
         is_map = self._is_map(root)
         out: list[Node] = []
         seen: set[int] = set()
@@ -169,13 +174,22 @@ class Program:
             else:
                 stack.extend(n.args())
         if is_map:
-            return sorted(dict.fromkeys(out), key=lambda n: n.seq)
+            return "map", sorted(dict.fromkeys(out), key=lambda n: n.seq), None
         stop = {id(b) for b in out}
-        key, _ = signature(root, lambda n: self.is_value(n) or id(n) in stop, self.nprocs)
-        if term_count(key) > MAX_TERMS or (isinstance(root, Contract) and not sums_cover(key)):
+        sig = signature(root, lambda n: self.is_value(n) or id(n) in stop, self.nprocs)
+        key = sig[0]
+        if term_count(key) > MAX_TERMS or (isinstance(root, Contract) and not self._cover(key)):
             # cut here: the root's own operands become values first
             out.extend(x for x in root.args() if not isinstance(x, Const) and id(x) not in stop)
-        return sorted(dict.fromkeys(out), key=lambda n: n.seq)
+            sig = None
+        return "kernel", sorted(dict.fromkeys(out), key=lambda n: n.seq), sig
+
+    def _cover(self, key: tuple) -> bool:
+        """:func:`~distal.arrays.lower.sums_cover`, once per key."""
+        got = self._covers.get(key)
+        if got is None:
+            got = self._covers[key] = sums_cover(key)
+        return got
 
     def _is_map(self, root: Node) -> bool:
         """Whether ``root``'s group is a map: an element-wise tree of one or more dimensions
@@ -225,9 +239,9 @@ class Program:
             raise InternalError(f"no host evaluation of {type(node).__name__}")
         self.sess.put(out, value)
 
-    def _kernel(self, root: Node, out: str) -> None:
+    def _kernel(self, root: Node, out: str, sig: Any = None) -> None:
         """Run ``root``'s group as one kernel (compiled once per key) into value ``out``."""
-        key, slots = signature(root, self.is_value, self.nprocs)
+        key, slots = sig if sig is not None else signature(root, self.is_value, self.nprocs)
         kernel = self.kernels.get(key)
         if kernel is None:
             kernel = self.kernels[key] = build(key)

@@ -424,6 +424,9 @@ def _slabs(
             else:
                 ds += r
 
+    if x.size < _INNER_SLABS:  # small: handing slabs to threads costs more than it saves
+        one(0, n)
+        return
     _parallel(one, n)
 
 
