@@ -24,6 +24,7 @@ from distal.errors import (
 )
 from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars
+from distal.mlir import from_mlir
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
@@ -61,6 +62,7 @@ __all__ = [
     "einsum",
     "from_box_function",
     "from_function",
+    "from_mlir",
     "from_npy_dir",
     "from_zarr",
     "index_vars",

@@ -146,6 +146,18 @@ class Planned:
 
         return simulate(self, network=network, **options)
 
+    def to_mlir(self, processor: int = 0) -> str:
+        """Processor ``processor``'s leaf computation as MLIR text: a ``func.func`` of
+        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``).
+
+        Raises:
+            InputError: ``processor`` is not a processor of the machine.
+        """
+        p = self._processor(processor)
+        from distal.mlir.export import to_mlir
+
+        return to_mlir(self, p)
+
     def __call__(self, **inputs: Any) -> Any:
         """Shortcut: run on the local runtime and return the output."""
         return self.run(inputs).value  # type: ignore[attr-defined]
@@ -353,6 +365,10 @@ class Kernel(Planned):
     def plot_traffic(self, path: str | None = None, **options: Any) -> Any:
         self._unbound("kernel.plot_traffic()")
         return super().plot_traffic(path, **options)
+
+    def to_mlir(self, processor: int = 0) -> str:
+        self._unbound("kernel.to_mlir()")
+        return super().to_mlir(processor)
 
     def simulate(self, network: Any = "local", **options: Any) -> Any:
         self._unbound("kernel.simulate()")
