@@ -96,13 +96,25 @@ class Chain:
     summed: dict[int, list[IndexVar]] = field(default_factory=dict)  # extent -> variables
 
 
+_OP_NAME = re.compile(r'(?:^[ \t]*|=[ \t]*)"?([A-Za-z_][\w$]*\.[\w$.]+)', re.M)
+
+
 def _op_at(text: str, offset: int) -> str:
-    """The operation named on the line holding ``offset`` (or the line itself)."""
-    start = text.rfind("\n", 0, offset) + 1
+    """The operation being read at ``offset``: the last one named up to the end of its line
+    (an error may point past the name, into the operands or the next line)."""
     end = text.find("\n", offset)
-    line = text[start : end if end >= 0 else len(text)].strip()
-    m = re.search(r'(?:^|=\s*)"?([A-Za-z_][\w$]*\.[\w$.]+)', line)
-    return m.group(1) if m else line[:60]
+    names = _OP_NAME.findall(text, 0, end if end >= 0 else len(text))
+    if names:
+        return names[-1]
+    start = text.rfind("\n", 0, offset) + 1
+    return repr(text[start : end if end >= 0 else len(text)].strip()[:60])
+
+
+def _name(op: Any) -> str:
+    """An operation's name (an unregistered one's own, not ``builtin.unregistered``)."""
+    if op.name == "builtin.unregistered":
+        return op.op_name.data
+    return op.name
 
 
 def from_mlir(text: str, machine: Machine | None = None) -> list[Tensor]:
@@ -133,7 +145,7 @@ def from_mlir(text: str, machine: Machine | None = None) -> list[Tensor]:
     funcs = []
     for op in module.ops:
         if op.name != "func.func":
-            raise NotationError(f"{op.name}: from_mlir reads a module of one func.func")
+            raise NotationError(f"{_name(op)}: from_mlir reads a module of one func.func")
         funcs.append(op)
     if len(funcs) != 1:
         names = [f"@{f.sym_name.data}" for f in funcs]
@@ -214,7 +226,7 @@ class _Reader:
         return self._tensors()
 
     def visit(self, op: Any) -> None:
-        name = op.name
+        name = _name(op)
         if name == "arith.constant":
             self.consts[op.results[0]] = _constant(op)
         elif name == "tensor.empty":
@@ -462,7 +474,7 @@ def _body(op: Any, nins: int) -> Poly:
     for k, a in enumerate(block.args):
         val[a] = (Monomial(1, (k if k < nins else -1,)),)
     for b in block.ops:
-        n = b.name
+        n = _name(b)
         if n == "linalg.yield":
             if len(b.operands) != 1:
                 raise NotationError(f"{op.name}: its body yields {len(b.operands)} values")
