@@ -371,6 +371,33 @@ def test_a_fill_with_a_constant_and_an_output_argument_as_initial_value() -> Non
     assert repr(A.assignment) == "A(i3,i4) = B(i3,k5) * C(k5,i4)"
 
 
+def test_one_initial_value_for_several_ops_and_elementwise_named_ops() -> None:
+    """Values are immutable: two ops on one ``tensor.empty`` are two outputs; ``linalg.add``
+    overwrites its ``outs`` (its body does not read it); ``linalg.dot`` sums into a 0-d."""
+    text = """
+    func.func @f(%a: tensor<3x4xf64>, %b: tensor<3x4xf64>, %x: tensor<5xf64>, %y: tensor<5xf64>)
+        -> (tensor<3x4xf64>, tensor<3x4xf64>, tensor<f64>, tensor<3x4xf64>) {
+      %e = tensor.empty() : tensor<3x4xf64>
+      %s = linalg.sub ins(%a, %b : tensor<3x4xf64>, tensor<3x4xf64>)
+                          outs(%e : tensor<3x4xf64>) -> tensor<3x4xf64>
+      %m = linalg.mul ins(%a, %b : tensor<3x4xf64>, tensor<3x4xf64>)
+                          outs(%e : tensor<3x4xf64>) -> tensor<3x4xf64>
+      %e0 = tensor.empty() : tensor<f64>
+      %d = linalg.dot ins(%x, %y : tensor<5xf64>, tensor<5xf64>)
+                      outs(%e0 : tensor<f64>) -> tensor<f64>
+      %p = linalg.add ins(%a, %b : tensor<3x4xf64>, tensor<3x4xf64>)
+                          outs(%s : tensor<3x4xf64>) -> tensor<3x4xf64>
+      return %s, %m, %d, %p : tensor<3x4xf64>, tensor<3x4xf64>, tensor<f64>, tensor<3x4xf64>
+    }"""
+    got = [repr(t.assignment) for t in dl.from_mlir(text)]
+    assert got == [
+        "s(i0,i1) = (a(i0,i1) + -b(i0,i1))",
+        "m(i2,i3) = a(i2,i3) * b(i2,i3)",
+        "d() = x(k4) * y(k4)",
+        "p(i0,i1) = (a(i0,i1) + b(i0,i1))",
+    ]
+
+
 def test_sparse_encodings_read_as_formats() -> None:
     text = """
     #CSC = #sparse_tensor.encoding<{ map = (d0, d1) -> (d1 : dense, d0 : compressed) }>

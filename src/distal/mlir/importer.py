@@ -167,7 +167,7 @@ class _Reader:
             for k, a in enumerate(self.args)
         ]
         self.chains: dict[Any, Chain] = {}  # SSA value -> the output chain it ends
-        self.inits: dict[Any, tuple[Chain, Any]] = {}  # SSA value -> a fresh initial value
+        self.inits: set[Any] = set()  # SSA values of tensor.empty: zero initial values
         self.consts: dict[Any, complex | float | int] = {}
         self.read: set[int] = set()  # arguments read as inputs
         self.roots: set[int] = set()  # arguments used as an initial output value
@@ -232,7 +232,9 @@ class _Reader:
         elif name == "tensor.empty":
             if op.operands:
                 raise NotationError("tensor.empty: dynamic sizes are not read")
-            self._fresh_init(op.results[0], None)
+            value = op.results[0]
+            self._tensor_type(value.type, f"%{value.name_hint or 'value'} of tensor.empty")
+            self.inits.add(value)
         elif name == "linalg.fill":
             self._fill(op)
         elif name in STRUCTURED:
@@ -246,19 +248,18 @@ class _Reader:
             )
 
     def _fresh_init(self, value: Any, root: int | None) -> Chain:
+        """A chain starting at zero in ``value``'s type (each use its own variables)."""
         where = f"%{value.name_hint or 'value'}" if root is None else f"%{self.names[root]}"
         shape, elem, fmt = self._tensor_type(value.type, where)
-        chain = Chain(shape, elem, fmt, root, tuple(self.var(_LHS) for _ in shape))
-        self.inits[value] = (chain, value)
-        return chain
+        return Chain(shape, elem, fmt, root, tuple(self.var(_LHS) for _ in shape))
 
     def _init_of(self, value: Any, op: str) -> Chain:
-        """The chain that ``value`` (an op's ``outs``) continues or starts."""
+        """The chain that ``value`` (an op's ``outs``) continues or starts; a value used by
+        several ops starts or continues one chain for each (values are immutable)."""
         if value in self.chains:
-            return _copy(self.chains.pop(value))
+            return _copy(self.chains[value])
         if value in self.inits:
-            chain, _ = self.inits.pop(value)
-            return chain
+            return self._fresh_init(value, None)
         for k, a in enumerate(self.args):
             if value is a:
                 self.roots.add(k)
@@ -383,7 +384,7 @@ class _Reader:
                     f"func.return: result {n} of {self.fname} is not computed by a linalg "
                     "operation (a function argument or an untouched initial value)"
                 )
-            chain = self.chains.pop(value)
+            chain = self.chains[value]
             name = self._out_name(chain, value, n, taken)
             taken.add(name)
             out = tensor(name, chain.shape, chain.element, chain.format)
