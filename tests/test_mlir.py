@@ -506,3 +506,95 @@ def test_without_xdsl_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch)
     finally:
         monkeypatch.undo()
         _xdsl.context.cache_clear()
+
+
+# -- IREE leaves -----------------------------------------------------------------------------
+
+
+def _iree() -> None:
+    pytest.importorskip("iree.compiler", reason="IREE leaves need iree-base-compiler")
+    pytest.importorskip("iree.runtime", reason="IREE leaves need iree-base-runtime")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: al.summa(24, machine=M(2, 2)),
+        lambda: al.ttm((6, 5, 4), 3, machine=M(2)),
+        lambda: al.mttkrp((4, 4, 4), 3, machine=M(2, 1, 1)),
+        lambda: al.inner_product((5, 4, 3), machine=M(2)),
+        lambda: al.contraction_4d(4, 4, 2, 2, 3, 2, machine=M(2, 2)),
+    ],
+    ids=["summa", "ttm", "mttkrp", "inner_product", "contraction_4d"],
+)
+def test_iree_leaves_equal_the_default_leaves(make) -> None:
+    _iree()
+    alg = make()
+    inputs = alg.inputs(1)
+    kernel = dl.compile(alg.schedule, leaf="iree")
+    assert kernel.leaf == "iree"
+    got = kernel.run(inputs)
+    want = dl.compile(alg.schedule).run(inputs)
+    np.testing.assert_allclose(got.value, want.value, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(got.value, alg.reference(inputs), rtol=1e-12, atol=1e-13)
+    assert got.stats == kernel.stats()
+
+
+def test_iree_leaves_compile_once_per_leaf_shape() -> None:
+    """SUMMA 2 x 2 on 16 x 16 with k in 2 steps: eight leaf calls of one shape (8x8x8)."""
+    _iree()
+    from distal.kernels import iree
+
+    iree.clear_cache()
+    alg = al.summa(16, machine=M(2, 2))
+    kernel = dl.compile(alg.schedule, leaf="iree")
+    inputs = alg.inputs(2)
+    kernel.run(inputs)
+    assert iree.cache_info() == iree.CacheInfo(compiled=1, hits=7)
+    kernel.run(inputs)
+    assert iree.cache_info() == iree.CacheInfo(compiled=1, hits=15)
+    ragged = dl.compile(al.summa(10, machine=M(2, 2), steps=3).schedule, leaf="iree")
+    ragged.run(al.summa(10, machine=M(2, 2), steps=3).inputs(0))
+    assert iree.cache_info().compiled == 3  # k-chunks of 4 and of 2, i and j blocks of 5
+
+
+def test_iree_leaves_of_a_statement_with_coefficients_and_a_gated_term() -> None:
+    """``D`` is added in the k-step that starts at 0 only; float32 and int64 statements."""
+    _iree()
+    m = M(2)
+    i, j, k, io, ii, ko, ki = dl.index_vars("i j k io ii ko ki")
+    for dtype, tol in ((np.float64, 1e-12), (np.float32, 1e-5), (np.int64, 0)):
+        A = dl.Tensor("A", (6, 4), dist="ij -> i", machine=m, dtype=dtype)
+        B = dl.Tensor("B", (6, 8), dist="ik -> i", machine=m, dtype=dtype)
+        C = dl.Tensor("C", (8, 4), dist="kj -> k", machine=m, dtype=dtype)
+        D = dl.Tensor("D", (6, 4), dist="ij -> i", machine=m, dtype=dtype)
+        A[i, j] = 3 * B[i, k] * C[k, j] - D[i, j]
+        s = (
+            dl.schedule(A)
+            .distribute([i], [io], [ii], m)
+            .divide(k, ko, ki, 2)
+            .reorder([ko, ii, j])
+            .communicate([A, D], io)
+            .communicate([B, C], ko)
+        )
+        rng = np.random.default_rng(5)
+        x = {
+            n: rng.integers(-4, 5, t.shape).astype(dtype) for n, t in [("B", B), ("C", C), ("D", D)]
+        }
+        got = dl.compile(s, leaf="iree").run(x).value
+        want = 3 * x["B"] @ x["C"] - x["D"]
+        assert got.dtype == dtype
+        np.testing.assert_allclose(got, want, rtol=tol, atol=0)
+
+
+def test_iree_leaf_errors() -> None:
+    with pytest.raises(dl.ScheduleError, match=r"leaf 'tvm' is not one of \['default', 'iree'\]"):
+        dl.compile(al.summa(8, machine=M(2, 2)).schedule, leaf="tvm")
+    with pytest.raises(dl.NotSupportedYet, match="leaf='iree' compiles dense leaves"):
+        dl.compile(al.spmv((8, 8), machine=M(2)).schedule, leaf="iree")
+
+
+def test_without_iree_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "iree.compiler", None)
+    with pytest.raises(dl.NotSupportedYet, match=r"leaf='iree' needs IREE .*distal\[mlir\]"):
+        dl.compile(al.summa(8, machine=M(2, 2)).schedule, leaf="iree")
