@@ -46,7 +46,7 @@ import numpy as np
 
 from distal.errors import NotSupportedYet
 from distal.lang.concrete import Statement, Term
-from distal.lang.nodes import IndexVar
+from distal.lang.nodes import IndexVar, accesses
 from distal.mlir.types import element_type, encoding, is_float
 from distal.plan.ir import Compute, Fetch, OpenOutput
 from distal.plan.region import Entries, Rows
@@ -213,9 +213,13 @@ def leaf_function(
     inputs = st.inputs()
     index = {t.name: k for k, t in enumerate(inputs)}
     first: dict[str, tuple[IndexVar, ...]] = {}
-    for term in st.terms:
-        for f in term.factors:
-            first.setdefault(f.tensor.name, f.indices)
+    for acc in accesses(st.assignment.rhs):
+        idx = first.setdefault(acc.tensor.name, acc.indices)
+        if [extent[v] for v in idx] != [extent[v] for v in acc.indices]:
+            raise NotSupportedYet(
+                f"tensor {acc.tensor.name!r} is read as {acc!r} and with {list(idx)}, whose "
+                "block extents differ: one function argument cannot have both shapes"
+            )
     out_t = st.output
     out_elem = element_type(out_t.dtype, out_t.name)
 
