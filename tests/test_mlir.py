@@ -5,6 +5,8 @@ verifies, and reads back as the statement it came from (terms, coefficients, ten
 patterns and formats, modulo the variables' names); the block shapes are what the plan's
 ``Compute`` instructions give the processor. A hand-written linalg file runs distributed
 and equals numpy; text the reader does not take is a ``NotationError`` naming the operation.
+``dl.compile(s, leaf="iree")`` runs the dense leaves as IREE-compiled modules, one per leaf
+shape, equal to the default leaves (those tests skip where IREE is not installed).
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ def _xdsl() -> None:
 
 @cache
 def context() -> Any:
-    """A fresh-enough xDSL ``Context`` with every dialect the importer reads (built once)."""
+    """The xDSL ``Context`` with every dialect the importer reads (built once, then shared:
+    parsing only reads it)."""
     _xdsl()
     from xdsl.context import Context
     from xdsl.dialects.arith import Arith
