@@ -35,7 +35,6 @@ through numpy with the same layouts (then accumulation costs a temporary).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import math
 import os
 import threading
@@ -617,16 +616,18 @@ class TermKernel:
 
 
 #: the leaf routines a dense kernel can be compiled with (``dl.compile(s, leaf=...)``):
-#: ``default`` (BLAS / opt_einsum, above) or a module of ``distal.kernels`` whose
-#: ``contraction(spec)`` returns a routine with the same contract (``iree``: compiled by IREE)
+#: ``default`` (BLAS / opt_einsum, above) or ``iree`` (:mod:`distal.kernels.iree`, whose
+#: ``contraction(spec)`` returns a routine with the same contract, compiled by IREE)
 LEAVES = ("default", "iree")
 
 
 def routine(tk: TermKernel) -> Contraction:
     """The routine running term ``tk``: ``dst += alpha * einsum(tk.spec, *ops)``."""
-    if tk.leaf == "default":
-        return contraction(tk.spec)
-    return importlib.import_module(f"distal.kernels.{tk.leaf}").contraction(tk.spec)
+    if tk.leaf == "iree":  # imported on first use: IREE is an optional extra
+        from distal.kernels.iree import contraction as iree_contraction
+
+        return iree_contraction(tk.spec)
+    return contraction(tk.spec)
 
 
 def parallel_positions(st: Statement, schedule: Any | None) -> tuple[int, ...]:
