@@ -6,8 +6,9 @@ The layers, bottom to top (a module imports only from its own layer or below):
    ``trace`` (run events) and ``progress`` (the progress bar);
 2. the compiler and runtimes: ``sparse`` (formats, arrays), ``values`` (the input rules),
    ``distribution``, ``lang``,
-   ``schedule``, ``plan``, ``kernels`` (the leaves), ``runtime`` and ``data`` (what a run
-   reads and returns);
+   ``schedule``, ``plan``, ``mlir`` (leaves as MLIR text and ``linalg`` read back as
+   notation; it takes a kernel as an argument), ``kernels`` (the leaves), ``runtime`` and
+   ``data`` (what a run reads and returns);
 3. ``costmodel``: machine parameters, the ``Stats`` -> seconds model and the lower bounds of
    a statement; pure functions of statements and stats, used by ``compile(routing="auto")``
    and ``explain()``;
@@ -61,6 +62,7 @@ LOWER = (
     "lang",
     "schedule",
     "plan",
+    "mlir",
     "kernels",
     "runtime",
     "data",

@@ -26,6 +26,7 @@ from distal.errors import (
 )
 from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars
+from distal.mlir import from_mlir
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
@@ -66,6 +67,7 @@ __all__ = [
     "exp",
     "from_box_function",
     "from_function",
+    "from_mlir",
     "from_npy_dir",
     "from_zarr",
     "index_vars",

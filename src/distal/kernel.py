@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError, NotSupportedYet, ScheduleError
-from distal.kernels.leaf import term_kernels
+from distal.kernels.leaf import LEAVES, term_kernels
 from distal.plan.engine import ROUTINGS, Engine, lower, placements_of, program, summarize
 from distal.plan.ir import Plan
 from distal.plan.printer import explain, program_text
@@ -146,6 +146,18 @@ class Planned:
 
         return simulate(self, network=network, **options)
 
+    def to_mlir(self, processor: int = 0) -> str:
+        """Processor ``processor``'s leaf computation as MLIR text: a ``func.func`` of
+        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``).
+
+        Raises:
+            InputError: ``processor`` is not a processor of the machine.
+        """
+        p = self._processor(processor)
+        from distal.mlir.export import to_mlir
+
+        return to_mlir(self, p)
+
     def __call__(self, **inputs: Any) -> Any:
         """Shortcut: run on the local runtime and return the output."""
         return self.run(inputs).value  # type: ignore[attr-defined]
@@ -159,12 +171,17 @@ class Kernel(Planned):
     reads the plan says so until then.
     """
 
-    def __init__(self, schedule: Schedule, routing: str = "auto", params: Any = None) -> None:
+    def __init__(
+        self, schedule: Schedule, routing: str = "auto", params: Any = None, leaf: str = "default"
+    ) -> None:
         if not isinstance(schedule, Schedule):
             raise ScheduleError(
                 f"compile() takes a Schedule (from dl.schedule(tensor)), got {schedule!r}"
             )
+        if leaf not in LEAVES:
+            raise ScheduleError(f"leaf {leaf!r} is not one of {list(LEAVES)}")
         self.schedule = schedule
+        self.leaf = leaf
         self.sparse: Analysis | None = None
         self._bound: BoundKernel | None = None
         self.dtypes = {n: t.dtype for n, t in schedule.tensors().items()}
@@ -173,6 +190,11 @@ class Kernel(Planned):
         if routing not in (*ROUTINGS, "auto"):
             raise ScheduleError(f"routing {routing!r} is not one of {[*ROUTINGS, 'auto']}")
         if is_sparse_schedule(schedule):
+            if leaf != "default":
+                raise NotSupportedYet(
+                    f"leaf={leaf!r} compiles dense leaves; a kernel with sparse inputs runs "
+                    "its leaves over stored entries (leaf='default')"
+                )
             # the pattern enters at bind time; compile checks the schedule's rules only
             self.sparse = Analysis(schedule)
             self.kernels = ()
@@ -181,7 +203,14 @@ class Kernel(Planned):
         if any(isinstance(r, Fuse | Pos) for r in schedule.relations):
             raise NotSupportedYet("fuse and pos on a dense computation are not in this version")
         placements_of(schedule)  # check every tensor's machine now, not at the first run
-        self.kernels = term_kernels(schedule.statement, schedule)
+        if leaf == "iree":
+            from distal.kernels.iree import available
+            from distal.mlir.types import element_type
+
+            available()
+            for name, dtype in self.dtypes.items():
+                element_type(dtype, name)
+        self.kernels = term_kernels(schedule.statement, schedule, leaf)
         self.routing = routing if routing != "auto" else self._cheapest_routing()
 
     def _unbound(self, what: str) -> None:
@@ -354,6 +383,10 @@ class Kernel(Planned):
         self._unbound("kernel.plot_traffic()")
         return super().plot_traffic(path, **options)
 
+    def to_mlir(self, processor: int = 0) -> str:
+        self._unbound("kernel.to_mlir()")
+        return super().to_mlir(processor)
+
     def simulate(self, network: Any = "local", **options: Any) -> Any:
         self._unbound("kernel.simulate()")
         return super().simulate(network, **options)
@@ -517,7 +550,9 @@ def _bound_lines(kernel: Kernel) -> list[str]:
     return [f"lower bound: {b.words:.1f} words per processor ({b.detail}); max / bound = {ratio}"]
 
 
-def compile(schedule: Schedule, routing: str = "auto", params: Any = None) -> Kernel:
+def compile(
+    schedule: Schedule, routing: str = "auto", params: Any = None, leaf: str = "default"
+) -> Kernel:
     """Compile a schedule into a :class:`Kernel`.
 
     ``routing`` says how messages travel: ``"direct"`` (each piece from its owner, each
@@ -529,5 +564,9 @@ def compile(schedule: Schedule, routing: str = "auto", params: Any = None) -> Ke
     MachineParams``, e.g. from ``load_params(path)`` of a calibration file). Without them the
     model's fixed defaults are used, so every rank and every computer compiles the same plan:
     nothing is read from files or the environment.
+
+    ``leaf`` chooses the routines of the dense leaves: ``"default"`` (BLAS, opt_einsum) or
+    ``"iree"`` (each leaf shape compiled by IREE for the CPU, see ``distal.kernels.iree``;
+    ``pip install 'distal[mlir]'``). The plan, stats and traffic do not depend on it.
     """
-    return Kernel(schedule, routing, params)
+    return Kernel(schedule, routing, params, leaf)

@@ -619,6 +619,22 @@ class TermKernel:
     multipliers: tuple[int, ...]  # summed variables no factor uses
     out: tuple[int, ...]  # output variable positions
     parallel: tuple[int, ...] = ()  # output variables whose range the leaf cuts over threads
+    leaf: str = "default"  # which routines run it: one of LEAVES
+
+
+#: the leaf routines a dense kernel can be compiled with (``dl.compile(s, leaf=...)``):
+#: ``default`` (BLAS / opt_einsum, above) or ``iree`` (:mod:`distal.kernels.iree`, whose
+#: ``contraction(spec)`` returns a routine with the same contract, compiled by IREE)
+LEAVES = ("default", "iree")
+
+
+def routine(tk: TermKernel) -> Contraction:
+    """The routine running term ``tk``: ``dst += alpha * einsum(tk.spec, *ops)``."""
+    if tk.leaf == "iree":  # imported on first use: IREE is an optional extra
+        from distal.kernels.iree import contraction as iree_contraction
+
+        return iree_contraction(tk.spec)
+    return contraction(tk.spec)
 
 
 def parallel_positions(st: Statement, schedule: Any | None) -> tuple[int, ...]:
@@ -652,11 +668,14 @@ def parallel_positions(st: Statement, schedule: Any | None) -> tuple[int, ...]:
     return tuple(sorted(found, key=order.__getitem__))
 
 
-def term_kernels(st: Statement, schedule: Any | None = None) -> tuple[TermKernel, ...]:
+def term_kernels(
+    st: Statement, schedule: Any | None = None, leaf: str = "default"
+) -> tuple[TermKernel, ...]:
     """Compile every term of a statement (and its leaf routine, so runs find it cached).
 
     ``schedule`` (the statement's :class:`~distal.schedule.api.Schedule`) carries the
     loops marked with ``parallelize``; without it every leaf runs on the calling thread.
+    ``leaf`` names the routines (:data:`LEAVES`).
     """
     par = parallel_positions(st, schedule)
     pos = {v: n for n, v in enumerate(st.variables)}
@@ -677,6 +696,7 @@ def term_kernels(st: Statement, schedule: Any | None = None) -> tuple[TermKernel
                 multipliers=tuple(pos[v] for v in t.summed if v not in used),
                 out=tuple(pos[v] for v in st.lhs_vars),
                 parallel=par,
+                leaf=leaf,
             )
         )
     return tuple(out)
@@ -810,7 +830,7 @@ class _LeafPlan:
                 for name, idx in tk.factors
             )
             dst = None if out_origin is None else _slices(tuple(box[i] for i in tk.out), out_origin)
-            yield tk, contraction(tk.spec), alpha, ops, dst
+            yield tk, routine(tk), alpha, ops, dst
 
 
 _LEAF_PLANS: dict[int, _LeafPlan] = {}
