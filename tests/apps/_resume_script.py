@@ -24,9 +24,12 @@ app, runtime, location, out, pause = sys.argv[1:6]
 
 
 class Slow(dl.Session):
-    def run(self, kernel, inputs=None, *, gather=False):  # type: ignore[no-untyped-def]
+    """Every kernel run (``sess.run``'s and the arrays program's: both go through
+    ``_run_as``) PAUSE seconds slower."""
+
+    def _run_as(self, kernel, names, inputs=None, *, gather=False):  # type: ignore[no-untyped-def]
         time.sleep(float(pause))
-        return super().run(kernel, inputs, gather=gather)
+        return super()._run_as(kernel, names, inputs, gather=gather)
 
 
 opts = {} if runtime == "mpi" else {"progress": False}

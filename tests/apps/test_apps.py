@@ -60,8 +60,9 @@ def test_cg_matches_numpy_solve() -> None:
     x, its = dl.apps.cg(A, b, machine=4, session=sess)
     assert np.max(np.abs(x - np.linalg.solve(A, b))) <= 1e-8
     assert 0 < its < 100
-    # one redistribution of p per iteration but the first (p is put, then replicated)
-    assert sess.moved_words == (its - 1) * 100 * 3
+    # one redistribution of p per iteration (blocks to replicated: n * (P - 1) words); the
+    # first p is b, placed in blocks by b . b before the loop
+    assert sess.moved_words == its * 100 * 3
 
 
 def test_cg_sparse_inputs() -> None:

@@ -1,16 +1,11 @@
-"""Conjugate gradients for ``A x = b``, ``A`` symmetric positive definite.
+"""Conjugate gradients for ``A x = b``, ``A`` symmetric positive definite, on arrays.
 
-Distributed on a line of ``P`` processors, owner computes: ``A`` in row blocks
-(``"ij -> i"``), the vectors in blocks (``"i -> i"``). Every iteration runs
-
-* ``q[i] = A[i,j] * p[j]``, reading ``p`` replicated (``"j -> *"``: the session moves
-  ``n * (P - 1)`` words, each processor receiving the blocks it lacks); the other kernels
-  read ``p`` replicated too, each processor using its own block of it;
-* ``pq[()] = p[i] * q[i]`` and ``rr[()] = r[i] * r[i]``: distributed inner products
-  (partial sums reduced onto processor 0);
-* ``x[i] + alpha[()] * p[i]``, ``r[i] - alpha[()] * q[i]``, ``r[i] + beta[()] * p[i]``:
-  the vector updates, with the scalars ``alpha``, ``beta`` computed on the driver from the
-  gathered 0-d inner products and replicated.
+The algorithm reads as in a textbook (:mod:`distal.arrays`): every iteration is the
+distributed matrix-vector product ``q = A p``, the inner products ``p . q`` and ``r . r``
+and the vector updates, fused into distributed kernels over a line of ``P`` processors
+(a dense ``A`` in row blocks with ``p`` read replicated; a sparse ``A`` by rows or by
+stored entries with the vectors in blocks), while ``alpha`` and ``beta`` are 0-d values
+computed on each process.
 
 It stops when ``||r|| <= tol * ||b||`` (``r = b - A x``, updated recursively) or after
 ``maxiter`` iterations.
@@ -27,56 +22,19 @@ from distal.apps._common import (
     dense_input,
     is_sparse,
     machine_for,
-    owner,
     progress,
-    rename,
-    scalar,
     session_for,
     sparse_input,
-    spmv,
 )
+from distal.arrays import sqrt
 from distal.distribution.machine import Machine
 from distal.errors import InputError
-from distal.lang.nodes import Tensor, index_vars
 from distal.session import Session
 
-
-def _kernels(n: int, M: Machine, split: str = "owner") -> dict[str, Any]:
-    i, j = index_vars("i j")
-
-    def vec(name: str, dist: str = "i -> i") -> Tensor:
-        return Tensor(name, (n,), dist=dist, machine=M)
-
-    if split == "owner":
-        A = Tensor("cg_A", (n, n), dist="ij -> i", machine=M)
-        q, p_rep = vec("cg_q"), vec("cg_p", "i -> *")
-        q[i] = A[i, j] * p_rep[j]
-        ks: dict[str, Any] = {"matvec": owner(q, i, M)}
-    else:  # a sparse A: p stays in blocks, the product gathers exactly the entries it uses
-        ks = {"matvec": spmv("cg_q", "cg_A", "cg_p", n, n, M, split)}
-
-    def dot(out: str, a: str, b: str) -> Any:
-        s, u, v = scalar(out, M), vec(a, rep.get(a, "i -> i")), vec(b)
-        s[()] = u[i] * v[i] if a != b else u[i] * u[i]
-        return owner(s, i, M)
-
-    # p is read replicated everywhere: the matvec needs it so, and every other kernel then
-    # reads its own block of the replicated copy without moving anything
-    rep = {"cg_p": "i -> *"} if split == "owner" else {}
-    ks["pq"] = dot("cg_pq", "cg_p", "cg_q")
-    ks["rr"] = dot("cg_rrn", "cg_r", "cg_r")
-    ks["bb"] = dot("cg_bb", "cg_b", "cg_b")
-
-    def axpy(out: str, a: str, coef: str, b: str, sign: float) -> Any:
-        o, c = vec(out), scalar(coef, M, "*")
-        u, v = vec(a, rep.get(a, "i -> i")), vec(b, rep.get(b, "i -> i"))
-        o[i] = u[i] + c[()] * v[i] if sign > 0 else u[i] - c[()] * v[i]
-        return owner(o, i, M)
-
-    ks["x"] = axpy("cg_xn", "cg_x", "cg_alpha", "cg_p", 1.0)
-    ks["r"] = axpy("cg_rn", "cg_r", "cg_alpha", "cg_q", -1.0)
-    ks["p"] = axpy("cg_pn", "cg_r", "cg_beta", "cg_p", 1.0)
-    return ks
+#: how ``A @ p`` cuts a sparse ``A``, by schedule
+SPLITS = {"rows": "xy -> x", "nonzeros": "xy -> (xy)"}
+#: the values a checkpointed run keeps per iteration (loop ``"cg"``)
+KEEP = ["cg_x", "cg_r", "cg_p", "cg_rr"]
 
 
 def cg(
@@ -123,52 +81,39 @@ def cg(
     maxiter = 10 * n if maxiter is None else int(maxiter)
     sess = session_for(session)
     M = machine_for(sess, machine)
-    ks = _kernels(n, M, split)
-
-    sess.put("cg_A", a)
-    sess.put("cg_b", bv)
-    sess.put("cg_x", np.zeros(n))
-    sess.put("cg_r", bv)
-    sess.put("cg_p", bv)
-    sess.run(ks["bb"])
-    bnorm = float(np.sqrt(sess.get("cg_bb")))
-    sess.run(ks["rr"])
-    rename(sess, "cg_rrn", "cg_rr")
-    loop = sess.iterations(
-        maxiter, keep=["cg_x", "cg_r", "cg_p", "cg_rr"], name="cg", save="latest"
-    )
-    first = 0 if sess.resumed_from is None else sess.resumed_from + 1
-    rs = float(sess.get("cg_rr"))
-    done = first
+    A_ = sess.asarray(a, SPLITS.get(split), machine=M)
+    b_ = sess.asarray(bv, machine=M)
+    bnorm = float(sqrt(b_ @ b_))
+    sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = b_ * 0.0, b_, b_, b_ @ b_
+    loop = sess.iterations(maxiter, keep=KEEP, name="cg", save="latest")
+    # restored by the loop when it resumes a checkpointed run
+    x, r, p, rs = (sess.array(name, machine=M) for name in KEEP)
+    done = 0 if sess.resumed_from is None else sess.resumed_from + 1
     bar = progress(sess, maxiter, "cg iterations")
     try:
-        if np.sqrt(rs) <= tol * bnorm:
+        if float(sqrt(rs)) <= tol * bnorm:
             loop.close()
         for it in loop:
-            sess.run(ks["matvec"])
-            sess.run(ks["pq"])
-            pq = float(sess.get("cg_pq"))
-            if pq <= 0:
+            q = A_ @ p
+            pq = p @ q
+            if float(pq) <= 0:
                 raise InputError(
-                    f"cg: p.Ap = {pq:.3g} <= 0 at iteration {it}: A is not positive definite"
+                    f"cg: p.Ap = {float(pq):.3g} <= 0 at iteration {it}: A is not positive "
+                    "definite"
                 )
-            sess.put("cg_alpha", np.array(rs / pq))
-            sess.run(ks["x"])
-            rename(sess, "cg_xn", "cg_x")
-            sess.run(ks["r"])
-            rename(sess, "cg_rn", "cg_r")
-            sess.run(ks["rr"])
-            rs_new = float(sess.get("cg_rrn"))
+            alpha = rs / pq
+            x = x + alpha * p
+            r = r - alpha * q
+            rs_new = r @ r
+            residual = float(sqrt(rs_new))
             done = it + 1
-            bar.update(done, note=f"residual {np.sqrt(rs_new) / max(bnorm, 1e-300):.2e}")
-            if np.sqrt(rs_new) <= tol * bnorm:
+            bar.update(done, note=f"residual {residual / max(bnorm, 1e-300):.2e}")
+            if residual <= tol * bnorm:
                 break
-            sess.put("cg_beta", np.array(rs_new / rs))
-            sess.run(ks["p"])
-            rename(sess, "cg_pn", "cg_p")
-            rename(sess, "cg_rrn", "cg_rr")
+            p = r + (rs_new / rs) * p
             rs = rs_new
+            sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = x, r, p, rs
     finally:
         loop.close()  # the last finished iteration is saved
         bar.close()
-    return sess.get("cg_x"), done
+    return np.asarray(x.get()), done

@@ -23,9 +23,9 @@ class DArray:
     __slots__ = ("__weakref__", "node", "program", "session")
     __array_priority__ = 1000  # numpy defers its operators to ours
 
-    def __init__(self, session: Any, node: g.Node) -> None:
+    def __init__(self, session: Any, node: g.Node, program: Any = None) -> None:
         self.session = session
-        self.program = session._arrays
+        self.program = session._arrays if program is None else program
         self.node = node
         self.program.track(self)
 
@@ -87,10 +87,10 @@ class DArray:
     # -- operations ------------------------------------------------------------------------
 
     def _wrap(self, node: g.Node) -> DArray:
-        return DArray(self.session, node)
+        return DArray(self.session, node, self.program)
 
     def _node(self, other: Any) -> g.Node:
-        return operand(self.session, other)
+        return operand(self, other)
 
     def _map(self, op: str, *others: Any, right: bool = False) -> DArray:
         xs = [self.node, *(self._node(o) for o in others)]
@@ -173,33 +173,34 @@ class DArray:
         return self @ o
 
 
-def operand(session: Any, x: Any) -> g.Node:
-    """``x`` as a node of ``session``'s program: a DArray's own node, a number as a
-    constant, anything else array-like as a new session value."""
+def operand(array: DArray, x: Any) -> g.Node:
+    """``x`` as a node of ``array``'s program: a DArray's own node, a number as a
+    constant, anything else array-like as a new value on the same machine."""
     if isinstance(x, DArray):
-        if x.session is not session:
+        if x.session is not array.session:
             raise InputError("a DArray of another session: move it with sess.asarray(x.get())")
+        if x.program is not array.program:
+            raise InputError(
+                f"DArrays on machines of {x.program.nprocs} and {array.program.nprocs} "
+                "processors: make both on one machine"
+            )
         return x.node
     if isinstance(x, bool | int | float | complex | np.generic) or (
         isinstance(x, np.ndarray) and x.ndim == 0
     ):
         return g.const(x)
-    return session.asarray(x).node
+    return array.session.asarray(x, machine=array.program.nprocs).node
 
 
-def _session_of(xs: tuple[Any, ...]) -> Any:
-    for x in xs:
-        if isinstance(x, DArray):
-            return x.session
-    return None
+def _first(xs: tuple[Any, ...]) -> DArray | None:
+    return next((x for x in xs if isinstance(x, DArray)), None)
 
 
 def _func(op: str, *xs: Any) -> Any:
-    sess = _session_of(xs)
-    if sess is None:
-        return getattr(np, {"lt": "less"}.get(op, op))(*xs)
-    first = next(x for x in xs if isinstance(x, DArray))
-    nodes = [operand(sess, x) for x in xs]
+    first = _first(xs)
+    if first is None:
+        return getattr(np, op)(*xs)
+    nodes = [operand(first, x) for x in xs]
     return first._wrap(g.map_node(op, *nodes))
 
 
@@ -238,8 +239,8 @@ def einsum_arrays(subscripts: str, operands: tuple[Any, ...]) -> DArray:
     :func:`distal.arrays.graph.contract`)."""
     from distal.lang.einsum import parse_einsum
 
-    sess = _session_of(operands)
-    nodes = tuple(operand(sess, x) for x in operands)
+    first = _first(operands)
+    assert first is not None
+    nodes = tuple(operand(first, x) for x in operands)
     ins, out = parse_einsum(subscripts, [n.ndim for n in nodes])
-    first = next(x for x in operands if isinstance(x, DArray))
     return first._wrap(g.contract(tuple(ins), out, nodes, f"einsum {subscripts!r}"))

@@ -233,7 +233,7 @@ def _slot_tensors(key: tuple, vs: list[IndexVar], machine: Machine) -> list[Tens
     out = []
     for k, (shape, dtype, sparse) in enumerate(descs):
         dist = _dist(len(shape), uses.get(k, []), owner)
-        fmt = "dense" if sparse is None else sparse
+        fmt = "dense" if sparse is None else sparse.split("/")[0]
         out.append(
             Tensor(
                 slot_name(k), shape, dist=dist, machine=machine, dtype=np.dtype(dtype), format=fmt
@@ -274,11 +274,12 @@ def build(key: tuple) -> Kernel:
     body, extents, _, dtype, nprocs, kind = key
     machine = Machine(nprocs)
     if kind == "spmv":
-        (_, mdt, fmt), (_, vdt, _) = key[2]
+        (_, mdt, sparse), (_, vdt, _) = key[2]
+        fmt, split = sparse.split("/")
         dtypes = (np.dtype(mdt), np.dtype(vdt), np.dtype(dtype))
         n, m = key[2][0][0]
         return spmv_kernel(
-            OUT, slot_name(0), slot_name(1), n, m, machine, "nonzeros", dtypes=dtypes, fmt=fmt
+            OUT, slot_name(0), slot_name(1), n, m, machine, split, dtypes=dtypes, fmt=fmt
         )
     vs = _vars(extents)
     slots = _slot_tensors(key, vs, machine)

@@ -220,6 +220,7 @@ class Program:
             root.shape,
             root.dtype,
             held_dist(root.ndim),
+            self.nprocs,
         )
 
     def _host(self, node: Node, out: str) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 
 from distal.casting import check_cast
 from distal.distribution.machine import Machine
-from distal.errors import InputError, InternalError
+from distal.errors import InputError, InternalError, NotSupportedYet
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source, read_block
 from distal.session.layout import Layout, layout_of
@@ -162,7 +162,7 @@ class Session:
         self.machine = session_machine(self, machine)
         #: distributed kernels this session has executed (its arrays' and ``run``'s)
         self.kernels_run = 0
-        self._program: Any = None
+        self._programs: dict[int, Any] = {}  # the arrays programs, by processor count
         self._hidden = itertools.count()
 
     # -- values ----------------------------------------------------------------------------
@@ -214,32 +214,44 @@ class Session:
 
     @property
     def _arrays(self) -> Any:
-        """The session's arrays program (:mod:`distal.arrays.program`), made on first use."""
-        if self._program is None:
-            from distal.arrays.program import Program
+        """The arrays program (:mod:`distal.arrays.program`) over the session's machine."""
+        return self._program_for(self.machine)
 
-            self._program = Program(self, self.machine.size)
-        return self._program
+    def _program_for(self, machine: Any) -> Any:
+        """The arrays program over ``machine`` (a line of its processors), made on first
+        use: arrays on other machines than the session's are ``asarray(..., machine=)``."""
+        from distal.arrays.program import Program
+
+        p = session_machine(self, machine).size
+        if p not in self._programs:
+            self._programs[p] = Program(self, p)
+        return self._programs[p]
 
     @property
     def compiles(self) -> int:
-        """Kernels the session's arrays program has compiled (a loop's second iteration
+        """Kernels the session's arrays programs have compiled (a loop's second iteration
         compiles nothing)."""
-        return 0 if self._program is None else self._program.compiles
+        return sum(p.compiles for p in self._programs.values())
 
     def flush(self) -> None:
         """Evaluate every pending array operation (see :mod:`distal.arrays.program`)."""
-        if self._program is not None:
-            self._program.flush()
+        for program in list(self._programs.values()):
+            program.flush()
 
     def __getitem__(self, name: str) -> Any:
         """A ``dl.DArray`` over value ``name``; it keeps reading that value even after
         ``name`` is bound to another one."""
+        return self.array(name)
+
+    def array(self, name: str, *, machine: Any = None) -> Any:
+        """``sess[name]`` on ``machine`` (a ``dl.Machine`` or a count; default the
+        session's): a ``dl.DArray`` over value ``name`` whose operations are spread over
+        that machine's processors."""
         from distal.arrays.darray import DArray
 
         self.flush()
-        held = self._held(name)
-        return DArray(self, self._hidden_value(held))
+        program = self._program_for(self.machine if machine is None else machine)
+        return DArray(self, self._hidden_value(self._held(name)), program)
 
     def __setitem__(self, name: str, value: Any) -> None:
         """Bind ``name`` to a value: a ``DArray`` (computed now, with whatever is pending),
@@ -252,26 +264,35 @@ class Session:
         if isinstance(value, DArray):
             if value.session is not self:
                 raise InputError(f"value {name!r}: a DArray of another session")
-            self._arrays.materialize(value.node, name)
+            value.program.materialize(value.node, name)
             return
         self.put(name, _as_held_sparse(value))
 
-    def asarray(self, value: Any, dist: str | None = None) -> Any:
+    def asarray(self, value: Any, dist: str | None = None, *, machine: Any = None) -> Any:
         """An unnamed ``dl.DArray`` over ``value`` (an array, a sparse array, or a DArray of
-        this session, returned as it is). ``dist``: a distribution string over the session's
-        machine to place it by; otherwise the first kernel that reads it places it."""
+        this session, returned as it is). ``dist``: a distribution string over the machine
+        to place it by; otherwise the first kernel that reads it places it. For a sparse
+        matrix ``dist`` says how ``A @ x`` cuts it: ``"xy -> x"`` by rows, ``"xy -> (xy)"``
+        (the default) by stored entries. ``machine``: the machine the array (and what is
+        computed from it) is spread over, when not the session's own."""
         from distal.arrays.darray import DArray
 
+        program = self._program_for(self.machine if machine is None else machine)
         if isinstance(value, DArray):
             if value.session is not self:
                 raise InputError("sess.asarray: a DArray of another session")
+            if value.program is not program:
+                raise InputError("sess.asarray: a DArray on another machine")
             return value
         name = f"_c{next(self._hidden)}"
         self.put(name, _as_held_sparse(value))
         held = self.values.pop(name)
-        if dist is not None:
-            self._place(name, held, dist)
-        return DArray(self, self._hidden_value(held))
+        split = None
+        if _is_sparse(held.data):
+            split = _sparse_split(dist)
+        elif dist is not None:
+            self._place(name, held, dist, program.nprocs)
+        return DArray(self, self._hidden_value(held, split), program)
 
     def _map_blocks(
         self,
@@ -281,6 +302,7 @@ class Session:
         shape: tuple[int, ...],
         dtype: np.dtype,
         dist: str,
+        nprocs: int,
     ) -> None:
         """An element-wise map of the arrays program: ``fn`` over each process's blocks of
         the operands ``(value name, distribution)``, kept as value ``out`` in ``dist``.
@@ -292,11 +314,11 @@ class Session:
         """
         from distal.session.layout import layout_for
 
+        machine = Machine(nprocs)
         data = [
-            self._input(v, layout_for(v, self.values[v].shape, d, self.machine))
-            for v, d in operands
+            self._input(v, layout_for(v, self.values[v].shape, d, machine)) for v, d in operands
         ]
-        target = layout_for(out, shape, dist, self.machine)
+        target = layout_for(out, shape, dist, machine)
         if self.runtime == "mpi":
             box = target.boxes[self.rank]
             arrays = [b.array for b in data]
@@ -312,25 +334,26 @@ class Session:
             )
         self.kernels_run += 1
 
-    def _hidden_value(self, held: Held) -> Any:
-        """A program node reading ``held`` under a name of its own, dropped with the node."""
+    def _hidden_value(self, held: Held, split: str | None = None) -> Any:
+        """A program node reading ``held`` under a name of its own, dropped with the node
+        (a sparse one cut as ``split`` says, by stored entries by default)."""
         import weakref
 
         from distal.arrays.graph import Value
 
         name = f"_v{next(self._hidden)}"
         self.values[name] = held
-        sparse = "csr" if _is_sparse(held.data) else None
+        sparse = f"csr/{split or 'nonzeros'}" if _is_sparse(held.data) else None
         node = Value(tuple(held.shape), np.dtype(held.dtype), name, sparse)
         weakref.finalize(node, self.values.pop, name, None)
         return node
 
-    def _place(self, name: str, held: Held, dist: str) -> None:
-        """Give a value just put the layout ``dist`` over the session's machine (placing,
-        not moving: not counted)."""
+    def _place(self, name: str, held: Held, dist: str, nprocs: int) -> None:
+        """Give a value just put the layout ``dist`` over a line of ``nprocs`` processors
+        (placing, not moving: not counted)."""
         from distal.session.layout import layout_for
 
-        target = layout_for(name, held.shape, dist, self.machine)
+        target = layout_for(name, held.shape, dist, Machine(nprocs))
         self.values[name] = held
         try:
             self._input(name, target)
@@ -594,6 +617,21 @@ def session_machine(sess: Session, machine: Any) -> Machine:
             f"the machine has {p} processors but the MPI session runs on {sess.nranks} ranks"
         )
     return Machine(p)
+
+
+def _sparse_split(dist: str | None) -> str:
+    """How ``A @ x`` cuts a sparse matrix, from its distribution string."""
+    if dist is None:
+        return "nonzeros"
+    key = "".join(str(dist).split())
+    if key in ("xy->x", "ij->i"):
+        return "rows"
+    if key in ("xy->(xy)", "ij->(ij)"):
+        return "nonzeros"
+    raise NotSupportedYet(
+        f"a sparse array distributed as {dist!r}: the arrays front cuts a sparse matrix by "
+        "rows ('xy -> x') or by stored entries ('xy -> (xy)')"
+    )
 
 
 def _as_held_sparse(x: Any) -> Any:
