@@ -138,6 +138,23 @@ def test_functions_division_and_comparisons_on_arrays(sess: dl.Session) -> None:
     assert (sess.asarray(np.arange(4)) / sess.asarray(np.arange(1, 5))).dtype == np.float64
 
 
+def test_differences_are_not_expanded_where_they_would_cancel(sess: dl.Session) -> None:
+    """numpy forms x - y first; a sum of products x*z - y*z, or sum(x) - sum(y), would
+    lose every digit when x and y nearly agree."""
+    rng = np.random.default_rng(30)
+    a = 1.0 + 1e-9 * rng.standard_normal(50)
+    b = np.ones(50)
+    c = rng.standard_normal(50)
+    m = rng.standard_normal((7, 50))
+    x, y, z, mm = (sess.asarray(v) for v in (a, b, c, m))
+    np.testing.assert_allclose(float(((x - y) * (x - y)).sum()), ((a - b) ** 2).sum(), rtol=1e-12)
+    np.testing.assert_allclose(float((x - y) @ (x - y)), (a - b) @ (a - b), rtol=1e-12)
+    np.testing.assert_allclose(((x - y) * z).get(), (a - b) * c, rtol=1e-12)
+    np.testing.assert_allclose(((x - y) * 3.0).get(), (a - b) * 3.0, rtol=1e-12)
+    np.testing.assert_allclose(float((x - y).sum()), (a - b).sum(), rtol=1e-9)
+    np.testing.assert_allclose((mm @ (x - y)).get(), m @ (a - b), rtol=1e-9)
+
+
 def test_a_map_over_aligned_arrays_moves_nothing(sess: dl.Session) -> None:
     a, b = rand(8, 3, seed=22), rand(8, 3, seed=23)
     x, y = sess.asarray(a), sess.asarray(b)

@@ -61,6 +61,10 @@ from distal.arrays.lower import (
 )
 from distal.errors import InternalError
 
+#: element-wise operations that add: under a product or a contraction they would be
+#: distributed (see :meth:`Program._is_map` and :meth:`Program._has_sum`)
+SUMS = ("add", "sub")
+
 #: pending nodes past which a new operation flushes (so a loop that never reads a value
 #: does not grow one ever longer expression)
 MAX_PENDING = 64
@@ -178,7 +182,10 @@ class Program:
         stop = {id(b) for b in out}
         sig = signature(root, lambda n: self.is_value(n) or id(n) in stop, self.nprocs)
         key = sig[0]
-        if term_count(key) > MAX_TERMS or (isinstance(root, Contract) and not self._cover(key)):
+        if term_count(key) > MAX_TERMS or (
+            isinstance(root, Contract)
+            and (any(self._has_sum(x) for x in root.operands) or not self._cover(key))
+        ):
             # cut here: the root's own operands become values first
             out.extend(x for x in root.args() if not isinstance(x, Const) and id(x) not in stop)
             sig = None
@@ -197,15 +204,33 @@ class Program:
         and values it reads)."""
         if not isinstance(root, Map) or root.ndim == 0:
             return False
-        stack: list[Node] = [root]
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            n, under_product = stack.pop()
+            if isinstance(n, Map) and n.ndim:
+                if n.op in MAP_OPS or (under_product and n.op in SUMS):
+                    # a product of sums too: index notation would expand it into a sum of
+                    # products, which cancels where numpy's order does not ((x - y) * z
+                    # as x*z - y*z); numpy's own order is the map's
+                    return True
+                inner = under_product or n.op == "mul"
+                stack.extend((x, inner) for x in n.operands if not self.is_value(x))
+            elif isinstance(n, Transpose) and not self.is_value(n):
+                stack.extend((x, under_product) for x in n.args())
+        return False
+
+    def _has_sum(self, node: Node) -> bool:
+        """Whether the element-wise tree of ``node`` (down to values) adds or subtracts:
+        a contraction over it would be expanded into several sums (``(x - y).sum()`` as
+        ``x.sum() - y.sum()``, which cancels), so it is made a value first."""
+        stack = [node]
         while stack:
             n = stack.pop()
-            if isinstance(n, Map) and n.ndim:
-                if n.op in MAP_OPS:
-                    return True
-                stack.extend(x for x in n.operands if not self.is_value(x))
-            elif isinstance(n, Transpose) and not self.is_value(n):
-                stack.extend(n.args())
+            if self.is_value(n) or isinstance(n, Const | Contract) or n.ndim == 0:
+                continue
+            if isinstance(n, Map) and n.op in SUMS:
+                return True
+            stack.extend(n.args())
         return False
 
     def _map(self, root: Node, out: str) -> None:
