@@ -6,7 +6,6 @@ from typing import Any
 
 import numpy as np
 
-from distal.arrays.lower import spmv_kernel
 from distal.casting import check_cast
 from distal.distribution.machine import Machine
 from distal.errors import InputError, ScheduleError
@@ -79,12 +78,6 @@ def dense_input(x: Any, name: str, order: int | None = None) -> np.ndarray:
     return arr
 
 
-def spmv(out: str, mat: str, vec: str, n: int, m: int, machine: Machine, split: str) -> Kernel:
-    """``out[i] = mat[i, j] * vec[j]`` with ``mat`` CSR, cut by rows or by stored entries;
-    the vectors in blocks (the arrays front's SpMV, :func:`distal.arrays.lower.spmv_kernel`)."""
-    return spmv_kernel(out, mat, vec, n, m, machine, split)
-
-
 def session_for(session: Session | None) -> Session:
     """The caller's session, or a new local one whose kernel runs draw no bar of their own
     (the application draws one per iteration)."""
@@ -125,11 +118,6 @@ def owner(out: Tensor, var: Any, machine: Machine) -> Kernel:
 def scalar(name: str, machine: Machine, where: str = "0") -> Tensor:
     """A 0-d tensor on processor 0 (``where="0"``) or on every processor (``"*"``)."""
     return Tensor(name, (), dist=f"-> {where}", machine=machine)
-
-
-def rename(sess: Session, src: str, dst: str) -> None:
-    """Value ``src`` of the session becomes ``dst`` (where it lives is unchanged)."""
-    sess.values[dst] = sess.values.pop(src)
 
 
 def progress(sess: Session, total: int, label: str) -> Progress:
