@@ -172,6 +172,32 @@ def test_sparse_matrix_times_vector(sess: dl.Session) -> None:
     np.testing.assert_allclose(got.get(), A @ (v * 2.0), rtol=RTOL)
 
 
+def test_sparse_transpose_times_vector(sess: dl.Session) -> None:
+    A = sp.random(40, 30, density=0.1, random_state=2, format="csr")
+    v = rand(40, seed=31)
+    At = sess.asarray(A).T
+    assert At.shape == (30, 40)
+    np.testing.assert_allclose((At @ sess.asarray(v)).get(), A.T @ v, rtol=RTOL)
+    np.testing.assert_allclose((At.T @ sess.asarray(rand(30))).get(), A @ rand(30), rtol=RTOL)
+
+
+def test_numpy_functions_and_operators_record_operations(sess: dl.Session) -> None:
+    a, b = rand(5, seed=32), rand(5, seed=33)
+    x = sess.asarray(a)
+    assert isinstance(np.sqrt(np.abs(x)), dl.DArray)
+    np.testing.assert_allclose(np.sqrt(np.abs(x)).get(), np.sqrt(np.abs(a)), rtol=RTOL)
+    got = b + x  # numpy's operator defers to the DArray
+    assert isinstance(got, dl.DArray)
+    np.testing.assert_allclose(got.get(), b + a, rtol=RTOL)
+    np.testing.assert_allclose(np.maximum(x, b).get(), np.maximum(a, b), rtol=RTOL)
+    assert sess.kernels_run == 3
+    np.testing.assert_allclose(float(np.sum(x)), a.sum(), rtol=RTOL)
+    with pytest.raises(dl.NotSupportedYet, match=r"numpy\.sin"):
+        np.sin(x)
+    with pytest.raises(dl.NotSupportedYet, match=r"numpy\.add\.reduce"):
+        np.add.reduce(x)
+
+
 def test_cg_on_arrays_matches_scipy(sess: dl.Session) -> None:
     from scipy.sparse.linalg import spsolve
 

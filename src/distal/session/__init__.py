@@ -78,6 +78,8 @@ class Held:
     dtype: np.dtype
     layout: Layout | None
     data: Any
+    #: a sparse value's transpose, made on first use by the arrays front (``A.T``)
+    transposed: Any = None
 
 
 #: the options a session passes to every run, by runtime, beyond those the runtime itself
@@ -333,6 +335,20 @@ class Session:
                 np.broadcast_to(value, shape).copy() if value.shape != shape else value,
             )
         self.kernels_run += 1
+
+    def _sparse_transpose(self, node: Any) -> Any:
+        """A program node over the transpose of the sparse value ``node`` reads (a CSR
+        ``dl.SparseArray`` made once per held value, in this process: sparse values are
+        held whole), cut as ``node`` is."""
+        from distal.sparse.array import SparseArray, as_sparse
+
+        held = self.values[node.name]
+        t = getattr(held, "transposed", None)
+        if t is None:
+            a = as_sparse(held.data, "csr", label="the sparse array")
+            t = SparseArray.from_scipy(a.to_scipy().T.tocsr(), "csr")
+            t = held.transposed = Held(tuple(reversed(held.shape)), held.dtype, None, t)
+        return self._hidden_value(t, node.sparse.split("/")[1])
 
     def _hidden_value(self, held: Held, split: str | None = None) -> Any:
         """A program node reading ``held`` under a name of its own, dropped with the node
