@@ -51,11 +51,14 @@ one = sp.eye(n)
 A = (sp.kron(one, lap + conv) + sp.kron(lap, one)).tocsr()
 b = np.random.default_rng(0).standard_normal(A.shape[0])
 
-sess = dl.Session("local", machine=2)
+sess = dl.Session("local", machine=2, check_stats=True)
 x, its = bicgstab(sess, A, b)
 ref = spsolve(A.tocsc(), b)
 err = float(np.max(np.abs(x.get() - ref)))
 ok = err <= 1e-7
 print(f"bicgstab: {its} iterations, {sess.kernels_run} kernels run, {sess.compiles} compiled")
 print(f"check vs scipy.sparse.linalg.spsolve: max abs error {err:.2e}  {'PASS' if ok else 'FAIL'}")
-sys.exit(0 if ok else 1)
+# every kernel but the maps (numpy over blocks, no plan) has a prediction to compare with
+same = sess.stats_checked == sess.kernels_run - sess.maps_run and not sess.stats_differ
+print(f"measured stats == predicted: {'yes' if same else 'NO'} ({sess.stats_checked} runs)")
+sys.exit(0 if ok and same else 1)

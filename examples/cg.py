@@ -18,7 +18,7 @@ Q = rng.standard_normal((n, n))
 A = Q @ Q.T / n + np.eye(n)
 b = rng.standard_normal(n)
 
-sess = dl.Session(progress=False)
+sess = dl.Session(progress=False, check_stats=True)
 x, iterations = dl.apps.cg(A, b, machine=P, tol=1e-10, session=sess)
 ref = np.linalg.solve(A, b)
 err = float(np.max(np.abs(x - ref)))
@@ -30,4 +30,6 @@ print(
 )
 print(f"check vs numpy.linalg.solve: max abs error {err:.2e}  {'PASS' if ok else 'FAIL'}")
 print(f"moved words == iterations * n * (P - 1): {'yes' if moved_ok else 'NO'}")
-sys.exit(0 if ok and moved_ok else 1)
+same = sess.stats_checked == sess.kernels_run and not sess.stats_differ
+print(f"measured stats == predicted: {'yes' if same else 'NO'} ({sess.stats_checked} runs)")
+sys.exit(0 if ok and moved_ok and same else 1)

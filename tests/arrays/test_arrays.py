@@ -231,6 +231,18 @@ def test_nothing_runs_until_a_value_is_read(sess: dl.Session) -> None:
     assert sess.kernels_run == 7  # w, (w * w - 1) (a term without the summed index), the sum
 
 
+def test_every_kernel_moves_what_it_predicted() -> None:
+    sess = dl.Session("local", machine=3, check_stats=True)
+    A, b = laplacian(5), rand(25, seed=40)
+    cg(sess, A, b)
+    d = sess.asarray(rand(6, 4, seed=41))
+    (d.T @ (d * 2.0 + 1.0)).get()  # a transposed read: redistribution and a kernel
+    dl.sqrt(dl.abs(d) + 1.0).get()  # a map
+    assert sess.maps_run == 1
+    assert sess.stats_checked == sess.kernels_run - sess.maps_run > 0
+    assert sess.stats_differ == []
+
+
 def test_a_loop_compiles_only_in_its_first_iteration(sess: dl.Session) -> None:
     A = laplacian(6)
     b = rand(36, seed=11)

@@ -123,6 +123,11 @@ class Session:
     Args:
         runtime: ``"local"`` (default), ``"mpi"`` or ``"dask"``, as for ``kernel.run``.
         checkpoint: a directory or fsspec URL for :meth:`iterations` (optional).
+        machine: the machine the session's arrays are spread over (a ``dl.Machine``, used
+            as a line of its processors, or a count; see :func:`session_machine`).
+        check_stats: compare every kernel run's measured stats with the kernel's
+            prediction (``stats_checked``, ``stats_differ``): what distal says it will move
+            is what it moved.
         **runtime_options: passed to every ``kernel.run`` (e.g. ``comm=`` for MPI,
             ``client=`` for Dask).
     """
@@ -133,6 +138,7 @@ class Session:
         *,
         checkpoint: Any = None,
         machine: Any = None,
+        check_stats: bool = False,
         **runtime_options: Any,
     ) -> None:
         if runtime not in RUNTIMES:
@@ -164,6 +170,13 @@ class Session:
         self.machine = session_machine(self, machine)
         #: distributed kernels this session has executed (its arrays' and ``run``'s)
         self.kernels_run = 0
+        #: of those, the maps (numpy over each process's blocks: no plan, no prediction)
+        self.maps_run = 0
+        #: with ``check_stats=True``: runs whose measured stats were compared with their
+        #: kernel's prediction, and the kernels of those that differed
+        self.check_stats = bool(check_stats)
+        self.stats_checked = 0
+        self.stats_differ: list[str] = []
         self._programs: dict[int, Any] = {}  # the arrays programs, by processor count
         self._hidden = itertools.count()
 
@@ -335,6 +348,7 @@ class Session:
                 np.broadcast_to(value, shape).copy() if value.shape != shape else value,
             )
         self.kernels_run += 1
+        self.maps_run += 1
 
     def _sparse_transpose(self, node: Any) -> Any:
         """A program node over the transpose of the sparse value ``node`` reads (a CSR
@@ -428,6 +442,30 @@ class Session:
         return self._run_as(kernel, {}, inputs, gather=gather)
 
     def _run_as(
+        self,
+        kernel: Any,
+        names: Mapping[str, str],
+        inputs: Mapping[str, Any] | None = None,
+        *,
+        gather: bool = False,
+    ) -> Result:
+        """:meth:`_execute`, and with ``check_stats`` the run's measured stats compared
+        with the kernel's prediction."""
+        res = self._execute(kernel, names, inputs, gather=gather)
+        if self.check_stats:
+            self._check_stats(kernel, res)
+        return res
+
+    def _check_stats(self, kernel: Any, res: Result) -> None:
+        """Count a run whose measured stats differ from what its kernel predicted (a sparse
+        kernel's prediction is that of the binding the run used)."""
+        bound = getattr(kernel, "_bound", None) if getattr(kernel, "sparse", None) else None
+        predicted = (bound if bound is not None else kernel).stats()
+        self.stats_checked += 1
+        if res.stats.as_dict() != predicted.as_dict():
+            self.stats_differ.append(repr(kernel))
+
+    def _execute(
         self,
         kernel: Any,
         names: Mapping[str, str],
