@@ -13,6 +13,10 @@ as every plan's are.
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from distal.lang.nodes import Access
@@ -169,13 +173,20 @@ class _Writer:
             return Rows(sd, dd, need.rows, tuple(need.box))
         return Entries(need.rows)
 
-    def part(self, need: Need, region: Region, k: int) -> Region:
-        """The region of piece ``k`` of ``need``, a part of ``region``."""
+    def parts(self, need: Need, region: Region, ks: np.ndarray | None = None) -> list[Region]:
+        """The regions of pieces ``ks`` of ``need`` (all of them by default), parts of
+        ``region``."""
         pcs = need.pieces
+        idx = np.arange(len(pcs)) if ks is None else ks
+        start, stop, order = pcs.start[idx].tolist(), pcs.stop[idx].tolist(), pcs.order
         if isinstance(region, Rows):
-            return region.part(pcs.sel(k), pcs.box(k))
+            boxes = [tuple(map(tuple, b)) for b in pcs.boxes[idx].tolist()]
+            return [
+                region.part(order[a:b], bx) for a, b, bx in zip(start, stop, boxes, strict=True)
+            ]
         assert isinstance(region, Entries)
-        return region.part(pcs.sel(k), int(pcs.index_words[k]))
+        iws = pcs.index_words[idx].tolist()
+        return [region.part(order[a:b], w) for a, b, w in zip(start, stop, iws, strict=True)]
 
     def out_state(self, p: int, s: int) -> tuple[Region, Region | None]:
         """Processor ``p``'s output region opened at step ``s``, and the part of its owned
@@ -211,9 +222,7 @@ class _Writer:
                     continue
                 region = self.region(need)
                 pcs = need.pieces
-                pieces = tuple(
-                    (int(pcs.peer[k]), self.part(need, region, k)) for k in range(len(pcs))
-                )
+                pieces = tuple(zip(pcs.peer.tolist(), self.parts(need, region), strict=True))
                 own = _owned(sp, name, p)
                 view = (
                     len(pieces) == 1
@@ -225,9 +234,10 @@ class _Writer:
                 )
                 ops.append(Fetch(s, name, region, pieces, bool(view)))
                 held[name] = region
-                for src, part in pieces:
-                    if src != p and (part.words or part.index_words):
-                        fetches.append(Message(s, FETCH, name, src, p, part))
+                moves = ((pcs.words > 0) | (pcs.index_words > 0)) & (pcs.peer != p)
+                for k in np.flatnonzero(moves).tolist():
+                    src, part = pieces[k]
+                    fetches.append(Message(s, FETCH, name, src, p, part))
             views: list[tuple[str, Region]] = []
             if self.S > 1:
                 for name in pp.needs:
@@ -237,7 +247,7 @@ class _Writer:
             out_view: Region | None = None
             if self.per_step_out or s == 0:
                 out_region, direct = self.out_state(p, s)
-                out_parts = [self.part(pp.out, out_region, k) for k in range(len(pp.out.pieces))]
+                out_parts = self.parts(pp.out, out_region)
                 open_region = direct if direct is not None else out_region
                 ops.append(OpenOutput(s, open_region, direct is not None))
             if not self.per_step_out:
@@ -247,11 +257,12 @@ class _Writer:
             if direct is None and self.flushes(s):
                 assert out_region is not None
                 sends, local = [], []
-                for k, part in enumerate(out_parts):
-                    dst = int(pp.out.pieces.peer[k])
+                out_words = pp.out.pieces.words.tolist()
+                for dst, part, w in zip(pp.out.pieces.peer.tolist(), out_parts, out_words,
+                                        strict=True):  # fmt: skip
                     if dst == p:
                         local.append(part)
-                    elif part.words:
+                    elif w:
                         sends.append((dst, part))
                         partials.append(Message(s, PARTIAL, self.out_name, p, dst, part))
                 ops.append(Flush(s, out_region, tuple(sends), tuple(local)))
@@ -274,9 +285,8 @@ class _Writer:
                     ks = np.flatnonzero((pcs.peer == p) & ((pcs.words > 0) | (pcs.index_words > 0)))
                     if not len(ks):
                         continue
-                    region = self.region(need)
-                    out += [Message(s, FETCH, name, p, q, self.part(need, region, int(k)))
-                            for k in ks]  # fmt: skip
+                    parts = self.parts(need, self.region(need), ks)
+                    out += [Message(s, FETCH, name, p, q, part) for part in parts]
         return out
 
     def partials_to(self, p: int) -> list[Message]:
@@ -303,8 +313,8 @@ class _Writer:
                     region, direct = self.out_state(q, opened)
                 if direct is not None:
                     continue
-                out += [Message(s, PARTIAL, self.out_name, q, p, self.part(need, region, int(k)))
-                        for k in ks]  # fmt: skip
+                parts = self.parts(need, region, ks)
+                out += [Message(s, PARTIAL, self.out_name, q, p, part) for part in parts]
         return out
 
     def finals(self, programs: dict[int, list[Op]]) -> list[Message]:
@@ -388,17 +398,33 @@ class _Writer:
         )
 
 
+@contextmanager
+def _no_collections() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a plan's objects are made: a plan at
+    ``P = 1024`` holds about a million regions and messages, none of them in a cycle
+    (a part points to its parent, never back), and the collections their allocation
+    triggers, each walking every live object, cost almost as much as making them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def emit(sp: SparsePlan) -> Plan:
     """The whole plan of a bound sparse kernel: every processor's part."""
     w = _Writer(sp)
     programs: dict[int, list[Op]] = {}
     fetches: list[Message] = []
     partials: list[Message] = []
-    for p in range(sp.nprocs):
-        programs[p], f, q = w.own(p)
-        fetches += f
-        partials += q
-    return w.plan(programs, fetches, partials, ())
+    with _no_collections():
+        for p in range(sp.nprocs):
+            programs[p], f, q = w.own(p)
+            fetches += f
+            partials += q
+        return w.plan(programs, fetches, partials, ())
 
 
 def program(sp: SparsePlan, p: int) -> Plan:
@@ -406,8 +432,9 @@ def program(sp: SparsePlan, p: int) -> Plan:
     other processors' programs: its instructions and every message it sends or receives
     (equal to ``emit(sp).restrict(p)``)."""
     w = _Writer(sp)
-    ops, fetches, partials = w.own(p)
-    return w.plan({p: ops}, [*fetches, *w.served(p)], [*partials, *w.partials_to(p)], (p,))
+    with _no_collections():
+        ops, fetches, partials = w.own(p)
+        return w.plan({p: ops}, [*fetches, *w.served(p)], [*partials, *w.partials_to(p)], (p,))
 
 
 def summarize(plan: Plan) -> PlanSummary:
