@@ -9,6 +9,10 @@ output's ``OpenOutput`` / ``Flush`` of partial sums to their owners, and a ``Red
 partial sum received, in increasing source order (fixed, so every runtime gives the same
 bits). Its stats are counted from it by the sinks (:func:`~distal.plan.sinks.count_plan`),
 as every plan's are.
+
+The plan is written one processor at a time (:class:`_Writer`): :func:`emit` writes every
+processor's part, :func:`program` one processor's part alone (what an MPI rank runs), with
+the messages the others exchange with it read off their needs, never their programs.
 """
 
 from __future__ import annotations
@@ -39,7 +43,15 @@ from distal.plan.ir import (
 )
 from distal.plan.region import Entries, Region, Rows, locate, words
 from distal.plan.sinks import PlanSummary, count_plan
-from distal.plan.sparse import Analysis, Need, ProcPlan, SparsePlan, _is_run, _split_dims
+from distal.plan.sparse import (
+    Analysis,
+    Need,
+    Pieces,
+    ProcPlan,
+    SparsePlan,
+    _is_run,
+    _split_dims,
+)
 
 
 def _dims(a: Analysis, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -188,6 +200,15 @@ class _Writer:
         iws = pcs.index_words[idx].tolist()
         return [region.part(order[a:b], w) for a, b, w in zip(start, stop, iws, strict=True)]
 
+    @staticmethod
+    def carried(pcs: Pieces, kind: str) -> np.ndarray:
+        """The pieces that are a message when their peer is another processor (one rule for
+        both ends): a fetched piece carrying values or index words, a partial sum carrying
+        values."""
+        if kind == FETCH:
+            return (pcs.words > 0) | (pcs.index_words > 0)
+        return pcs.words > 0
+
     def out_state(self, p: int, s: int) -> tuple[Region, Region | None]:
         """Processor ``p``'s output region opened at step ``s``, and the part of its owned
         block that region is when the leaves add straight into it (None: a buffer)."""
@@ -234,8 +255,7 @@ class _Writer:
                 )
                 ops.append(Fetch(s, name, region, pieces, bool(view)))
                 held[name] = region
-                moves = ((pcs.words > 0) | (pcs.index_words > 0)) & (pcs.peer != p)
-                for k in np.flatnonzero(moves).tolist():
+                for k in np.flatnonzero(self.carried(pcs, FETCH) & (pcs.peer != p)).tolist():
                     src, part = pieces[k]
                     fetches.append(Message(s, FETCH, name, src, p, part))
             views: list[tuple[str, Region]] = []
@@ -257,12 +277,12 @@ class _Writer:
             if direct is None and self.flushes(s):
                 assert out_region is not None
                 sends, local = [], []
-                out_words = pp.out.pieces.words.tolist()
-                for dst, part, w in zip(pp.out.pieces.peer.tolist(), out_parts, out_words,
-                                        strict=True):  # fmt: skip
+                out_pcs = pp.out.pieces
+                carried = self.carried(out_pcs, PARTIAL).tolist()
+                for dst, part, c in zip(out_pcs.peer.tolist(), out_parts, carried, strict=True):
                     if dst == p:
                         local.append(part)
-                    elif w:
+                    elif c:
                         sends.append((dst, part))
                         partials.append(Message(s, PARTIAL, self.out_name, p, dst, part))
                 ops.append(Flush(s, out_region, tuple(sends), tuple(local)))
@@ -282,7 +302,7 @@ class _Writer:
                     if not self.fetched(s, name):
                         continue
                     pcs = need.pieces
-                    ks = np.flatnonzero((pcs.peer == p) & ((pcs.words > 0) | (pcs.index_words > 0)))
+                    ks = np.flatnonzero(self.carried(pcs, FETCH) & (pcs.peer == p))
                     if not len(ks):
                         continue
                     parts = self.parts(need, self.region(need), ks)
@@ -306,7 +326,7 @@ class _Writer:
                     continue
                 need = procs[q].out
                 pcs = need.pieces
-                ks = np.flatnonzero((pcs.peer == p) & (pcs.words > 0))
+                ks = np.flatnonzero(self.carried(pcs, PARTIAL) & (pcs.peer == p))
                 if not len(ks):
                     continue
                 if region is None:
