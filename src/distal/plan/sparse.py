@@ -613,7 +613,7 @@ class Pieces:
     def of(
         cls, peers: Sequence[int], sels: Sequence[np.ndarray], index_words: Sequence[int] = ()
     ) -> Pieces:
-        """Parts without a box (stored entries, or rows of a rowless box), from lists."""
+        """Parts without a box (stored entries), from lists."""
         n = len(peers)
         lens = np.array([len(s) for s in sels], np.int64)
         stop = np.cumsum(lens)
@@ -1172,7 +1172,7 @@ def _block_pieces(
     pcoord: np.ndarray,
 ) -> Pieces:
     """``rows x tbox`` cut along the tensor's block boundaries, each part with the replica
-    serving processor ``p`` (its owner, for an output): the rows grouped by the block of
+    serving the processor at ``pcoord`` (its owner, for an output): the rows grouped by the block of
     their coordinates (in block order), times each block of the dense dimensions the box
     meets, all as arrays (a gather of a vector's rows may touch every block)."""
     bid, bl, bh, _ = pl._arrays
