@@ -402,7 +402,9 @@ class BoundKernel(Planned):
     ``stats()``, ``explain()``, ``plan``, ``program(p)``, ``simulate()`` and ``plot_traffic()``
     agree with each other and with what every runtime measures. ``run(inputs)`` takes
     inputs with the same patterns (values may change freely) and raises ``InputError`` for a
-    different pattern. Its plan and its leaves' index structure are built once.
+    different pattern. Its whole plan is written once, on first use (the local, Dask and
+    simulated runtimes and ``stats()`` read it); ``program(p)`` before that writes only
+    processor ``p``'s part, so an MPI rank never writes the other ranks' programs.
 
     ``binding`` is the lowering's per-processor view of the patterns (what each processor
     visits, needs and contributes), which the plan was written from.
@@ -416,11 +418,13 @@ class BoundKernel(Planned):
         self.dtypes = kernel.dtypes
         self.routing = kernel.routing
         self.kernels = kernel.kernels
-        if binding is not None:
-            from distal.plan.bound import emit
 
-            plan, self._bound_summary = emit(binding)
-            self.__dict__["plan"] = plan
+    @cached_property
+    def _bound_summary(self) -> PlanSummary:
+        """The bound plan's exact stats, counted from the whole plan (built for them)."""
+        from distal.plan.bound import summarize
+
+        return summarize(self.plan)
 
     @property
     def summary(self) -> PlanSummary:
@@ -428,11 +432,25 @@ class BoundKernel(Planned):
             return self.kernel.summary
         return self._bound_summary
 
+    @property
+    def nprocs(self) -> int:
+        if self.binding is None:
+            return self.kernel.nprocs
+        return int(self.binding.nprocs)
+
     def _whole_plan(self) -> Plan:
-        return self.kernel.plan
+        if self.binding is None:
+            return self.kernel.plan
+        from distal.plan.bound import emit
+
+        return emit(self.binding)
 
     def _program(self, p: int) -> Plan:
-        return self.kernel.program(p)
+        if self.binding is None:
+            return self.kernel.program(p)
+        from distal.plan.bound import program
+
+        return program(self.binding, p)
 
     def _text(self) -> str:
         if self.binding is None:

@@ -272,6 +272,8 @@ def check_all(builders: dict[str, Callable[[], Case]]) -> None:
         kernel, inputs, expected = build()
         bound = kernel.bind(inputs)
         res = bound.run(inputs, runtime="mpi")
+        # a rank writes its own program, never the whole plan (nor the stats counted from it)
+        assert "plan" not in bound.__dict__, f"{name}: the MPI run wrote the whole plan"
         local = bound.run(inputs)  # the oracle, on this rank's threads
         assert _same(res.value, local.value), f"{name}: MPI bits differ from the local runtime"
         want = expected.toarray() if sp.issparse(expected) else np.asarray(expected)

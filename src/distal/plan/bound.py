@@ -9,9 +9,17 @@ output's ``OpenOutput`` / ``Flush`` of partial sums to their owners, and a ``Red
 partial sum received, in increasing source order (fixed, so every runtime gives the same
 bits). Its stats are counted from it by the sinks (:func:`~distal.plan.sinks.count_plan`),
 as every plan's are.
+
+The plan is written one processor at a time (:class:`_Writer`): :func:`emit` writes every
+processor's part, :func:`program` one processor's part alone (what an MPI rank runs), with
+the messages the others exchange with it read off their needs, never their programs.
 """
 
 from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -35,23 +43,21 @@ from distal.plan.ir import (
 )
 from distal.plan.region import Entries, Region, Rows, locate, words
 from distal.plan.sinks import PlanSummary, count_plan
-from distal.plan.sparse import Analysis, Need, ProcPlan, SparsePlan, _is_run, _split_dims
+from distal.plan.sparse import (
+    Analysis,
+    Need,
+    Pieces,
+    ProcPlan,
+    SparsePlan,
+    _is_run,
+    _split_dims,
+)
 
 
 def _dims(a: Analysis, name: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
     acc = a.output_access() if name == a.output.name else a.access(name)
     sd, dd = _split_dims(a, acc)
     return tuple(sd), tuple(dd)
-
-
-def _need_region(a: Analysis, need: Need) -> tuple[Region, list[Region]]:
-    """The region a need holds and the region of each of its pieces."""
-    if a.tensors[need.tensor].format.is_dense:
-        sd, dd = _dims(a, need.tensor)
-        region = Rows(sd, dd, need.rows, tuple(need.box))
-        return region, [region.part(pc.sel, tuple(pc.box)) for pc in need.pieces]
-    ent = Entries(need.rows)
-    return ent, [ent.part(pc.sel, pc.index_words) for pc in need.pieces]
 
 
 def _slices_only(loc_index: tuple) -> bool:
@@ -141,124 +147,316 @@ def _work(
     )  # fmt: skip
 
 
-def emit(sp: SparsePlan) -> tuple[Plan, PlanSummary]:
-    """The plan of a bound sparse kernel, and its exact stats."""
-    a = sp.analysis
-    out_name = a.output.name
-    P = sp.nprocs
-    programs: list[list[Op]] = []
-    fetches: list[Message] = []
-    partials: list[Message] = []
-    steps = sp.steps or [sp.procs]
-    S = len(steps)
-    lhs = a.output_access()
-    out_dd = _dims(a, out_name)[1]
-    # streamed in steps: the output is flushed at every step, or held over all of them
-    per_step_out = S == 1 or bool(a.depth[out_name])
-    for p in range(P):
+class _Writer:
+    """Writes a binding as plan parts, one processor at a time.
+
+    The whole plan is every processor's part. One processor's program is its own part plus
+    the messages the other processors' parts exchange with it, read off their needs'
+    regions (never their instructions), so an MPI rank writes ``O(P)`` messages instead of
+    the machine's ``O(P**2)``. Both are made by the same methods, in the same order, so
+    ``program(sp, p)`` equals ``emit(sp).restrict(p)`` region for region.
+    """
+
+    def __init__(self, sp: SparsePlan) -> None:
+        a = sp.analysis
+        self.sp = sp
+        self.a = a
+        self.out_name = a.output.name
+        self.steps = sp.steps or [sp.procs]
+        self.S = len(self.steps)
+        self.lhs = a.output_access()
+        self.out_dd = _dims(a, self.out_name)[1]
+        # streamed in steps: the output is flushed at every step, or held over all of them
+        self.per_step_out = self.S == 1 or bool(a.depth[self.out_name])
+        self.tensor_order = {n: k for k, n in enumerate(a.tensors)}
+
+    # -- what a processor holds, fetches and flushes ----------------------------------------
+
+    def fetched(self, s: int, name: str) -> bool:
+        """Whether input ``name`` is fetched at step ``s``: a dense tensor communicated at the
+        step loop at every step, everything else once and held over every step."""
+        return s == 0 or (self.a.tensors[name].format.is_dense and bool(self.a.depth[name]))
+
+    def region(self, need: Need) -> Region:
+        """The region a need holds: rows x box of a dense tensor, or stored entries."""
+        a = self.a
+        if a.tensors[need.tensor].format.is_dense:
+            sd, dd = _dims(a, need.tensor)
+            return Rows(sd, dd, need.rows, tuple(need.box))
+        return Entries(need.rows)
+
+    def parts(self, need: Need, region: Region, ks: np.ndarray | None = None) -> list[Region]:
+        """The regions of pieces ``ks`` of ``need`` (all of them by default), parts of
+        ``region``."""
+        pcs = need.pieces
+        idx = np.arange(len(pcs)) if ks is None else ks
+        start, stop, order = pcs.start[idx].tolist(), pcs.stop[idx].tolist(), pcs.order
+        if isinstance(region, Rows):
+            boxes = [tuple(map(tuple, b)) for b in pcs.boxes[idx].tolist()]
+            return [
+                region.part(order[a:b], bx) for a, b, bx in zip(start, stop, boxes, strict=True)
+            ]
+        assert isinstance(region, Entries)
+        iws = pcs.index_words[idx].tolist()
+        return [region.part(order[a:b], w) for a, b, w in zip(start, stop, iws, strict=True)]
+
+    @staticmethod
+    def carried(pcs: Pieces, kind: str) -> np.ndarray:
+        """The pieces that are a message when their peer is another processor (one rule for
+        both ends): a fetched piece carrying values or index words, a partial sum carrying
+        values."""
+        if kind == FETCH:
+            return (pcs.words > 0) | (pcs.index_words > 0)
+        return pcs.words > 0
+
+    def out_state(self, p: int, s: int) -> tuple[Region, Region | None]:
+        """Processor ``p``'s output region opened at step ``s``, and the part of its owned
+        block that region is when the leaves add straight into it (None: a buffer)."""
+        sp = self.sp
+        region = self.region(self.steps[s][p].out)
+        own_out = _owned(sp, self.out_name, p)
+        direct = _direct_region(region, own_out) if _reduces_own(sp, p) else None
+        return region, direct
+
+    def flushes(self, s: int) -> bool:
+        """Whether the output buffer ends (and is flushed) at step ``s``."""
+        return self.per_step_out or s == self.S - 1
+
+    # -- one processor's part --------------------------------------------------------------
+
+    def own(self, p: int) -> tuple[list[Op], list[Message], list[Message]]:
+        """Processor ``p``'s instructions before its reductions, the fetch messages it
+        receives and the partial sums it sends, in the order the plan lists them."""
+        a, sp = self.a, self.sp
         ops: list[Op] = []
+        fetches: list[Message] = []
+        partials: list[Message] = []
         held: dict[str, Region] = {}
         open_region: Region | None = None
         direct: Region | None = None
         out_region: Region | None = None
         out_parts: list[Region] = []
-        for s, procs in enumerate(steps):
+        for s, procs in enumerate(self.steps):
             pp = procs[p]
             for name, need in pp.needs.items():
-                deep = a.tensors[name].format.is_dense and bool(a.depth[name])
-                if s > 0 and not deep:
-                    continue  # fetched once, held over every step
-                region, parts = _need_region(a, need)
-                pieces = tuple(
-                    (pc.peer, part) for pc, part in zip(need.pieces, parts, strict=True)
-                )
+                if not self.fetched(s, name):
+                    continue
+                region = self.region(need)
+                pcs = need.pieces
+                pieces = tuple(zip(pcs.peer.tolist(), self.parts(need, region), strict=True))
                 own = _owned(sp, name, p)
                 view = (
                     len(pieces) == 1
                     and pieces[0][0] == p
-                    and len(need.pieces[0].sel) == len(need.rows)
-                    and tuple(need.pieces[0].box) == tuple(need.box)
+                    and len(pcs.sel(0)) == len(need.rows)
+                    and pcs.box(0) == tuple(need.box)
                     and own is not None
                     and _slices_only(locate(region, own).index)
                 )
                 ops.append(Fetch(s, name, region, pieces, bool(view)))
                 held[name] = region
-                for src, part in pieces:
-                    if src != p and (part.words or part.index_words):
-                        fetches.append(Message(s, FETCH, name, src, p, part))
+                for k in np.flatnonzero(self.carried(pcs, FETCH) & (pcs.peer != p)).tolist():
+                    src, part = pieces[k]
+                    fetches.append(Message(s, FETCH, name, src, p, part))
             views: list[tuple[str, Region]] = []
-            if S > 1:
+            if self.S > 1:
                 for name in pp.needs:
                     t = a.tensors[name]
                     if t.format.is_dense and not a.depth[name] and _dims(a, name)[1]:
                         views.append((name, _step_part(held[name], pp.box, a.access(name), ())))
             out_view: Region | None = None
-            if per_step_out or s == 0:
-                out_region, out_parts = _need_region(a, pp.out)
-                own_out = _owned(sp, out_name, p)
-                direct = _direct_region(out_region, own_out) if _reduces_own(sp, p) else None
+            if self.per_step_out or s == 0:
+                out_region, direct = self.out_state(p, s)
+                out_parts = self.parts(pp.out, out_region)
                 open_region = direct if direct is not None else out_region
                 ops.append(OpenOutput(s, open_region, direct is not None))
-            if not per_step_out:
+            if not self.per_step_out:
                 assert open_region is not None
-                out_view = _step_part(open_region, pp.box, lhs, out_dd)
+                out_view = _step_part(open_region, pp.box, self.lhs, self.out_dd)
             ops.append(Compute(s, (), _work(a, pp, tuple(views), out_view)))
-            if direct is None and (per_step_out or s == S - 1):
+            if direct is None and self.flushes(s):
                 assert out_region is not None
                 sends, local = [], []
-                for pc, part in zip(pp.out.pieces, out_parts, strict=True):
-                    if pc.peer == p:
+                out_pcs = pp.out.pieces
+                carried = self.carried(out_pcs, PARTIAL).tolist()
+                for dst, part, c in zip(out_pcs.peer.tolist(), out_parts, carried, strict=True):
+                    if dst == p:
                         local.append(part)
-                    elif part.words:
-                        sends.append((pc.peer, part))
-                        partials.append(Message(s, PARTIAL, out_name, p, pc.peer, part))
+                    elif c:
+                        sends.append((dst, part))
+                        partials.append(Message(s, PARTIAL, self.out_name, p, dst, part))
                 ops.append(Flush(s, out_region, tuple(sends), tuple(local)))
-        programs.append(ops)
-    partials.sort(key=lambda m: (m.step, m.src, m.dst))
-    for m in partials:
-        programs[m.dst].append(Reduce(m.step, m.src, m.box))
-    tensors = list(a.tensors)
-    order = {n: k for k, n in enumerate(tensors)}
-    fetches.sort(key=lambda m: (m.step, m.src, m.dst, order[m.tensor]))
-    # canonical order (step, kind, source, destination): both ends of a pair agree on it
-    messages = sorted([*fetches, *partials], key=lambda m: (m.step, m.kind != FETCH))
-    owned = {
-        n: tuple(_owned(sp, n, p) for p in range(P)) for n in a.tensors if n not in a.placements
-    }
-    primary: dict[tuple[int, ...], int] = dict(sp.primary)
-    finals: list[Message] = []
-    if out_name in a.placements:
-        pl = a.placements[out_name]
-        for p in range(P):
-            idx = pl.block_index(Plan.coord_in(pl, p))
-            if idx is None:
+        return ops, fetches, partials
+
+    # -- what the others exchange with one processor ---------------------------------------
+
+    def served(self, p: int) -> list[Message]:
+        """The fetch messages ``p`` sends: the pieces of the others' needs it is the source
+        of, in the order their own parts list them."""
+        out: list[Message] = []
+        for q in range(self.sp.nprocs):
+            if q == p:
                 continue
-            if idx not in sp.primary:
-                primary[idx] = p
-            elif sp.primary[idx] != p and words(pl.block_box(idx)):
-                # a replica: the finished block from its reducer, after the step
+            for s, procs in enumerate(self.steps):
+                for name, need in procs[q].needs.items():
+                    if not self.fetched(s, name):
+                        continue
+                    pcs = need.pieces
+                    ks = np.flatnonzero(self.carried(pcs, FETCH) & (pcs.peer == p))
+                    if not len(ks):
+                        continue
+                    parts = self.parts(need, self.region(need), ks)
+                    out += [Message(s, FETCH, name, p, q, part) for part in parts]
+        return out
+
+    def partials_to(self, p: int) -> list[Message]:
+        """The partial sums the others send ``p``, in the order their parts list them."""
+        out: list[Message] = []
+        for q in range(self.sp.nprocs):
+            if q == p:
+                continue
+            region: Region | None = None
+            direct: Region | None = None
+            opened = 0
+            for s, procs in enumerate(self.steps):
+                if self.per_step_out or s == 0:
+                    region = direct = None  # opened at this step: read on first use
+                    opened = s
+                if not self.flushes(s):
+                    continue
+                need = procs[q].out
+                pcs = need.pieces
+                ks = np.flatnonzero(self.carried(pcs, PARTIAL) & (pcs.peer == p))
+                if not len(ks):
+                    continue
+                if region is None:
+                    region, direct = self.out_state(q, opened)
+                if direct is not None:
+                    continue
+                parts = self.parts(need, region, ks)
+                out += [Message(s, PARTIAL, self.out_name, q, p, part) for part in parts]
+        return out
+
+    def finals(self, programs: dict[int, list[Op]]) -> list[Message]:
+        """A replicated output: each replica's finished block from its reducer, after the
+        last step (``SendFinal``/``RecvFinal`` appended to the programs held in
+        ``programs``)."""
+        a, sp = self.a, self.sp
+        finals: list[Message] = []
+        if self.out_name not in a.placements:
+            return finals
+        pl = a.placements[self.out_name]
+        for p in range(sp.nprocs):
+            idx = pl.block_index(Plan.coord_in(pl, p))
+            if idx is None or idx not in sp.primary:
+                continue
+            q = sp.primary[idx]
+            if q != p and words(pl.block_box(idx)):
                 box = pl.block_box(idx)
-                q = sp.primary[idx]
-                programs[q].append(SendFinal(p, box))
-                programs[p].append(RecvFinal(q, box))
-                finals.append(Message(S, FINAL, out_name, q, p, box))
-    messages += sorted(finals, key=lambda m: (m.src, m.dst))
-    patterns: dict[str, object] = dict(sp.arrays)
-    if sp.out_pattern is not None:
-        patterns[out_name] = sp.out_pattern
-    plan = Plan(
-        statement=a.statement,
-        nprocs=P,
-        nsteps=S,
-        placements=dict(a.placements),
-        inputs=tuple(t.name for t in a.statement.inputs()),
-        output=out_name,
-        programs=tuple(tuple(ops) for ops in programs),
-        messages=tuple(messages),
-        primary=primary,
-        machine=a.machine,
-        routing="direct",
-        owned=owned,
-        patterns=patterns,
-    )
-    return plan, count_plan(plan)
+                if q in programs:
+                    programs[q].append(SendFinal(p, box))
+                if p in programs:
+                    programs[p].append(RecvFinal(q, box))
+                finals.append(Message(self.S, FINAL, self.out_name, q, p, box))
+        return sorted(finals, key=lambda m: (m.src, m.dst))
+
+    def primary(self) -> dict[tuple[int, ...], int]:
+        """Output block -> its reducer: the binding's choice for a replicated output, each
+        owner its own block otherwise."""
+        a, sp = self.a, self.sp
+        primary: dict[tuple[int, ...], int] = dict(sp.primary)
+        if self.out_name in a.placements:
+            pl = a.placements[self.out_name]
+            for p in range(sp.nprocs):
+                idx = pl.block_index(Plan.coord_in(pl, p))
+                if idx is not None and idx not in sp.primary:
+                    primary[idx] = p
+        return primary
+
+    def plan(
+        self, programs: dict[int, list[Op]], fetches: list[Message], partials: list[Message],
+        procs: tuple[int, ...],
+    ) -> Plan:  # fmt: skip
+        """The plan holding ``programs``: reductions appended in increasing (step, source)
+        order, messages in the canonical order (step, kind, source, destination)."""
+        a, sp = self.a, self.sp
+        partials = sorted(partials, key=lambda m: (m.step, m.src, m.dst))
+        for m in partials:
+            if m.dst in programs:
+                programs[m.dst].append(Reduce(m.step, m.src, m.box))
+        order = self.tensor_order
+        fetches = sorted(fetches, key=lambda m: (m.step, m.src, m.dst, order[m.tensor]))
+        # canonical order (step, kind, source, destination): both ends of a pair agree on it
+        messages = sorted([*fetches, *partials], key=lambda m: (m.step, m.kind != FETCH))
+        messages += [m for m in self.finals(programs) if not procs or {m.src, m.dst} & set(procs)]
+        P = sp.nprocs
+        owned = {
+            n: tuple(_owned(sp, n, p) for p in range(P)) for n in a.tensors if n not in a.placements
+        }
+        patterns: dict[str, object] = dict(sp.arrays)
+        if sp.out_pattern is not None:
+            patterns[self.out_name] = sp.out_pattern
+        return Plan(
+            statement=a.statement,
+            nprocs=P,
+            nsteps=self.S,
+            placements=dict(a.placements),
+            inputs=tuple(t.name for t in a.statement.inputs()),
+            output=self.out_name,
+            programs=(
+                tuple(tuple(programs[p]) for p in range(P))
+                if not procs
+                else {p: tuple(programs[p]) for p in procs}
+            ),
+            messages=tuple(messages),
+            primary=self.primary(),
+            machine=a.machine,
+            routing="direct",
+            procs=procs,
+            owned=owned,
+            patterns=patterns,
+        )
+
+
+@contextmanager
+def _no_collections() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a plan's objects are made: a plan at
+    ``P = 1024`` holds about a million regions and messages, none of them in a cycle
+    (a part points to its parent, never back), and the collections their allocation
+    triggers, each walking every live object, cost almost as much as making them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def emit(sp: SparsePlan) -> Plan:
+    """The whole plan of a bound sparse kernel: every processor's part."""
+    w = _Writer(sp)
+    programs: dict[int, list[Op]] = {}
+    fetches: list[Message] = []
+    partials: list[Message] = []
+    with _no_collections():
+        for p in range(sp.nprocs):
+            programs[p], f, q = w.own(p)
+            fetches += f
+            partials += q
+        return w.plan(programs, fetches, partials, ())
+
+
+def program(sp: SparsePlan, p: int) -> Plan:
+    """Processor ``p``'s part of the plan of a bound sparse kernel, written without the
+    other processors' programs: its instructions and every message it sends or receives
+    (equal to ``emit(sp).restrict(p)``)."""
+    w = _Writer(sp)
+    with _no_collections():
+        ops, fetches, partials = w.own(p)
+        return w.plan({p: ops}, [*fetches, *w.served(p)], [*partials, *w.partials_to(p)], (p,))
+
+
+def summarize(plan: Plan) -> PlanSummary:
+    """The exact stats of a bound plan: counted from it as every plan's are."""
+    return count_plan(plan)

@@ -577,19 +577,60 @@ def piece_arrays(arr: SparseArray, positions: np.ndarray, cache: dict) -> list[n
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Piece:
-    """Part of what a processor needs (inputs) or computed (output), and its peer.
+class Pieces:
+    """The parts of what a processor needs (inputs) or computed (output), one column per
+    field: a need may have a part from every other processor, so a binding at ``P``
+    processors has up to ``P**2`` of them, too many for an object each.
 
-    For an input, ``peer`` is the source (the processor itself for what it owns); for the
-    output, the owner the partial sums go to. ``sel`` selects rows of the need (dense
-    tensors) or entries (sparse tensors); ``box`` is the part of the dense loops' box.
+    Part ``k`` is the rows of the need (dense tensors) or its entries (sparse tensors)
+    :meth:`sel` ``(k) = order[start[k]:stop[k]]`` (ascending numbers in the need), times
+    :meth:`box` ``(k)`` (the part of the dense loops' box, ``boxes[k]`` of shape
+    ``(dense dims, 2)``), and its peer ``peer[k]``: for an input the source (the processor
+    itself for what it owns), for the output the owner the partial sums go to. ``words[k]``
+    values and ``index_words[k]`` coordinates and positions travel with it.
     """
 
-    peer: int
-    sel: np.ndarray
-    box: tuple[Interval, ...]
-    words: int
-    index_words: int = 0
+    peer: np.ndarray
+    order: np.ndarray
+    start: np.ndarray
+    stop: np.ndarray
+    boxes: np.ndarray
+    words: np.ndarray
+    index_words: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.peer)
+
+    def sel(self, k: int) -> np.ndarray:
+        """Part ``k``'s rows or entries (numbers in the need, ascending)."""
+        return self.order[int(self.start[k]) : int(self.stop[k])]
+
+    def box(self, k: int) -> tuple[Interval, ...]:
+        """Part ``k``'s box of the dense loops."""
+        return tuple((int(lo), int(hi)) for lo, hi in self.boxes[k])
+
+    @classmethod
+    def of(
+        cls, peers: Sequence[int], sels: Sequence[np.ndarray], index_words: Sequence[int] = ()
+    ) -> Pieces:
+        """Parts without a box (stored entries), from lists."""
+        n = len(peers)
+        lens = np.array([len(s) for s in sels], np.int64)
+        stop = np.cumsum(lens)
+        iw = np.asarray(index_words, np.int64) if len(index_words) else np.zeros(n, np.int64)
+        return cls(
+            np.asarray(peers, np.int64).reshape(n),
+            np.concatenate(sels).astype(np.int64, copy=False) if n else np.zeros(0, np.int64),
+            stop - lens,
+            stop,
+            np.zeros((n, 0, 2), np.int64),
+            lens,
+            iw.reshape(n),
+        )
+
+    def with_peers(self, peer: np.ndarray) -> Pieces:
+        """The same parts with other peers."""
+        return dataclasses.replace(self, peer=peer)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -607,7 +648,7 @@ class Need:
     rows: np.ndarray
     box: tuple[Interval, ...]
     idx: np.ndarray
-    pieces: tuple[Piece, ...]
+    pieces: Pieces
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -975,17 +1016,16 @@ def _reduce_on_primaries(
     def rank(coord: tuple[int, ...]) -> int:
         return int(np.ravel_multi_index(coord, grid)) if grid else 0
 
-    block_of: dict[int, tuple[int, ...]] = {}
+    P = len(procs)
+    # every processor's block of the output (None: it holds none), once
+    block_of = [pl.block_index(np.unravel_index(q, grid) if grid else ()) for q in range(P)]
     contrib: dict[tuple[int, ...], set[int]] = {}
     for pp in procs:
-        for pc in pp.out.pieces:
-            if pc.peer not in block_of:
-                idx = pl.block_index(np.unravel_index(pc.peer, grid) if grid else ())
-                block_of[pc.peer] = tuple(int(x) for x in idx)
-            contrib.setdefault(block_of[pc.peer], set()).add(pp.p)
+        for q in np.unique(pp.out.pieces.peer).tolist():
+            contrib.setdefault(tuple(int(x) for x in block_of[q]), set()).add(pp.p)
     primary: dict[tuple[int, ...], int] = {}
-    for q in range(len(procs)):
-        idx = pl.block_index(np.unravel_index(q, grid) if grid else ())
+    for q in range(P):
+        idx = block_of[q]
         if idx is None:
             continue
         idx = tuple(int(x) for x in idx)
@@ -994,11 +1034,13 @@ def _reduce_on_primaries(
         holders = sorted(rank(c) for c in pl.replicas(idx))
         mine = sorted(contrib.get(idx, set()) & set(holders))
         primary[idx] = mine[0] if mine else holders[0]
+    # the primary reducing each processor's block, by processor number (-1: no block)
+    to_primary = np.array(
+        [-1 if b is None else primary[tuple(int(x) for x in b)] for b in block_of], np.int64
+    )
     out = []
     for pp in procs:
-        pieces = tuple(
-            dataclasses.replace(pc, peer=primary[block_of[pc.peer]]) for pc in pp.out.pieces
-        )
+        pieces = pp.out.pieces.with_peers(to_primary[pp.out.pieces.peer])
         out.append(dataclasses.replace(pp, out=dataclasses.replace(pp.out, pieces=pieces)))
     return out, primary
 
@@ -1127,71 +1169,68 @@ def _block_pieces(
     dd: list[int],
     rows: np.ndarray,
     tbox: tuple[Interval, ...],
-    p: int,
     pcoord: np.ndarray,
-) -> tuple[Piece, ...]:
+) -> Pieces:
     """``rows x tbox`` cut along the tensor's block boundaries, each part with the replica
-    serving processor ``p`` (its owner, for an output)."""
+    serving the processor at ``pcoord`` (its owner, for an output): the rows grouped by the block of
+    their coordinates (in block order), times each block of the dense dimensions the box
+    meets, all as arrays (a gather of a vector's rows may touch every block)."""
     bid, bl, bh, _ = pl._arrays
     order = len(pl.shape)
-    if len(rows) == 0 or any(h <= lo for lo, h in tbox):
-        return ()
+    n = len(rows)
+    if n == 0 or any(h <= lo for lo, h in tbox):
+        z = np.zeros(0, np.int64)
+        return Pieces(z, z, z, z, np.zeros((0, len(dd), 2), np.int64), z, z)
     if sd:
         blk_s = np.stack(
             [bid[d][np.searchsorted(bl[d], rows[:, j], side="right") - 1] for j, d in enumerate(sd)]
         )
         gkey = _keys(blk_s, [pl.pieces(d) for d in sd])
-        if len(gkey) > 1 and np.any(np.diff(gkey) < 0):
+        if n > 1 and np.any(np.diff(gkey) < 0):
             order_r = np.argsort(gkey, kind="stable")
         else:
-            order_r = np.arange(len(gkey))
+            order_r = _identity(n)
         sk = gkey[order_r]
-        cut = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-        groups = [
-            (blk_s[:, order_r[s]], order_r[s:e])
-            for s, e in zip(cut, np.r_[cut[1:], len(sk)], strict=True)
-        ]
+        gstart = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+        gstop = np.r_[gstart[1:], n]
+        gblk = blk_s[:, order_r[gstart]].T  # (groups, len(sd))
     else:
-        groups = [(np.zeros(0, np.int64), np.arange(len(rows)))]
+        order_r = _identity(n)
+        gstart, gstop = np.zeros(1, np.int64), np.full(1, n, np.int64)
+        gblk = np.zeros((1, 0), np.int64)
+    # the blocks of each dense dimension the box meets (few): every combination of them
     dparts = []
     for j, d in enumerate(dd):
         lo, hi = tbox[j]
         first = int(np.searchsorted(bh[d], lo, side="right"))
         last = int(np.searchsorted(bl[d], hi, side="left"))
+        b = np.arange(first, last)
         dparts.append(
-            [
-                (int(bid[d][b]), max(lo, int(bl[d][b])), min(hi, int(bh[d][b])))
-                for b in range(first, last)
-            ]
+            np.stack([bid[d][b], np.maximum(lo, bl[d][b]), np.minimum(hi, bh[d][b])], axis=1)
         )
-    combos = _product(dparts)
-    blks = np.zeros((len(groups) * len(combos), order), np.int64)
-    k = 0
-    for bs, _ in groups:
-        for combo in combos:
-            for j, d in enumerate(sd):
-                blks[k, d] = bs[j]
-            for j, d in enumerate(dd):
-                blks[k, d] = combo[j][0]
-            k += 1
-    # every piece's serving replica in one call (a gather may touch every block)
+    combo = np.zeros((1, 0, 3), np.int64)  # (C, len(dd), 3): block number, lo, hi
+    for part in dparts:
+        combo = np.concatenate(
+            [np.repeat(combo, len(part), axis=0), np.tile(part, (len(combo), 1))[:, None, :]],
+            axis=1,
+        )
+    G, C = len(gstart), len(combo)
+    blks = np.zeros((G * C, order), np.int64)
+    if sd:
+        blks[:, sd] = np.repeat(gblk, C, axis=0)
+    if dd:
+        blks[:, dd] = np.tile(combo[:, :, 0], (G, 1))
+    # every piece's serving replica in one call
     recv = np.broadcast_to(pcoord[None], (len(blks), len(pcoord)))
-    srcs = pl.ranks_of(pl.source_arrays(blks, np.ascontiguousarray(recv))).tolist()
-    out = []
-    k = 0
-    for _, sel in groups:
-        for combo in combos:
-            sub = tuple((lo, hi) for _, lo, hi in combo)
-            out.append(Piece(srcs[k], sel, sub, len(sel) * math.prod(h - lo for lo, h in sub)))
-            k += 1
-    return tuple(out)
-
-
-def _product(parts: list[list[Any]]) -> list[tuple[Any, ...]]:
-    out: list[tuple[Any, ...]] = [()]
-    for ps in parts:
-        out = [(*o, x) for o in out for x in ps]
-    return out
+    srcs = pl.ranks_of(pl.source_arrays(blks, np.ascontiguousarray(recv)))
+    boxes = np.tile(combo[:, :, 1:], (G, 1, 1))
+    start = np.repeat(gstart, C).astype(np.int64)
+    stop = np.repeat(gstop, C).astype(np.int64)
+    vol = np.prod(boxes[:, :, 1] - boxes[:, :, 0], axis=1) if dd else np.ones(G * C, np.int64)
+    return Pieces(
+        srcs.astype(np.int64), order_r, start, stop, boxes, (stop - start) * vol,
+        np.zeros(G * C, np.int64),
+    )  # fmt: skip
 
 
 def _dense_need(
@@ -1210,7 +1249,7 @@ def _dense_need(
     t = a.tensors[name]
     rows, idx = _distinct_rows(vals, [t.shape[d] for d in sd], name in a.hull)
     tbox = tuple(box[access.indices[d]] for d in dd)
-    pieces = _block_pieces(a.placements[name], sd, dd, rows, tbox, p, pcoords[p])
+    pieces = _block_pieces(a.placements[name], sd, dd, rows, tbox, pcoords[p])
     return Need(name, rows, tbox, idx, pieces)
 
 
@@ -1238,7 +1277,9 @@ def _sparse_need(
         used = np.sort(used)
     own = a.ownership[name]
     shift = int(own.offset(pcoords[p : p + 1])[0])
-    pieces = []
+    peers: list[int] = []
+    sels: list[np.ndarray] = []
+    iws: list[int] = []
     if len(used) and base.starts is not None and _is_run(used):
         # a run of positions against owner ranges: cut it at the range boundaries
         u0, u1 = int(used[0]), int(used[-1]) + 1
@@ -1254,9 +1295,10 @@ def _sparse_need(
                 cuts.setdefault(int(ow[r]) + shift, []).append(np.arange(lo - u0, hi - u0))
         for q in sorted(cuts):
             sel = np.concatenate(cuts[q]) if len(cuts[q]) > 1 else cuts[q][0]
-            iw = 0 if q == p else index_words(arr, used[sel], cache)
-            pieces.append(Piece(q, sel, (), len(sel), iw))
-        return Need(name, used, (), np.zeros(0, np.int64), tuple(pieces))
+            peers.append(q)
+            sels.append(sel)
+            iws.append(0 if q == p else index_words(arr, used[sel], cache))
+        return Need(name, used, (), np.zeros(0, np.int64), Pieces.of(peers, sels, iws))
     src = base.of(used) + shift
     if len(used):
         if np.all(src == src[0]):
@@ -1269,9 +1311,10 @@ def _sparse_need(
                 (int(ss[s]), order[s:e]) for s, e in zip(cut, np.r_[cut[1:], len(ss)], strict=True)
             ]
         for q, sel in groups:
-            iw = 0 if q == p else index_words(arr, used[sel], cache)
-            pieces.append(Piece(q, sel, (), len(sel), iw))
-    return Need(name, used, (), np.zeros(0, np.int64), tuple(pieces))
+            peers.append(q)
+            sels.append(sel)
+            iws.append(0 if q == p else index_words(arr, used[sel], cache))
+    return Need(name, used, (), np.zeros(0, np.int64), Pieces.of(peers, sels, iws))
 
 
 _IDENTITY: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
@@ -1392,7 +1435,7 @@ def _output_need(
         vals = pattern.take([sv_index[lhs.indices[d]] for d in sd], ent)
         rows, idx = _distinct_rows(vals, [o.shape[d] for d in sd], False)
         tbox = tuple(box[lhs.indices[d]] for d in dd)
-        pieces = _block_pieces(a.placements[o.name], sd, dd, rows, tbox, p, pcoords[p])
+        pieces = _block_pieces(a.placements[o.name], sd, dd, rows, tbox, pcoords[p])
         return Need(o.name, rows, tbox, idx, pieces)
     assert of_entry is not None
     assert out_base is not None
@@ -1404,14 +1447,16 @@ def _output_need(
         rows = np.unique(touched) if len(touched) else touched
         idx = np.searchsorted(rows, touched)
     owner = out_base.of(rows)
-    pieces = []
-    if len(rows):
-        order = np.argsort(owner, kind="stable")
-        so = owner[order]
-        cut = np.flatnonzero(np.r_[True, so[1:] != so[:-1]])
-        for s, e in zip(cut, np.r_[cut[1:], len(so)], strict=True):
-            pieces.append(Piece(int(so[s]), order[s:e], (), int(e - s)))
-    return Need(o.name, rows, (), idx, tuple(pieces))
+    order = np.argsort(owner, kind="stable")
+    so = owner[order]
+    start = np.flatnonzero(np.r_[True, so[1:] != so[:-1]]) if len(rows) else order[:0]
+    stop = np.r_[start[1:], len(so)][: len(start)].astype(np.int64)
+    k = len(start)
+    pieces = Pieces(
+        so[start].astype(np.int64), order, start, stop, np.zeros((k, 0, 2), np.int64),
+        stop - start, np.zeros(k, np.int64),
+    )  # fmt: skip
+    return Need(o.name, rows, (), idx, pieces)
 
 
 def _owned_output(

@@ -1,7 +1,8 @@
 """The MPI runtime: SPMD execution of a plan, one MPI rank per processor.
 
-Every rank runs the same script, so every rank compiles the same plan; rank ``p`` carries
-out ``plan.programs[p]`` and holds only its own blocks. It mirrors
+Every rank runs the same script, so every rank compiles the same kernel; rank ``p`` builds
+and carries out its own program, ``kernel.program(p)`` (its instructions and the messages it
+sends or receives, never the other ranks' programs), and holds only its own blocks. It mirrors
 :mod:`distal.runtime.local` (the oracle) step for step, with real transfers:
 
 * every message of ``plan.messages`` is one MPI point-to-point transfer of a numpy buffer

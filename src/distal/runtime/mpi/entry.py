@@ -38,15 +38,18 @@ class MPISizeError(DistalUserError):
     collective = True
 
 
-def _fingerprint(kernel: Any, predicted: Stats) -> float:
+def _fingerprint(kernel: Any) -> float:
     """A cheap summary of the kernel, equal on every rank that compiled the same one: its
-    predicted stats, its schedule (as code), routing and tensors (no plan needed), and for
-    a kernel bound to sparse patterns the patterns' fingerprints."""
+    machine size, schedule (as code), routing and tensors, and for a kernel bound to sparse
+    patterns the patterns' fingerprints. The plan is a function of these alone (compiling
+    reads nothing else), so no rank builds a plan or its stats for it: a bound kernel's
+    stats are counted from its whole plan, which a rank never needs (it runs its own
+    program)."""
     s = kernel.schedule
     tensors = sorted((n, t.shape, str(t.dtype)) for n, t in s.tensors().items())
     dists = sorted((n, str(d)) for n, d in s.distributions.items())
     prints = sorted(getattr(kernel, "fingerprints", {}).items())
-    text = repr((predicted.as_dict(), repr(s), kernel.routing, tensors, dists, prints))
+    text = repr((kernel.nprocs, repr(s), kernel.routing, tensors, dists, prints))
     return float(zlib.crc32(text.encode()))
 
 
@@ -147,10 +150,9 @@ def run(
             )
         if gather not in GATHER_MODES:
             raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
-        predicted = kernel.stats()
-        check_job_size(predicted.nprocs, size, rank)
+        check_job_size(kernel.nprocs, size, rank)
         data = kernel.check_inputs(data)
-        fingerprint = _fingerprint(kernel, predicted)
+        fingerprint = _fingerprint(kernel)
     except Exception as e:
         error = e
     _agree(chan, error, fingerprint)
