@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -367,8 +368,6 @@ class Session:
     def _hidden_value(self, held: Held, split: str | None = None) -> Any:
         """A program node reading ``held`` under a name of its own, dropped with the node
         (a sparse one cut as ``split`` says, by stored entries by default)."""
-        import weakref
-
         from distal.arrays.graph import Value
 
         name = f"_v{next(self._hidden)}"
@@ -478,9 +477,9 @@ class Session:
         with their own tensor names and run on whichever values the program gives them."""
         st = kernel.schedule.statement
         given = dict(inputs or {})
-        need = [t.name for t in st.inputs()]
         data: dict[str, Any] = {}
-        for name in need:
+        for t in _inputs_of(kernel):
+            name = t.name
             if name in given:
                 data[name] = given.pop(name)
                 continue
@@ -490,7 +489,6 @@ class Session:
                     f"input {name!r} of the kernel is neither given nor in the session "
                     f"(the session holds {self.names()})"
                 )
-            t = kernel.schedule.tensors()[name]
             # the input rule of kernel.run, here too: under MPI a held value is read block by
             # block as a source, and a sparse one goes to the runtime as it is held
             check_cast(f"session value {vname!r}", self.values[vname].dtype, t)
@@ -647,6 +645,21 @@ class Session:
 
     def __repr__(self) -> str:
         return f"Session({self.runtime!r}, values={self.names()}, moved_words={self.moved_words})"
+
+
+_KERNEL_INPUTS: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()
+
+
+def _inputs_of(kernel: Any) -> tuple:
+    """The input tensors of ``kernel``'s statement (worked out once per kernel: a loop runs
+    the same kernels again and again)."""
+    try:
+        got = _KERNEL_INPUTS.get(kernel)
+    except TypeError:  # not weakly referenceable
+        return kernel.schedule.statement.inputs()
+    if got is None:
+        got = _KERNEL_INPUTS[kernel] = kernel.schedule.statement.inputs()
+    return got
 
 
 def session_machine(sess: Session, machine: Any) -> Machine:
