@@ -11,6 +11,7 @@ compared with the local runtime's, exactly (small integer data).
 from __future__ import annotations
 
 import json
+import pickle
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_inputs
 import distal as dl
 from distal.errors import DistalWarning, InputError
 from distal.runtime import checkpoint as ck
-from distal.runtime.checkpoint_auth import DIGEST, SEAL_SUFFIX, content_digest
+from distal.runtime.checkpoint_auth import DIGEST, SEAL_SUFFIX, Sealer, content_digest
+from distal.runtime.elastic.options import Options
 
 KEY = b"pool secret: 0123456789abcdef"
 MTTKRP_ENTRIES = [
@@ -176,6 +178,22 @@ def test_a_key_without_a_checkpoint_is_an_input_error(client: Any, tmp_path: Pat
         k.run(x, runtime="dask", client=client, checkpoint_key=KEY)
     with pytest.raises(InputError, match=r"checkpoint_key.*no checkpoint="):
         dl.Session(runtime="dask", client=client, checkpoint_key=KEY)
+
+
+def test_the_key_never_reaches_the_workers_or_the_location(client: Any, tmp_path: Path) -> None:
+    """The sealer refuses to be pickled (a task carrying it would hand the key over), the
+    options' repr leaves the key out, and nothing written to the location holds it."""
+    with pytest.raises(TypeError, match="never sent"):
+        pickle.dumps(Sealer(KEY))
+    assert "pool secret" not in repr(Sealer(KEY))
+    assert "pool secret" not in repr(Options.parse({"checkpoint": "x", "checkpoint_key": KEY}))
+    k, x = mttkrp(), mttkrp_inputs()
+    _run(k, x, client, tmp_path, checkpoint_key=KEY, verify="check")
+    sess = _session(tmp_path / "loop", client)
+    _loop(sess, 1)
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(files) > 10
+    assert not any(KEY in p.read_bytes() for p in files)
 
 
 def test_a_str_key_is_not_echoed_in_the_error(client: Any, tmp_path: Path) -> None:

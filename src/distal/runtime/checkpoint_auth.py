@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,27 +71,27 @@ def content_digest(arr: np.ndarray) -> str:
     return h.hexdigest()
 
 
+@dataclass(frozen=True, slots=True, eq=False)
 class Sealer:
     """The key, and the seals made with it. Lives on the trusted side only.
 
     Pickling is refused: a ``Sealer`` travelling in a task would hand the key to a worker.
+    The key is left out of ``repr`` (and equality: two sealers are never compared by
+    their secrets).
     """
 
-    __slots__ = ("_key",)
+    key: bytes = field(repr=False)
 
-    def __init__(self, key: bytes) -> None:
-        self._key = check_key(key)
+    def __post_init__(self) -> None:
+        check_key(self.key)
 
     def __reduce__(self) -> Any:
         raise TypeError("a checkpoint Sealer holds the key and is never sent anywhere")
 
-    def __repr__(self) -> str:
-        return "Sealer(<key>)"
-
     def mac(self, scope: str, name: str, digest: str) -> str:
         """The seal of entry ``name`` of run directory ``scope`` with content ``digest``."""
         msg = json.dumps(["distal-seal", 1, scope, name, digest]).encode()
-        return hmac.new(self._key or b"", msg, hashlib.sha256).hexdigest()
+        return hmac.new(self.key, msg, hashlib.sha256).hexdigest()
 
     def opens(self, scope: str, name: str, digest: Any, mac: Any) -> bool:
         """Whether ``mac`` is this key's seal of (``scope``, ``name``, ``digest``)."""
@@ -126,9 +127,7 @@ class Sealer:
     def manifest_opens(self, scope: str, manifest: dict[str, Any]) -> bool:
         """Whether ``manifest`` carries this key's seal for ``scope``."""
         mac = manifest.get(MAC)
-        return isinstance(mac, str) and hmac.compare_digest(
-            self.manifest_mac(scope, manifest), mac
-        )
+        return isinstance(mac, str) and hmac.compare_digest(self.manifest_mac(scope, manifest), mac)
 
 
 __all__ = [
