@@ -11,8 +11,13 @@ compared with the local runtime's, exactly (small integer data).
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +26,13 @@ import pytest
 from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_inputs
 
 import distal as dl
+from conftest import trace_lines
 from distal.errors import DistalWarning, InputError
 from distal.runtime import checkpoint as ck
 from distal.runtime.checkpoint_auth import DIGEST, SEAL_SUFFIX, Sealer, content_digest
 from distal.runtime.elastic.options import Options
 
+HERE = Path(__file__).resolve().parent
 KEY = b"pool secret: 0123456789abcdef"
 MTTKRP_ENTRIES = [
     "block-0-0",
@@ -200,6 +207,52 @@ def test_a_str_key_is_not_echoed_in_the_error(client: Any, tmp_path: Path) -> No
     with pytest.raises(InputError) as info:
         dl.Session(checkpoint=str(tmp_path), checkpoint_key="hunter2")
     assert "hunter2" not in str(info.value)
+
+
+def test_a_keyed_run_killed_midway_resumes_from_what_the_driver_sealed(tmp_path: Path) -> None:
+    """The driver seals entries as it hears of them, so a killed keyed run resumes: every
+    entry sealed before the kill is loaded, never recomputed; entries written but not yet
+    sealed are refused (reported) and recomputed."""
+    ck_dir, t1, t2 = tmp_path / "ck", tmp_path / "trace1", tmp_path / "trace2"
+    env = dict(
+        os.environ, PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])
+    )
+    script = str(HERE / "elastic_driver.py")
+    proc = subprocess.Popen(
+        [sys.executable, script, str(ck_dir), str(t1), "0.25", "driver key"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while len(list(ck_dir.rglob(f"*{SEAL_SUFFIX}"))) < 6:
+            assert time.monotonic() < deadline, "the first run sealed nothing in 90 s"
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=30)
+    sealed = {p.name.removesuffix(SEAL_SUFFIX) for p in ck_dir.rglob(f"*{SEAL_SUFFIX}")}
+    written = {p.name.removesuffix(ck.SUFFIX) for p in ck_dir.rglob(f"*{ck.SUFFIX}")}
+    assert sealed <= written
+    done = subprocess.run(
+        [sys.executable, script, str(ck_dir), str(t2), "0", "driver key"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "exact True" in done.stdout
+    computed = {n for e, n, st in trace_lines(t2) if e == "done" and st == "computed"}
+    assert not sealed & computed  # what was sealed is loaded, never redone
+    executed, reused = (int(v) for v in done.stdout.split("tasks")[1].split()[:2])
+    assert reused >= len(sealed)
+    assert executed + reused == 16
+    refused = done.stdout.split("unauthenticated")[1].split()
+    assert set(refused) == written - sealed
 
 
 # -- session loops ----------------------------------------------------------------------------
