@@ -599,8 +599,14 @@ class Driver:
         return str(dones[-1]["worker"]) if dones else ""
 
     def submit_check(self, ctx: Ctx, u: Unit, f: Any, who: str, attempt: int) -> Any:
-        """The check of unit ``u``'s result ``f`` (computed on ``who``), on another worker."""
-        save = ctx.store is not None and u.name not in self.present
+        """The check of unit ``u``'s result ``f`` (computed on ``who``), on another worker.
+
+        A result loaded from the checkpoint is not saved again, except with a key: the
+        task that loaded it may instead have found the entry forged and recomputed it (the
+        driver hears so only by an event, which may come later), so the check rewrites
+        the checked result and the driver seals it anew.
+        """
+        save = ctx.store is not None and (u.name not in self.present or self.sealer is not None)
         return self.client.submit(
             check_task,
             ctx,

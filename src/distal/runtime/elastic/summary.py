@@ -94,7 +94,7 @@ class Summary:
             names = ", ".join(self.unauthenticated[:8]) + (", ..." if n > 8 else "")
             lines.append(
                 f"checkpoint: {n} {'entry' if n == 1 else 'entries'} failed authentication "
-                f"and {'was' if n == 1 else 'were'} recomputed: {names}"
+                f"(never used; recomputed where the run needed it): {names}"
             )
         if self.verified:
             lines.append(f"verify: {self.verified} task(s) accepted by agreement")
