@@ -87,6 +87,26 @@ def test_a_forged_entry_with_a_valid_checksum_is_recomputed_and_reported(
     assert np.array_equal(r3.value, want)
 
 
+def test_seals_on_an_fsspec_location(client: Any) -> None:
+    """Seals are written, read and withdrawn through fsspec as entries are (``memory://``:
+    the fixture's workers share the driver's process)."""
+    loc = "memory://distal-checkpoint-key"
+    k, x = mttkrp(), mttkrp_inputs()
+    want = k.run(x).value
+    r1 = k.run(x, runtime="dask", client=client, checkpoint=loc, checkpoint_key=KEY)
+    store = ck.CheckpointStore(loc, str(r1.extra["checkpoint"]).rsplit("/", 1)[1])
+    assert store.read_seal("block-1-0") is not None
+    blk, _ = store.load("block-1-0")
+    assert blk is not None
+    store.save("block-1-0", blk * 0.0)
+    r2 = k.run(x, runtime="dask", client=client, checkpoint=loc, checkpoint_key=KEY)
+    assert np.array_equal(r2.value, want)
+    assert r2.extra["summary"].unauthenticated == ["block-1-0"]
+    r3 = k.run(x, runtime="dask", client=client, checkpoint=loc, checkpoint_key=KEY)
+    assert r3.tasks_executed == 0
+    assert np.array_equal(r3.value, want)
+
+
 def test_a_forged_partial_loaded_on_a_worker_is_recomputed(client: Any, tmp_path: Path) -> None:
     """The partial's seal is valid but its bytes are not what it vouches for: the worker
     that loads it (with the digest the driver authenticated) recomputes it."""

@@ -342,6 +342,7 @@ class Driver:
                     corrupt_blocks.add(block_name(idx))
                 if status == UNAUTHENTICATED:
                     self._refuse(store, block_name(idx))
+                    present.discard(block_name(idx))
             if arr is None:
                 pending[idx] = box
             else:
