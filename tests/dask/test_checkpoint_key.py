@@ -311,8 +311,8 @@ def _kernels(n: int) -> tuple[Any, Any]:
 
 def _session(loc: Path | None, client: Any, key: bytes | None = KEY, n: int = 8) -> Any:
     sess = dl.Session(
-        runtime="dask",
-        client=client,
+        runtime="local" if client is None else "dask",
+        **({} if client is None else {"client": client}),
         checkpoint=None if loc is None else str(loc),
         checkpoint_key=key if loc is not None else None,
     )
@@ -341,9 +341,11 @@ def _reference(client: Any, n: int) -> np.ndarray:
     return np.asarray(ref.get("X"))
 
 
+@pytest.mark.parametrize("runtime", ["local", "dask"])
 def test_a_keyed_loop_refuses_a_forged_iteration_and_resumes_from_the_older_one(
-    client: Any, tmp_path: Path
+    client: Any, tmp_path: Path, runtime: str
 ) -> None:
+    client = client if runtime == "dask" else None
     sess = _session(tmp_path, client)
     assert _loop(sess, 4) == [0, 1, 2, 3]
     it3 = _iteration(tmp_path, 3)
@@ -356,6 +358,11 @@ def test_a_keyed_loop_refuses_a_forged_iteration_and_resumes_from_the_older_one(
     assert entry["entry"] == "X.1"
     entry["xxh3_128"], entry[DIGEST] = digest, content_digest(forged)  # ... and digests
     it3.write_manifest(man)
+    # Without the key the forgery is restored: this is what the key protects against.
+    fooled = _session(tmp_path, client, key=None)
+    assert _loop(fooled, 4) == []
+    assert fooled.resumed_from == 3
+    assert np.array_equal(np.asarray(fooled.get("X"))[:4, 4:], forged)
     again = _session(tmp_path, client)
     with pytest.warns(DistalWarning, match=r"\[3\] are damaged.*authentication.*after iteration 2"):
         assert _loop(again, 4) == [3]
