@@ -26,6 +26,12 @@ inputs.
 ``manifest.json`` records what the run is (for humans and tools) and, once the run has
 finished, every block's checksum.
 
+With ``checkpoint_key=`` an entry ``<name>.ck`` may have a seal ``<name>.seal`` beside it,
+written on the trusted side (:mod:`distal.runtime.checkpoint_auth`); a store made with
+``sealed=True`` reports content digests for sealing and loads an entry only against the
+digest its seal vouches for (``load(name, expect=...)``). The store itself never holds
+the key, so it can travel to workers as before.
+
 Workers write entries behind their computation (:meth:`CheckpointStore.save_soon`): a
 task hands its finished array to a writer thread of its own and goes on, and the entry's
 ``then`` callback (the runtime logs the task as done there) runs only once the file is in
