@@ -17,6 +17,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,56 @@ def test_a_swapped_entry_is_refused(client: Any, tmp_path: Path) -> None:
     r = _run(k, x, client, tmp_path, checkpoint_key=KEY)
     assert np.array_equal(r.value, want)
     assert r.extra["summary"].unauthenticated == ["block-1-0", "part-p0-s0-2"]
+
+
+def test_a_forged_report_in_the_event_log_gets_no_seal(client: Any, tmp_path: Path) -> None:
+    """A worker of the pool overwrites a partial another worker wrote and reports the
+    forgery's digest under that worker's name in the run's event log. The driver hears two
+    digests for one entry and seals neither: the next run refuses the entry."""
+    k, x = mttkrp(), mttkrp_inputs()
+    want = k.run(x).value
+    victim = "part-p0-s0-2"
+    forged_by: list[str] = []
+
+    def forge() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            for topic, evs in client.get_events().items():
+                if not str(topic).startswith("distal-"):
+                    continue
+                for _, m in evs:
+                    if m.get("written") and m.get("entry") == victim:
+                        run = next(p for p in tmp_path.iterdir() if p.is_dir())
+                        store = ck.CheckpointStore(tmp_path, run.name)
+                        honest, _ = store.load(victim)
+                        assert honest is not None
+                        fake = honest + 5.0
+                        store.save(victim, fake)
+                        lie = dict(m, t=time.time(), digest=content_digest(fake))
+                        lie.pop("recv", None)
+                        client.run(
+                            lambda dask_worker, topic=topic, lie=lie: dask_worker.log_event(
+                                topic, lie
+                            ),
+                            workers=[m["worker"]],
+                        )
+                        forged_by.append(m["worker"])
+                        return
+            time.sleep(0.01)
+
+    spy = threading.Thread(target=forge)
+    spy.start()
+    r1 = _run(k, x, client, tmp_path, checkpoint_key=KEY, _delay=0.3)
+    spy.join()
+    assert forged_by, "the forgery was not made during the run"
+    assert np.array_equal(r1.value, want)  # the run itself used the values in memory
+    store = _store(r1)
+    assert store.read_seal(victim) is None
+    assert store.read_seal("part-p1-s0-2") is not None
+    store.remove("block-0-0")
+    r2 = _run(k, x, client, tmp_path, checkpoint_key=KEY)
+    assert np.array_equal(r2.value, want)
+    assert r2.extra["summary"].unauthenticated == [victim]
 
 
 def test_entries_written_without_the_key_are_refused_by_a_keyed_run(

@@ -177,7 +177,9 @@ class Driver:
         self.sealed: dict[str, str] = {}  # entry -> content digest its seal vouched for
         self.unauthenticated: set[str] = set()  # entries refused (recomputed, never used)
         self.received: dict[str, str] = {}  # block -> digest of what reached the driver
-        self.to_seal: dict[str, tuple[str, str]] = {}  # entry -> (digest, worker) reported
+        self.to_seal: dict[str, str] = {}  # entry -> digest reported, not sealed yet
+        self.reports: dict[str, set[str]] = {}  # entry -> every digest reported in the run
+        self.writable: set[str] = set()  # the entries this run's tasks may write
         self.heard = 0  # events already looked at for entries to seal
         self.store: CheckpointStore | None = None
 
@@ -348,6 +350,7 @@ class Driver:
             else:
                 self._place(value, box, arr)
         needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
+        self.writable = {u.name for u in needed} | {block_name(i) for i in pending}
         reused_direct = total - len(needed) - len(set(pending) - set(finals))
 
         topic = f"distal-{self.nonce}"
@@ -915,6 +918,8 @@ class Driver:
         """An entry written by a worker that lost the run's trust: its seal goes until a
         recheck on a trusted worker vouches for it again."""
         self.to_seal.pop(name, None)
+        self.reports.pop(name, None)  # its reports no longer count; the recheck's will
+        self.sealed.pop(name, None)
         if self.sealer is not None and self.store is not None:
             self.store.remove_seal(name)
 
@@ -923,28 +928,38 @@ class Driver:
         last call.
 
         A seal is the key's MAC over the run key, the entry's name and the content digest
-        the writer reported. Reports from excluded workers are ignored; a block is sealed
-        only when the digest of the block that reached the driver is the one its writer
-        reported (a writer that wrote other bytes than it returned gets no seal). An entry
-        a task found holding other bytes than its seal vouches for loses its seal.
+        its writer reported in the run's event log. Only entries this run's tasks write are
+        sealed, reports from excluded workers are ignored, and an entry is sealed only
+        while every report of it in this run names the same digest: the event log is open
+        to every worker of the pool, so a worker that wrote a forgery and reported it under
+        another worker's name meets the honest writer's report, and the entry is left
+        unsealed (refused by the next run) rather than sealed. A block is sealed only when
+        the digest of the block that reached the driver is the one reported. An entry a
+        task found holding other bytes than its seal vouches for loses its seal.
         """
         if self.sealer is None or self.store is None:
             return
+        store, sealer = self.store, self.sealer
         for m in events.since(self.heard):
             self.heard += 1
             if m.get("unauthenticated"):
                 self.unauthenticated.add(str(m["name"]))
-                self.store.remove_seal(str(m["name"]))
-            digest = m.get("digest")
-            if not isinstance(digest, str) or str(m["worker"]) in self.excluded:
+                self.sealed.pop(str(m["name"]), None)
+                store.remove_seal(str(m["name"]))
+            digest, entry = m.get("digest"), str(m.get("entry", ""))
+            if not isinstance(digest, str) or entry not in self.writable:
                 continue
-            if m["kind"] in ("done", "check") and m.get("written"):
-                self.to_seal[str(m["entry"])] = (digest, str(m["worker"]))
-            elif m["kind"] == "recheck" and m.get("entry"):
-                self.to_seal[str(m["entry"])] = (digest, str(m["worker"]))
-        for name, (digest, worker) in list(self.to_seal.items()):
-            if worker in self.excluded:
+            if str(m["worker"]) in self.excluded:
+                continue
+            written = m["kind"] in ("done", "check") and m.get("written")
+            if written or m["kind"] == "recheck":
+                self.reports.setdefault(entry, set()).add(digest)
+                self.to_seal[entry] = digest
+        for name, digest in list(self.to_seal.items()):
+            if len(self.reports.get(name, ())) > 1:  # conflicting reports: no seal at all
                 del self.to_seal[name]
+                self.sealed.pop(name, None)
+                store.remove_seal(name)
                 continue
             if name not in self.units or self.units[name].final:
                 got = self.received.get(name)
@@ -953,8 +968,9 @@ class Driver:
                 if got != digest:
                     del self.to_seal[name]
                     continue
-            self.store.write_seal(name, self.sealer.seal_document(self.store.run, name, digest))
-            self.sealed[name] = digest
+            if self.sealed.get(name) != digest:
+                store.write_seal(name, sealer.seal_document(store.run, name, digest))
+                self.sealed[name] = digest
             del self.to_seal[name]
 
     def _drain(self, topic: str, root: str, events: Events, patience: float = 10.0) -> None:
