@@ -30,6 +30,7 @@ import distal as dl
 from conftest import trace_lines
 from distal.errors import DistalWarning, InputError
 from distal.runtime import checkpoint as ck
+from distal.runtime import checkpoint_tools
 from distal.runtime.checkpoint_auth import DIGEST, SEAL_SUFFIX, Sealer, content_digest
 from distal.runtime.elastic.options import Options
 
@@ -199,6 +200,20 @@ def test_a_forged_report_in_the_event_log_gets_no_seal(client: Any, tmp_path: Pa
     r2 = _run(k, x, client, tmp_path, checkpoint_key=KEY)
     assert np.array_equal(r2.value, want)
     assert r2.extra["summary"].unauthenticated == [victim]
+
+
+def test_checkpoint_tools_count_and_clean_half_written_seals(client: Any, tmp_path: Path) -> None:
+    """A driver killed while writing a seal leaves a temporary, which ``distal checkpoint``
+    counts and ``--clean`` removes like an entry's; seals are not counted as entries."""
+    k, x = mttkrp(), mttkrp_inputs()
+    store = _store(_run(k, x, client, tmp_path, checkpoint_key=KEY))
+    Path(f"{store.seal_path('block-0-0')}.tmp-0123").write_bytes(b"{")
+    (info,) = checkpoint_tools.runs(tmp_path)
+    assert info.entries == len(MTTKRP_ENTRIES)
+    assert info.temporaries == 1
+    gone = checkpoint_tools.remove_temporaries(tmp_path, info.run, older_than=-1)
+    assert gone == [f"block-0-0{SEAL_SUFFIX}.tmp-0123"]
+    assert store.read_seal("block-0-0") is not None
 
 
 def test_entries_written_without_the_key_are_refused_by_a_keyed_run(
