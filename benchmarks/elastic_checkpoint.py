@@ -11,6 +11,8 @@ a checkpoint and with a fresh checkpoint directory (so every block is written: t
 a first, uninterrupted run). The checkpointed run also fingerprints both inputs (sha256 of
 their bytes) and writes each finished block with a checksum, fsync and an atomic rename.
 A third variant reruns on the complete checkpoint (everything loaded, nothing computed).
+``--key`` gives the checkpointed runs and the reruns a ``checkpoint_key=``: the driver
+seals every entry and the rerun authenticates every block before using it.
 
 The machine is shared and noisy, so the pairs alternate which variant goes first and the
 report gives three estimates from the same run: the ratio of the medians, the ratio of the
@@ -54,6 +56,7 @@ def main() -> None:
     ap.add_argument(
         "--processes", action="store_true", help="worker processes (default: in-process threads)"
     )
+    ap.add_argument("--key", action="store_true", help="checkpoint_key= on checkpointed runs")
     args = ap.parse_args()
 
     kernel = cannon(args.n, args.grid)
@@ -74,18 +77,20 @@ def main() -> None:
     ):
         kernel.run(x, runtime="dask", client=client)  # warm up
         fsync = not args.no_fsync
+        keyed = {"checkpoint_key": b"benchmark key"} if args.key else {}
         for rep in range(args.reps):
             where = os.path.join(base, f"rep{rep}")
             for variant in ("plain", "ckpt") if rep % 2 == 0 else ("ckpt", "plain"):
-                opts = {} if variant == "plain" else {"checkpoint": where, "fsync": fsync}
+                opts = {} if variant == "plain" else {"checkpoint": where, "fsync": fsync, **keyed}
                 t0 = time.perf_counter()
                 r = kernel.run(x, runtime="dask", client=client, **opts)
                 (plain if variant == "plain" else ckpt).append(time.perf_counter() - t0)
                 assert np.allclose(r.value, want)
             t0 = time.perf_counter()
-            r = kernel.run(x, runtime="dask", client=client, checkpoint=where)
+            r = kernel.run(x, runtime="dask", client=client, checkpoint=where, **keyed)
             rerun.append(time.perf_counter() - t0)
             assert r.tasks_executed == 0
+            assert not r.extra["summary"].unauthenticated
     if args.dir is None:
         shutil.rmtree(base, ignore_errors=True)
     p, c = statistics.median(plain), statistics.median(ckpt)
@@ -105,6 +110,7 @@ def main() -> None:
         ),
         "bytes_written": args.n * args.n * 8,
         "fsync": not args.no_fsync,
+        "checkpoint_key": args.key,
     }
     print(json.dumps(report, indent=1))
 

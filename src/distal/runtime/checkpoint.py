@@ -26,6 +26,12 @@ inputs.
 ``manifest.json`` records what the run is (for humans and tools) and, once the run has
 finished, every block's checksum.
 
+With ``checkpoint_key=`` an entry ``<name>.ck`` may have a seal ``<name>.seal`` beside it,
+written on the trusted side (:mod:`distal.runtime.checkpoint_auth`); a store made with
+``sealed=True`` reports content digests for sealing and loads an entry only against the
+digest its seal vouches for (``load(name, expect=...)``). The store itself never holds
+the key, so it can travel to workers as before.
+
 Workers write entries behind their computation (:meth:`CheckpointStore.save_soon`): a
 task hands its finished array to a writer thread of its own and goes on, and the entry's
 ``then`` callback (the runtime logs the task as done there) runs only once the file is in
@@ -55,6 +61,7 @@ import numpy as np
 
 from distal.errors import DistalWarning, InputError, RuntimeFailure
 from distal.runtime import checkpoint_hash, direct_io
+from distal.runtime.checkpoint_auth import SEAL_SUFFIX, content_digest
 from distal.runtime.source import is_block_source
 
 FORMAT = 2
@@ -63,6 +70,8 @@ SUFFIX = ".ck"
 MANIFEST = "manifest.json"
 
 OK, MISSING, CORRUPT = "ok", "missing", "corrupt"
+UNAUTHENTICATED = "unauthenticated"
+"""A load's status when the entry is whole but not the bytes its seal vouches for."""
 
 
 def fingerprint_array(arr: np.ndarray) -> str:
@@ -207,9 +216,19 @@ class CheckpointStore:
 
     Local paths use ``os`` calls (``fsync`` + ``os.replace``: atomic and durable); other
     URLs use fsspec (temporary name, then ``mv``; object stores write atomically anyway).
+
+    ``sealed`` (a run with ``checkpoint_key=``): a background save reports the entry's
+    content digest (:func:`~distal.runtime.checkpoint_auth.content_digest`) instead of its
+    checksum, for the trusted side to seal. The store never holds the key.
     """
 
-    def __init__(self, location: str | os.PathLike[str], run: str, fsync: bool = True) -> None:
+    def __init__(
+        self,
+        location: str | os.PathLike[str],
+        run: str,
+        fsync: bool = True,
+        sealed: bool = False,
+    ) -> None:
         loc = os.fspath(location)
         if not isinstance(loc, str) or not loc:
             raise InputError(f"checkpoint location must be a path or URL, got {location!r}")
@@ -219,6 +238,7 @@ class CheckpointStore:
         self.base = os.path.abspath(loc) if self.local else loc.rstrip("/")
         self.run = run
         self.fsync = fsync
+        self.sealed = sealed
         self._direct = direct_io.available()
         self._fs: Any = None
 
@@ -303,7 +323,8 @@ class CheckpointStore:
         return digest
 
     def save_soon(self, name: str, arr: np.ndarray, then: Callable[[str], None]) -> None:
-        """Write entry ``name`` in the background; ``then(checksum)`` once it is in place.
+        """Write entry ``name`` in the background; ``then(checksum)`` once it is in place
+        (``then(content digest)`` on a ``sealed`` store).
 
         The calling thread's previous entry is waited for first (its write error, if any,
         is raised here), so each thread has at most one entry waiting. ``arr`` must not
@@ -316,6 +337,8 @@ class CheckpointStore:
     def _save_then(self, name: str, arr: np.ndarray, then: Callable[[str], None]) -> None:
         try:
             digest = self.save(name, arr)
+            if self.sealed:
+                digest = content_digest(arr)
         except Exception as e:  # any failure to save is this run's write failure
             raise WriteFailed(
                 f"checkpoint entry {name!r} could not be written under {self.root}: "
@@ -327,13 +350,31 @@ class CheckpointStore:
         except Exception:  # the entry is in place; only the news of it got lost (e.g. the
             pass  # worker that would report it has closed), which no later run should see
 
-    def load(self, name: str) -> tuple[np.ndarray | None, str]:
-        """``(array, "ok")``, ``(None, "missing")`` or ``(None, "corrupt")``."""
+    def load(self, name: str, expect: str | None = None) -> tuple[np.ndarray | None, str]:
+        """``(array, "ok")``, ``(None, "missing")`` or ``(None, "corrupt")``; with
+        ``expect`` (the content digest a seal vouches for) also ``(None,
+        "unauthenticated")`` when the entry is whole but holds other bytes."""
         raw = self._read(self.path(name))
         if raw is None:
             return None, MISSING
         arr = decode(name, raw)
-        return (arr, OK) if arr is not None else (None, CORRUPT)
+        if arr is None:
+            return None, CORRUPT
+        if expect is not None and content_digest(arr) != expect:
+            return None, UNAUTHENTICATED
+        return arr, OK
+
+    def seal_path(self, name: str) -> str:
+        """Where entry ``name``'s seal lives (beside the entry)."""
+        return f"{self.root}/{name}{SEAL_SUFFIX}"
+
+    def write_seal(self, name: str, raw: bytes) -> None:
+        """Write entry ``name``'s seal (made on the trusted side) atomically."""
+        self._write(self.seal_path(name), [raw])
+
+    def read_seal(self, name: str) -> bytes | None:
+        """Entry ``name``'s seal file, or None."""
+        return self._read(self.seal_path(name))
 
     def names(self) -> set[str]:
         """Entries present (whole files only: temporaries are not listed)."""
@@ -347,13 +388,23 @@ class CheckpointStore:
         return {f[: -len(SUFFIX)] for f in files if f.endswith(SUFFIX)}
 
     def remove(self, name: str) -> None:
-        """Delete an entry if present."""
-        path = self.path(name)
+        """Delete an entry and its seal if present."""
+        for path in (self.path(name), self.seal_path(name)):
+            try:
+                if self.local:
+                    os.unlink(path)
+                else:
+                    self.fs().rm_file(path)
+            except (FileNotFoundError, OSError):
+                pass
+
+    def remove_seal(self, name: str) -> None:
+        """Delete entry ``name``'s seal (its entry is no longer vouched for)."""
         try:
             if self.local:
-                os.unlink(path)
+                os.unlink(self.seal_path(name))
             else:
-                self.fs().rm_file(path)
+                self.fs().rm_file(self.seal_path(name))
         except (FileNotFoundError, OSError):
             pass
 
@@ -492,6 +543,7 @@ __all__ = [
     "CORRUPT",
     "MISSING",
     "OK",
+    "UNAUTHENTICATED",
     "CheckpointStore",
     "WriteFailed",
     "check_location",

@@ -17,8 +17,15 @@ from typing import Any
 from distal import text
 from distal.errors import InputError
 from distal.runtime.checkpoint import CORRUPT, MANIFEST, OK, SUFFIX, CheckpointStore
+from distal.runtime.checkpoint_auth import SEAL_SUFFIX
 
 TMP = SUFFIX + ".tmp-"  # how CheckpointStore names an entry while it is being written
+SEAL_TMP = SEAL_SUFFIX + ".tmp-"  # and a seal (``checkpoint_key=``), written by the driver
+
+
+def _temporary(name: str) -> bool:
+    """A half-written entry or seal (its writer died, or is still writing)."""
+    return TMP in name or SEAL_TMP in name
 
 
 @dataclass(frozen=True)
@@ -100,7 +107,7 @@ def runs(location: str | os.PathLike[str]) -> list[RunInfo]:
                 blocks=sum(f.startswith("block-") for f, _ in entries),
                 nbytes=sum(size for _, size in entries),
                 modified=max(stamps) if stamps else None,
-                temporaries=sum(TMP in f for f, *_ in files),
+                temporaries=sum(_temporary(f) for f, *_ in files),
             )
         )
     return sorted(out, key=lambda r: (-(r.modified or 0.0), r.run))
@@ -151,7 +158,7 @@ def remove_temporaries(
     now = time.time()
     gone = []
     for name, _, mtime, _ in _listing(store, store.root):
-        if TMP in name and mtime is not None and now - mtime > older_than:
+        if _temporary(name) and mtime is not None and now - mtime > older_than:
             path = f"{store.root}/{name}"
             if store.local:
                 os.unlink(path)

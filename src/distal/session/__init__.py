@@ -129,6 +129,11 @@ class Session:
         check_stats: compare every kernel run's measured stats with the kernel's
             prediction (``stats_checked``, ``stats_differ``): what distal says it will move
             is what it moved.
+        checkpoint_key: bytes, a secret (optional, needs ``checkpoint``): every saved
+            iteration's manifest and entries are authenticated with it (a keyed MAC made
+            in this process), and an iteration that fails authentication is passed over
+            like a damaged one. The key stays in this process: it is not passed to the
+            runs (the session's kernel runs write no checkpoint).
         **runtime_options: passed to every ``kernel.run`` (e.g. ``comm=`` for MPI,
             ``client=`` for Dask).
     """
@@ -138,6 +143,7 @@ class Session:
         runtime: str = "local",
         *,
         checkpoint: Any = None,
+        checkpoint_key: bytes | None = None,
         machine: Any = None,
         check_stats: bool = False,
         **runtime_options: Any,
@@ -149,6 +155,16 @@ class Session:
             from distal.runtime.checkpoint import check_location
 
             check_location(checkpoint)
+        from distal.runtime.checkpoint_auth import Sealer, check_key
+
+        key = check_key(checkpoint_key)
+        if key is not None and checkpoint is None:
+            raise InputError(
+                "checkpoint_key authenticates saved iterations, and this session has no "
+                "checkpoint=: pass checkpoint= a directory or URL too, or drop checkpoint_key"
+            )
+        #: the key's sealer (``checkpoint_key=``), or None; never sent to a run
+        self.sealer: Sealer | None = Sealer(key) if key is not None else None
         self.runtime = runtime
         self.options = dict(runtime_options)
         self.checkpoint = checkpoint

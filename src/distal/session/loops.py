@@ -16,9 +16,16 @@ most a tenth of the time), and the loop's last finished iteration is saved when 
 iteration still counts as complete only once its manifest is written after all its
 entries, so a resumed loop starts after the newest iteration that was saved whole.
 
+With ``checkpoint_key=`` each manifest entry also holds the BLAKE2b-256 content digest of
+its block, and the manifest a keyed MAC (HMAC-SHA256, made in the session's process) over
+all of it and its loop and iteration (:mod:`distal.runtime.checkpoint_auth`): a forged
+entry, an entry or manifest copied from another iteration, or an iteration written without
+the key fails authentication and is passed over like a damaged one.
+
 A loop that starts finds the newest complete iteration whose entries all load with a good
-checksum (an older one if the newest is damaged), restores the kept values in their saved
-layouts (each MPI rank reads only its own block) and yields from the next iteration. Once
+checksum and, with a key, authenticate (an older one if the newest is damaged), restores
+the kept values in their saved layouts (each MPI rank reads only its own block) and yields
+from the next iteration. Once
 an iteration is complete, iterations older than its predecessor are deleted, so a
 location holds at most the last two complete iterations and the one being written.
 """
@@ -38,6 +45,7 @@ import numpy as np
 
 from distal.errors import DistalWarning, InputError
 from distal.runtime.checkpoint import OK, CheckpointStore
+from distal.runtime.checkpoint_auth import DIGEST, MAC, content_digest
 from distal.session import Held, HeldBlock, Session
 from distal.session.layout import Layout
 from distal.typing import Box, box_index, box_shape
@@ -199,7 +207,7 @@ class Loop:
             return
         from distal.runtime.mpi.session import allgather_objects
 
-        mine = [(v, k, store.save(f"{v}.{k}", arr)) for v, k, arr in todo]
+        mine = [(v, k, store.save(f"{v}.{k}", arr), self._content(arr)) for v, k, arr in todo]
         every = [x for part in allgather_objects(mine, sess.options.get("comm")) for x in part]
         self._finish_iteration(it, store, every, docs)
 
@@ -239,7 +247,7 @@ class Loop:
         """The writer thread's part of :meth:`save`: entries, then the manifest; then the
         writer rests ``WRITER_REST`` times as long as that took."""
         t0 = time.perf_counter()
-        every = [(v, k, store.save(f"{v}.{k}", arr)) for v, k, arr in todo]
+        every = [(v, k, store.save(f"{v}.{k}", arr), self._content(arr)) for v, k, arr in todo]
         self._finish_iteration(it, store, every, docs)
         t1 = time.perf_counter()
         self.sess._write_free_at = t1 + WRITER_REST * (t1 - t0)
@@ -248,29 +256,40 @@ class Loop:
         self,
         it: int,
         store: CheckpointStore,
-        every: list[tuple[str, int, str]],
+        every: list[tuple[str, int, str, str | None]],
         docs: dict[str, dict[str, Any]],
     ) -> None:
-        """Every entry is in place: write the manifest (rank 0) and prune."""
+        """Every entry is in place: write the manifest (rank 0; sealed with the session's
+        key, when it has one) and prune."""
         sess = self.sess
-        digests = {(v, k): d for v, k, d in every}
+        digests = {(v, k): (d, c) for v, k, d, c in every}
         for v, doc in docs.items():
             for k, e in enumerate(doc["entries"]):
-                e["xxh3_128"] = digests[(v, k)]
+                if (v, k) not in digests:
+                    continue  # an empty block: never saved, nothing to vouch for
+                e["xxh3_128"], content = digests[(v, k)]
+                if content is not None:
+                    e[DIGEST] = content
         if sess.rank == 0:
-            store.write_manifest(
-                {
-                    "format": FORMAT,
-                    "version": VERSION,
-                    "loop": self.name,
-                    "iteration": it,
-                    "n": self.n,
-                    "runtime": sess.runtime,
-                    "values": docs,
-                }
-            )
+            manifest: dict[str, Any] = {
+                "format": FORMAT,
+                "version": VERSION,
+                "loop": self.name,
+                "iteration": it,
+                "n": self.n,
+                "runtime": sess.runtime,
+                "values": docs,
+            }
+            if sess.sealer is not None:
+                manifest[MAC] = sess.sealer.manifest_mac(store.run, manifest)
+            store.write_manifest(manifest)
             self._prune(it)
         self.last_complete = it
+
+    def _content(self, arr: np.ndarray) -> str | None:
+        """The content digest a keyed session's manifest records for a block (None
+        without a key: nothing is sealed, so the extra pass over the bytes is skipped)."""
+        return content_digest(arr) if self.sess.sealer is not None else None
 
     def _block(self, held: Held, box: Box, p: int) -> np.ndarray | None:
         """The array of ``box`` this process writes (None: another rank writes it)."""
@@ -323,7 +342,8 @@ class Loop:
             )
             warnings.warn(
                 f"{where}: saved iteration(s) {damaged} are damaged (an entry is missing or "
-                f"fails its checksum) and were not used; {then}",
+                f"fails its checksum, or the iteration fails authentication with the "
+                f"session's checkpoint_key) and were not used; {then}",
                 DistalWarning,
                 stacklevel=4,
             )
@@ -334,7 +354,7 @@ class Loop:
         for it in reversed(iteration_dirs(sess.checkpoint, self.name)):
             man = read_manifest(sess.checkpoint, self.name, it)
             values: dict[str, Held] | None = None
-            ok = man is not None
+            ok = man is not None and self._authentic(it, man)
             if ok:
                 assert man is not None
                 missing = [v for v in self.keep if v not in man["values"]]
@@ -358,6 +378,15 @@ class Loop:
                 sess.discarded.append((self.name, it))
         return None
 
+    def _authentic(self, it: int, man: dict[str, Any]) -> bool:
+        """Whether iteration ``it``'s manifest carries the session key's seal (always true
+        without a key). The seal covers the loop and iteration too, so a manifest copied
+        from another iteration or loop fails."""
+        sealer = self.sess.sealer
+        if sealer is None:
+            return True
+        return sealer.manifest_opens(iteration_store(self.sess.checkpoint, self.name, it).run, man)
+
     def _load(self, it: int, man: dict[str, Any]) -> dict[str, Held] | None:
         store = iteration_store(self.sess.checkpoint, self.name, it)
         out: dict[str, Held] = {}
@@ -372,7 +401,7 @@ class Loop:
                     f"{dtype}, the session's {cur.shape} and {cur.dtype}"
                 )
             layout = None if doc["layout"] is None else Layout.from_json(shape, doc["layout"])
-            entries = [(e["entry"], _box(e["box"])) for e in doc["entries"]]
+            entries = [(e["entry"], _box(e["box"]), e.get(DIGEST)) for e in doc["entries"]]
             held = self._load_value(store, shape, dtype, layout, entries)
             if held is None:
                 return None
@@ -385,10 +414,16 @@ class Loop:
         shape: tuple[int, ...],
         dtype: np.dtype,
         layout: Layout | None,
-        entries: list[tuple[str, Box]],
+        entries: list[tuple[str, Box, str | None]],
     ) -> Held | None:
+        sealed = self.sess.sealer is not None
+        digests = {name: d for name, _, d in entries}
+
         def entry(name: str, box: Box) -> np.ndarray | None:
-            arr, status = store.load(name)
+            expect = digests.get(name)
+            if sealed and not isinstance(expect, str):
+                return None  # a keyed session uses only entries its sealed manifest vouches for
+            arr, status = store.load(name, expect if sealed else None)
             if status != OK or arr is None or arr.dtype != dtype:
                 return None
             if arr.shape != box_shape(box):  # the entry writer stores a 0-d array as (1,)
@@ -400,7 +435,7 @@ class Loop:
         whole = tuple((0, s) for s in shape)
         if not self.mpi or layout is None:  # the whole value in this process
             out = np.empty(shape, dtype)
-            for name, box in entries:
+            for name, box, _ in entries:
                 arr = entry(name, box)
                 if arr is None:
                     return None
@@ -409,7 +444,7 @@ class Loop:
         box = layout.boxes[self.sess.rank]
         if box is None:
             return Held(shape, dtype, layout, HeldBlock(shape, dtype, None, None))
-        for name, b in entries:
+        for name, b, _ in entries:
             if b == box:
                 arr = entry(name, b)
                 if arr is None:

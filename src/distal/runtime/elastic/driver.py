@@ -24,6 +24,7 @@ from distal.plan.stats import Stats
 from distal.progress import Progress
 from distal.runtime.checkpoint import (
     CORRUPT,
+    UNAUTHENTICATED,
     CheckpointStore,
     combine,
     describe,
@@ -31,6 +32,7 @@ from distal.runtime.checkpoint import (
     input_fingerprints,
     run_key,
 )
+from distal.runtime.checkpoint_auth import Sealer, content_digest
 from distal.runtime.elastic.feeder import Feeder
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Events, measured_traffic, summarize
@@ -169,6 +171,17 @@ class Driver:
         self.events: Events | None = None
         self.present: set[str] = set()
         self.feeder: Feeder | None = None
+        # checkpoint_key=: the driver alone holds the key (see _authenticate and _seal)
+        key = opts.checkpoint_key
+        self.sealer = Sealer(key) if key is not None else None
+        self.sealed: dict[str, str] = {}  # entry -> content digest its seal vouched for
+        self.unauthenticated: set[str] = set()  # entries refused (recomputed, never used)
+        self.received: dict[str, str] = {}  # block -> digest of what reached the driver
+        self.to_seal: dict[str, str] = {}  # entry -> digest reported, not sealed yet
+        self.reports: dict[str, set[str]] = {}  # entry -> every digest reported in the run
+        self.writable: set[str] = set()  # the entries this run's tasks may write
+        self.heard = 0  # events already looked at for entries to seal
+        self.store: CheckpointStore | None = None
 
     def _replica_copies(self) -> list[tuple[int, int, Box]]:
         """The plan's copies of finished output pieces to other replicas ``(src, dst, box)``."""
@@ -319,19 +332,25 @@ class Driver:
 
         # Finished blocks come straight from the checkpoint (checksummed) on the driver.
         present = store.names() if store is not None else set()
+        if store is not None and self.sealer is not None:
+            present = self._authenticate(store, present)
         corrupt_blocks: set[str] = set()  # by name: the block's own task may find it too
         pending: dict[Key, Region] = {}
         for idx, box in blocks.items():
             arr = None
             if store is not None and block_name(idx) in present:
-                arr, status = store.load(block_name(idx))
+                arr, status = store.load(block_name(idx), self.sealed.get(block_name(idx)))
                 if status == CORRUPT:
                     corrupt_blocks.add(block_name(idx))
+                if status == UNAUTHENTICATED:
+                    self._refuse(store, block_name(idx))
+                    present.discard(block_name(idx))
             if arr is None:
                 pending[idx] = box
             else:
                 self._place(value, box, arr)
         needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
+        self.writable = {u.name for u in needed} | {block_name(i) for i in pending}
         reused_direct = total - len(needed) - len(set(pending) - set(finals))
 
         topic = f"distal-{self.nonce}"
@@ -367,6 +386,7 @@ class Driver:
             if store is not None:
                 self._drain(topic, store.root, events)
             events.sync()
+            self._seal(events)
         except BaseException:
             client.cancel(list(self.inputs_f.values()))
             raise
@@ -396,6 +416,7 @@ class Driver:
         summary.reductions_rejected = len(blocks_out)
         summary.rejections = list(self.rejections)
         summary.rechecked = self.rechecked
+        summary.unauthenticated = sorted(self.unauthenticated | events.unauthenticated())
         if opts.check:
             summary.checked = events.checked()
             summary.reductions_checked = events.checked(blocks=True)
@@ -430,7 +451,13 @@ class Driver:
             raise InputError(f"checkpoint must be a directory or URL, got {opts.checkpoint!r}")
         fps = self._fingerprints(units)
         gran = str(opts.granularity)
-        store = CheckpointStore(opts.checkpoint, run_key(self.kernel, fps, gran), opts.fsync)
+        store = CheckpointStore(
+            opts.checkpoint,
+            run_key(self.kernel, fps, gran),
+            opts.fsync,
+            sealed=self.sealer is not None,
+        )
+        self.store = store
         if store.protocol == "memory":
             pids = set(self.client.run(os.getpid).values())
             if pids - {os.getpid()}:
@@ -514,6 +541,7 @@ class Driver:
                 False,
                 key=key,
                 pure=False,
+                expect=self.sealed.get(u.name),
                 **self.spread(n),
             )
         if k == 1 or u.name in present:
@@ -529,6 +557,7 @@ class Driver:
                 key=key,
                 pure=False,
                 fresh=u.name not in present,
+                expect=self.sealed.get(u.name),
                 **self.restrict(),
             )
         pool = self.allowed()
@@ -574,8 +603,14 @@ class Driver:
         return str(dones[-1]["worker"]) if dones else ""
 
     def submit_check(self, ctx: Ctx, u: Unit, f: Any, who: str, attempt: int) -> Any:
-        """The check of unit ``u``'s result ``f`` (computed on ``who``), on another worker."""
-        save = ctx.store is not None and u.name not in self.present
+        """The check of unit ``u``'s result ``f`` (computed on ``who``), on another worker.
+
+        A result loaded from the checkpoint is not saved again, except with a key: the
+        task that loaded it may instead have found the entry forged and recomputed it (the
+        driver hears so only by an event, which may come later), so the check rewrites
+        the checked result and the driver seals it anew.
+        """
+        save = ctx.store is not None and (u.name not in self.present or self.sealer is not None)
         return self.client.submit(
             check_task,
             ctx,
@@ -698,6 +733,7 @@ class Driver:
         self.events.sync()
         wrote = self.events.entries_written_by(worker)
         for name in sorted(wrote):
+            self._withdraw(name)
             u = self.units.get(name)
             if u is None:
                 summed = self.feeder.summed.get(name)
@@ -763,6 +799,7 @@ class Driver:
                 n,
                 u.name not in self.present,
                 key=key,
+                expect=self.sealed.get(u.name),
                 workers=[worker],
                 allow_other_workers=False,
                 pure=False,
@@ -840,16 +877,101 @@ class Driver:
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
                     arr = f.result()
+                    if self.sealer is not None:
+                        self.received[block_name(idx)] = content_digest(arr)
                     self._place(value, pending[idx], arr)
                     name = feeder.unit_of.get(f.key)
                     self._delivered(pending[idx], arr, self.units[name] if name else None)
                 done += feeder.finished(f)
             self._outvoted(events)
+            self._seal(events)
             ac.update(feeder.feed(window))
             ac.update(feeder.speculate(events))
             tick()
         tick(True)
         return done
+
+    # -- checkpoint_key: seals, made and checked here only ------------------------------
+
+    def _authenticate(self, store: CheckpointStore, present: set[str]) -> set[str]:
+        """The entries present whose seal opens with the key (their digests go to
+        ``self.sealed``); the others are refused: recomputed as if absent, never loaded."""
+        assert self.sealer is not None
+        good: set[str] = set()
+        for name in sorted(present):
+            digest = self.sealer.open_document(store.run, name, store.read_seal(name))
+            if digest is None:
+                self._refuse(store, name)
+            else:
+                self.sealed[name] = digest
+                good.add(name)
+        return good
+
+    def _refuse(self, store: CheckpointStore, name: str) -> None:
+        """Entry ``name`` failed authentication: reported, its seal withdrawn (so no later
+        run trusts it before it is rewritten and sealed again)."""
+        self.unauthenticated.add(name)
+        self.sealed.pop(name, None)
+        store.remove_seal(name)
+
+    def _withdraw(self, name: str) -> None:
+        """An entry written by a worker that lost the run's trust: its seal goes until a
+        recheck on a trusted worker vouches for it again."""
+        self.to_seal.pop(name, None)
+        self.reports.pop(name, None)  # its reports no longer count; the recheck's will
+        self.sealed.pop(name, None)
+        if self.sealer is not None and self.store is not None:
+            self.store.remove_seal(name)
+
+    def _seal(self, events: Events) -> None:
+        """Seal the entries workers reported written (or rechecks vouched for) since the
+        last call.
+
+        A seal is the key's MAC over the run key, the entry's name and the content digest
+        its writer reported in the run's event log. Only entries this run's tasks write are
+        sealed, reports from excluded workers are ignored, and an entry is sealed only
+        while every report of it in this run names the same digest: the event log is open
+        to every worker of the pool, so a worker that wrote a forgery and reported it under
+        another worker's name meets the honest writer's report, and the entry is left
+        unsealed (refused by the next run) rather than sealed. A block is sealed only when
+        the digest of the block that reached the driver is the one reported. An entry a
+        task found holding other bytes than its seal vouches for loses its seal.
+        """
+        if self.sealer is None or self.store is None:
+            return
+        store, sealer = self.store, self.sealer
+        for m in events.since(self.heard):
+            self.heard += 1
+            if m.get("unauthenticated"):
+                self.unauthenticated.add(str(m["name"]))
+                self.sealed.pop(str(m["name"]), None)
+                store.remove_seal(str(m["name"]))
+            digest, entry = m.get("digest"), str(m.get("entry", ""))
+            if not isinstance(digest, str) or entry not in self.writable:
+                continue
+            if str(m["worker"]) in self.excluded:
+                continue
+            written = m["kind"] in ("done", "check") and m.get("written")
+            if written or m["kind"] == "recheck":
+                self.reports.setdefault(entry, set()).add(digest)
+                self.to_seal[entry] = digest
+        for name, digest in list(self.to_seal.items()):
+            if len(self.reports.get(name, ())) > 1:  # conflicting reports: no seal at all
+                del self.to_seal[name]
+                self.sealed.pop(name, None)
+                store.remove_seal(name)
+                continue
+            if name not in self.units or self.units[name].final:
+                got = self.received.get(name)
+                if got is None:
+                    continue  # the block has not reached the driver yet
+                if got != digest:
+                    del self.to_seal[name]
+                    continue
+            if self.sealed.get(name) != digest:
+                store.write_seal(name, sealer.seal_document(store.run, name, digest))
+                self.sealed[name] = digest
+            del self.to_seal[name]
 
     def _drain(self, topic: str, root: str, events: Events, patience: float = 10.0) -> None:
         drain_checkpoint(self.client, topic, root, events, patience)

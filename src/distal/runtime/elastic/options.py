@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from distal.errors import InputError
+from distal.runtime.checkpoint_auth import check_key
 from distal.runtime.elastic.units import GRANULARITIES
 
 
@@ -16,6 +17,7 @@ class Options:
 
     client: Any = None
     checkpoint: Any = None
+    checkpoint_key: bytes | None = field(default=None, repr=False)  # a secret: never printed
     granularity: str | int = "flush"
     verify: int | str = 1
     verify_repeats: int | None = None
@@ -43,6 +45,12 @@ class Options:
                 public = [n for n in known if not n.startswith("_")]
                 raise InputError(f"unknown option {k!r} for runtime 'dask'; options are {public}")
         o = cls(**options)
+        o.checkpoint_key = check_key(o.checkpoint_key)
+        if o.checkpoint_key is not None and o.checkpoint is None:
+            raise InputError(
+                "checkpoint_key authenticates checkpoint entries, and this run has no "
+                "checkpoint=: pass checkpoint= a directory or URL too, or drop checkpoint_key"
+            )
         g = o.granularity
         if not (g in GRANULARITIES or (isinstance(g, int) and not isinstance(g, bool) and g > 0)):
             raise InputError(

@@ -45,6 +45,10 @@ class Summary:
     workers that lost the run's trust (no further task was submitted to them), and
     ``rechecked`` the checkpoint entries they had written in the run that were
     re-verified.
+
+    ``unauthenticated`` (runs with ``checkpoint_key=``): the checkpoint entries, by name,
+    found without a valid seal (absent, forged, made with another key or for another entry)
+    or holding other bytes than their seal vouches for; each was recomputed, never used.
     """
 
     tasks_total: int
@@ -67,6 +71,7 @@ class Summary:
     excluded_workers: list[str] = field(default_factory=list)
     rejections: list[dict[str, Any]] = field(default_factory=list)
     rechecked: int = 0
+    unauthenticated: list[str] = field(default_factory=list)
     checkpoint: str | None = None
     seconds: float = 0.0
 
@@ -84,6 +89,13 @@ class Summary:
         if self.corrupt:
             n = self.corrupt
             lines.append(f"checkpoint: {n} corrupt {'entry' if n == 1 else 'entries'} recomputed")
+        if self.unauthenticated:
+            n = len(self.unauthenticated)
+            names = ", ".join(self.unauthenticated[:8]) + (", ..." if n > 8 else "")
+            lines.append(
+                f"checkpoint: {n} {'entry' if n == 1 else 'entries'} failed authentication "
+                f"(never used; recomputed where the run needed it): {names}"
+            )
         if self.verified:
             lines.append(f"verify: {self.verified} task(s) accepted by agreement")
         if self.checked or self.reductions_checked:
@@ -120,6 +132,7 @@ class Events:
         self.lock = threading.Lock()
         self.seen: dict[tuple, dict[str, Any]] = {}
         self.notes: list[dict[str, Any]] = []  # "outvoted" messages not yet taken
+        self.log: list[dict[str, Any]] = []  # every message once, in the order heard
         client.subscribe_topic(topic, self._add)
 
     def _add(self, event: tuple[float, dict[str, Any]]) -> None:
@@ -129,7 +142,19 @@ class Events:
             # ``recv``: the driver's clock when it first heard (ages without clock skew)
             if key not in self.seen and msg["kind"] == "outvoted":
                 self.notes.append(msg)
-            self.seen.setdefault(key, {**msg, "recv": time.monotonic()})
+            if key not in self.seen:
+                self.seen[key] = {**msg, "recv": time.monotonic()}
+                self.log.append(self.seen[key])
+
+    def since(self, n: int) -> list[dict[str, Any]]:
+        """Messages heard after the first ``n`` (a reader's cursor into the log)."""
+        with self.lock:
+            return self.log[n:]
+
+    def unauthenticated(self) -> set[str]:
+        """Entries a task found holding other bytes than their seal vouches for."""
+        with self.lock:
+            return {str(m["name"]) for m in self.seen.values() if m.get("unauthenticated")}
 
     def take_notes(self, kind: str) -> list[dict[str, Any]]:
         """Messages of ``kind`` (``outvoted``) heard since the last call."""

@@ -31,7 +31,13 @@ from distal.kernels.leaf import TermKernel, run_leaf, term_calls
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.region import Location, shape
 from distal.runtime import checkpoint
-from distal.runtime.checkpoint import CORRUPT, CheckpointStore, fingerprint_array
+from distal.runtime.checkpoint import (
+    CORRUPT,
+    UNAUTHENTICATED,
+    CheckpointStore,
+    fingerprint_array,
+)
+from distal.runtime.checkpoint_auth import content_digest
 from distal.runtime.elastic.check import (
     Call,
     Verdict,
@@ -149,8 +155,11 @@ def finish(
         return
     key = (ctx.topic, w.address)
 
-    def then(_digest: str) -> None:
-        event(ctx, kind, label, w, written=True, entry=name, **done)
+    def then(digest: str) -> None:
+        # a sealed store reports the content digest, which the driver seals (the key
+        # never leaves the driver); a plain store's checksum is not needed there
+        more = {"digest": digest} if ctx.store is not None and ctx.store.sealed else {}
+        event(ctx, kind, label, w, written=True, entry=name, **more, **done)
         with _written_lock:
             _written[key] += 1
 
@@ -433,8 +442,14 @@ def unit_task(
     spec: int = 0,
     fresh: bool = False,
     redo: int = 0,
+    expect: str | None = None,
 ) -> Any:
     """Load the unit's partial from the checkpoint, or compute (and save) it.
+
+    ``expect``: on a sealed store (``checkpoint_key=``), the content digest the driver
+    found the entry's seal vouching for; without it a sealed store's entry is never loaded
+    (it was not sealed when the run began), and an entry holding other bytes is recomputed
+    and reported (``unauthenticated`` in its ``done`` event).
 
     ``spec > 0`` marks a speculative duplicate: it logs under the unit's own name (one
     task, two copies) with ``spec`` set, and writes the very same checkpoint entry — same
@@ -453,8 +468,9 @@ def unit_task(
     w = event(ctx, "start", label, **tags)
     t0 = time.perf_counter()
     corrupt = False
-    if try_load and ctx.store is not None:
-        arr, status = ctx.store.load(unit.name)
+    store = ctx.store
+    if try_load and store is not None and (expect is not None or not store.sealed):
+        arr, status = store.load(unit.name, expect)
         if arr is not None:
             if fresh:
                 tags |= {
@@ -464,6 +480,8 @@ def unit_task(
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
             return _fault(arr) if replica is None else (_fault(arr), w.address, {})
         corrupt = status == CORRUPT
+        if status == UNAUTHENTICATED:
+            tags |= {"unauthenticated": True}
     out, traffic, iterations = _compute(ctx, unit, blocks)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
@@ -685,13 +703,21 @@ def recheck_task(
     w = ctx.worker()
     arr, _ = ctx.store.load(unit.name) if ctx.store is not None else (None, None)
     if arr is not None and verdict(ctx, unit, blocks, arr, seed, reps).ok:
-        event(ctx, "recheck", unit.name, w, ok=True)
+        event(ctx, "recheck", unit.name, w, ok=True, **_vouch(ctx, unit.name, arr))
         return True
     out, _, _ = _compute(ctx, unit, blocks)
     if ctx.store is not None:
         ctx.store.save(unit.name, out)
-    event(ctx, "recheck", unit.name, w, ok=False)
+    event(ctx, "recheck", unit.name, w, ok=False, **_vouch(ctx, unit.name, out))
     return False
+
+
+def _vouch(ctx: Ctx, name: str, arr: np.ndarray) -> dict[str, Any]:
+    """What a recheck tells a driver that seals entries: the content digest of the entry
+    it verified or rewrote (nothing on an unsealed store)."""
+    if ctx.store is None or not ctx.store.sealed:
+        return {}
+    return {"entry": name, "digest": content_digest(arr)}
 
 
 def recheck_block_task(ctx: Ctx, name: str, box: Any, contribs: Contribs) -> bool:
@@ -701,12 +727,12 @@ def recheck_block_task(ctx: Ctx, name: str, box: Any, contribs: Contribs) -> boo
     w = ctx.worker()
     arr, _ = ctx.store.load(name) if ctx.store is not None else (None, None)
     if arr is not None and reduction_verdict(ctx, box, contribs, arr, 0, None).ok:
-        event(ctx, "recheck", name, w, ok=True)
+        event(ctx, "recheck", name, w, ok=True, **_vouch(ctx, name, arr))
         return True
     block, _ = _sum_block(ctx, box, contribs)
     if ctx.store is not None:
         ctx.store.save(name, block)
-    event(ctx, "recheck", name, w, ok=False)
+    event(ctx, "recheck", name, w, ok=False, **_vouch(ctx, name, block))
     return False
 
 
@@ -757,7 +783,9 @@ def reduce_task(
     label = name if replica is None else f"{name}#v{replica}"
     w = event(ctx, "start", label)
     t0 = time.perf_counter()
-    if ctx.store is not None and replica is None:
+    # a sealed store's blocks are loaded, authenticated, by the driver: one it did not
+    # load is not to be trusted here
+    if ctx.store is not None and replica is None and not ctx.store.sealed:
         saved, _ = ctx.store.load(name)
         if saved is not None:
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0)
