@@ -5,7 +5,8 @@ the local runtime:
 
 * CG on the 2-D 5-point Laplacian (``grid x grid`` points) written on ``dl.DArray``s,
   against ``scipy.sparse.linalg.cg`` on the same matrix (both run a fixed number of
-  iterations) and against ``dl.apps.cg`` (the same algorithm as separately compiled kernels);
+  iterations), against the same program with every operation its own kernel (unfused),
+  and against ``dl.apps.cg`` (the application, on arrays too);
 * PageRank's power iteration on an R-MAT graph (2^18 nodes, about 4 M links) written on
   arrays, against the same iteration with scipy;
 * dispatch: a chain of five element-wise operations on 1000-element vectors, computed as
@@ -46,6 +47,28 @@ def cg_arrays(sess: dl.Session, A: Any, b: Any, iters: int) -> Any:
         rs_new = r @ r
         float(rs_new)  # the stopping test's read, as a real solver does
         p = r + (rs_new / rs) * p
+        rs = rs_new
+    return x
+
+
+def cg_unfused(sess: dl.Session, A: Any, b: Any, iters: int) -> Any:
+    """The same CG with every operation its own kernel (each intermediate held, so none
+    is fused): what a runtime without fusion runs."""
+    x, r = b * 0.0, b
+    p, rs = r, r @ r
+    for _ in range(iters):
+        q = A @ p
+        pq = p @ q
+        alpha = rs / pq
+        ap = alpha * p
+        x = x + ap
+        aq = alpha * q
+        r = r - aq
+        rs_new = r @ r
+        float(rs_new)
+        beta = rs_new / rs
+        bp = beta * p
+        p = r + bp
         rs = rs_new
     return x
 
@@ -121,11 +144,17 @@ def main() -> None:
     t_arr = best(lambda: cg_arrays(sess, dA, db, k).get()) / k
     kernels = (sess.kernels_run - runs0) / (3 * k)
     t_sp = best(lambda: spla.cg(A, b, rtol=0.0, atol=0.0, maxiter=k)) / k
+    cg_unfused(sess, dA, db, 2).get()
+    runs0 = sess.kernels_run
+    t_unf = best(lambda: cg_unfused(sess, dA, db, k).get()) / k
+    unfused = (sess.kernels_run - runs0) / (3 * k)
     app_sess = dl.Session("local", progress=False)
     dl.apps.cg(A, b, machine=2, tol=0.0, maxiter=2, session=app_sess)
     t_app = best(lambda: dl.apps.cg(A, b, machine=2, tol=0.0, maxiter=k, session=app_sess)) / k
     print(f"  distal arrays   {t_arr * 1e3:8.2f} ms/iter  ({kernels:.1f} kernels/iter)")
-    print(f"  dl.apps.cg      {t_app * 1e3:8.2f} ms/iter  (arrays x{t_app / t_arr:.2f})")
+    print(f"  unfused         {t_unf * 1e3:8.2f} ms/iter  ({unfused:.1f} kernels/iter; "
+          f"fused x{t_unf / t_arr:.2f} faster)")  # fmt: skip
+    print(f"  dl.apps.cg      {t_app * 1e3:8.2f} ms/iter  (arrays, with its checks and names)")
     print(f"  scipy cg        {t_sp * 1e3:8.2f} ms/iter  (ratio scipy/distal {t_sp / t_arr:.2f})")
 
     pagerank(k)
