@@ -137,6 +137,8 @@ class Contract(Node):
 
 def _dtype(xs: list[Node | Any], what: str) -> np.dtype:
     """numpy's result dtype of ``xs`` (Python scalars weak, as in numpy)."""
+    if all(not isinstance(x, Const) and x.dtype == xs[0].dtype for x in xs):
+        return xs[0].dtype  # one dtype: itself (the common case, without numpy's call)
     try:
         return np.result_type(*[x.value if isinstance(x, Const) else x.dtype for x in xs])
     except TypeError as e:
@@ -179,7 +181,10 @@ def map_node(op: str, *xs: Node) -> Map:
     shapes = [x.shape for x in xs]
     name = _SYMBOL.get(op, op)
     try:
-        shape = tuple(int(n) for n in np.broadcast_shapes(*shapes))
+        if all(s == shapes[0] for s in shapes):  # the common case, without numpy's call
+            shape = shapes[0]
+        else:
+            shape = tuple(int(n) for n in np.broadcast_shapes(*shapes))
     except ValueError:
         shown = f" {name} ".join(str(s) for s in shapes) if op in _SYMBOL else shapes
         raise ShapeError(f"operands could not be broadcast together: {shown}") from None

@@ -143,6 +143,17 @@ def layout_for(name: str, shape: tuple[int, ...], dist: Any, machine: Machine) -
     Raises:
         NotationError: a bad distribution string (naming it).
     """
-    lay = Layout(tuple(shape), _dist_key(dist), machine)
-    _ = lay.distribution  # parsed now, so a bad string fails here
+    key = (tuple(shape), _dist_key(dist), machine.levels)
+    lay = _LAYOUTS.get(key)
+    if lay is None:
+        lay = Layout(tuple(shape), _dist_key(dist), machine)
+        _ = lay.distribution  # parsed now, so a bad string fails here
+        while len(_LAYOUTS) >= BOXES_KEPT:
+            _LAYOUTS.pop(next(iter(_LAYOUTS)))
+        _LAYOUTS[key] = lay
     return lay
+
+
+#: layouts made by :func:`layout_for`, by (shape, distribution, machine): a loop asks for
+#: the same few again and again, and parsing the string is most of the cost
+_LAYOUTS: dict[tuple, Layout] = {}
