@@ -282,3 +282,14 @@ def test_streamed_and_replicated_output_is_refused_by_name() -> None:
     B = sp.random(n, n, density=0.2, format="csr", random_state=1)
     with pytest.raises(dl.NotSupportedYet, match="'A'"):
         dl.compile(s.communicate(Bt, io)).bind({"B": B})
+
+
+@pytest.mark.parametrize("routing", ["tree", "broadcast"])
+def test_a_routing_sparse_plans_do_not_have_is_refused_not_ignored(routing: str) -> None:
+    """A sparse plan sends every piece from its owner: a tree asked for is an error, never
+    a direct plan under another name."""
+    s = _spmv("rows")[0].schedule
+    with pytest.raises(dl.NotSupportedYet, match=f"routing='{routing}'"):
+        dl.compile(s, routing=routing)
+    for ok in ("direct", "auto"):
+        assert dl.compile(s, routing=ok).routing == "direct"

@@ -195,6 +195,13 @@ class Kernel(Planned):
                     f"leaf={leaf!r} compiles dense leaves; a kernel with sparse inputs runs "
                     "its leaves over stored entries (leaf='default')"
                 )
+            if routing not in ("direct", "auto"):
+                # sparse plans send every piece from its owner: a tree asked for must not
+                # quietly become direct routing
+                raise NotSupportedYet(
+                    f"routing={routing!r} for a kernel with sparse inputs: its plan sends "
+                    "every piece directly from its owner (routing='direct' or 'auto')"
+                )
             # the pattern enters at bind time; compile checks the schedule's rules only
             self.sparse = Analysis(schedule)
             self.kernels = ()
