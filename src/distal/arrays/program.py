@@ -14,13 +14,17 @@ How the pending nodes become kernels:
   (:mod:`distal.arrays.lower`) into a session value;
 * every other element-wise node is fused into the group that reads it (recomputed where
   two groups read it: element-wise work, cheaper than a kernel and a held value);
-* a contraction whose terms would not all use its summed indices materializes its
-  operands first (see :func:`distal.arrays.lower.sums_cover`);
 * 0-d element-wise nodes (``alpha = rs / pq``) are computed with numpy from their 0-d
-  operands on each process (every rank holds the replicated scalars), and held as a
-  replicated value: division, ``sqrt`` and the other functions outside index notation's
-  sums of products are computed this way, so they are refused on arrays of 1 or more
-  dimensions when the node is made.
+  operands on each process (every rank holds the replicated scalars) and held as a
+  replicated value;
+* an element-wise group with an operation outside index notation's sums of products (a
+  function, a comparison, a division by an array) or a product of sums is a *map*: numpy
+  over each processor's blocks, in numpy's own order (index notation would expand
+  ``(x - y) * z`` into ``x*z - y*z``, which cancels where numpy's does not);
+* a contraction over a chain that adds computes the chain first (``(x - y).sum()`` is not
+  ``x.sum() - y.sum()``), as does one whose terms would not all use its summed indices
+  (see :func:`distal.arrays.lower.sums_cover`), or whose statement would have more than
+  :data:`~distal.arrays.lower.MAX_TERMS` terms.
 
 Kernels are cached by their group's key, so a loop compiles only in its first iteration
 (``sess.compiles``); ``sess.kernels_run`` counts the kernels executed. Values materialized
