@@ -82,6 +82,10 @@ class Generic:
     factors: tuple[tuple[int, tuple[int, ...]], ...]
     loops: int
     parallel: int
+    #: several terms fused into one generic (an element-wise statement: every loop
+    #: parallel): each term's coefficient and its number of factors, in order; empty for
+    #: one term (``coeff`` times every factor)
+    terms: tuple[tuple[complex | float | int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +161,24 @@ class _Printer:
         return v
 
     def body(self, g: Generic, ins: list[str], elems: list[str], o: str) -> str:
-        """``o + coeff * prod(ins)`` in arith, the inputs cast to the output's type."""
+        """``o + sum(coeff * prod(ins of the term))`` in arith, the inputs cast to the
+        output's type."""
         e = self.fn.output.element
-        f = is_float(e)
         vals = [
             v if el == e else self.op(_cast(v, el, e)) for v, el in zip(ins, elems, strict=True)
         ]
-        coeff = g.coeff
+        acc = o
+        start = 0
+        for coeff, n in g.terms or ((g.coeff, len(vals)),):
+            acc = self.term(acc, coeff, vals[start : start + n])
+            start += n
+        return acc
+
+    def term(self, acc: str, coeff: complex | float | int, vals: list[str]) -> str:
+        """``acc + coeff * prod(vals)`` in arith."""
+        e = self.fn.output.element
+        f = is_float(e)
+        vals = list(vals)
         if not vals or coeff not in (1, -1):
             vals.append(self.op(f"arith.constant {_number(coeff, e)} : {e}"))
             coeff = 1
@@ -171,7 +186,7 @@ class _Printer:
         for v in vals[1:]:
             prod = self.op(f"arith.{'mulf' if f else 'muli'} {prod}, {v} : {e}")
         kind = ("addf" if f else "addi") if coeff == 1 else ("subf" if f else "subi")
-        return self.op(f"arith.{kind} {o}, {prod} : {e}")
+        return self.op(f"arith.{kind} {acc}, {prod} : {e}")
 
 
 def _cast(v: str, src: str, dst: str) -> str:
@@ -251,6 +266,18 @@ def leaf_function(
                 parallel=len(lhs),
             )
         )
+    if len(generics) > 1 and all(g.loops == g.parallel == len(lhs) for g in generics):
+        # an element-wise statement (every term over the output's loops, nothing summed):
+        # one generic whose body adds the terms, as a fused group of the arrays is one
+        generics = [
+            Generic(
+                coeff=1,
+                factors=tuple(f for g in generics for f in g.factors),
+                loops=len(lhs),
+                parallel=len(lhs),
+                terms=tuple((g.coeff, len(g.factors)) for g in generics),
+            )
+        ]
     return LeafFunction(name, ins, out, tuple(generics), tuple(notes))
 
 
