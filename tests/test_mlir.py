@@ -592,7 +592,8 @@ def test_iree_leaves_of_a_statement_with_coefficients_and_a_gated_term() -> None
 
 
 def test_iree_leaf_errors() -> None:
-    with pytest.raises(dl.ScheduleError, match=r"leaf 'tvm' is not one of \['default', 'iree'\]"):
+    leaves = r"\['default', 'iree', 'iree-cuda'\]"
+    with pytest.raises(dl.ScheduleError, match=rf"leaf 'tvm' is not one of {leaves}"):
         dl.compile(al.summa(8, machine=M(2, 2)).schedule, leaf="tvm")
     with pytest.raises(dl.NotSupportedYet, match="leaf='iree' compiles dense leaves"):
         dl.compile(al.spmv((8, 8), machine=M(2)).schedule, leaf="iree")
@@ -621,3 +622,26 @@ def test_a_fused_group_of_the_arrays_exports_as_one_generic() -> None:
     (fn,) = module.ops
     assert [op.name for op in fn.body.block.ops].count("linalg.generic") == 1
     assert shape_of(_read_back(text)) == shape_of(st)
+
+
+def test_iree_cuda_leaves_compile_for_cuda_and_run_where_a_device_is() -> None:
+    """``leaf="iree-cuda"``: the same leaf modules compiled for CUDA (no device needed to
+    compile: checked here on every machine); running them needs a device, so without one
+    compiling a kernel with it is a NotSupportedYet saying so, and with one the results
+    equal the default leaves'."""
+    _iree()
+    import iree.runtime as ireert
+
+    from distal.kernels import iree as ik
+
+    text = ik.leaf_text("ab,bc->ac", ((4, 3), (3, 5)), ("f64", "f64"), (4, 5), "f64", 1)
+    assert len(ik.compile_leaf(text, "iree-cuda")) > 0
+    alg = al.summa(16, machine=M(2, 2))
+    if not ik.cuda_devices(ireert):
+        with pytest.raises(dl.NotSupportedYet, match="CUDA device"):
+            dl.compile(alg.schedule, leaf="iree-cuda")
+        pytest.skip("no CUDA device here: leaf='iree-cuda' compiled its module but cannot run")
+    inputs = alg.inputs(2)
+    got = dl.compile(alg.schedule, leaf="iree-cuda").run(inputs)
+    want = dl.compile(alg.schedule).run(inputs)
+    np.testing.assert_allclose(got.value, want.value, rtol=1e-12, atol=0)

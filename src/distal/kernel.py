@@ -210,11 +210,11 @@ class Kernel(Planned):
         if any(isinstance(r, Fuse | Pos) for r in schedule.relations):
             raise NotSupportedYet("fuse and pos on a dense computation are not in this version")
         placements_of(schedule)  # check every tensor's machine now, not at the first run
-        if leaf == "iree":
+        if leaf.startswith("iree"):
             from distal.kernels.iree import available
             from distal.mlir.types import element_type
 
-            available()
+            available(leaf)
             for name, dtype in self.dtypes.items():
                 element_type(dtype, name)
         self.kernels = term_kernels(schedule.statement, schedule, leaf)
@@ -592,6 +592,8 @@ def compile(
 
     ``leaf`` chooses the routines of the dense leaves: ``"default"`` (BLAS, opt_einsum) or
     ``"iree"`` (each leaf shape compiled by IREE for the CPU, see ``distal.kernels.iree``;
-    ``pip install 'distal[mlir]'``). The plan, stats and traffic do not depend on it.
+    ``pip install 'distal[mlir]'``) or ``"iree-cuda"`` (the same modules compiled for and
+    run on a CUDA device; a ``NotSupportedYet`` where IREE sees none). The plan, stats and
+    traffic do not depend on it.
     """
     return Kernel(schedule, routing, params, leaf)

@@ -36,22 +36,54 @@ EXTRA = "pip install 'distal[mlir]'"
 FLAGS = ("--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=false")
 TARGET = "llvm-cpu"
 DRIVER = "local-sync"
+#: what each IREE leaf kind compiles for and runs on: (target backend, runtime driver,
+#: compiler flags); ``iree-cuda`` is the accelerator path, the same modules for CUDA
+TARGETS = {
+    "iree": (TARGET, DRIVER, FLAGS),
+    "iree-cuda": ("cuda", "cuda", ("--iree-input-demote-f64-to-f32=false",)),
+}
 
 
-def available() -> None:
-    """Check that IREE's compiler and runtime import.
+def available(leaf: str = "iree") -> None:
+    """Check that IREE's compiler and runtime import (and, for ``iree-cuda``, that the
+    runtime sees a CUDA device).
 
     Raises:
-        NotSupportedYet: naming the missing package and the extra that brings it.
+        NotSupportedYet: naming the missing package and the extra that brings it, or the
+            missing device.
     """
     try:
-        import iree.compiler
-        import iree.runtime  # noqa: F401
+        import iree.compiler  # noqa: F401  (imported to find out whether it is there)
+        import iree.runtime as ireert
     except ModuleNotFoundError as e:
         raise NotSupportedYet(
-            f"leaf='iree' needs IREE ({e.name!r}: iree-base-compiler and iree-base-runtime): "
+            f"leaf={leaf!r} needs IREE ({e.name!r}: iree-base-compiler and iree-base-runtime): "
             f"{EXTRA}"
         ) from e
+    if leaf == "iree-cuda" and not cuda_devices(ireert):
+        raise NotSupportedYet(
+            "leaf='iree-cuda' runs the leaves on a CUDA device, and IREE's runtime sees none "
+            "here (use leaf='iree' for the CPU)"
+        )
+
+
+def cuda_devices(ireert: Any) -> list[Any]:
+    """The CUDA devices IREE's runtime sees (none where the driver cannot start)."""
+    if "cuda" not in ireert.query_available_drivers():
+        return []
+    try:
+        return list(ireert.get_driver("cuda").query_available_devices())
+    except Exception:  # no libcuda, no device: the driver does not start
+        return []
+
+
+def compile_leaf(text: str, leaf: str = "iree") -> bytes:
+    """One leaf module (MLIR text) compiled for ``leaf``'s target: a flatbuffer the
+    runtime loads. Compiling for CUDA needs no device."""
+    import iree.compiler as ireec
+
+    target, _, flags = TARGETS[leaf]
+    return ireec.compile_str(text, target_backends=[target], extra_args=list(flags))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,19 +145,18 @@ def leaf_text(
     return fn.text()
 
 
-def _module(key: tuple, text: str) -> Any:
+def _module(key: tuple, text: str, leaf: str) -> Any:
     fn = _MODULES.get(key)
     if fn is not None:
         _HITS[0] += 1
         return fn
-    import iree.compiler as ireec
     import iree.runtime as ireert
 
     with _LOCK:
         fn = _MODULES.get(key)
         if fn is None:
-            vmfb = ireec.compile_str(text, target_backends=[TARGET], extra_args=list(FLAGS))
-            fn = ireert.load_vm_flatbuffer(vmfb, driver=DRIVER).leaf
+            vmfb = compile_leaf(text, leaf)
+            fn = ireert.load_vm_flatbuffer(vmfb, driver=TARGETS[leaf][1]).leaf
             _MODULES[key] = fn
     return fn
 
@@ -135,8 +166,9 @@ class IreeContraction:
 
     kind = "iree"
 
-    def __init__(self, spec: str) -> None:
+    def __init__(self, spec: str, leaf: str = "iree") -> None:
         self.spec = spec
+        self.leaf = leaf
         self.lock = threading.Lock()  # one module call at a time (its context is shared)
 
     def __call__(self, ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
@@ -144,7 +176,7 @@ class IreeContraction:
             self._product_first(ops, dst, alpha, fresh)
             return
         init = np.zeros(dst.shape, dst.dtype) if fresh else np.ascontiguousarray(dst)
-        dst[...] = _call(self.spec, list(ops), init, alpha, self.lock)
+        dst[...] = _call(self.spec, list(ops), init, alpha, self.lock, self.leaf)
 
     def _product_first(
         self, ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool
@@ -165,18 +197,21 @@ class IreeContraction:
             np.zeros([size[c] for c in w], dst.dtype),
             1,
             self.lock,
+            self.leaf,
         )
         init = np.zeros(dst.shape, dst.dtype) if fresh else np.ascontiguousarray(dst)
-        dst[...] = _call(f"{parts[0]},{w}->{out}", [ops[0], wa], init, alpha, self.lock)
+        dst[...] = _call(f"{parts[0]},{w}->{out}", [ops[0], wa], init, alpha, self.lock, self.leaf)
 
 
-def _call(spec: str, ops: list[np.ndarray], init: np.ndarray, alpha: Any, lock: Any) -> np.ndarray:
+def _call(
+    spec: str, ops: list[np.ndarray], init: np.ndarray, alpha: Any, lock: Any, leaf: str = "iree"
+) -> np.ndarray:
     """``init + alpha * einsum(spec, *ops)`` by the compiled module of this leaf shape."""
     elems = tuple(element_type(o.dtype, f"operand {k}") for k, o in enumerate(ops))
     out_elem = element_type(init.dtype, "the output")
     shapes = tuple(o.shape for o in ops)
-    key = (spec, shapes, elems, init.shape, out_elem, alpha)
-    fn = _module(key, leaf_text(spec, shapes, elems, init.shape, out_elem, alpha))
+    key = (leaf, spec, shapes, elems, init.shape, out_elem, alpha)
+    fn = _module(key, leaf_text(spec, shapes, elems, init.shape, out_elem, alpha), leaf)
     args = [np.ascontiguousarray(o) for o in ops]
     with lock:
         res = fn(*args, init)
@@ -184,12 +219,13 @@ def _call(spec: str, ops: list[np.ndarray], init: np.ndarray, alpha: Any, lock: 
     return np.array(res.to_host(), copy=True).reshape(init.shape)
 
 
-_ROUTINES: dict[str, IreeContraction] = {}
+_ROUTINES: dict[tuple[str, str], IreeContraction] = {}
 
 
-def contraction(spec: str) -> IreeContraction:
-    """The IREE routine of ``spec`` (one per spec, holding its compiled leaf shapes)."""
-    r = _ROUTINES.get(spec)
+def contraction(spec: str, leaf: str = "iree") -> IreeContraction:
+    """The IREE routine of ``spec`` for ``leaf`` (one per spec and leaf kind, holding its
+    compiled leaf shapes)."""
+    r = _ROUTINES.get((spec, leaf))
     if r is None:
-        r = _ROUTINES.setdefault(spec, IreeContraction(spec))
+        r = _ROUTINES.setdefault((spec, leaf), IreeContraction(spec, leaf))
     return r

@@ -625,15 +625,15 @@ class TermKernel:
 #: the leaf routines a dense kernel can be compiled with (``dl.compile(s, leaf=...)``):
 #: ``default`` (BLAS / opt_einsum, above) or ``iree`` (:mod:`distal.kernels.iree`, whose
 #: ``contraction(spec)`` returns a routine with the same contract, compiled by IREE)
-LEAVES = ("default", "iree")
+LEAVES = ("default", "iree", "iree-cuda")
 
 
 def routine(tk: TermKernel) -> Contraction:
     """The routine running term ``tk``: ``dst += alpha * einsum(tk.spec, *ops)``."""
-    if tk.leaf == "iree":  # imported on first use: IREE is an optional extra
+    if tk.leaf.startswith("iree"):  # imported on first use: IREE is an optional extra
         from distal.kernels.iree import contraction as iree_contraction
 
-        return iree_contraction(tk.spec)
+        return iree_contraction(tk.spec, tk.leaf)
     return contraction(tk.spec)
 
 
