@@ -130,6 +130,9 @@ def test_functions_division_and_comparisons_on_arrays(sess: dl.Session) -> None:
     np.testing.assert_array_equal(dl.where(x > 0, x, 0.0).get(), np.where(a > 0, a, 0.0))
     assert (x <= y).get().dtype == np.bool_
     np.testing.assert_array_equal((x <= y).get(), a <= c)
+    # == and != are element-wise, as numpy's (not identity: never a silent False)
+    np.testing.assert_array_equal((x == x).get(), np.ones((6, 4), bool))
+    np.testing.assert_array_equal((x != y).get(), a != c)
     np.testing.assert_allclose(dl.maximum(x, y).sum(0).get(), np.maximum(a, c).sum(0), rtol=RTOL)
     np.testing.assert_allclose(dl.minimum(x, -y).get(), np.minimum(a, -c), rtol=RTOL)
     np.testing.assert_allclose((dl.exp(x) @ y).get(), np.exp(a) @ c, rtol=RTOL)

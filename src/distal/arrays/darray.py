@@ -156,6 +156,15 @@ class DArray:
     def __ge__(self, o: Any) -> DArray:
         return self._map("ge", o)
 
+    def __eq__(self, o: object) -> DArray:  # type: ignore[override]
+        """Element-wise, as numpy's (a boolean DArray), not identity."""
+        return self._map("eq", o)
+
+    def __ne__(self, o: object) -> DArray:  # type: ignore[override]
+        return self._map("ne", o)
+
+    __hash__ = object.__hash__  # handles are tracked (weakly) by identity
+
     def __matmul__(self, o: Any) -> DArray:
         return self._wrap(g.matmul(self.node, self._node(o)))
 
@@ -233,6 +242,8 @@ _UFUNCS = {
     np.less_equal: "le",
     np.greater: "gt",
     np.greater_equal: "ge",
+    np.equal: "eq",
+    np.not_equal: "ne",
 }
 
 

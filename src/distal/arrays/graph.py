@@ -40,6 +40,8 @@ MAP_OPS = (
     "le",
     "gt",
     "ge",
+    "eq",
+    "ne",
 )
 _NUMPY = {
     "add": np.add,
@@ -58,9 +60,11 @@ _NUMPY = {
     "le": np.less_equal,
     "gt": np.greater,
     "ge": np.greater_equal,
+    "eq": np.equal,
+    "ne": np.not_equal,
 }
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">"}
-_SYMBOL["ge"] = ">="
+_SYMBOL.update(ge=">=", eq="==", ne="!=")
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,7 +192,7 @@ def map_node(op: str, *xs: Node) -> Map:
     except ValueError:
         shown = f" {name} ".join(str(s) for s in shapes) if op in _SYMBOL else shapes
         raise ShapeError(f"operands could not be broadcast together: {shown}") from None
-    if op in ("lt", "le", "gt", "ge"):
+    if op in ("lt", "le", "gt", "ge", "eq", "ne"):
         _dtype(list(xs), name)
         dtype = np.dtype(bool)
     elif op == "where":
