@@ -139,6 +139,19 @@ def test_functions_division_and_comparisons_on_arrays(sess: dl.Session) -> None:
     np.testing.assert_allclose((dl.abs(x.T) - x.T).get(), np.abs(a.T) - a.T, rtol=RTOL)
     np.testing.assert_allclose((dl.abs(x).T + 1.0).get(), np.abs(a).T + 1.0, rtol=RTOL)
     assert (sess.asarray(np.arange(4)) / sess.asarray(np.arange(1, 5))).dtype == np.float64
+    pos = np.abs(a) + 1.0
+    p = sess.asarray(pos)
+    np.testing.assert_allclose((p**2).get(), pos**2, rtol=RTOL)
+    np.testing.assert_allclose((p**0.5 + 2.0**p).get(), pos**0.5 + 2.0**pos, rtol=RTOL)
+    np.testing.assert_array_equal((p // 0.7).get(), pos // 0.7)
+    np.testing.assert_allclose((p % 0.7).get(), pos % 0.7, rtol=RTOL)
+    i = sess.asarray(np.arange(6))
+    assert (i**2).dtype == np.int64
+    np.testing.assert_array_equal((i % 4 + i // 4).get(), np.arange(6) % 4 + np.arange(6) // 4)
+    with pytest.raises(dl.InputError, match="negative integer powers"):
+        i ** -1
+    with pytest.raises(dl.NotSupportedYet, match="indexing a DArray"):
+        p[0]
 
 
 def test_differences_are_not_expanded_where_they_would_cancel(sess: dl.Session) -> None:

@@ -135,6 +135,30 @@ class DArray:
     def __rtruediv__(self, o: Any) -> DArray:
         return self._map("div", o, right=True)
 
+    def __pow__(self, o: Any) -> DArray:
+        return self._map("pow", o)
+
+    def __rpow__(self, o: Any) -> DArray:
+        return self._map("pow", o, right=True)
+
+    def __floordiv__(self, o: Any) -> DArray:
+        return self._map("floordiv", o)
+
+    def __rfloordiv__(self, o: Any) -> DArray:
+        return self._map("floordiv", o, right=True)
+
+    def __mod__(self, o: Any) -> DArray:
+        return self._map("mod", o)
+
+    def __rmod__(self, o: Any) -> DArray:
+        return self._map("mod", o, right=True)
+
+    def __getitem__(self, key: Any) -> Any:
+        raise NotSupportedYet(
+            f"indexing a DArray ([{key!r}]): read the value with .get() and index that, or "
+            "write the computation with whole-array operations"
+        )
+
     def __neg__(self) -> DArray:
         return self._map("neg")
 
@@ -244,6 +268,9 @@ _UFUNCS = {
     np.greater_equal: "ge",
     np.equal: "eq",
     np.not_equal: "ne",
+    np.power: "pow",
+    np.floor_divide: "floordiv",
+    np.remainder: "mod",
 }
 
 

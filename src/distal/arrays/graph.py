@@ -42,6 +42,9 @@ MAP_OPS = (
     "ge",
     "eq",
     "ne",
+    "pow",
+    "floordiv",
+    "mod",
 )
 _NUMPY = {
     "add": np.add,
@@ -62,9 +65,12 @@ _NUMPY = {
     "ge": np.greater_equal,
     "eq": np.equal,
     "ne": np.not_equal,
+    "pow": np.power,
+    "floordiv": np.floor_divide,
+    "mod": np.remainder,
 }
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">"}
-_SYMBOL.update(ge=">=", eq="==", ne="!=")
+_SYMBOL.update(ge=">=", eq="==", ne="!=", pow="**", floordiv="//", mod="%")
 
 
 @dataclass(frozen=True, eq=False)
@@ -199,11 +205,14 @@ def map_node(op: str, *xs: Node) -> Map:
         if xs[0].dtype != np.dtype(bool):
             raise InputError(f"where: the condition must be boolean, got {xs[0].dtype}")
         dtype = _dtype(list(xs[1:]), "where")
-    elif op in ("div", "sqrt", "exp"):
+    elif op in ("div", "sqrt", "exp", "pow", "floordiv", "mod"):
         # numpy's true division and float functions: integers become float64
-        probe = [np.zeros((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
-        with np.errstate(all="ignore"):
-            dtype = np.asarray(_NUMPY[op](*probe)).dtype
+        probe = [np.ones((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
+        try:
+            with np.errstate(all="ignore"):
+                dtype = np.asarray(_NUMPY[op](*probe)).dtype
+        except (TypeError, ValueError) as e:  # e.g. integers to a negative integer power
+            raise InputError(f"{name}: numpy refuses these operands: {e}") from None
     else:
         dtype = _dtype(list(xs), name)
         if op in ("neg", "sub") and dtype == np.dtype(bool):
