@@ -170,12 +170,32 @@ class IreeContraction:
         self.spec = spec
         self.leaf = leaf
         self.lock = threading.Lock()  # one module call at a time (its context is shared)
+        ins, out = spec.split("->")
+        self.ranks = tuple(len(p) for p in ins.split(",")) if ins else ()
+        self.out_rank = len(out)
+        #: a leaf without a loop (every operand and the output 0-d) has nothing for IREE to
+        #: compile: it runs the default routine (one multiply-add, as fast as it gets)
+        self.scalar = not out and not ins.replace(",", "")
 
     def __call__(self, ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
+        if (
+            self.scalar
+            or dst.ndim != self.out_rank
+            or len(ops) != len(self.ranks)
+            or any(o.ndim != r for o, r in zip(ops, self.ranks, strict=False))
+        ):
+            # a scalar leaf, or blocks carrying axes the term's letters do not name (a
+            # variable the term sees at one point only): the default routine, which takes
+            # such blocks as they come (and IREE would gain nothing)
+            from distal.kernels.leaf import contraction
+            from distal.kernels.leaf import contraction
+
+            contraction(self.spec)(ops, dst, alpha, fresh)
+            return
         if len(ops) >= 3:
             self._product_first(ops, dst, alpha, fresh)
             return
-        init = np.zeros(dst.shape, dst.dtype) if fresh else np.ascontiguousarray(dst)
+        init = np.zeros(dst.shape, dst.dtype) if fresh else np.asarray(dst, order="C")
         dst[...] = _call(self.spec, list(ops), init, alpha, self.lock, self.leaf)
 
     def _product_first(
@@ -199,7 +219,7 @@ class IreeContraction:
             self.lock,
             self.leaf,
         )
-        init = np.zeros(dst.shape, dst.dtype) if fresh else np.ascontiguousarray(dst)
+        init = np.zeros(dst.shape, dst.dtype) if fresh else np.asarray(dst, order="C")
         dst[...] = _call(f"{parts[0]},{w}->{out}", [ops[0], wa], init, alpha, self.lock, self.leaf)
 
 
@@ -212,7 +232,7 @@ def _call(
     shapes = tuple(o.shape for o in ops)
     key = (leaf, spec, shapes, elems, init.shape, out_elem, alpha)
     fn = _module(key, leaf_text(spec, shapes, elems, init.shape, out_elem, alpha), leaf)
-    args = [np.ascontiguousarray(o) for o in ops]
+    args = [np.asarray(o, order="C") for o in ops]
     with lock:
         res = fn(*args, init)
     # a copy: the mapped result lives only as long as the device buffer behind it
