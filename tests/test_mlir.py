@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from reference import apply_schedule, cases
 
 import distal as dl
 from distal.lang.concrete import Statement, concretize
 from distal.mlir import _xdsl
 from distal.mlir.types import encoding, parse_encoding
+from reference import apply_schedule, cases
 
 pytest.importorskip("xdsl", reason="the MLIR import needs xDSL: pip install 'distal[mlir]'")
 

@@ -188,7 +188,6 @@ class IreeContraction:
             # variable the term sees at one point only): the default routine, which takes
             # such blocks as they come (and IREE would gain nothing)
             from distal.kernels.leaf import contraction
-            from distal.kernels.leaf import contraction
 
             contraction(self.spec)(ops, dst, alpha, fresh)
             return
