@@ -21,6 +21,7 @@ Other benchmarks import :func:`triad_bandwidth`.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -60,7 +61,7 @@ def _numpy_kernels(threads: int) -> tuple[str, Callable[..., None], Callable[...
 
     def split(n: int) -> list[slice]:
         cuts = np.linspace(0, n, threads + 1).astype(int)
-        return [slice(int(lo), int(hi)) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
+        return [slice(int(lo), int(hi)) for lo, hi in itertools.pairwise(cuts)]
 
     def copy(a: np.ndarray, c: np.ndarray) -> None:
         list(pool.map(lambda e: np.copyto(c[e], a[e]), split(len(a))))
