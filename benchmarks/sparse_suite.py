@@ -270,6 +270,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if data.kind == "matrix":
             extra += gather_table(data)
         data.cache.clear()
+    print(peers.measure_triad())
     print()
     print(peers.table(rows))
     print()
