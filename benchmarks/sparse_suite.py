@@ -1,7 +1,7 @@
 """The sparse suite: distal next to scipy, python-graphblas, Dask + pydata sparse and PETSc.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/run.py --suite sparse [--quick]
-        [--repeat 5] [--kernels spmv,spmm] [--data rmat,zipf] [--no-mpi]
+        [--repeat 5] [--kernels spmv,spmm] [--data rmat,zipf] [--no-mpi] [--cg]
 
 distal runs on the local runtime with 2 processors (the row split and the non-zero split of
 ``dl.algorithms``, bound once: iterative use binds once), timed in the same run as the peers
