@@ -1,7 +1,7 @@
 """Sparse kernels on structured data, timed on every available peer side by side in one run.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/sparse_peers.py [--quick] [--repeat 5]
-        [--kernels spmv,spmm] [--data rmat,zipf] [--dask-chunks 2]
+        [--kernels spmv,spmm] [--data rmat,zipf] [--dask-chunks 2] [--cg [--cg-iters 50]]
 
 A uniform random matrix splits evenly however it is cut, so it flatters every system that
 cuts by rows; the data sets here have the structure that does not (``distal.sparse.generate``):
@@ -37,8 +37,18 @@ Systems: ``scipy`` (scipy.sparse, one thread: the reference and the ratio's base
 ``gb.ss.config["nthreads"]`` 1 and 2), ``dask-sparse`` (dask arrays of pydata
 ``sparse.COO`` row chunks on the threaded scheduler, 2 workers), ``pydata-sparse`` (the
 3-tensor kernels on one ``sparse.COO``) and ``petsc`` (petsc4py, sequential AIJ: MatMult,
-MatMatMult, MatAXPY). A missing peer is skipped with the reason; a kernel a peer has no
-formulation for shows ``n/a`` with why.
+MatMatMult, MatAXPY, when the venv imports petsc4py) and ``petsc-seq`` / ``petsc-mpi2``
+(Debian's PETSc under ``/usr/bin/python3``, set up by ``benchmarks/setup_petsc.sh``: SpMV as
+``MatMult`` on one sequential AIJ matrix and on an MPI AIJ matrix over ``mpiexec -n 2``,
+run by ``benchmarks/petsc_peer.py`` in a subprocess that times itself). A missing peer is
+skipped with the reason; a kernel a peer has no formulation for shows ``n/a`` with why.
+
+SpMV rows also show the bandwidth they reach, ``nnz * (8 + ib) + (rows + 1) * ib +
+8 * (rows + cols)`` bytes (``ib``: the system's index size, 8 for int64 and 4 for PETSc's
+int32) over the median time, and that as a fraction of the STREAM triad measured at the
+start of the run on 2 threads (``benchmarks/stream.py``). ``--cg`` adds CG on the 5-point
+Laplacian of a 1000 x 1000 grid, per iteration: distal's ``dl.apps.cg`` (local runtime, 2
+processors), ``scipy.sparse.linalg.cg`` and PETSc's ``KSPCG`` without a preconditioner.
 
 Every timing is the median of ``--repeat`` runs after one warm-up run, with
 ``time.perf_counter``; the warm-up's result is checked against the reference. Each row is
@@ -57,10 +67,13 @@ reference's form (a numpy array, a scipy CSR matrix, a float); it raises
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +85,8 @@ import scipy.sparse as sp
 
 from distal.sparse import SparseArray
 from distal.sparse import generate as gen
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 WIDTH = 32  # the dense width of SpMM, SDDMM and MTTKRP
 RTOL = 1e-10
@@ -87,6 +102,16 @@ System = Callable[[str, "Data"], Prepared]
 
 class Unsupported(Exception):
     """The system has no formulation of this kernel (the message says why)."""
+
+
+@dataclass
+class Timed:
+    """A run timed elsewhere (a subprocess peer): its result, its run times and, for SpMV,
+    the index size it stored the matrix with."""
+
+    result: Any
+    times: list[float]
+    index_bytes: int | None = None
 
 
 # -- data --------------------------------------------------------------------------------------
@@ -742,10 +767,78 @@ def petsc_system(kernel: str, data: Data) -> Prepared:
     raise KeyError(kernel)
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"
+SYSTEM_MPIEXEC = "/usr/bin/mpiexec"
+PETSC_PEER = os.path.join(HERE, "petsc_peer.py")
+
+
+def system_petsc_unavailable() -> str | None:
+    """Why Debian's petsc4py can't run under the system Python (None when it can)."""
+    if not os.path.exists(SYSTEM_PYTHON):
+        return f"no {SYSTEM_PYTHON}"
+    res = subprocess.run([SYSTEM_PYTHON, "-c", "import petsc4py, numpy, scipy"],
+                         capture_output=True, text=True)  # fmt: skip
+    if res.returncode:
+        last = (res.stderr.strip().splitlines() or ["failed"])[-1]
+        return f"{SYSTEM_PYTHON} -c 'import petsc4py': {last} (sudo sh benchmarks/setup_petsc.sh)"
+    return None
+
+
+def _mpi_env() -> dict[str, str]:
+    """One thread per rank; Debian's OpenMPI refuses root unless told."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env.pop("PYTHONPATH", None)
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return env
+
+
+def run_petsc_peer(what: str, m: Any, x: np.ndarray, ranks: int, *args: str) -> dict[str, Any]:
+    """``benchmarks/petsc_peer.py`` on ``m`` and ``x`` (written as .npz / .npy) under the
+    system Python, on ``ranks`` MPI ranks (``mpiexec -n``) or none (1): its JSON, and
+    ``y`` (the SpMV result) when it wrote one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.npz")
+        sp.save_npz(path, sp.csr_matrix(m), compressed=False)
+        np.save(os.path.join(tmp, "m.x.npy"), x)
+        out = os.path.join(tmp, "y.npy")
+        cmd = [SYSTEM_PYTHON, PETSC_PEER, what, path, "--out", out, *args]
+        if ranks > 1:
+            cmd = [SYSTEM_MPIEXEC, "-n", str(ranks), *cmd]
+        res = subprocess.run(cmd, capture_output=True, text=True, env=_mpi_env(), timeout=1800)
+        got = [json.loads(x[7:]) for x in res.stdout.splitlines() if x.startswith("RESULT ")]
+        if res.returncode or not got:
+            raise RuntimeError(f"petsc_peer.py failed ({res.returncode}): {res.stderr[-300:]}")
+        if os.path.exists(out):
+            got[0]["y"] = np.load(out)
+        return got[0]
+
+
+def system_petsc(ranks: int, repeat: int) -> System:
+    """Debian's PETSc in a subprocess: SpMV (``MatMult``) on ``ranks`` ranks, timed there."""
+
+    def system(kernel: str, data: Data) -> Prepared:
+        if kernel != "spmv":
+            raise Unsupported("the subprocess peer runs SpMV (and --cg)")
+        _need_matrix(kernel, data)
+        done: list[Timed] = []
+
+        def run() -> Timed:  # the first (warm-up) call runs the subprocess: a failure is a row
+            if not done:
+                got = run_petsc_peer("spmv", data["csr"], data["c"], ranks, "--repeat", str(repeat))
+                done.append(Timed(got["y"], got["times"], got["index_bytes"]))
+            return done[0]
+
+        return run
+
+    return system
+
+
 # -- systems -----------------------------------------------------------------------------------
 
 SYSTEMS: dict[str, System] = {}
 MISSING: dict[str, str] = {}  # a peer that could not be used, and why
+INDEX_BYTES: dict[str, int] = {}  # a system's SpMV index size, where not that of scipy's CSR
 
 
 def add_system(name: str, fn: System) -> None:
@@ -753,7 +846,7 @@ def add_system(name: str, fn: System) -> None:
     SYSTEMS[name] = fn
 
 
-def _register_peers(dask_chunks: int = 2) -> None:
+def _register_peers(dask_chunks: int = 2, repeat: int = 5) -> None:
     add_system("scipy", scipy_system)
     add_system("numpy", numpy_system)
     why = graphblas_unavailable()
@@ -773,7 +866,19 @@ def _register_peers(dask_chunks: int = 2) -> None:
     if why:
         MISSING["petsc"] = why
     else:
+        from petsc4py import PETSc
+
         add_system("petsc", petsc_system)
+        INDEX_BYTES["petsc"] = np.dtype(PETSc.IntType).itemsize
+    why = system_petsc_unavailable()
+    if why:
+        MISSING["petsc-seq"] = MISSING["petsc-mpi2"] = why
+    else:
+        add_system("petsc-seq", system_petsc(1, repeat))
+        if os.path.exists(SYSTEM_MPIEXEC):
+            add_system("petsc-mpi2", system_petsc(2, repeat))
+        else:
+            MISSING["petsc-mpi2"] = f"no {SYSTEM_MPIEXEC} (Debian's PETSc MPI)"
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -787,6 +892,7 @@ class Row:
     seconds: float | None  # median of the timed runs; None when not run
     runs: list[float]
     status: str  # "ok", "n/a: ...", "WRONG: ...", "error: ..."
+    bytes: int | None = None  # SpMV: the bytes it must move at least (see the module doc)
 
 
 def _prepare(fn: System, kernel: str, data: Data) -> tuple[Callable[[], Any], Callable[[Any], Any]]:
@@ -807,6 +913,12 @@ def time_one(run: Callable[[], Any], repeat: int) -> tuple[Any, list[float]]:
     return result, times
 
 
+def spmv_bytes(data: Data, index_bytes: int) -> int:
+    """The bytes a CSR SpMV moves at least: values and column indices, row pointers, x, y."""
+    rows, cols = data.shape
+    return data.nnz * (8 + index_bytes) + (rows + 1) * index_bytes + 8 * (rows + cols)
+
+
 def _measure(fn: System, kernel: str, data: Data, name: str, want: Any, repeat: int) -> Row:
     """One system's row: its timings and the check of its result (a failure is a row too)."""
     try:
@@ -815,11 +927,17 @@ def _measure(fn: System, kernel: str, data: Data, name: str, want: Any, repeat: 
         return Row(kernel, data.name, name, None, [], f"n/a: {e}")
     try:
         result, times = time_one(run, repeat)
+        ib = INDEX_BYTES.get(name)
+        if isinstance(result, Timed):
+            result, times, ib = result.result, result.times, result.index_bytes or ib
         bad = check(convert(result), want)
     except Exception as e:  # a peer's failure is a row of the table
         return Row(kernel, data.name, name, None, [], f"error: {e!r}"[:200])
     status = "ok" if bad is None else f"WRONG: {bad}"
-    return Row(kernel, data.name, name, statistics.median(times), times, status)
+    nbytes = None
+    if kernel == "spmv":
+        nbytes = spmv_bytes(data, ib or data["csr"].indices.itemsize)
+    return Row(kernel, data.name, name, statistics.median(times), times, status, nbytes)
 
 
 def run_suite(
@@ -854,22 +972,58 @@ def _base(row: Row, rows: Sequence[Row]) -> float | None:
     return None
 
 
+TRIAD: float | None = None  # the STREAM triad of this run, bytes/s (None: not measured)
+
+
+def measure_triad() -> str:
+    """Measure the STREAM triad (2 threads, best of 20, ``benchmarks/stream.py``), keep the
+    best measured so far in :data:`TRIAD` (the suites measure before and after their rows:
+    on a shared machine one measurement may be low) and say what it is."""
+    global TRIAD
+    sys.path.insert(0, HERE)
+    try:
+        import stream
+
+        bw = stream.triad_bandwidth(2, repeat=20)
+    except Exception as e:  # no bandwidth fraction then, with the reason
+        return f"STREAM triad: not measured ({e!r})"
+    TRIAD = max(TRIAD or 0.0, bw)
+    return (
+        f"STREAM triad (2 threads, {stream.kernels(2)[0]}): {bw / 1e9:.2f} GB/s "
+        f"(best this run: {TRIAD / 1e9:.2f} GB/s); load average {os.getloadavg()}"
+    )
+
+
+def _bandwidth(row: Row) -> str:
+    if row.bytes is None or not row.seconds:
+        return f"{'':>6s} {'':>6s}"
+    gbs = row.bytes / row.seconds
+    frac = f"{gbs / TRIAD:6.2f}" if TRIAD else f"{'-':>6s}"
+    return f"{gbs / 1e9:6.2f} {frac}"
+
+
 def _line(row: Row, rows: Sequence[Row]) -> str:
     if row.seconds is None:
-        return f"{row.kernel:12s} {row.data:8s} {row.system:14s} {'-':>10s} {'-':>8s}  {row.status}"
+        return (
+            f"{row.kernel:12s} {row.data:8s} {row.system:14s} {'-':>10s} {'-':>8s} "
+            f"{_bandwidth(row)}  {row.status}"
+        )
     base = _base(row, rows)
     ratio = f"{base / row.seconds:8.2f}" if base else f"{'-':>8s}"
     return (
-        f"{row.kernel:12s} {row.data:8s} {row.system:14s} {row.seconds * 1e3:10.2f} {ratio}  "
-        f"{row.status}"
+        f"{row.kernel:12s} {row.data:8s} {row.system:14s} {row.seconds * 1e3:10.2f} {ratio} "
+        f"{_bandwidth(row)}  {row.status}"
     )
 
 
 def table(rows: Sequence[Row]) -> str:
     """The table of what ran: median milliseconds and speed relative to scipy (scipy's time
-    / the system's: above 1 is faster than scipy); then the systems' kernels that did not
-    run, with why."""
-    head = f"{'kernel':12s} {'data':8s} {'system':14s} {'median ms':>10s} {'x scipy':>8s}  check"
+    / the system's: above 1 is faster than scipy), for SpMV the bandwidth reached and its
+    fraction of the STREAM triad; then the systems' kernels that did not run, with why."""
+    head = (
+        f"{'kernel':12s} {'data':8s} {'system':14s} {'median ms':>10s} {'x scipy':>8s} "
+        f"{'GB/s':>6s} {'/triad':>6s}  check"
+    )
     lines = [head, "-" * len(head)]
     lines += [_line(r, rows) for r in rows if not r.status.startswith("n/a")]
     skipped: dict[tuple[str, str], list[str]] = {}
@@ -882,6 +1036,77 @@ def table(rows: Sequence[Row]) -> str:
         lines.append("not run:")
         lines += [f"  {sy:14s} {', '.join(ks)}: {why}" for (sy, why), ks in skipped.items()]
     return "\n".join(lines)
+
+
+def laplacian(grid: int) -> sp.csr_array:
+    """The 5-point Laplacian of a ``grid`` x ``grid`` mesh (Dirichlet boundary), CSR."""
+    t = sp.diags_array([-1.0, 2.0, -1.0], offsets=[-1, 0, 1], shape=(grid, grid))
+    return sp.csr_array(sp.kronsum(t, t, format="csr"))
+
+
+def _best_of(fn: Callable[[], Any], repeat: int) -> tuple[Any, float]:
+    out, best = None, float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return out, best
+
+
+def cg_lines(grid: int, iters: int, repeat: int) -> list[str]:
+    """CG per iteration on the 5-point Laplacian, ``iters`` iterations from ``x0 = 0``
+    without a preconditioner, the best of ``repeat`` solves: distal (local runtime, 2
+    processors; the one-iteration call, which binds, subtracted), scipy, PETSc on 1 and 2
+    ranks (its KSP set up by a warm-up solve). The residual ``||b - A x||`` of each is
+    printed: the same iterations give the same residual to rounding."""
+    from scipy.sparse.linalg import cg
+
+    import distal as dl
+
+    a = laplacian(grid)
+    b = _dense(np.random.default_rng(7), a.shape[0])
+    out = [
+        f"CG, 5-point Laplacian {grid} x {grid} (n {a.shape[0]:,}, nnz {a.nnz:,}), {iters} "
+        f"iterations, no preconditioner (ms per iteration, best of {repeat}):"
+    ]
+
+    def res(x: np.ndarray) -> float:
+        return float(np.linalg.norm(b - a @ x))
+
+    def run(k: int) -> Any:
+        return dl.apps.cg(a, b, machine=2, tol=0.0, maxiter=k, session=dl.Session(progress=False))
+
+    run(1)
+    _, one = _best_of(lambda: run(1), repeat)
+    (x, its), t = _best_of(lambda: run(iters), repeat)
+    per = {"distal local P=2": ((t - one) / (iters - 1), res(x), its)}
+    count = [0]
+
+    def scipy_cg() -> np.ndarray:
+        count[0] = 0
+        return cg(a, b, rtol=0.0, atol=0.0, maxiter=iters,
+                  callback=lambda _: count.__setitem__(0, count[0] + 1))[0]  # fmt: skip
+
+    x, t = _best_of(scipy_cg, repeat)
+    per["scipy"] = (t / iters, res(x), count[0])
+    why = system_petsc_unavailable()
+    for ranks in (1, 2):
+        name = f"petsc KSPCG {'seq' if ranks == 1 else f'mpi{ranks}'}"
+        if why or (ranks > 1 and not os.path.exists(SYSTEM_MPIEXEC)):
+            out.append(f"  {name:18s} skipped: {why or f'no {SYSTEM_MPIEXEC}'}")
+            continue
+        args = ("--iters", str(iters), "--repeat", str(repeat))
+        try:
+            got = run_petsc_peer("cg", a, b, ranks, *args)
+        except (RuntimeError, subprocess.TimeoutExpired) as e:
+            out.append(f"  {name:18s} failed: {' '.join(str(e).split())}")
+            continue
+        per[name] = (min(got["times"]) / iters, got["residual"], got["iterations"])
+    base = per["scipy"][0]
+    for name, (sec, r, its) in per.items():
+        out.append(f"  {name:18s} {sec * 1e3:9.2f} ms  x scipy {base / sec:5.2f}  "
+                   f"iterations {its}  residual {r:.6e}")  # fmt: skip
+    return out
 
 
 def _progress(line: str) -> None:
@@ -898,6 +1123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--kernels", default=",".join(KERNELS))
     p.add_argument("--data", default="", help="comma-separated data sets (default: all)")
     p.add_argument("--dask-chunks", type=int, default=2, help="row chunks of the dask arrays")
+    p.add_argument("--cg", action="store_true", help="add CG on a 1000 x 1000 Laplacian")
+    p.add_argument("--cg-iters", type=int, default=50)
     args = p.parse_args(argv)
     kernels = [k for k in args.kernels.split(",") if k]
     unknown = [k for k in kernels if k not in KERNELS]
@@ -905,7 +1132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error(f"unknown kernels {unknown}; choose from {list(KERNELS)}")
     print(f"load average before: {os.getloadavg()}")
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, cores {os.cpu_count()}")
-    _register_peers(args.dask_chunks)
+    print(measure_triad())
+    _register_peers(args.dask_chunks, args.repeat)
     for name, why in MISSING.items():
         print(f"skipped {name}: {why}")
     print(versions())
@@ -923,8 +1151,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             yield d
 
     rows = run_suite(made(), kernels, args.repeat, out=_progress)
+    print(measure_triad())
     print()
     print(table(rows))
+    if args.cg:
+        print()
+        print("\n".join(cg_lines(200 if args.quick else 1000, args.cg_iters, 3)))
     print(f"\nload average after: {os.getloadavg()}")
     return 1 if any(r.status.startswith(("WRONG", "error")) for r in rows) else 0
 

@@ -1,7 +1,7 @@
 """The sparse suite: distal next to scipy, python-graphblas, Dask + pydata sparse and PETSc.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/run.py --suite sparse [--quick]
-        [--repeat 5] [--kernels spmv,spmm] [--data rmat,zipf] [--no-mpi]
+        [--repeat 5] [--kernels spmv,spmm] [--data rmat,zipf] [--no-mpi] [--cg]
 
 distal runs on the local runtime with 2 processors (the row split and the non-zero split of
 ``dl.algorithms``, bound once: iterative use binds once), timed in the same run as the peers
@@ -15,7 +15,12 @@ heaviest first, banded; a Zipf 3-tensor), every result checked against scipy / n
 * **exact gathers**: words an SpMV moves with exact gathers against the hull fetch
   (``exact=False``, SpDISTAL's), at 2, 4 and 16 processors;
 * **MPI**: SpMV and SpMM at 2 and 4 ranks (``mpiexec`` of the mpich wheel), next to the
-  local runtime's figure (4 ranks on a 2-core machine are oversubscribed).
+  local runtime's figure (4 ranks on a 2-core machine are oversubscribed);
+* **CG** (``--cg``): per iteration on a 1000 x 1000 Laplacian, distal against scipy and
+  PETSc (``sparse_peers.cg_lines``).
+
+SpMV rows show their bandwidth and its fraction of the STREAM triad measured at the start;
+PETSc joins as ``petsc-seq`` / ``petsc-mpi2`` once ``benchmarks/setup_petsc.sh`` has run.
 """
 
 from __future__ import annotations
@@ -238,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--kernels", default=",".join(peers.KERNELS))
     ap.add_argument("--data", default="", help="comma-separated data sets (default: all)")
     ap.add_argument("--no-mpi", action="store_true", help="leave out the MPI rows")
+    ap.add_argument("--cg", action="store_true", help="add CG on a 1000 x 1000 Laplacian")
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.mpi_worker:
@@ -246,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     kernels = [k for k in args.kernels.split(",") if k]
     print(f"load average before: {os.getloadavg()}")
     print(f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '(unset)')}, cores {os.cpu_count()}")
-    peers._register_peers()
+    print(peers.measure_triad())
+    peers._register_peers(repeat=args.repeat)
     for split in ("rows", "nonzeros"):
         peers.add_system(f"distal-{split}", distal_system(split))
     for name, why in peers.MISSING.items():
@@ -263,12 +270,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         if data.kind == "matrix":
             extra += gather_table(data)
         data.cache.clear()
+    print(peers.measure_triad())
     print()
     print(peers.table(rows))
     print()
     print("\n".join(target_lines(rows)))
     print()
     print("\n".join(extra))
+    if args.cg:
+        print()
+        print("\n".join(peers.cg_lines(200 if args.quick else 1000, 50, 3)))
     if not args.no_mpi:
         print()
         print("\n".join(mpi_rows(args.quick, args.repeat)))
