@@ -668,3 +668,32 @@ def test_iree_leaves_equal_the_default_leaves_on_the_differential_cases(case: An
     got = iree_kernel.run(inputs)
     np.testing.assert_allclose(got.value, want.value, rtol=1e-12, atol=1e-12)
     assert got.stats.as_dict() == want.stats.as_dict()
+
+
+@pytest.mark.mpi
+def test_iree_leaves_run_on_mpi_ranks() -> None:
+    _iree()
+    from mpi_jobs import run_job
+
+    job = run_job(2, script=Path(__file__).parent / "mpi" / "_iree_job.py", timeout=180)
+    assert job.rc == 0, job
+    (line,) = job.lines()
+    assert line["rel_err"] <= 1e-12
+    assert line["same_stats"]
+
+
+def test_iree_leaves_run_on_dask_workers() -> None:
+    _iree()
+    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
+    alg = al.summa(16, machine=M(2, 1))
+    inputs = alg.inputs(3)
+    kernel = dl.compile(alg.schedule, leaf="iree")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        got = kernel.run(inputs, runtime="dask", client=client, progress=False)
+    want = dl.compile(alg.schedule).run(inputs)
+    np.testing.assert_allclose(got.value, want.value, rtol=1e-12, atol=0)
