@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
@@ -227,8 +228,9 @@ class Session:
         return name in self.values
 
     def names(self) -> list[str]:
-        """The names of the values held."""
-        return sorted(self.values)
+        """The names of the values held (not the arrays program's own: ``_a``, ``_c`` or
+        ``_v`` and a number, the values behind unnamed DArrays)."""
+        return sorted(n for n in self.values if not _INTERNAL.fullmatch(n))
 
     def layout(self, name: str) -> Layout | None:
         """Where value ``name`` lives now (``None``: not placed yet)."""
@@ -662,6 +664,9 @@ class Session:
     def __repr__(self) -> str:
         return f"Session({self.runtime!r}, values={self.names()}, moved_words={self.moved_words})"
 
+
+#: the names the arrays program gives the values behind unnamed DArrays
+_INTERNAL = re.compile(r"_[acv]\d+")
 
 _KERNEL_INPUTS: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()
 
