@@ -174,7 +174,7 @@ def main() -> None:
     assert (sess2.kernels_run - runs0) == 3 * reps
     t_np = best(lambda: [(((v * 2.0 + 1.0) * v - v) * 0.5) + v for _ in range(reps)]) / reps
     print("dispatch: five element-wise operations on 1000-element vectors")
-    print(f"  distal (one fused group)  {t_chain * 1e6:8.1f} us  (a map: the chain multiplies sums)")
+    print(f"  distal (one fused group)  {t_chain * 1e6:8.1f} us  (a map: it multiplies sums)")
     print(f"  numpy (five operations)   {t_np * 1e6:8.1f} us  ({t_np / 5 * 1e6:.1f} us each)")
     print("  cuPyNumeric, Dask array: not measured here (not installed by this benchmark)")
 
