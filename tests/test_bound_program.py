@@ -26,6 +26,7 @@ import distal as dl
 from distal.plan.ir import Plan
 from distal.plan.region import Entries, Rows
 from distal.sparse.array import SparseArray
+from test_one_plan import _streamed_spmm as streamed_spmm
 
 A = dl.algorithms
 
@@ -107,17 +108,8 @@ def _spmv_2d(M: dl.Machine):
 
 
 def _streamed_spmm(steps: int, out_each_step: bool):
-    n, m, K = 40, 33, 10
-    M = dl.Machine(3)
-    i, j, k, io, ii, ko, ki = dl.index_vars("i j k io ii ko ki")
-    B = dl.Tensor("B", (n, m), format="csr", dist="xy -> x", machine=M)
-    C = dl.Tensor("C", (m, K), dist="xy -> x", machine=M)
-    At = dl.Tensor("A", (n, K), dist="xy -> x", machine=M)
-    At[i, k] = B[i, j] * C[j, k]
-    s = dl.schedule(At).reorder([i, j, k]).distribute([i], [io], [ii], M)
-    s = s.divide(k, ko, ki, steps).reorder([ko, ii, j, ki])
-    s = s.communicate(C, ko).communicate(B, io).communicate(At, ko if out_each_step else io)
-    return dl.compile(s), {"B": _matrix(n, m, 0.1, 6)}
+    kernel, B, _ = streamed_spmm(steps, out_each_step)
+    return kernel, {"B": B}
 
 
 def _streamed_spmm_nonzeros(out_each_step: bool):

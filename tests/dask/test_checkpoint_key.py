@@ -26,6 +26,9 @@ import numpy as np
 import pytest
 from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_inputs
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "session"))
+from test_loops import _kernels as loop_kernels
+
 import distal as dl
 from conftest import trace_lines
 from distal.errors import DistalWarning, InputError
@@ -361,19 +364,9 @@ def test_a_keyed_run_killed_midway_resumes_from_what_the_driver_sealed(tmp_path:
 
 
 def _kernels(n: int) -> tuple[Any, Any]:
-    M = dl.Machine(2, 2)
-    i, j, k = dl.index_vars("i j k")
-    io, jo, ii, ji = dl.index_vars("io jo ii ji")
-    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
-    X = dl.Tensor("X", (n, n), dist="xy -> x*", machine=M)
-    Y = dl.Tensor("Y", (n, n), dist="xy -> xy", machine=M)
-    Y[i, j] = A[i, k] * X[k, j]
-    step = dl.compile(dl.schedule(Y).distribute([i, j], [io, jo], [ii, ji], M))
-    Yr = dl.Tensor("Y", (n, n), dist="xy -> xy", machine=M)
-    X2 = dl.Tensor("X", (n, n), dist="xy -> xy", machine=M)
-    X2[i, j] = Yr[i, j] * 0.5 + 1.0
-    back = dl.compile(dl.schedule(X2).distribute([i, j], [io, jo], [ii, ji], M))
-    return step, back
+    """The session loop's kernels of ``tests/session/test_loops.py``, with a scale of 0.5
+    so the data stays exact."""
+    return loop_kernels(n, 0.5)
 
 
 def _session(loc: Path | None, client: Any, key: bytes | None = KEY, n: int = 8) -> Any:

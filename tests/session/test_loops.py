@@ -29,7 +29,8 @@ ENV = dict(
 )
 
 
-def _kernels(n: int) -> tuple[dl.Kernel, dl.Kernel]:
+def _kernels(n: int, scale: float = 0.1) -> tuple[dl.Kernel, dl.Kernel]:
+    """``Y = A @ X`` (X replicated along rows) and ``X = scale * Y + 1`` on a 2 x 2 grid."""
     M = dl.Machine(2, 2)
     i, j, k = dl.index_vars("i j k")
     io, jo, ii, ji = dl.index_vars("io jo ii ji")
@@ -40,7 +41,7 @@ def _kernels(n: int) -> tuple[dl.Kernel, dl.Kernel]:
     step = dl.compile(dl.schedule(Y).distribute([i, j], [io, jo], [ii, ji], M))
     Yr = dl.Tensor("Y", (n, n), dist="xy -> xy", machine=M)
     X2 = dl.Tensor("X", (n, n), dist="xy -> xy", machine=M)
-    X2[i, j] = Yr[i, j] * 0.1 + 1.0
+    X2[i, j] = Yr[i, j] * scale + 1.0
     back = dl.compile(dl.schedule(X2).distribute([i, j], [io, jo], [ii, ji], M))
     return step, back
 
