@@ -296,12 +296,3 @@ def reduce_sum(x: Node, axis: Any) -> Node:
 def numpy_op(op: str) -> Any:
     """The numpy function an element-wise operation means."""
     return _NUMPY[op]
-
-
-def describe(node: Node) -> str:
-    """A short name for a node in messages."""
-    if isinstance(node, Value):
-        return node.name
-    if isinstance(node, Map):
-        return f"{node.op}{node.shape}"
-    return f"{type(node).__name__.lower()}{node.shape}"

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is_spmv
+from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is_spmv, numpy_op
 from distal.distribution.machine import Machine
 from distal.errors import InternalError
 from distal.kernel import Kernel, compile
@@ -311,8 +311,6 @@ def map_signature(root: Node, is_leaf: Callable[[Node], bool]) -> tuple[tuple, l
 
 def evaluate(expr: tuple, arrays: list[Any]) -> Any:
     """A map's expression on numpy arrays (each processor's blocks, or whole values)."""
-    from distal.arrays.graph import numpy_op
-
     tag = expr[0]
     if tag == "slot":
         return arrays[expr[1]]
