@@ -201,11 +201,14 @@ class Prepared:
     """What runs of one plan share, derived once from the plan.
 
     ``blocks[p]``: ``(tensor, box, slices in the whole array, role)`` of every block ``p``
-    owns. ``fetches[s][p]``: ``(op, what, tensor, box, shape, own slices, pieces, whole)``
+    owns. ``fetches[s][p]``: ``(op, what, tensor, box, shape, own slices, pieces, whole,
+    borrow)``
     for each fetch of step ``s``, where a piece is ``(source, slices in the buffer, slices in
     the source's block, words, machine level, routing hop or None)`` and ``whole`` says the
-    buffer is one direct piece (a copy of a view). ``work[s][p]``: the other instructions
-    that act here.
+    buffer is one direct piece (a copy of a view); ``borrow`` says that piece is of an input,
+    which no processor writes, so the buffer is the source's block itself, not a copy (the
+    message is still counted: this runtime's processors share one memory). ``work[s][p]``:
+    the other instructions that act here.
     """
 
     def __init__(self, plan: Plan, dtypes: dict[str, Any]) -> None:
@@ -291,10 +294,10 @@ class Prepared:
 
     def _fetch(self, op: Fetch, p: int, owned: dict[str, Box], relayed: dict) -> tuple:
         if op.box is None:
-            return (op, _NOTHING, op.tensor, None, (), (), (), False)
+            return (op, _NOTHING, op.tensor, None, (), (), (), False, False)
         if op.view:
             own_sl = where(op.box, owned[op.tensor])
-            return (op, _VIEW, op.tensor, op.box, (), own_sl, (), False)
+            return (op, _VIEW, op.tensor, op.box, (), own_sl, (), False, False)
         pieces = []
         for src, piece in op.pieces:
             hop = relayed.get((op.step, op.tensor, p, piece))
@@ -316,7 +319,8 @@ class Prepared:
             and isinstance(op.box, tuple)
             and pieces[0][6] == op.box
         )
-        return (op, _BUFFER, op.tensor, op.box, shape(op.box), (), tuple(pieces), whole)
+        borrow = whole and op.tensor != self.plan.output
+        return (op, _BUFFER, op.tensor, op.box, shape(op.box), (), tuple(pieces), whole, borrow)
 
     def _owner_box(self, tensor: str, p: int) -> Any:
         for name, box, _, _ in self.blocks[p]:
@@ -368,6 +372,7 @@ class LocalRuntime:
         self.pending_fetch: list[tuple] = []
         self.pending_partial: list[tuple] = []
         self.bufs = _Buffers()
+        self.borrowed: dict[int, np.ndarray] = {}  # fetched inputs' blocks read in place
 
     def run(self, inputs: dict[str, Any]) -> tuple[Any, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
@@ -401,6 +406,7 @@ class LocalRuntime:
             self.bufs = prep.spare.pop()
         except IndexError:
             self.bufs = _Buffers()
+        self.borrowed = {}
         start = time.perf_counter()
         self.trace = Recorder()
         if plan.nsteps:
@@ -429,6 +435,7 @@ class LocalRuntime:
         if pattern is not None:  # a sparse output: its values in the bound pattern
             result = pattern.with_values(result)
         seconds = time.perf_counter() - start
+        self.borrowed = {}
         if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:
             for q in procs:
                 self._release(q, q.buffers)
@@ -486,11 +493,12 @@ class LocalRuntime:
     def _held(self, q: Store) -> int:
         """``q.held_words()`` with the owned blocks' size known in advance."""
         total = self.prep.owned_words[q.p]
+        borrowed = self.borrowed  # counted as the copies they stand for
         for a, _ in q.buffers.values():
-            if a.base is None:
+            if a.base is None or id(a) in borrowed:
                 total += a.size
         for b in q.next.values():
-            if b is not None and b[0].base is None:
+            if b is not None and (b[0].base is None or id(b[0]) in borrowed):
                 total += b[0].size
         if q.partial is not None and not q.direct:
             total += q.partial[0].size
@@ -531,7 +539,7 @@ class LocalRuntime:
         p = q.p
         tracing = self.tracing and events is None
         for item in self.prep.fetches[s][p]:
-            op, what, tensor, box, shape, own_sl, pieces, whole = item
+            op, what, tensor, box, shape, own_sl, pieces, whole, borrow = item
             t = self.trace.now() if tracing else 0.0
             words = 0
             try:
@@ -539,6 +547,14 @@ class LocalRuntime:
                     q.next[tensor] = None
                 elif what == _VIEW:
                     q.next[tensor] = (read(q.owned[tensor][0], own_sl), box)
+                elif borrow:  # an input's block is never written: read it where it is
+                    src, _, ssl, w, level, _, _ = pieces[0]
+                    view = read(procs[src].owned[tensor][0], ssl)
+                    self.borrowed[id(view)] = view
+                    if src != p:
+                        stats.record(src, p, w, level, index_words(pieces[0][6]))
+                        words = w
+                    q.next[tensor] = (view, box)
                 else:
                     if whole and jobs is None:
                         src, _, ssl, w, level, _, _ = pieces[0]

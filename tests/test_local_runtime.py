@@ -1,0 +1,55 @@
+"""The local runtime's processors share one memory: a fetched block of an input is read
+where it lies (counted as the message it stands for), never copied, and never written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import distal as dl
+from distal.runtime import local
+
+
+def _summa(n: int, grid: tuple[int, int]) -> Any:
+    return dl.compile(dl.algorithms.summa(n, machine=dl.Machine(*grid)).schedule)
+
+
+@pytest.mark.parametrize("grid", [(2, 1), (2, 2), (1, 3)])
+def test_fetched_input_blocks_are_read_in_place(grid: tuple[int, int], monkeypatch: Any) -> None:
+    copies: list[Any] = []
+    real_copy_into, real_copy = local.copy_into, local._copy
+    monkeypatch.setattr(local, "copy_into", lambda *a: copies.append(a) or real_copy_into(*a))
+    monkeypatch.setattr(local, "_copy", lambda job: copies.append(job) or real_copy(job))
+    n = 96
+    kernel = _summa(n, grid)
+    rng = np.random.default_rng(0)
+    b, c = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+    keep_b, keep_c = b.copy(), c.copy()
+    res = kernel.run({"B": b, "C": c})
+    np.testing.assert_allclose(res.value, keep_b @ keep_c, rtol=1e-12, atol=1e-12)
+    assert copies == []  # every fetch was one whole block of an input
+    st = kernel.stats()
+    assert res.stats.words_received == st.words_received  # still counted as messages
+    assert res.stats.peak_words == st.peak_words  # and as the buffers they stand for
+    assert np.array_equal(b, keep_b)
+    assert np.array_equal(c, keep_c)
+
+
+def test_a_fetch_made_of_several_pieces_is_still_copied(monkeypatch: Any) -> None:
+    """The control: a block gathered from two owners cannot be one view."""
+    copies: list[Any] = []
+    real_copy = local._copy
+    monkeypatch.setattr(local, "_copy", lambda job: copies.append(job) or real_copy(job))
+    m = dl.Machine(2)
+    i, j = dl.index_vars("i j")
+    a = dl.Tensor("A", (8, 8), dist="xy -> y", machine=m)
+    b = dl.Tensor("B", (8, 8), dist="xy -> x", machine=m)
+    a[i, j] = b[i, j]
+    jo, ji = dl.index_vars("jo ji")
+    kernel = dl.compile(dl.schedule(a).distribute([j], [jo], [ji], m))
+    x = np.arange(64.0).reshape(8, 8)
+    res = kernel.run({"B": x})
+    np.testing.assert_array_equal(res.value, x)
+    assert copies, "pieces from both owners are copied into one buffer"
