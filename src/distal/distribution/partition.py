@@ -26,9 +26,16 @@ from distal.distribution.notation import PART, REPL, RESTRICT, Distribution
 from distal.typing import Box, Coord, Interval
 
 
+def block_size(extent: int, pieces: int) -> int:
+    """The one block rule: ``extent`` cut into ``pieces`` blocks of ``ceil(extent/pieces)``
+    (at least 1, so that an empty extent still divides coordinates), the last ones shorter
+    or empty. Dense placements, sparse coordinate cuts and non-zero cuts all use it."""
+    return max(1, -(-extent // pieces))
+
+
 def block_interval(extent: int, pieces: int, b: int) -> Interval:
     """Half-open interval of block ``b`` of ``extent`` cut into ``pieces`` blocks."""
-    c = -(-extent // pieces)
+    c = block_size(extent, pieces)
     return (min(b * c, extent), min((b + 1) * c, extent))
 
 

@@ -43,7 +43,7 @@ from distal.distribution.notation import (
     parse_layout,
     whole_on_processor0,
 )
-from distal.distribution.partition import Placement
+from distal.distribution.partition import Placement, block_size
 from distal.errors import InputError, NotationError, NotSupportedYet
 from distal.lang.concrete import Term
 from distal.lang.nodes import Access, IndexVar, Tensor
@@ -62,11 +62,6 @@ DENSE, COORD, FUSED, POSITION = "dense", "coord", "fused", "pos"
 def is_sparse_schedule(s: Schedule) -> bool:
     """Whether any tensor of the computation has a sparse format."""
     return any(not t.format.is_dense for t in s.tensors().values())
-
-
-def _block(extent: int, parts: int) -> int:
-    """Block size of ``extent`` cut into ``parts`` (the one block rule, ``ceil(N/G)``)."""
-    return max(1, -(-extent // parts))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,7 +256,7 @@ class Analysis:
             return [box]
         _, rel = self.step
         n = self.extent[rel.parent]
-        size = -(-n // rel.parts) if isinstance(rel, Divide) else rel.size
+        size = self.schedule.extent[rel.inner]  # the schedule's rule for split and divide
         count = self.schedule.extent[rel.outer]
         out = []
         for k in range(count):
@@ -389,7 +384,7 @@ class SparseOwnership:
             if not ms:
                 continue
             g = math.prod(self.grid[m] for m in ms)
-            b = coords[d] // _block(arr.shape[d], g)
+            b = coords[d] // block_size(arr.shape[d], g)
             part_key = part_key * g + b
             for m in reversed(ms):
                 out += (b % self.grid[m]) * self.strides[m]
@@ -430,7 +425,7 @@ class SparseOwnership:
             _, ms = cuts[0]
             g = math.prod(self.grid[m] for m in ms)
             n0 = arr.levels[0].size
-            rows = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(n0, g), n0)
+            rows = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(n0, g), n0)
             top = arr.levels[0]
             if top.kind == "d":
                 b0 = rows
@@ -456,7 +451,7 @@ class SparseOwnership:
                     if lv.kind != "d"
                     else math.prod(x.size for x in arr.levels[: k + 1])
                 )
-                b = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(npos, g), npos)
+                b = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(npos, g), npos)
                 owner = np.arange(g, dtype=np.int64) * self.strides[m] + fixed
                 return Owners(arr.nnz, _descend(arr, k, b), owner)
         return Owners(arr.nnz, base=self.base(arr, arr.coordinates(), cache))
@@ -891,13 +886,13 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
         for m in filt_dims:
             c = a.cuts[m]
             if c.kind == COORD:
-                b = pattern.row(sv_index[c.vars[0]]) // _block(ext[c.vars[0]], c.parts)
+                b = pattern.row(sv_index[c.vars[0]]) // block_size(ext[c.vars[0]], c.parts)
             elif c.kind == FUSED:
                 lin = _keys(
                     pattern.take([sv_index[v] for v in c.vars], slice(None)),
                     [ext[v] for v in c.vars],
                 )
-                b = lin // _block(math.prod(ext[v] for v in c.vars), c.parts)
+                b = lin // block_size(math.prod(ext[v] for v in c.vars), c.parts)
             else:
                 b = _position_blocks(a, arrays, pattern, keys, c, cache)
             group_key = group_key * c.parts + b
@@ -925,7 +920,7 @@ def bind(a: Analysis, inputs: Mapping[str, Any]) -> SparsePlan:
         for m, c in enumerate(a.cuts):
             if c.kind == DENSE and c.vars:
                 v = c.vars[0]
-                b = _block(ext[v], c.parts)
+                b = block_size(ext[v], c.parts)
                 box[v] = (
                     min(int(pcoords[p, m]) * b, ext[v]),
                     min((int(pcoords[p, m]) + 1) * b, ext[v]),
@@ -1065,7 +1060,7 @@ def _range_bounds(a: Analysis, drv: SparseArray, filt_dims: list[int]) -> np.nda
     g = c.parts
     if c.kind == COORD and c.vars[0] == a.svars[0]:
         n0 = drv.levels[0].size
-        rows = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(n0, g), n0)
+        rows = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(n0, g), n0)
         top = drv.levels[0]
         if top.kind == "d":
             b0 = rows
@@ -1080,7 +1075,7 @@ def _range_bounds(a: Analysis, drv: SparseArray, filt_dims: list[int]) -> np.nda
         if lv.kind == "d" and any(x.kind != "d" for x in drv.levels[:k]):
             return None
         npos = len(lv.crd) if lv.kind != "d" else math.prod(x.size for x in drv.levels[: k + 1])
-        b = np.minimum(np.arange(g + 1, dtype=np.int64) * _block(npos, g), npos)
+        b = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(npos, g), npos)
         return _descend(drv, k, b)
     return None
 
@@ -1104,7 +1099,7 @@ def _position_blocks(
     )
     if drv.levels[nlev - 1].kind == "d":  # dense top levels: all their positions exist
         npos = math.prod(drv.shape[d] for d in drv.format.order[:nlev])
-    chunk = _block(npos, c.parts)
+    chunk = block_size(npos, c.parts)
     if keys is None:  # the pattern is the driver's entries
         return q // chunk
     # another pattern (a union): cut it at the driver's block boundaries, in storage order
