@@ -23,11 +23,11 @@ class DArray:
     __slots__ = ("__weakref__", "node", "program", "session")
     __array_priority__ = 1000  # numpy defers its operators to ours
 
-    def __init__(self, session: Any, node: g.Node, program: Any = None) -> None:
+    def __init__(self, session: Any, node: g.Node, program: Any = None, new: bool = False) -> None:
         self.session = session
         self.program = session._arrays if program is None else program
         self.node = node
-        self.program.track(self)
+        self.program.track(self, new)
 
     # -- what it is ------------------------------------------------------------------------
 
@@ -86,8 +86,9 @@ class DArray:
 
     # -- operations ------------------------------------------------------------------------
 
-    def _wrap(self, node: g.Node) -> DArray:
-        return DArray(self.session, node, self.program)
+    def _wrap(self, node: g.Node, new: bool = False) -> DArray:
+        """A handle on ``node`` (``new``: made just now, so no value yet)."""
+        return DArray(self.session, node, self.program, new)
 
     def _node(self, other: Any) -> g.Node:
         return operand(self, other)
@@ -96,7 +97,7 @@ class DArray:
         xs = [self.node, *(self._node(o) for o in others)]
         if right:
             xs.reverse()
-        return self._wrap(g.map_node(op, *xs))
+        return self._wrap(g.map_node(op, *xs), new=True)
 
     def __add__(self, o: Any) -> DArray:
         return self._map("add", o)

@@ -155,8 +155,16 @@ def _dtype(xs: list[Node | Any], what: str) -> np.dtype:
         raise InputError(f"{what}: numpy refuses these dtypes: {e}") from None
 
 
+#: numpy's dtype of a Python scalar, by its type (numpy 2: the type alone decides)
+_PY_DTYPE = {bool: np.dtype(bool), int: np.dtype(int), float: np.dtype(float)}
+_PY_DTYPE[complex] = np.dtype(complex)
+
+
 def const(value: Any) -> Const:
     """A scalar operand (a Python number or a 0-d numpy value)."""
+    dt = _PY_DTYPE.get(type(value))
+    if dt is not None:  # the common case: a plain Python number
+        return Const((), dt, value)
     v = value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
     if isinstance(v, np.generic):
         return Const((), np.dtype(v.dtype), v)
@@ -185,19 +193,65 @@ def is_spmv(ins: tuple[str, ...], out: str, xs: tuple[Node, ...]) -> bool:
     )
 
 
+def _dtype_key(x: Node) -> Any:
+    """What numpy's promotion reads of an operand: an array's dtype, or a Python scalar's
+    type (weak, as in numpy 2) — with an integer's value, whose range numpy checks."""
+    if isinstance(x, Const):
+        v = x.value
+        return (type(v), v) if type(v) is int else (type(v), x.dtype)
+    return x.dtype
+
+
+#: result dtypes already worked out, by ``(op, operands' dtype keys)``: numpy's promotion
+#: costs microseconds a call, and a loop records the same few operations every iteration
+_DTYPES: dict[tuple, np.dtype] = {}
+_DTYPE_CACHE_MAX = 4096
+
+
 def map_node(op: str, *xs: Node) -> Map:
     """``op`` over ``xs`` with numpy's broadcasting and promotion."""
-    _refuse_sparse(xs, _SYMBOL.get(op, op))
-    shapes = [x.shape for x in xs]
+    for x in xs:
+        if type(x) is Value and x.sparse is not None:
+            _refuse_sparse(xs, _SYMBOL.get(op, op))
+    shape: tuple[int, ...] = ()
+    for x in xs:  # 0-d operands (numbers) broadcast to anything: no call to numpy for them
+        if not x.shape or x.shape == shape:
+            continue
+        if not shape:
+            shape = x.shape
+            continue
+        # two shapes differ: broadcasting (or a mismatch), as numpy decides
+        try:
+            shape = tuple(int(n) for n in np.broadcast_shapes(*(y.shape for y in xs)))
+        except ValueError:
+            name = _SYMBOL.get(op, op)
+            shapes = [y.shape for y in xs]
+            shown = f" {name} ".join(str(s) for s in shapes) if op in _SYMBOL else shapes
+            raise ShapeError(f"operands could not be broadcast together: {shown}") from None
+        break
+    key = (op, *(_dtype_key(x) for x in xs))
+    dtype = _DTYPES.get(key)
+    if dtype is None:
+        dtype = _map_dtype(op, xs)
+        if len(_DTYPES) < _DTYPE_CACHE_MAX:
+            _DTYPES[key] = dtype
+    return Map(shape, dtype, op, tuple(xs))
+
+
+def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
+    """numpy's result dtype of ``op`` over ``xs``, or the error numpy would give."""
     name = _SYMBOL.get(op, op)
-    try:
-        if all(s == shapes[0] for s in shapes):  # the common case, without numpy's call
-            shape = shapes[0]
-        else:
-            shape = tuple(int(n) for n in np.broadcast_shapes(*shapes))
-    except ValueError:
-        shown = f" {name} ".join(str(s) for s in shapes) if op in _SYMBOL else shapes
-        raise ShapeError(f"operands could not be broadcast together: {shown}") from None
+    if any(isinstance(x, Const) and type(x.value) is int for x in xs) and op in _NUMPY:
+        # a Python integer takes the other operand's integer dtype: numpy refuses one out of
+        # its range (int8 + 300) when the operation runs; here, on the line that wrote it
+        probe = [np.ones((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
+        try:
+            with np.errstate(all="ignore"):
+                _NUMPY[op](*probe)
+        except OverflowError as e:
+            raise InputError(f"{name}: {e}") from None
+        except (TypeError, ValueError):
+            pass  # the rules below say it in distal's words
     if op in ("lt", "le", "gt", "ge", "eq", "ne"):
         _dtype(list(xs), name)
         dtype = np.dtype(bool)
@@ -219,7 +273,7 @@ def map_node(op: str, *xs: Node) -> Map:
             raise InputError(f"{name}: numpy does not negate or subtract booleans")
     if dtype.kind not in "biufc":
         raise InputError(f"{name}: result dtype {dtype} is not numeric")
-    return Map(shape, dtype, op, tuple(xs))
+    return dtype
 
 
 def transpose(x: Node) -> Node:

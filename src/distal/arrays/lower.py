@@ -60,7 +60,7 @@ class _Walk:
 
     def expr(self, node: Node, vs: tuple[int, ...]) -> tuple:
         if isinstance(node, Const):
-            return ("const", node.value, node.dtype.str)
+            return ("const", node.value, node.dtype.str, repr(node.value))
         if self.is_leaf(node):
             return ("slot", self.slot(node), vs)
         if isinstance(node, Transpose):
@@ -81,8 +81,8 @@ class _Walk:
     def map_expr(self, node: Node, top: bool = False) -> tuple:
         """A map group's expression: every element-wise node down to the leaves (a
         transposed or contracted operand is a leaf: the program makes it a value first)."""
-        if isinstance(node, Const):
-            return ("const", node.value)
+        if isinstance(node, Const):  # repr and dtype: 2 == 2.0 == True and 0.0 == -0.0
+            return ("const", node.value, repr(node.value), node.dtype.str)
         if not isinstance(node, Map) or (not top and self.is_leaf(node)):
             return ("slot", self.slot(node))
         return (node.op, *(self.map_expr(x) for x in node.operands))
@@ -311,12 +311,42 @@ def map_signature(root: Node, is_leaf: Callable[[Node], bool]) -> tuple[tuple, l
 
 def evaluate(expr: tuple, arrays: list[Any]) -> Any:
     """A map's expression on numpy arrays (each processor's blocks, or whole values)."""
+    return evaluator(expr)(arrays)
+
+
+#: each map expression's function, made once: a loop evaluates the same few every iteration
+_EVALUATORS: dict[tuple, Callable[[list[Any]], Any]] = {}
+_EVALUATORS_MAX = 1024
+
+
+def evaluator(expr: tuple) -> Callable[[list[Any]], Any]:
+    """A function computing ``expr`` from the slot arrays: the numpy calls nested as the
+    expression nests (closures made once per expression, no walk of it per call)."""
+    fn = _EVALUATORS.get(expr)
+    if fn is None:
+        fn = _closure(expr)
+        if len(_EVALUATORS) < _EVALUATORS_MAX:
+            _EVALUATORS[expr] = fn
+    return fn
+
+
+def _closure(expr: tuple) -> Callable[[list[Any]], Any]:
     tag = expr[0]
     if tag == "slot":
-        return arrays[expr[1]]
+        k = expr[1]
+        return lambda arrays: arrays[k]
     if tag == "const":
-        return expr[1]
-    return numpy_op(tag)(*(evaluate(x, arrays) for x in expr[1:]))
+        v = expr[1]
+        return lambda arrays: v
+    f = numpy_op(tag)
+    subs = [_closure(x) for x in expr[1:]]
+    if len(subs) == 1:
+        (a,) = subs
+        return lambda arrays: f(a(arrays))
+    if len(subs) == 2:
+        a, b = subs
+        return lambda arrays: f(a(arrays), b(arrays))
+    return lambda arrays: f(*(g(arrays) for g in subs))
 
 
 def held_dist(ndim: int) -> str:

@@ -83,7 +83,9 @@ class Program:
         self.nprocs = nprocs
         #: what each materialized node became: a Value node reading its session value (the
         #: handles are moved onto it at a flush, so the operation's operands can be freed)
-        self.names: weakref.WeakKeyDictionary[Node, Value] = weakref.WeakKeyDictionary()
+        #: by the node's id, dropped when the node dies (a weak-keyed dictionary would make a
+        #: weak reference at every lookup, and a flush looks up every node it walks)
+        self.names: dict[int, Value] = {}
         self.live: weakref.WeakSet[Any] = weakref.WeakSet()
         self.kernels: dict[tuple, Any] = {}
         self._covers: dict[tuple, bool] = {}
@@ -94,21 +96,22 @@ class Program:
 
     # -- recording ---------------------------------------------------------------------------
 
-    def track(self, array: Any) -> None:
-        """A new handle: the program evaluates it at the next flush unless it dies first."""
+    def track(self, array: Any, new: bool = False) -> None:
+        """A new handle: the program evaluates it at the next flush unless it dies first
+        (``new``: its node was just made, so it is no value yet)."""
         self.live.add(array)
-        if not self.is_value(array.node):
+        if new or not self.is_value(array.node):
             self._pending += 1
             if self._pending > MAX_PENDING:
                 self.flush()
 
     def is_value(self, node: Node) -> bool:
-        return isinstance(node, Value) or node in self.names
+        return type(node) is Value or id(node) in self.names
 
     def name_of(self, node: Node) -> str:
         if isinstance(node, Value):
             return node.name
-        return self.names[node].name
+        return self.names[id(node)].name
 
     # -- evaluating ---------------------------------------------------------------------------
 
@@ -121,7 +124,7 @@ class Program:
             self.materialize(node)
         for a in list(self.live):
             if not isinstance(a.node, Value):
-                a.node = self.names[a.node]  # the handle now reads the value, not the recipe
+                a.node = self.names[id(a.node)]  # the handle now reads the value, not the recipe
         self._pending = 0
 
     def materialize(self, node: Node, name: str | None = None) -> str:
@@ -147,7 +150,8 @@ class Program:
         else:
             self._kernel(node, out, sig)
         value = Value(node.shape, node.dtype, out)
-        self.names[node] = value
+        self.names[id(node)] = value
+        weakref.finalize(node, self.names.pop, id(node), None)
         if name is None:
             weakref.finalize(value, self.sess.values.pop, out, None)
         return out
