@@ -37,11 +37,18 @@ def test_fetched_input_blocks_are_read_in_place(grid: tuple[int, int], monkeypat
     assert np.array_equal(c, keep_c)
 
 
-def test_a_fetch_made_of_several_pieces_is_still_copied(monkeypatch: Any) -> None:
-    """The control: a block gathered from two owners cannot be one view."""
+def _counting(monkeypatch: Any) -> list[Any]:
     copies: list[Any] = []
-    real_copy = local._copy
+    real_copy_into, real_copy = local.copy_into, local._copy
+    monkeypatch.setattr(local, "copy_into", lambda *a: copies.append(a) or real_copy_into(*a))
     monkeypatch.setattr(local, "_copy", lambda job: copies.append(job) or real_copy(job))
+    return copies
+
+
+def test_a_box_made_of_several_owners_pieces_is_read_in_the_callers_array(
+    monkeypatch: Any,
+) -> None:
+    copies = _counting(monkeypatch)
     m = dl.Machine(2)
     i, j = dl.index_vars("i j")
     a = dl.Tensor("A", (8, 8), dist="xy -> y", machine=m)
@@ -52,4 +59,22 @@ def test_a_fetch_made_of_several_pieces_is_still_copied(monkeypatch: Any) -> Non
     x = np.arange(64.0).reshape(8, 8)
     res = kernel.run({"B": x})
     np.testing.assert_array_equal(res.value, x)
-    assert copies, "pieces from both owners are copied into one buffer"
+    assert copies == []
+    st = kernel.stats()
+    assert res.stats.words_received == st.words_received == [16, 16]
+    assert res.stats.peak_words == st.peak_words
+
+
+def test_scattered_rows_are_still_gathered_by_copying(monkeypatch: Any) -> None:
+    """The control: the rows an SpMV needs of a vector in blocks, scattered over it, are no
+    box of the caller's array; they are copied into the buffer."""
+    sp = pytest.importorskip("scipy.sparse")
+    copies = _counting(monkeypatch)
+    mat = sp.random(64, 64, density=0.08, format="csr", random_state=3)
+    vec = np.random.default_rng(3).standard_normal(64)
+    kernel = dl.compile(dl.algorithms.spmv((64, 64), machine=dl.Machine(2)).schedule)
+    bound = kernel.bind({"B": mat, "c": vec})
+    res = bound.run({"B": mat, "c": vec})
+    np.testing.assert_allclose(res.value, mat @ vec, rtol=1e-12)
+    assert copies, "scattered rows are copied into one buffer"
+    assert res.stats == bound.stats()

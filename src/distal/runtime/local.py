@@ -197,6 +197,23 @@ def _whole_index(region: Any) -> Any:
     return box_index(region, _ORIGIN[len(region)])
 
 
+def _in_caller_array(region: Any) -> tuple | None:
+    """Slices of an input's whole array that hold ``region`` in its buffer's layout: a dense
+    box, or rows of the first dimension that are one ascending run times a box over the
+    others (a halo); None for anything else (a gather of scattered rows)."""
+    if isinstance(region, tuple):
+        return box_index(region, _ORIGIN[len(region)])
+    rows = getattr(region, "rows", None)
+    if rows is None or region.sdims != (0,) or region.ddims != tuple(range(1, 1 + len(region.box))):
+        return None
+    r = rows[:, 0] if rows.ndim == 2 else rows
+    if not len(r) or not (
+        r[-1] - r[0] == len(r) - 1 and (len(r) < 2 or bool(np.all(np.diff(r) == 1)))
+    ):
+        return None
+    return (slice(int(r[0]), int(r[-1]) + 1), *box_index(region.box, _ORIGIN[len(region.box)]))
+
+
 class Prepared:
     """What runs of one plan share, derived once from the plan.
 
@@ -207,8 +224,10 @@ class Prepared:
     the source's block, words, machine level, routing hop or None)`` and ``whole`` says the
     buffer is one direct piece (a copy of a view); ``borrow`` says that piece is of an input,
     which no processor writes, so the buffer is the source's block itself, not a copy (the
-    message is still counted: this runtime's processors share one memory). ``work[s][p]``:
-    the other instructions that act here.
+    message is still counted: this runtime's processors share one memory); ``inplace``:
+    where the buffer lies in the caller's whole array of an input (a box, or a run of rows
+    times a box), read there whatever the pieces, when the run is given that array.
+    ``work[s][p]``: the other instructions that act here.
     """
 
     def __init__(self, plan: Plan, dtypes: dict[str, Any]) -> None:
@@ -294,10 +313,10 @@ class Prepared:
 
     def _fetch(self, op: Fetch, p: int, owned: dict[str, Box], relayed: dict) -> tuple:
         if op.box is None:
-            return (op, _NOTHING, op.tensor, None, (), (), (), False, False)
+            return (op, _NOTHING, op.tensor, None, (), (), (), False, False, None)
         if op.view:
             own_sl = where(op.box, owned[op.tensor])
-            return (op, _VIEW, op.tensor, op.box, (), own_sl, (), False, False)
+            return (op, _VIEW, op.tensor, op.box, (), own_sl, (), False, False, None)
         pieces = []
         for src, piece in op.pieces:
             hop = relayed.get((op.step, op.tensor, p, piece))
@@ -319,8 +338,14 @@ class Prepared:
             and isinstance(op.box, tuple)
             and pieces[0][6] == op.box
         )
-        borrow = whole and op.tensor != self.plan.output
-        return (op, _BUFFER, op.tensor, op.box, shape(op.box), (), tuple(pieces), whole, borrow)
+        is_input = op.tensor != self.plan.output
+        borrow = whole and is_input
+        direct = all(pc[5] is None for pc in pieces)
+        inplace = _in_caller_array(op.box) if is_input and direct else None
+        return (
+            op, _BUFFER, op.tensor, op.box, shape(op.box), (), tuple(pieces), whole, borrow,
+            inplace,
+        )  # fmt: skip
 
     def _owner_box(self, tensor: str, p: int) -> Any:
         for name, box, _, _ in self.blocks[p]:
@@ -373,6 +398,7 @@ class LocalRuntime:
         self.pending_partial: list[tuple] = []
         self.bufs = _Buffers()
         self.borrowed: dict[int, np.ndarray] = {}  # fetched inputs' blocks read in place
+        self.caller: dict[str, np.ndarray] = {}  # the inputs given whole, by name
 
     def run(self, inputs: dict[str, Any]) -> tuple[Any, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
@@ -407,6 +433,14 @@ class LocalRuntime:
         except IndexError:
             self.bufs = _Buffers()
         self.borrowed = {}
+        # inputs given as arrays of their dtype: their owned blocks are views of them, and a
+        # fetched buffer that is one box of them is read there too
+        self.caller = {
+            name: data
+            for name, data in inputs.items()
+            if isinstance(data, np.ndarray) and data.dtype == self.dtypes.get(name)
+            and name != plan.output
+        }  # fmt: skip
         start = time.perf_counter()
         self.trace = Recorder()
         if plan.nsteps:
@@ -435,7 +469,7 @@ class LocalRuntime:
         if pattern is not None:  # a sparse output: its values in the bound pattern
             result = pattern.with_values(result)
         seconds = time.perf_counter() - start
-        self.borrowed = {}
+        self.borrowed, self.caller = {}, {}
         if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:
             for q in procs:
                 self._release(q, q.buffers)
@@ -539,7 +573,8 @@ class LocalRuntime:
         p = q.p
         tracing = self.tracing and events is None
         for item in self.prep.fetches[s][p]:
-            op, what, tensor, box, shape, own_sl, pieces, whole, borrow = item
+            op, what, tensor, box, shape, own_sl, pieces, whole, borrow, inplace = item
+            caller = self.caller.get(tensor) if inplace is not None else None
             t = self.trace.now() if tracing else 0.0
             words = 0
             try:
@@ -547,6 +582,14 @@ class LocalRuntime:
                     q.next[tensor] = None
                 elif what == _VIEW:
                     q.next[tensor] = (read(q.owned[tensor][0], own_sl), box)
+                elif caller is not None:  # the caller's array holds the buffer as it is
+                    view = caller[inplace]
+                    self.borrowed[id(view)] = view
+                    for src, _, _, w, level, _, piece in pieces:
+                        if src != p:
+                            stats.record(src, p, w, level, index_words(piece))
+                            words += w
+                    q.next[tensor] = (view, box)
                 elif borrow:  # an input's block is never written: read it where it is
                     src, _, ssl, w, level, _, _ = pieces[0]
                     view = read(procs[src].owned[tensor][0], ssl)
