@@ -235,19 +235,21 @@ class _Writer:
         ``relay`` says the sender fetches the piece too and passes it on).
 
         Writing one processor's program (``_focus``), only the groups it can be in are made:
-        the pieces whose source is the processor or one of its own pieces' sources (every
-        member of such a group is then among them)."""
+        the pieces whose source is the processor, or that have the source and size of one
+        of its own pieces (every member of such a group is then among them)."""
         key = (s, name)
         got = self._trees.get(key)
         if got is not None:
             return got
         procs = self.steps[s]
-        sources: set[int] | None = None
+        # writing one program: the (source, words) of the pieces the focus fetches; a piece
+        # from elsewhere with another source or size cannot share a region with them
+        mine: np.ndarray | None = None
         if self._focus is not None:
-            sources = {self._focus}
+            mine = np.zeros(0, np.int64)
             need = procs[self._focus].needs.get(name)
             if need is not None:
-                sources.update(need.pieces.peer.tolist())
+                mine = (need.pieces.peer << 32) | need.pieces.words
         member: list[int] = []
         piece: list[int] = []
         root: list[int] = []
@@ -259,8 +261,8 @@ class _Writer:
                 continue
             pcs = need.pieces
             go = self.carried(pcs, FETCH) & (pcs.peer != q)
-            if sources is not None:
-                go &= np.isin(pcs.peer, list(sources))
+            if mine is not None:
+                go &= (pcs.peer == self._focus) | np.isin((pcs.peer << 32) | pcs.words, mine)
             ks = np.flatnonzero(go)
             if not len(ks):
                 continue
