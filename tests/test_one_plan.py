@@ -285,11 +285,14 @@ def test_streamed_and_replicated_output_is_refused_by_name() -> None:
 
 
 @pytest.mark.parametrize("routing", ["tree", "broadcast"])
-def test_a_routing_sparse_plans_do_not_have_is_refused_not_ignored(routing: str) -> None:
-    """A sparse plan sends every piece from its owner: a tree asked for is an error, never
-    a direct plan under another name."""
-    s = _spmv("rows")[0].schedule
-    with pytest.raises(dl.NotSupportedYet, match=f"routing='{routing}'"):
-        dl.compile(s, routing=routing)
+def test_a_sparse_kernel_keeps_the_routing_asked_for(routing: str) -> None:
+    """A routing asked for is the bound plan's (its dense operand's shared pieces travel
+    along trees: ``tests/sparse/test_sparse_routing.py``), never a direct plan under
+    another name; ``auto`` is direct for a sparse kernel."""
+    k, B = _spmv("rows")
+    s = k.schedule
+    kernel = dl.compile(s, routing=routing)
+    assert kernel.routing == routing
+    assert kernel.bind({"B": B}).plan.routing == routing
     for ok in ("direct", "auto"):
         assert dl.compile(s, routing=ok).routing == "direct"

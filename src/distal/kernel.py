@@ -195,17 +195,13 @@ class Kernel(Planned):
                     f"leaf={leaf!r} compiles dense leaves; a kernel with sparse inputs runs "
                     "its leaves over stored entries (leaf='default')"
                 )
-            if routing not in ("direct", "auto"):
-                # sparse plans send every piece from its owner: a tree asked for must not
-                # quietly become direct routing
-                raise NotSupportedYet(
-                    f"routing={routing!r} for a kernel with sparse inputs: its plan sends "
-                    "every piece directly from its owner (routing='direct' or 'auto')"
-                )
             # the pattern enters at bind time; compile checks the schedule's rules only
             self.sparse = Analysis(schedule)
             self.kernels = ()
-            self.routing = "direct"
+            # "auto" is direct: the cost model's choice compares every routing's stats, which
+            # a sparse kernel has only once bound (its plan written once per routing);
+            # "broadcast" and "tree" route the fetches of dense inputs (plan/bound.py)
+            self.routing = "direct" if routing == "auto" else routing
             return
         if any(isinstance(r, Fuse | Pos) for r in schedule.relations):
             raise NotSupportedYet("fuse and pos on a dense computation are not in this version")
@@ -450,14 +446,14 @@ class BoundKernel(Planned):
             return self.kernel.plan
         from distal.plan.bound import emit
 
-        return emit(self.binding)
+        return emit(self.binding, self.routing)
 
     def _program(self, p: int) -> Plan:
         if self.binding is None:
             return self.kernel.program(p)
         from distal.plan.bound import program
 
-        return program(self.binding, p)
+        return program(self.binding, p, self.routing)
 
     def _text(self) -> str:
         if self.binding is None:

@@ -13,6 +13,14 @@ as every plan's are.
 The plan is written one processor at a time (:class:`_Writer`): :func:`emit` writes every
 processor's part, :func:`program` one processor's part alone (what an MPI rank runs), with
 the messages the others exchange with it read off their needs, never their programs.
+
+Routing (``broadcast`` and ``tree``): the pieces of a dense input that several processors
+fetch in one step from one source, holding the same region (the same rows times the same
+box, :func:`~distal.plan.region.content`), travel along the binomial tree of the dense
+engine (:func:`~distal.plan.arrays.tree_links`) over the processors fetching them: each
+receives its copy from its parent in the tree, and a parent that fetches it too passes it on
+(``Forward``, the message marked ``relay``). Everything else -- stored entries of sparse
+inputs, pieces only one processor fetches, partial sums -- goes directly.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from distal.lang.nodes import Access
+from distal.plan.arrays import tree_links
 from distal.plan.ir import (
     FETCH,
     FINAL,
@@ -32,6 +41,7 @@ from distal.plan.ir import (
     EntryWork,
     Fetch,
     Flush,
+    Forward,
     Message,
     Op,
     OpenOutput,
@@ -41,7 +51,7 @@ from distal.plan.ir import (
     SendFinal,
     TermWork,
 )
-from distal.plan.region import Entries, Region, Rows, locate, words
+from distal.plan.region import Entries, Region, Rows, content, locate, words
 from distal.plan.sinks import PlanSummary, count_plan
 from distal.plan.sparse import (
     Analysis,
@@ -102,9 +112,7 @@ def _direct_region(region: Region, own: Region | None) -> Region | None:
     return own if tuple(region.box) == tuple(own[1:]) else ((lo, hi), *region.box)
 
 
-def _step_part(
-    region: Region, box: dict, access: Access, ddims: tuple[int, ...]
-) -> Region:
+def _step_part(region: Region, box: dict, access: Access, ddims: tuple[int, ...]) -> Region:
     """The part of a region held over every step that one step (its dense-loop ``box``)
     reads or writes: the step's interval along each dense-loop dimension."""
     if isinstance(region, Rows):
@@ -157,10 +165,15 @@ class _Writer:
     ``program(sp, p)`` equals ``emit(sp).restrict(p)`` region for region.
     """
 
-    def __init__(self, sp: SparsePlan) -> None:
+    def __init__(self, sp: SparsePlan, routing: str = "direct") -> None:
         a = sp.analysis
         self.sp = sp
         self.a = a
+        self.routing = routing
+        # (step, tensor) -> the routed pieces: (receiver, piece) -> (sender, hop, relay)
+        self._trees: dict[tuple[int, str], dict[tuple[int, int], tuple[int, int, bool]]] = {}
+        self._relayed: dict[tuple[int, str], dict[int, list[tuple[int, int]]]] = {}
+        self._focus: int | None = None  # program(p): trees only of the groups p is in
         self.out_name = a.output.name
         self.steps = sp.steps or [sp.procs]
         self.S = len(self.steps)
@@ -209,6 +222,90 @@ class _Writer:
             return (pcs.words > 0) | (pcs.index_words > 0)
         return pcs.words > 0
 
+    def routed(self, name: str) -> bool:
+        """Whether fetches of ``name`` travel along trees: a dense input (its pieces are rows
+        times a box) under ``broadcast`` or ``tree`` routing."""
+        return self.routing in ("broadcast", "tree") and self.a.tensors[name].format.is_dense
+
+    def trees(self, s: int, name: str) -> dict[tuple[int, int], tuple[int, int, bool]]:
+        """The routed pieces of ``name``'s fetches at step ``s``: ``(receiver, piece number)
+        -> (sender, hop, relay)``, for every piece another processor sends (its source, or
+        its parent in the tree of the pieces of one region from one source: the dense
+        engine's rule, :func:`tree_links`; ``hop`` is the receiver's position in it, and
+        ``relay`` says the sender fetches the piece too and passes it on).
+
+        Writing one processor's program (``_focus``), only the groups it can be in are made:
+        the pieces whose source is the processor, or that have the source and size of one
+        of its own pieces (every member of such a group is then among them)."""
+        key = (s, name)
+        got = self._trees.get(key)
+        if got is not None:
+            return got
+        procs = self.steps[s]
+        # writing one program: the (source, words) of the pieces the focus fetches; a piece
+        # from elsewhere with another source or size cannot share a region with them
+        mine: np.ndarray | None = None
+        if self._focus is not None:
+            mine = np.zeros(0, np.int64)
+            need = procs[self._focus].needs.get(name)
+            if need is not None:
+                mine = (need.pieces.peer << 32) | need.pieces.words
+        member: list[int] = []
+        piece: list[int] = []
+        root: list[int] = []
+        group: list[int] = []
+        ids: dict[tuple, int] = {}
+        for q in range(len(procs)):
+            need = procs[q].needs.get(name)
+            if need is None:
+                continue
+            pcs = need.pieces
+            go = self.carried(pcs, FETCH) & (pcs.peer != q)
+            if mine is not None:
+                go &= (pcs.peer == self._focus) | np.isin((pcs.peer << 32) | pcs.words, mine)
+            ks = np.flatnonzero(go)
+            if not len(ks):
+                continue
+            parts = self.parts(need, self.region(need), ks)
+            for k, src, part in zip(ks.tolist(), pcs.peer[ks].tolist(), parts, strict=True):
+                member.append(q)
+                piece.append(k)
+                root.append(src)
+                group.append(ids.setdefault((src, content(part)), len(ids)))
+        out: dict[tuple[int, int], tuple[int, int, bool]] = {}
+        relayed: dict[int, list[tuple[int, int]]] = {}
+        if member:
+            parent, hop, relay = tree_links(
+                np.array(root, np.int64), np.array(member, np.int64), np.array(group, np.int64)
+            )
+            assert hop is not None
+            assert relay is not None
+            for q, k, u, h, r in zip(
+                member, piece, parent.tolist(), hop.tolist(), relay.tolist(), strict=True
+            ):
+                out[q, k] = (u, h, r)
+                if r:
+                    relayed.setdefault(u, []).append((q, k))
+        self._trees[key] = out
+        self._relayed[key] = relayed
+        return out
+
+    def senders(self, s: int, name: str, q: int, need: Need) -> list[int]:
+        """Where each piece of ``q``'s need comes from: its source, or its tree parent."""
+        peers = need.pieces.peer.tolist()
+        if not self.routed(name):
+            return peers
+        tree = self.trees(s, name)
+        return [tree[q, k][0] if (q, k) in tree else src for k, src in enumerate(peers)]
+
+    def forwards(self, s: int, name: str, p: int) -> list[tuple[int, int]]:
+        """The ``(receiver, piece number)`` pairs ``p`` passes on at step ``s`` (a relay of
+        their trees), by receiver then piece."""
+        if not self.routed(name):
+            return []
+        self.trees(s, name)
+        return sorted(self._relayed[s, name].get(p, ()))
+
     def out_state(self, p: int, s: int) -> tuple[Region, Region | None]:
         """Processor ``p``'s output region opened at step ``s``, and the part of its owned
         block that region is when the leaves add straight into it (None: a buffer)."""
@@ -243,11 +340,12 @@ class _Writer:
                     continue
                 region = self.region(need)
                 pcs = need.pieces
-                pieces = tuple(zip(pcs.peer.tolist(), self.parts(need, region), strict=True))
+                senders = self.senders(s, name, p, need)
+                pieces = tuple(zip(senders, self.parts(need, region), strict=True))
                 own = _owned(sp, name, p)
                 view = (
                     len(pieces) == 1
-                    and pieces[0][0] == p
+                    and pcs.peer[0] == p
                     and len(pcs.sel(0)) == len(need.rows)
                     and pcs.box(0) == tuple(need.box)
                     and own is not None
@@ -255,9 +353,18 @@ class _Writer:
                 )
                 ops.append(Fetch(s, name, region, pieces, bool(view)))
                 held[name] = region
+                tree = self.trees(s, name) if self.routed(name) else {}
                 for k in np.flatnonzero(self.carried(pcs, FETCH) & (pcs.peer != p)).tolist():
                     src, part = pieces[k]
-                    fetches.append(Message(s, FETCH, name, src, p, part))
+                    _, hop, relay = tree.get((p, k), (src, 0, False))
+                    fetches.append(Message(s, FETCH, name, src, p, part, hop, relay))
+            for name in pp.needs:  # routing: the pieces p passes on, once its copy is here
+                if not self.fetched(s, name):
+                    continue
+                for q, k in self.forwards(s, name, p):
+                    need = procs[q].needs[name]
+                    part = self.parts(need, self.region(need), np.array([k]))[0]
+                    ops.append(Forward(s, name, part, q))  # type: ignore[arg-type]
             views: list[tuple[str, Region]] = []
             if self.S > 1:
                 for name in pp.needs:
@@ -292,7 +399,7 @@ class _Writer:
 
     def served(self, p: int) -> list[Message]:
         """The fetch messages ``p`` sends: the pieces of the others' needs it is the source
-        of, in the order their own parts list them."""
+        (or, routed, the tree parent) of, in the order their own parts list them."""
         out: list[Message] = []
         for q in range(self.sp.nprocs):
             if q == p:
@@ -302,11 +409,27 @@ class _Writer:
                     if not self.fetched(s, name):
                         continue
                     pcs = need.pieces
-                    ks = np.flatnonzero(self.carried(pcs, FETCH) & (pcs.peer == p))
+                    carried = self.carried(pcs, FETCH) & (pcs.peer != q)
+                    if self.routed(name):
+                        tree = self.trees(s, name)
+                        peer = pcs.peer.tolist()
+                        ks = np.array(
+                            [
+                                k
+                                for k in np.flatnonzero(carried).tolist()
+                                if tree.get((q, k), (peer[k],))[0] == p
+                            ],
+                            np.int64,
+                        )
+                    else:
+                        tree = {}
+                        ks = np.flatnonzero(carried & (pcs.peer == p))
                     if not len(ks):
                         continue
                     parts = self.parts(need, self.region(need), ks)
-                    out += [Message(s, FETCH, name, p, q, part) for part in parts]
+                    for k, part in zip(ks.tolist(), parts, strict=True):
+                        _, hop, relay = tree.get((q, k), (p, 0, False))
+                        out.append(Message(s, FETCH, name, p, q, part, hop, relay))
         return out
 
     def partials_to(self, p: int) -> list[Message]:
@@ -411,7 +534,7 @@ class _Writer:
             messages=tuple(messages),
             primary=self.primary(),
             machine=a.machine,
-            routing="direct",
+            routing=self.routing,
             procs=procs,
             owned=owned,
             patterns=patterns,
@@ -433,9 +556,9 @@ def _no_collections() -> Iterator[None]:
             gc.enable()
 
 
-def emit(sp: SparsePlan) -> Plan:
+def emit(sp: SparsePlan, routing: str = "direct") -> Plan:
     """The whole plan of a bound sparse kernel: every processor's part."""
-    w = _Writer(sp)
+    w = _Writer(sp, routing)
     programs: dict[int, list[Op]] = {}
     fetches: list[Message] = []
     partials: list[Message] = []
@@ -447,11 +570,12 @@ def emit(sp: SparsePlan) -> Plan:
         return w.plan(programs, fetches, partials, ())
 
 
-def program(sp: SparsePlan, p: int) -> Plan:
+def program(sp: SparsePlan, p: int, routing: str = "direct") -> Plan:
     """Processor ``p``'s part of the plan of a bound sparse kernel, written without the
     other processors' programs: its instructions and every message it sends or receives
-    (equal to ``emit(sp).restrict(p)``)."""
-    w = _Writer(sp)
+    (equal to ``emit(sp, routing).restrict(p)``)."""
+    w = _Writer(sp, routing)
+    w._focus = p
     with _no_collections():
         ops, fetches, partials = w.own(p)
         return w.plan({p: ops}, [*fetches, *w.served(p)], [*partials, *w.partials_to(p)], (p,))

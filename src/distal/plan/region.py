@@ -135,6 +135,20 @@ def index_words(region: Region | None) -> int:
     return 0 if region is None or isinstance(region, tuple) else region.index_words
 
 
+def content(region: Region) -> Any:
+    """A hashable value equal exactly for regions holding the same elements in the same
+    layout (regions compare by identity): the box itself; the dimensions, box and row
+    coordinates of rows; the positions of stored entries. Routing groups the pieces of one
+    region that several processors fetch by it, and a relay finds its own copy of a piece it
+    passes on by it."""
+    if isinstance(region, tuple):
+        return region
+    if isinstance(region, Rows):
+        rows = np.ascontiguousarray(region.rows, np.int64)
+        return ("rows", region.sdims, region.ddims, tuple(region.box), rows.shape, rows.tobytes())
+    return ("entries", np.ascontiguousarray(region.positions, np.int64).tobytes())
+
+
 def shape(region: Region) -> tuple[int, ...]:
     """Shape of the array that holds ``region``."""
     return box_shape(region) if isinstance(region, tuple) else region.shape

@@ -45,7 +45,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
-from distal.plan.region import Entries, as_slice, index_words, shape, words
+from distal.plan.region import Entries, as_slice, content, index_words, shape, words
 from distal.plan.stats import Stats, ops_by_step
 from distal.progress import Progress
 from distal.progress import _wanted as progress_wanted
@@ -221,7 +221,8 @@ class Prepared:
     owns. ``fetches[s][p]``: ``(op, what, tensor, box, shape, own slices, pieces, whole,
     borrow)``
     for each fetch of step ``s``, where a piece is ``(source, slices in the buffer, slices in
-    the source's block, words, machine level, routing hop or None)`` and ``whole`` says the
+    the source's block -- a relayed piece: in the relay's fetch buffer --, words, machine
+    level, routing hop or None, piece)`` and ``whole`` says the
     buffer is one direct piece (a copy of a view); ``borrow`` says that piece is of an input,
     which no processor writes, so the buffer is the source's block itself, not a copy (the
     message is still counted: this runtime's processors share one memory); ``inplace``:
@@ -271,6 +272,14 @@ class Prepared:
             (m.step, m.src, m.box): (m.hop, m.relay) for m in plan.messages if m.kind == PARTIAL
         }
         by_step = [ops_by_step(plan, p) for p in range(n)]
+        # routing: each relay's fetches, where the pieces it passes on lie in its buffer
+        self.fetch_of: dict[tuple[int, str, int], Fetch] = {}
+        self._copies: dict[tuple[int, str, int], dict[Any, Any]] = {}
+        if relayed:
+            for p in range(n):
+                for op in plan.ops(p):
+                    if isinstance(op, Fetch):
+                        self.fetch_of[op.step, op.tensor, p] = op
         self.fetches: list[list[list[tuple]]] = []
         self.work: list[list[list[Any]]] = []
         self.fetch_words: list[int] = []
@@ -321,11 +330,15 @@ class Prepared:
         for src, piece in op.pieces:
             hop = relayed.get((op.step, op.tensor, p, piece))
             src_box = None if hop is not None else self._owner_box(op.tensor, src)
+            if hop is not None:
+                src_ix = self._relay_index(op.step, op.tensor, src, piece)
+            else:
+                src_ix = None if src_box is None else where(piece, src_box)
             pieces.append(
                 (
                     src,
                     where(piece, op.box),
-                    None if src_box is None else where(piece, src_box),
+                    src_ix,
                     words(piece),
                     self.level(src, p),
                     hop,
@@ -346,6 +359,18 @@ class Prepared:
             op, _BUFFER, op.tensor, op.box, shape(op.box), (), tuple(pieces), whole, borrow,
             inplace,
         )  # fmt: skip
+
+    def _relay_index(self, step: int, tensor: str, relay: int, piece: Any) -> Any:
+        """Where a piece that ``relay`` passes on lies in its own fetch buffer: its own copy
+        of the same region (:func:`content`), located there."""
+        key = (step, tensor, relay)
+        op = self.fetch_of[key]
+        if isinstance(piece, tuple):
+            return where(piece, op.box)
+        copies = self._copies.get(key)
+        if copies is None:
+            copies = self._copies[key] = {content(x): x for _, x in op.pieces}
+        return where(copies[content(piece)], op.box)
 
     def _owner_box(self, tensor: str, p: int) -> Any:
         for name, box, _, _ in self.blocks[p]:
@@ -610,7 +635,7 @@ class LocalRuntime:
                         buf = self.bufs.take(shape, self.dtypes[tensor])
                         for src, dsl, ssl, w, level, hop, piece in pieces:
                             if hop is not None:  # from the relay's fetch buffer, once it has it
-                                self.pending_fetch.append((hop, p, tensor, piece, src))
+                                self.pending_fetch.append((hop, p, tensor, dsl, ssl, piece, src))
                                 continue
                             if jobs is None:
                                 _copy((buf, dsl, procs[src].owned[tensor][0], ssl, w))
@@ -657,10 +682,14 @@ class LocalRuntime:
         """Copies of routed pieces out of relays' buffers, nearest the owner first."""
         if not self.pending_fetch:
             return
-        for _, dst, tensor, piece, src in sorted(self.pending_fetch, key=lambda x: x[:2]):
-            sbuf, sbox = procs[src].next[tensor]  # type: ignore[misc]
-            dbuf, dbox = procs[dst].next[tensor]  # type: ignore[misc]
-            dbuf[box_index(piece, dbox)] = sbuf[box_index(piece, sbox)]
+        for _, dst, tensor, dsl, ssl, piece, src in sorted(self.pending_fetch, key=lambda x: x[:2]):
+            sbuf, _ = procs[src].next[tensor]  # type: ignore[misc]
+            dbuf, _ = procs[dst].next[tensor]  # type: ignore[misc]
+            value = read(sbuf, ssl)
+            if type(dsl) is tuple:
+                dbuf[dsl] = value
+            else:
+                dsl.put(dbuf, value)
             self._count(stats, src, dst, piece)
         self.pending_fetch.clear()
 

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from distal.plan.ir import Compute, EntryWork, Fetch, Flush, OpenOutput, Plan
-from distal.plan.region import Region, shape, words
+from distal.plan.ir import FETCH, Compute, EntryWork, Fetch, Flush, OpenOutput, Plan
+from distal.plan.region import Region, Rows, shape, words
 from distal.plan.stats import ops_by_step
 from distal.runtime.store import where
 from distal.typing import Box
@@ -120,6 +120,22 @@ def owner_key(plan: Plan, tensor: str, p: int) -> Key | None:
     return pl.block_index(plan.coord_in(pl, p))
 
 
+def holding_block(plan: Plan, tensor: str, piece: Rows) -> Key:
+    """The block of a dense tensor that a piece of its rows lies in (the piece's bounding box
+    lies in that block): where a relayed piece is cut from, its sender being a relay of a
+    routing tree, not its owner."""
+    pl = plan.placements[tensor]
+    box: list[tuple[int, int]] = [(0, 0)] * len(pl.shape)
+    for j, d in enumerate(piece.sdims):
+        col = piece.rows[:, j]
+        box[d] = (int(col.min()), int(col.max()) + 1)
+    for (lo, hi), d in zip(piece.box, piece.ddims, strict=True):
+        box[d] = (lo, hi)
+    blocks = pl.split(tuple(box))
+    assert len(blocks) == 1, (tensor, piece, blocks)
+    return blocks[0][0]
+
+
 def block_region(plan: Plan, tensor: str, key: Key) -> Region:
     """The region of ``tensor``'s owned block ``key``."""
     if tensor in plan.owned:
@@ -150,8 +166,9 @@ def _chunks(items: list[Any], granularity: str | int) -> list[list[Any]]:
 class _Cutter:
     """Buffers and pieces of one processor's units, with the indices their tasks use."""
 
-    def __init__(self, plan: Plan, p: int) -> None:
+    def __init__(self, plan: Plan, p: int, relayed: frozenset[int] = frozenset()) -> None:
         self.plan, self.p = plan, p
+        self.relayed = relayed  # ids of the fetched pieces a relay passes on (routing)
         self.needs: dict[tuple[str, Key], int] = {}
         self.gathers: dict[int, Gather] = {}  # id(Fetch) -> its buffer
 
@@ -169,7 +186,11 @@ class _Cutter:
         if got is None:
             pieces = []
             for src, piece in op.pieces:
-                key = owner_key(self.plan, op.tensor, src)
+                if id(piece) in self.relayed:
+                    assert isinstance(piece, Rows)
+                    key = holding_block(self.plan, op.tensor, piece)
+                else:
+                    key = owner_key(self.plan, op.tensor, src)
                 assert key is not None
                 holder = block_region(self.plan, op.tensor, key)
                 cut = Cut(
@@ -240,8 +261,9 @@ def decompose(plan: Plan, granularity: str | int = "flush") -> list[Unit]:
     ``Flush.sends``), exactly as the plan moves them.
     """
     units: list[Unit] = []
+    relayed = frozenset(id(m.box) for m in plan.messages if m.kind == FETCH and m.relay)
     for p in range(plan.nprocs):
-        cutter = _Cutter(plan, p)
+        cutter = _Cutter(plan, p, relayed)
         buffers: dict[str, Buffer | None] = {}
         # fetches not yet used by a Compute: the first unit using one receives it
         unclaimed: dict[str, tuple[tuple[int, Piece], ...]] = {}

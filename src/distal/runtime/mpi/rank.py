@@ -33,7 +33,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
-from distal.plan.region import Entries, Region, index_words, shape
+from distal.plan.region import Entries, Region, content, index_words, shape
 from distal.plan.region import words as region_words
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
@@ -68,7 +68,10 @@ class Rank(Store):
         self.next_reqs: list[Any] = []
         self.forwarder: Forwarder | None = None  # routing: relays forward while computing
         self.threaded = threads_ok()
-        self.next_keys: list[tuple] = []  # (step, tensor, piece) of each posted fetch receive
+        # each posted fetch receive: ((step, tensor, the piece's content), piece, the array it
+        # lands in when that is not the fetch buffer's box itself: what a relay passes on)
+        self.next_keys: list[tuple] = []
+        self._landing: np.ndarray | None = None
         self.combine_reqs: list[Any] = []
         self.step_reqs: list[Any] = []
         self.step_recvs: list[Any] = []  # the receives among step_reqs (partial sums)
@@ -108,7 +111,8 @@ class Rank(Store):
             seq[pair] += 1
             if m.src == self.p:
                 if m.kind == FETCH and m.relay:
-                    self.forwards[(m.step, m.tensor, m.box)].append((m.dst, tag))
+                    # a relay's own copy is another region object holding the same elements
+                    self.forwards[(m.step, m.tensor, content(m.box))].append((m.dst, tag))
                 elif m.kind == FETCH:
                     self.fetch_out[m.step].append((m, tag))
                 else:
@@ -172,6 +176,9 @@ class Rank(Store):
         return [msg, self.mpitypes[key]]
 
     def _recv(self, arr: np.ndarray, box: Region, origin: Region, src: int, tag: int) -> Any:
+        """Post the receive of ``box`` into ``arr`` (which holds ``origin``); the array the
+        message lands in, when not ``arr``'s box itself, is left in ``_landing``."""
+        self._landing = None
         n = region_words(box)
         self.counts["words_received"] += n
         self.counts["messages_received"] += 1
@@ -183,6 +190,7 @@ class Rank(Store):
         if not iw and isinstance(ix, tuple) and all(isinstance(x, slice) for x in ix):
             view = arr[ix]
             if view.flags.c_contiguous:  # lies in one piece of the holder: in place
+                self._landing = view
                 return self.chan.data.Irecv(self._flat(view), source=src, tag=tag)
         self.counts["index_words_received"] += iw
         if iw:
@@ -190,6 +198,7 @@ class Rank(Store):
         else:
             msg = np.empty(shape(box), arr.dtype)
         self.arrivals.append((arr, ix, msg, n))
+        self._landing = msg
         return self.chan.data.Irecv(self._flat(msg), source=src, tag=tag)
 
     def _land(self) -> None:
@@ -313,16 +322,21 @@ class Rank(Store):
         wait for the fetches (see :mod:`.relay`); the MPI specs are made here, on the main
         thread."""
         todo = []
-        for req, key in zip(self.next_reqs, self.next_keys, strict=True):
+        for req, (key, piece, landing) in zip(self.next_reqs, self.next_keys, strict=True):
             if key not in self.forwards:
                 continue
-            _, tensor, piece = key
+            tensor = key[1]
             buf, box = self.next[tensor]  # type: ignore[misc]
+            if landing is None:  # a box of a box buffer: sent from the buffer in place
+                spec = self._spec(buf, piece, box)
+            else:  # rows: sent from where the receive put them, exactly the piece's values
+                self.keep.append(landing)
+                spec = self._flat(landing)
             sends: list[Send] = []
             for dst, tag in self.forwards.pop(key):
-                self.counts["words_sent"] += box_volume(piece)
+                self.counts["words_sent"] += region_words(piece)
                 self.counts["messages_sent"] += 1
-                sends.append((self._spec(buf, piece, box), dst, tag))
+                sends.append((spec, dst, tag))
             todo.append((req, sends))
         if todo:
             self.forwarder = Forwarder(self.chan.data, todo)
@@ -340,7 +354,8 @@ class Rank(Store):
             else:
                 tag = self._recv_tag(op.step, FETCH, op.tensor, src, piece)
                 self.next_reqs.append(self._recv(buf, piece, op.box, src, tag))
-                self.next_keys.append((op.step, op.tensor, piece))
+                key = (op.step, op.tensor, content(piece) if self.forwards else piece)
+                self.next_keys.append((key, piece, self._landing))
 
     def _finish_fetches(self, step: int = 0) -> None:
         """The prefetched buffers are complete: they replace the old ones."""
