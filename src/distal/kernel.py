@@ -348,8 +348,9 @@ class Kernel(Planned):
 
             if runtime != "mpi":
                 # the sparse inputs are converted (and their patterns hashed) once: binding
-                # and the run then see the same arrays
-                arrays = load_patterns(self.sparse, inputs)
+                # and the run then see the same arrays (a scipy matrix's values in place:
+                # a binding keeps only what the patterns decide)
+                arrays = load_patterns(self.sparse, inputs, copy=False)
                 return self.bind(arrays).run({**inputs, **arrays}, runtime, **options)
             try:  # one rank's bad pattern fails every rank together, never a hang
                 arrays = load_patterns(self.sparse, inputs)
@@ -474,7 +475,7 @@ class BoundKernel(Planned):
         if not isinstance(inputs, Mapping):
             raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
         _check_names(a.statement, inputs)
-        arrays = load_patterns(a, inputs)
+        arrays = load_patterns(a, inputs, copy=False)  # read during this run only
         for name, arr in arrays.items():
             if arr is not self.binding.arrays[name]:
                 if arr.pattern_fingerprint() != self.fingerprints[name]:

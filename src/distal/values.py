@@ -32,9 +32,10 @@ def dense_value(name: str, x: Any, t: Any) -> np.ndarray:
     return np.asarray(arr, dtype=t.dtype)
 
 
-def sparse_value(name: str, x: Any, t: Any) -> Any:
+def sparse_value(name: str, x: Any, t: Any, copy: bool = True) -> Any:
     """Input ``name`` for sparse tensor ``t``: a ``SparseArray`` in its format and shape,
-    whose values are in its dtype (converted only where :func:`check_cast` allows)."""
+    whose values are in its dtype (converted only where :func:`check_cast` allows);
+    ``copy=False`` for one run's inputs (a scipy matrix's values read in place)."""
     src = getattr(x, "dtype", None)  # SparseArray, scipy, pydata and numpy arrays have one
     try:
         if src is None:
@@ -46,7 +47,7 @@ def sparse_value(name: str, x: Any, t: Any) -> Any:
     if src.kind in "biufc":  # a non-numeric one is refused by as_sparse, naming its dtype
         check_cast(f"input {name!r}", src, t)
     try:
-        return as_sparse(x, t.format, t.shape, dtype=t.dtype, label=f"input {name!r}")
+        return as_sparse(x, t.format, t.shape, dtype=t.dtype, label=f"input {name!r}", copy=copy)
     except (InputError, NotationError) as e:
         raise type(e)(f"input {name!r}: {e}") from e
     except Exception as e:  # a shape or conversion failure names the input

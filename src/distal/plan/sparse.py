@@ -201,9 +201,7 @@ class Analysis:
                 self.placements[name] = Placement(t.shape, parsed, self.grid)
             else:
                 self.ownership[name] = SparseOwnership(t, parsed, self.grid)
-        if self.output.name in self.ownership and not all(
-            self.ownership[self.output.name].fixed
-        ):
+        if self.output.name in self.ownership and not all(self.ownership[self.output.name].fixed):
             raise NotSupportedYet(
                 f"sparse output {self.output.name!r} is replicated; a sparse output has one "
                 "copy of each stored entry (a dense output may be replicated)"
@@ -224,8 +222,10 @@ class Analysis:
             rel = next(
                 (r for r in s.relations if isinstance(r, Divide | Split) and r.outer is v), None
             )
-            if rel is None or rel.parent not in self.dvars or any(
-                c.vars == (rel.parent,) for c in self.cuts
+            if (
+                rel is None
+                or rel.parent not in self.dvars
+                or any(c.vars == (rel.parent,) for c in self.cuts)
             ):
                 raise NotSupportedYet(
                     f"communicate({name}, {v.name}) inside the distributed loops: a sparse kernel "
@@ -703,8 +703,11 @@ class SparsePlan:
         return {**self.__dict__, "cache": {}}
 
 
-def load_patterns(a: Analysis, inputs: Mapping[str, Any]) -> dict[str, SparseArray]:
-    """The sparse inputs as SparseArrays in their tensors' formats (shapes checked)."""
+def load_patterns(
+    a: Analysis, inputs: Mapping[str, Any], copy: bool = True
+) -> dict[str, SparseArray]:
+    """The sparse inputs as SparseArrays in their tensors' formats (shapes checked);
+    ``copy=False`` for one run's inputs (see :func:`distal.values.sparse_value`)."""
     if not isinstance(inputs, Mapping):
         raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
     missing = [n for n in a.sparse_inputs if n not in inputs]
@@ -715,7 +718,7 @@ def load_patterns(a: Analysis, inputs: Mapping[str, Any]) -> dict[str, SparseArr
         )
     out = {}
     for name in a.sparse_inputs:
-        out[name] = sparse_value(name, inputs[name], a.tensors[name])
+        out[name] = sparse_value(name, inputs[name], a.tensors[name], copy)
     return out
 
 

@@ -344,9 +344,13 @@ class SparseArray:
         return _from_points(coords, a[nz], a.shape, fmt, unique=True)
 
     @classmethod
-    def from_scipy(cls, matrix: Any, format: str | Format = "csr") -> SparseArray:
+    def from_scipy(
+        cls, matrix: Any, format: str | Format = "csr", *, copy: bool = True
+    ) -> SparseArray:
         """A scipy.sparse array or matrix (any scipy format; duplicates summed; explicit
-        zeros stay stored)."""
+        zeros stay stored). ``copy=False``: a CSR/CSC matrix in this format keeps reading
+        its values where they are (through a read-only view), for a use that ends before
+        the caller can change them (one run's inputs)."""
         if not is_scipy_sparse(matrix):
             raise InputError(f"from_scipy takes a scipy.sparse array or matrix, got {matrix!r}")
         shp = tuple(int(s) for s in matrix.shape)
@@ -357,11 +361,23 @@ class SparseArray:
             if not m.has_canonical_format:
                 m = m.copy()
                 m.sum_duplicates()
+            if copy or m is not matrix:
+                vals = _numeric(np.array(m.data), "matrix values")
+            else:
+                vals = _numeric(np.asarray(m.data).view(), "matrix values")
+                vals.flags.writeable = False  # the view's flag: the caller's array is untouched
+            known = _known_pattern(m, shp, fmt)
+            if known is not None:  # the same index arrays, holding the same pattern
+                levels, cache = known
+                out = cls._make(shp, fmt, levels, vals)
+                out._cache = cache
+                return out
             pos = np.array(m.indptr, dtype=np.int64)
             crd = np.array(m.indices, dtype=np.int64)
-            vals = _numeric(np.array(m.data), "matrix values")
             top = Level("d", shp[fmt.order[0]])
-            return cls._make(shp, fmt, [top, Level("c", shp[fmt.order[1]], pos, crd)], vals)
+            out = cls._make(shp, fmt, [top, Level("c", shp[fmt.order[1]], pos, crd)], vals)
+            _remember_pattern(m, out)
+            return out
         coo = matrix.tocoo()
         coords = coo.coords if hasattr(coo, "coords") else (coo.row, coo.col)
         return cls.from_coo(coords, coo.data, shp, fmt)
@@ -611,9 +627,7 @@ class SparseArray:
         shape[top_dim] = top_hi - top_lo
         offset = list(self.offset)
         offset[top_dim] += top_lo
-        return SparseArray._make(
-            tuple(shape), self.format, levels, self.vals[a:b], tuple(offset)
-        )
+        return SparseArray._make(tuple(shape), self.format, levels, self.vals[a:b], tuple(offset))
 
     def rows_piece(self, row_lo: int, row_hi: int) -> SparseArray:
         """The coordinate cut: the entries whose top-level coordinate (row) is in
@@ -697,8 +711,7 @@ def _coordinate_table(coords: Any, shape: tuple[int, ...]) -> np.ndarray:
         c = c.reshape(len(shape), 0)
     if c.ndim != 2 or c.shape[0] != len(shape):
         raise InputError(
-            f"coordinates must be an (order, nnz) = ({len(shape)}, nnz) array, got shape "
-            f"{c.shape}"
+            f"coordinates must be an (order, nnz) = ({len(shape)}, nnz) array, got shape {c.shape}"
         )
     c = _index_array(c, "coordinates")
     for d, n in enumerate(shape):
@@ -764,6 +777,63 @@ def _from_points(
     return SparseArray._make(shape, fmt, levels, out_vals)
 
 
+#: scipy CSR/CSC patterns already read, by the identity of the matrix's index arrays: a
+#: loop that passes the same matrix to every run (new values, or none) reuses the int64
+#: copies and their cached queries (the fingerprint, a binding's cuts) after one
+#: comparison of the arrays, instead of copying and hashing every entry again
+_SCIPY_PATTERNS: dict[tuple[int, int], tuple] = {}
+_SCIPY_PATTERNS_MAX = 64
+
+
+def _known_pattern(m: Any, shape: tuple[int, ...], fmt: Format) -> tuple[list[Level], dict] | None:
+    """The levels and query cache of ``m``'s pattern when these very index arrays were read
+    before and still hold it (compared entry by entry: scipy arrays can change in place)."""
+    got = _SCIPY_PATTERNS.get((id(m.indptr), id(m.indices)))
+    if got is None:
+        return None
+    indptr, indices, head, levels, cache, digest = got
+    if indptr() is not m.indptr or indices() is not m.indices or head != (shape, fmt):
+        return None
+    if digest is not None:
+        if _index_digest(m) != digest:
+            return None
+    else:
+        lv = levels[1]
+        if not np.array_equal(m.indptr, lv.pos) or not np.array_equal(m.indices, lv.crd):
+            return None
+    return levels, cache
+
+
+def _index_digest(m: Any) -> bytes | None:
+    """XXH3-128 of a scipy matrix's index arrays as they are stored (int32 or int64), or
+    None without ``xxhash`` (the arrays are then compared with the kept copies)."""
+    try:
+        import xxhash
+    except ImportError:
+        return None
+    h = xxhash.xxh3_128()
+    for a in (m.indptr, m.indices):
+        h.update(a.dtype.str.encode())
+        h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+    return h.digest()
+
+
+def _remember_pattern(m: Any, out: SparseArray) -> None:
+    """Keep ``out``'s pattern for the next read of ``m``'s index arrays (until they die)."""
+    import weakref
+
+    key = (id(m.indptr), id(m.indices))
+    if len(_SCIPY_PATTERNS) >= _SCIPY_PATTERNS_MAX:
+        _SCIPY_PATTERNS.pop(next(iter(_SCIPY_PATTERNS)))
+    try:
+        refs = (weakref.ref(m.indptr), weakref.ref(m.indices))
+    except TypeError:  # not weakly referable: nothing is kept
+        return
+    head = (out.shape, out.format)
+    _SCIPY_PATTERNS[key] = (*refs, head, list(out.levels), out._cache, _index_digest(m))
+    weakref.finalize(m.indices, _SCIPY_PATTERNS.pop, key, None)
+
+
 def as_sparse(
     x: Any,
     format: str | Format,
@@ -771,6 +841,7 @@ def as_sparse(
     *,
     dtype: Any = None,
     label: str = "the sparse values",
+    copy: bool = True,
 ) -> SparseArray:
     """``x`` as a :class:`SparseArray` of ``format`` (and ``shape`` and ``dtype``, when given).
 
@@ -779,7 +850,8 @@ def as_sparse(
     array-like (its non-zeros are stored). With ``dtype`` the values are converted to it by
     the input rule of :func:`distal.casting.check_cast` (numpy's ``same_kind``): a
     complex matrix for a real tensor, or floats for an integer one, are refused rather than
-    silently cut; ``label`` names the values in that error.
+    silently cut; ``label`` names the values in that error. ``copy=False``: a scipy CSR/CSC
+    matrix's values are read in place (see :meth:`SparseArray.from_scipy`).
 
     Raises:
         ShapeError: ``x`` has another shape. InputError: a non-numeric input, or values
@@ -806,7 +878,7 @@ def as_sparse(
     if isinstance(got, SparseArray):
         out = got.with_format(fmt)
     elif is_scipy_sparse(got):
-        out = SparseArray.from_scipy(got, fmt)
+        out = SparseArray.from_scipy(got, fmt, copy=copy)
     elif is_pydata_sparse(got):
         out = SparseArray.from_pydata(got, fmt)
     else:

@@ -1,0 +1,67 @@
+"""A scipy matrix given to every run of a sparse kernel is read without copying what it
+holds: its pattern is recognised (the same index arrays, compared or hashed, never
+trusted), its values are read in place, and it is left as the caller gave it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import distal as dl
+from distal.errors import InputError
+
+sp = pytest.importorskip("scipy.sparse")
+
+
+def _kernel(n: int) -> dl.Kernel:
+    return dl.compile(dl.algorithms.spmv((n, n), machine=dl.Machine(2)).schedule)
+
+
+def _matrix(n: int, seed: int) -> object:
+    return sp.random(n, n, density=0.1, format="csr", random_state=seed)
+
+
+def test_values_changed_in_place_are_read_by_the_next_run() -> None:
+    n = 40
+    a, x = _matrix(n, 0), np.random.default_rng(0).standard_normal(n)
+    kernel = _kernel(n)
+    first = kernel.run({"B": a, "c": x}).value
+    np.testing.assert_allclose(first, a @ x, rtol=1e-12)
+    a.data *= -3.0  # the same arrays, new values
+    second = kernel.run({"B": a, "c": x}).value
+    np.testing.assert_allclose(second, a @ x, rtol=1e-12)
+    np.testing.assert_allclose(second, -3.0 * first, rtol=1e-12)
+    bound = kernel.bind({"B": a, "c": x})
+    a.data += 1.0
+    np.testing.assert_allclose(bound.run({"B": a, "c": x}).value, a @ x, rtol=1e-12)
+
+
+def test_indices_changed_in_place_are_a_changed_pattern() -> None:
+    n = 40
+    a, x = _matrix(n, 1), np.random.default_rng(1).standard_normal(n)
+    bound = _kernel(n).bind({"B": a, "c": x})
+    np.testing.assert_allclose(bound.run({"B": a, "c": x}).value, a @ x, rtol=1e-12)
+    row = int(np.flatnonzero(np.diff(a.indptr) == 1)[0])  # a row with one entry
+    k = a.indptr[row]
+    a.indices[k] = (a.indices[k] + 1) % n  # the same objects, another pattern
+    with pytest.raises(InputError, match="another pattern"):
+        bound.run({"B": a, "c": x})
+
+
+def test_the_callers_matrix_stays_writable_and_unchanged() -> None:
+    n = 30
+    a, x = _matrix(n, 2), np.random.default_rng(2).standard_normal(n)
+    keep = a.copy()
+    _kernel(n).run({"B": a, "c": x})
+    for arr in (a.data, a.indices, a.indptr):
+        assert arr.flags.writeable
+    assert (a != keep).nnz == 0
+    np.testing.assert_array_equal(a.indices, keep.indices)
+
+
+def test_a_copy_of_the_matrix_binds_to_the_same_pattern() -> None:
+    n = 30
+    a, x = _matrix(n, 3), np.random.default_rng(3).standard_normal(n)
+    kernel = _kernel(n)
+    bound = kernel.bind({"B": a, "c": x})
+    assert kernel.bind({"B": a.copy(), "c": x}) is bound  # other arrays, equal pattern
