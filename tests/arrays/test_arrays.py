@@ -149,7 +149,7 @@ def test_functions_division_and_comparisons_on_arrays(sess: dl.Session) -> None:
     assert (i**2).dtype == np.int64
     np.testing.assert_array_equal((i % 4 + i // 4).get(), np.arange(6) % 4 + np.arange(6) // 4)
     with pytest.raises(dl.InputError, match="negative integer powers"):
-        i ** -1
+        i**-1
     with pytest.raises(dl.NotSupportedYet, match="indexing a DArray"):
         p[0]
 
@@ -178,6 +178,31 @@ def test_a_map_over_aligned_arrays_moves_nothing(sess: dl.Session) -> None:
     np.testing.assert_allclose(z.get(), np.sqrt(a * a + b * b) / (np.abs(a) + 1.0), rtol=RTOL)
     assert sess.kernels_run == 1  # the whole chain: one map
     assert sess.moved_words == 0
+
+
+def test_a_contraction_over_its_largest_operands_first_axis_leaves_it_in_place(
+    sess: dl.Session,
+) -> None:
+    """A contraction whose largest operand has a summed index along its first axis is
+    owner-computes by that index: the operand stays in its blocks and only the result's
+    partial sums move (kernel traffic, not redistribution)."""
+    x, a, c = rand(8, 6, 5, seed=50), rand(8, 3, seed=51), rand(5, 3, seed=52)
+    X = sess.asarray(x, dist="abc -> a")  # blocks of the first axis, as a value is held
+    A = sess.asarray(a, dist="al -> a")
+    C = sess.asarray(c, dist="cl -> c")
+    # an MTTKRP over the second mode: X and A are read in their blocks, C replicated
+    got = dl.einsum("abc,al,cl->bl", X, A, C)
+    np.testing.assert_allclose(got.get(), np.einsum("abc,al,cl->bl", x, a, c), rtol=RTOL)
+    assert sess.moved_words == c.size  # C to both processors: one half each way
+    F = sess.asarray(a, dist="al -> a")
+    np.testing.assert_allclose((F.T @ F).get(), a.T @ a, rtol=RTOL)  # a Gram matrix
+    v = sess.asarray(rand(8, seed=53), dist="a -> a")
+    np.testing.assert_allclose((v @ F).get(), rand(8, seed=53) @ a, rtol=RTOL)
+    assert sess.moved_words == c.size  # neither F nor v moved
+    # a result larger than the operands keeps the rule by the result's first index
+    w = sess.asarray(rand(3, 8, seed=54), dist="ka -> k")
+    want = rand(3, 8, seed=54).T @ rand(3, 8, seed=54)
+    np.testing.assert_allclose((w.T @ w).get(), want, rtol=RTOL)
 
 
 def test_sparse_matrix_times_vector(sess: dl.Session) -> None:

@@ -1,31 +1,41 @@
-"""CP decomposition by alternating least squares (CP-ALS), MTTKRP distributed.
+"""CP decomposition by alternating least squares (CP-ALS), on arrays.
 
 For a tensor ``X`` of order ``N`` and rank ``R``, one iteration updates every mode ``n``
-in turn (as tensorly's ``parafac``):
+in turn (as tensorly's ``parafac``), written as in a textbook on :mod:`distal.arrays`:
 
-* ``M = MTTKRP(X, factors except n)``: the distributed kernel
-  ``M[i_n, l] = X[i_0, ..., i_{N-1}] * prod_{m != n} F_m[i_m, l]``;
-* ``V = *_{m != n} F_m^T F_m`` (Hadamard product of the ``R x R`` Gram matrices) and
-  ``F_n = M pinv(V)``, on the driver (small);
-* the columns of ``F_n`` are normalised, their norms becoming the weights.
+* ``M = MTTKRP(X, factors except n)``: ``dl.einsum("abc,bl,cl->al", X, F1, F2)`` for mode
+  0 of order 3, one distributed kernel;
+* ``V = *_{m != n} F_m^T F_m``, the Hadamard product of the other factors' ``R x R`` Gram
+  matrices, and ``U = M @ pinv(V)``. Each Gram ``F.T @ F`` is a distributed kernel run
+  when its factor changes and read back (``R x R``): ``pinv`` needs ``V`` on the host
+  anyway (numpy, the same on every MPI rank), so the Hadamard product is taken there too
+  rather than as one more kernel per mode. The product ``M @ pinv(V)`` is distributed;
+* the columns of ``U`` are normalised (``U / norms``), their norms becoming the weights.
 
-Distribution on a line of ``P`` processors, owner computes over the first mode: ``X`` is
-cut along mode 0 (``"abc -> a"``) once and never moves; ``F_0`` is cut like it
-(``"al -> a"``), the other factors are replicated (``"bl -> *"``). For mode 0 each
-processor computes its own rows of ``M``; for another mode its partial ``M`` is summed
-onto the owners of ``M``'s row blocks (``"bl -> b"``). ``||X||^2`` is a distributed scalar
-kernel, run once.
+Placement over a line of ``P`` processors (the arrays' rule, :mod:`distal.arrays.lower`):
+``X`` is held in blocks of mode 0 and never moves. Every MTTKRP is owner-computes by mode 0,
+``X`` being its largest operand: ``F_0`` read in its own row blocks, the other factors
+replicated and, for another mode, each processor's partial ``M`` summed onto the owners of
+``M``'s row blocks. The Grams are summed the same way from the factors' row blocks.
+
+A sparse ``X`` (CSF) keeps its SpDISTAL MTTKRP kernels (:func:`_sparse_kernels`), run in
+the session on the factors it holds under ``cp_F<n>``: the arrays layer takes a sparse
+operand only as a matrix times a vector, and an MTTKRP is not one (as an SpMV it would need
+the dense Khatri-Rao product of the other factors, ``prod_{m != n} I_m`` rows by ``R``).
+Everything after the MTTKRP is the same arrays code as for a dense ``X``.
 
 The fit ``1 - ||X - [[w; F]]|| / ||X||`` is computed without forming the reconstruction:
 ``||X - [[w; F]]||^2 = ||X||^2 - 2 <X, [[w; F]]> + ||[[w; F]]||^2``, with
-``<X, [[w; F]]> = sum(M * F_{N-1} diag(w))`` from the last mode's MTTKRP and
-``||[[w; F]]||^2 = sum(V * (F_{N-1} diag(w))^T (F_{N-1} diag(w)))`` from the Grams.
+``<X, [[w; F]]> = sum(M * U)`` from the last mode's MTTKRP and
+``||[[w; F]]||^2 = sum(V * (U^T U))`` from the Grams (``U = F_{N-1} diag(w)`` there).
 """
 
 from __future__ import annotations
 
 import math
+import operator
 import string
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -35,49 +45,32 @@ from distal.apps._common import (
     dense_input,
     is_sparse,
     machine_for,
-    owner,
     progress,
     scalar,
     session_for,
     sparse_input,
 )
 from distal.distribution.machine import Machine
+from distal.einsum import einsum
 from distal.errors import InputError
 from distal.kernel import compile
 from distal.lang.nodes import Tensor, index_vars
 from distal.schedule.api import schedule as default_schedule
 from distal.session import Session
 
+#: the MTTKRPs' labels: tensor modes (``l``, the rank index, left out)
+LETTERS = string.ascii_lowercase.replace("l", "")
+
 
 def _factor(n: int) -> str:
     return f"cp_F{n}"
 
 
-def _kernels(shape: tuple[int, ...], rank: int, M: Machine) -> tuple[list[Any], Any]:
-    order = len(shape)
-    if order > 25:
-        raise InputError(f"cp_als: order {order} is more than this version handles (25)")
-    letters = string.ascii_lowercase.replace("l", "")[:order]
-    vs = index_vars(" ".join(letters))
-    (lv,) = index_vars("l")
-    xdist = f"{letters} -> {letters[0]}"
-    mttkrp = []
-    for n in range(order):
-        X = Tensor("cp_X", shape, dist=xdist, machine=M)
-        out = Tensor("cp_M", (shape[n], rank), dist=f"{letters[n]}l -> {letters[n]}", machine=M)
-        expr: Any = X[tuple(vs)]
-        for m in range(order):
-            if m == n:
-                continue
-            dist = "al -> a" if m == 0 else "bl -> *"
-            F = Tensor(_factor(m), (shape[m], rank), dist=dist, machine=M)
-            expr = expr * F[vs[m], lv]
-        out[vs[n], lv] = expr
-        mttkrp.append(owner(out, vs[0], M))
-    nx = scalar("cp_xx", M)
-    X = Tensor("cp_X", shape, dist=xdist, machine=M)
-    nx[()] = X[tuple(vs)] * X[tuple(vs)]
-    return mttkrp, owner(nx, vs[0], M)
+def _mttkrp_subscripts(order: int, n: int) -> str:
+    """``"abc,bl,cl->al"`` for mode 0 of order 3: X, the other factors in mode order."""
+    modes = LETTERS[:order]
+    others = [f"{c}l" for m, c in enumerate(modes) if m != n]
+    return ",".join([modes, *others]) + f"->{modes[n]}l"
 
 
 def _sparse_kernels(
@@ -88,7 +81,7 @@ def _sparse_kernels(
     (each processor reads the rows its entries reference from its own copy) and the rows of
     the result computed away from their owner are summed as partial sums."""
     order = len(shape)
-    letters = string.ascii_lowercase.replace("l", "")[:order]
+    letters = LETTERS[:order]
     vs = index_vars(" ".join(letters))
     lv, po, pi, pp = index_vars("l po pi pp")
     fused = index_vars(" ".join(f"f{k}" for k in range(order)))
@@ -171,56 +164,62 @@ def cp_als(
     order = len(shape)
     sess = session_for(session)
     Mach = machine_for(sess, machine)
-    if split == "owner":
-        mttkrp, norm = _kernels(shape, rank, Mach)
-    else:
-        mttkrp, norm = _sparse_kernels(shape, rank, Mach, split)
+    if order > len(LETTERS):
+        raise InputError(f"cp_als: order {order} is more than this version handles (25)")
 
     rng = np.random.default_rng(seed)
-    factors = [rng.random((s, rank)) for s in shape]
-    sess.put("cp_X", x)
-    for n, f in enumerate(factors):
-        sess.put(_factor(n), f)
-    sess.put("cp_w", np.ones(rank))
-    sess.put("cp_fit", np.array(np.nan))
-    sess.run(norm)
-    xx = float(sess.get("cp_xx"))
+    for n in range(order):
+        sess[_factor(n)] = rng.random((shape[n], rank))
+    sess["cp_w"], sess["cp_fit"] = np.ones(rank), np.array(np.nan)
+    if split == "owner":
+        X_ = sess.asarray(x, machine=Mach)
+        xx = float((X_ * X_).sum())
+    else:
+        sparse_mttkrp, norm = _sparse_kernels(shape, rank, Mach, split)
+        sess.put("cp_X", x)
+        sess.run(norm)
+        xx = float(sess.get("cp_xx"))
+
+    def mttkrp(n: int, F: list[Any]) -> Any:
+        """``M[i_n, l] = X[i_0, ..., i_{N-1}] * prod_{m != n} F_m[i_m, l]``, a DArray."""
+        if split != "owner":  # SpDISTAL's kernel, on the factors bound to cp_F<m>
+            sess.run(sparse_mttkrp[n])
+            return sess.array("cp_M", machine=Mach)
+        return einsum(_mttkrp_subscripts(order, n), X_, *(F[m] for m in range(order) if m != n))
+
     keep = [_factor(n) for n in range(order)] + ["cp_w", "cp_fit"]
     loop = sess.iterations(iters, keep=keep, name="cp_als", save="latest")
-    factors = [sess.get(_factor(n)) for n in range(order)]
+    # restored by the loop when it resumes a checkpointed run
+    F = [sess.array(_factor(n), machine=Mach) for n in range(order)]
     weights = sess.get("cp_w")
     fit = float(sess.get("cp_fit"))
-    grams = [f.T @ f for f in factors]
+    grams = [np.asarray(f.T @ f) for f in F]  # R x R each, on the host
     bar = progress(sess, iters, "cp_als iterations")
     try:
         for it in loop:
             for n in range(order):
-                sess.run(mttkrp[n])
-                m = sess.get("cp_M")
-                V = np.ones((rank, rank))
-                for k in range(order):
-                    if k != n:
-                        V *= grams[k]
-                U = m @ np.linalg.pinv(V)
+                M = mttkrp(n, F)
+                V = reduce(operator.mul, (grams[m] for m in range(order) if m != n))
+                U = M @ np.linalg.pinv(V)
                 if n == order - 1:  # the model is [[U; F_0 .. F_{N-2}]] here
-                    inner = float(np.sum(m * U))
-                    model = float(np.sum(V * (U.T @ U)))
+                    inner = float((M * U).sum())
+                    model = float(np.sum(V * np.asarray(U.T @ U)))
                     resid = math.sqrt(max(xx - 2 * inner + model, 0.0))
                     new_fit = 1.0 - resid / math.sqrt(xx) if xx > 0 else 1.0
-                norms = np.linalg.norm(U, axis=0)
+                norms = np.sqrt(np.asarray((U * U).sum(axis=0)))  # R column norms
                 norms[norms == 0] = 1.0
-                factors[n] = U / norms
+                F[n] = U / norms
                 weights = norms
-                grams[n] = factors[n].T @ factors[n]
-                sess.put(_factor(n), factors[n])
-            sess.put("cp_w", weights)
+                grams[n] = np.asarray(F[n].T @ F[n])
+                sess[_factor(n)] = F[n]
+            sess["cp_w"] = weights
             change = abs(new_fit - fit)
             fit = new_fit
-            sess.put("cp_fit", np.array(fit))
+            sess["cp_fit"] = np.array(fit)
             bar.update(it + 1, note=f"fit {fit:.6f}")
             if change < tol:
                 break
     finally:
         loop.close()  # the last finished iteration is saved
         bar.close()
-    return weights, factors, fit
+    return weights, [np.asarray(f.get()) for f in F], fit

@@ -11,9 +11,12 @@ machine. Equal keys make equal kernels, so the program compiles a key once and a
 second iteration compiles nothing; :func:`build` makes the kernel from the key alone.
 
 Placement (the one rule, here): over a line of ``P`` processors, a group is computed
-owner-computes by its first output index (its first summed index when the result is 0-d);
-the result, and every operand whose same axis that index runs over, is cut into blocks
-along it (a held value's own layout is blocks along its first axis, so element-wise chains
+owner-computes by its first output index (its first summed index when the result is 0-d),
+except that a contraction whose largest operand is larger than its result and has a
+summed index along its first axis is owner-computes by that index, its partial sums
+reduced onto the result's blocks of its first axis (so the large operand stays where it
+is held); the result, and every operand whose same axis that index runs over, is cut into
+blocks along it (a held value's own layout is blocks along its first axis, so element-wise chains
 over equal shapes move nothing); an operand not indexed by it is read replicated; a 0-d
 result is replicated, where every later group reads it. A sparse matrix times a vector is
 SpDISTAL's SpMV, cut by stored entries (balanced whatever the row lengths) with the
@@ -205,13 +208,30 @@ def _uses(e: tuple, out: dict[int, list[tuple[int, ...]]]) -> None:
             _uses(sub, out)
 
 
-def _owner_var(body: tuple) -> int | None:
-    outs = body[1]
-    if outs:
-        return outs[0]
-    if body[0] == "contract" and body[2]:
-        return body[2][0]
-    return None
+def _owner_var(key: tuple) -> int | None:
+    """The index a group is owner-computes by: its result's first index (its first summed
+    index for a 0-d result), unless a contraction's largest operand, larger than its
+    result, runs a summed index along its first axis: then that index. The large operand
+    is then read where it is held (blocks of its first axis) and only the result's partial
+    sums move, instead of the operand being redistributed along another axis: an MTTKRP
+    over a tensor's second mode, a Gram matrix ``F.T @ F``, ``x @ A``."""
+    body, extents, descs = key[0], key[1], key[2]
+    outs, summed = body[1], body[2] if body[0] == "contract" else ()
+    default = outs[0] if outs else (summed[0] if summed else None)
+    if not summed:
+        return default
+    uses: dict[int, list[tuple[int, ...]]] = {}
+    for e in body[3]:
+        _uses(e, uses)
+    sizes = {k: int(np.prod(descs[k][0], dtype=np.int64)) for k in uses}
+    big = max(sizes, key=lambda k: (sizes[k], -k))  # the first of the largest
+    result = int(np.prod([extents[v] for v in outs], dtype=np.int64))
+    firsts = {acc[0] if acc else None for acc in uses[big]}
+    if sizes[big] > result and len(firsts) == 1:
+        (v,) = firsts
+        if v in summed and extents[v] > 1:
+            return v
+    return default
 
 
 def _dist(ndim: int, accesses: list[tuple[int, ...]], owner: int | None) -> str:
@@ -229,7 +249,7 @@ def _slot_tensors(key: tuple, vs: list[IndexVar], machine: Machine) -> list[Tens
     uses: dict[int, list[tuple[int, ...]]] = {}
     for e in body[3] if body[0] == "contract" else (body[2],):
         _uses(e, uses)
-    owner = _owner_var(body)
+    owner = _owner_var(key)
     out = []
     for k, (shape, dtype, sparse) in enumerate(descs):
         dist = _dist(len(shape), uses.get(k, []), owner)
@@ -284,7 +304,7 @@ def build(key: tuple) -> Kernel:
     vs = _vars(extents)
     slots = _slot_tensors(key, vs, machine)
     outs = body[1]
-    owner = _owner_var(body)
+    owner = _owner_var(key)
     out_dist = f"{_LETTERS[: len(outs)]} -> {_LETTERS[0]}" if outs else "-> *"
     result = Tensor(
         OUT, tuple(extents[v] for v in outs), dist=out_dist, machine=machine, dtype=np.dtype(dtype)
