@@ -146,7 +146,7 @@ class Program:
         if kind == "host":
             self._host(node, out)
         elif kind == "map":
-            self._map(node, out)
+            self._map(node, out, sig)
         else:
             self._kernel(node, out, sig)
         value = Value(node.shape, node.dtype, out)
@@ -169,6 +169,13 @@ class Program:
         if root.ndim == 0 and not isinstance(root, Contract):  # computed with numpy
             return "host", [x for x in root.args() if not isinstance(x, Const)], None
         is_map = self._is_map(root)
+        if is_map:
+            # one walk gives the map's expression and what must be values first: its leaves
+            # that are not (contractions, 0-d values, transposes: a map reads blocks as they
+            # lie); once they are, the same expression reads them
+            sig = map_signature(root, self._map_leaf)
+            deps = {id(x): x for x in sig[1] if not self.is_value(x)}
+            return "map", sorted(deps.values(), key=lambda n: n.seq), sig
         out: list[Node] = []
         seen: set[int] = set()
         stack = list(root.args())
@@ -179,14 +186,10 @@ class Program:
             seen.add(id(n))
             if isinstance(n, Contract) or n.ndim == 0:
                 out.append(n)
-            elif is_map and isinstance(n, Transpose):
-                out.append(n)  # a map reads blocks as they lie: a transpose is made first
-            elif not is_map and isinstance(n, Map) and n.op in MAP_OPS:
+            elif isinstance(n, Map) and n.op in MAP_OPS:
                 out.append(n)  # outside index notation: a map of its own, made first
             else:
                 stack.extend(n.args())
-        if is_map:
-            return "map", sorted(dict.fromkeys(out), key=lambda n: n.seq), None
         stop = {id(b) for b in out}
         sig = signature(root, lambda n: self.is_value(n) or id(n) in stop, self.nprocs)
         key = sig[0]
@@ -241,10 +244,14 @@ class Program:
             stack.extend(n.args())
         return False
 
-    def _map(self, root: Node, out: str) -> None:
+    def _map_leaf(self, node: Node) -> bool:
+        """Where a map's expression stops: values, and what is made a value before it."""
+        return self.is_value(node) or node.ndim == 0 or isinstance(node, Contract | Transpose)
+
+    def _map(self, root: Node, out: str, sig: Any = None) -> None:
         """A map group: numpy over each processor's blocks of its operands (laid out by
         :func:`~distal.arrays.lower.map_dist`; what moves is counted as redistribution)."""
-        expr, slots = map_signature(root, self.is_value)
+        expr, slots = sig if sig is not None else map_signature(root, self.is_value)
         operands = [(self.name_of(x), map_dist(root.shape, x.shape)) for x in slots]
         self.sess._map_blocks(
             lambda arrays: evaluate(expr, arrays),
