@@ -20,8 +20,10 @@ is copied into ``dst`` (views are the norm, so this costs one pass over each ope
 
 from __future__ import annotations
 
+import contextlib
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +147,23 @@ def leaf_text(
     return fn.text()
 
 
+#: what IREE's runtime reads to decide it runs under mpirun (then it opens ``libmpi.so``
+#: for collective channels distal does not use, and fails where that name is not on the
+#: library path, as with the mpich wheel's ``mpiexec``)
+_MPI_ENV = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPIEXEC_HOSTNAME")
+
+
+@contextlib.contextmanager
+def _without_mpi_env() -> Iterator[None]:
+    """IREE devices made as outside MPI: distal's ranks move the data themselves, and each
+    leaf runs on its own rank's device. (Under ``_LOCK``: the environment is process-wide.)"""
+    saved = {k: os.environ.pop(k) for k in _MPI_ENV if k in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 def _module(key: tuple, text: str, leaf: str) -> Any:
     fn = _MODULES.get(key)
     if fn is not None:
@@ -156,7 +175,8 @@ def _module(key: tuple, text: str, leaf: str) -> Any:
         fn = _MODULES.get(key)
         if fn is None:
             vmfb = compile_leaf(text, leaf)
-            fn = ireert.load_vm_flatbuffer(vmfb, driver=TARGETS[leaf][1]).leaf
+            with _without_mpi_env():
+                fn = ireert.load_vm_flatbuffer(vmfb, driver=TARGETS[leaf][1]).leaf
             _MODULES[key] = fn
     return fn
 
