@@ -88,7 +88,7 @@ class _Walk:
             return ("const", node.value, repr(node.value), node.dtype.str)
         if not isinstance(node, Map) or (not top and self.is_leaf(node)):
             return ("slot", self.slot(node))
-        return (node.op, *(self.map_expr(x) for x in node.operands))
+        return (node.op, *[self.map_expr(x) for x in node.operands])
 
     def broadcast(self, x: Node, shape: tuple[int, ...], vs: tuple[int, ...]) -> tuple[int, ...]:
         """The variables of operand ``x`` inside a result of ``shape`` indexed by ``vs``:
