@@ -66,6 +66,11 @@ def _factor(n: int) -> str:
     return f"cp_F{n}"
 
 
+def _gram(n: int) -> str:
+    """The session name of factor ``n``'s Gram matrix (kept with the factors)."""
+    return f"cp_G{n}"
+
+
 def _mttkrp_subscripts(order: int, n: int) -> str:
     """``"abc,bl,cl->al"`` for mode 0 of order 3: X, the other factors in mode order."""
     modes = LETTERS[:order]
@@ -142,8 +147,8 @@ def cp_als(
         seed: the initial factors are ``numpy.random.default_rng(seed).random((I_n, R))``
             for ``n = 0, 1, ...`` in turn (uniform on [0, 1)).
         session: the ``dl.Session`` to run in; with a checkpoint, every iteration is saved
-            (loop ``"cp_als"``, keeping the factors, weights and fit) and a restarted call
-            resumes.
+            (loop ``"cp_als"``, keeping the factors, their Grams, weights and fit) and a
+            restarted call resumes.
         schedule: ``"auto"``; ``"owner"`` (dense X: the schedules above); ``"rows"`` or
             ``"nonzeros"`` (sparse X; auto picks ``"nonzeros"``).
 
@@ -187,13 +192,20 @@ def cp_als(
             return sess.array("cp_M", machine=Mach)
         return einsum(_mttkrp_subscripts(order, n), X_, *(F[m] for m in range(order) if m != n))
 
-    keep = [_factor(n) for n in range(order)] + ["cp_w", "cp_fit"]
+    # the factors' Grams (R x R, on the host) are kept with the factors: an iteration makes
+    # each from its new factor's own Gram, and a resumed run must start from the same bytes
+    F0 = [sess.array(_factor(n), machine=Mach) for n in range(order)]
+    for n in range(order):
+        sess[_gram(n)] = np.asarray(F0[n].T @ F0[n])
+    del F0
+    keep = [_factor(n) for n in range(order)] + [_gram(n) for n in range(order)]
+    keep += ["cp_w", "cp_fit"]
     loop = sess.iterations(iters, keep=keep, name="cp_als", save="latest")
     # restored by the loop when it resumes a checkpointed run
     F = [sess.array(_factor(n), machine=Mach) for n in range(order)]
     weights = sess.get("cp_w")
     fit = float(sess.get("cp_fit"))
-    grams = [np.asarray(f.T @ f) for f in F]  # R x R each, on the host
+    grams = [np.asarray(sess.get(_gram(n))) for n in range(order)]
     bar = progress(sess, iters, "cp_als iterations")
     try:
         for it in loop:
@@ -201,17 +213,21 @@ def cp_als(
                 M = mttkrp(n, F)
                 V = reduce(operator.mul, (grams[m] for m in range(order) if m != n))
                 U = M @ np.linalg.pinv(V)
+                # U's Gram gives its column norms (its diagonal: sums of squares) and the new
+                # factor's Gram (scaled by them): one R x R kernel where two were
+                gram_u = np.asarray(U.T @ U)
                 if n == order - 1:  # the model is [[U; F_0 .. F_{N-2}]] here
                     inner = float((M * U).sum())
-                    model = float(np.sum(V * np.asarray(U.T @ U)))
+                    model = float(np.sum(V * gram_u))
                     resid = math.sqrt(max(xx - 2 * inner + model, 0.0))
                     new_fit = 1.0 - resid / math.sqrt(xx) if xx > 0 else 1.0
-                norms = np.sqrt(np.asarray((U * U).sum(axis=0)))  # R column norms
+                norms = np.sqrt(np.diagonal(gram_u).copy())  # R column norms
                 norms[norms == 0] = 1.0
                 F[n] = U / norms
                 weights = norms
-                grams[n] = np.asarray(F[n].T @ F[n])
+                grams[n] = gram_u / np.outer(norms, norms)
                 sess[_factor(n)] = F[n]
+                sess[_gram(n)] = grams[n]
             sess["cp_w"] = weights
             change = abs(new_fit - fit)
             fit = new_fit
