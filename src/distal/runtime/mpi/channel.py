@@ -54,6 +54,8 @@ EXIT_GRACE = _seconds("DISTAL_MPI_GRACE", 5.0)
 # how long a rank waits for every other rank to come to distal's first collective step (MPI's
 # start-up, a communicator's first use); generous, since a rank may legitimately arrive late
 JOIN_TIMEOUT = _seconds("DISTAL_MPI_JOIN", 60.0)
+# how long a rank ending the job waits between printing why and calling MPI_Abort
+ABORT_PAUSE = 0.2
 
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
@@ -550,6 +552,10 @@ def end_job(failed: bool, text: str = "") -> None:
             cause = f" (the join deadline, {JOIN_TIMEOUT:g} s, has passed)"
         _note(f"ending the MPI job (MPI_Abort): {'; '.join(why)}{cause}")
     _flush()
+    # the launcher forwards each rank's stderr from a pipe: on MPI_Abort it ends every rank
+    # and may drop what it has not read yet (seen on a loaded machine: the reason above
+    # lost), so give it a moment to read this rank's last lines first
+    time.sleep(ABORT_PAUSE)
     MPI.COMM_WORLD.Abort(1)
     os._exit(1)  # MPI_Abort may return before the process manager ends this process
 
