@@ -609,6 +609,7 @@ class LocalRuntime:
                     q.next[tensor] = (read(q.owned[tensor][0], own_sl), box)
                 elif caller is not None:  # the caller's array holds the buffer as it is
                     view = caller[inplace]
+                    view.flags.writeable = False  # as the owned blocks: inputs are read only
                     self.borrowed[id(view)] = view
                     for src, _, _, w, level, _, piece in pieces:
                         if src != p:
