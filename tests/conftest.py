@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -39,3 +41,17 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Iterator[Any]:
+    """Two in-process workers, one thread each, for one test module (as
+    ``tests/dask/conftest.py``'s ``client``): the runtime matrices' Dask cells."""
+    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c

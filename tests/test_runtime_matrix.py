@@ -12,7 +12,6 @@ launcher, failed under CI); Dask cells use a loopback cluster like ``tests/dask`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,19 +22,6 @@ from runtime_matrix_cases import CASES, P, check
 
 SCRIPT = Path(__file__).resolve().parent / "runtime_matrix_cases.py"
 KINDS = tuple(CASES)
-
-
-@pytest.fixture(scope="module")
-def dask_client() -> Iterator[Any]:
-    """Two in-process workers, one thread each (as ``tests/dask/conftest.py``'s ``client``)."""
-    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -13,7 +13,6 @@ result equals scipy's to 1e-12 and ``result.stats == bound.stats()``.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -184,19 +183,6 @@ def test_mpi(nprocs: int, routing: str) -> None:
     }, job
     if nprocs == 4:  # relays passed pieces on (the 2-rank trees have one member each)
         assert sum(d["relayed"] for d in lines) > 0, job
-
-
-@pytest.fixture(scope="module")
-def dask_client() -> Iterator[Any]:
-    """Two in-process workers, one thread each (as ``tests/dask/conftest.py``'s ``client``)."""
-    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
 
 
 @pytest.mark.dask
