@@ -782,7 +782,7 @@ def _from_points(
 #: copies and their cached queries (the fingerprint, a binding's cuts) after one
 #: comparison of the arrays, instead of copying and hashing every entry again
 _SCIPY_PATTERNS: dict[tuple[int, int], tuple] = {}
-_SCIPY_PATTERNS_MAX = 64
+_SCIPY_PATTERNS_MAX = 8  # each holds int64 copies of a matrix's index arrays
 
 
 def _known_pattern(m: Any, shape: tuple[int, ...], fmt: Format) -> tuple[list[Level], dict] | None:
