@@ -177,7 +177,10 @@ def main() -> None:
     print(f"  distal (one fused group)  {t_chain * 1e6:8.1f} us  (a map: it multiplies sums)")
     print(f"  numpy (five operations)   {t_np * 1e6:8.1f} us  ({t_np / 5 * 1e6:.1f} us each)")
     dask_chain(v, reps)
-    print("  cuPyNumeric: not measured (no CPU wheel that pip installs here; it needs Legate)")
+    print(
+        "  cuPyNumeric: not measured (pip's nvidia-cupynumeric 26.6 needs libcuda.so.1 at "
+        "import: no CPU-only wheel)"
+    )
 
 
 def dask_chain(v: np.ndarray, reps: int) -> None:
