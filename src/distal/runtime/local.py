@@ -219,15 +219,19 @@ class Prepared:
 
     ``blocks[p]``: ``(tensor, box, slices in the whole array, role)`` of every block ``p``
     owns. ``fetches[s][p]``: ``(op, what, tensor, box, shape, own slices, pieces, whole,
-    borrow)``
-    for each fetch of step ``s``, where a piece is ``(source, slices in the buffer, slices in
-    the source's block -- a relayed piece: in the relay's fetch buffer --, words, machine
-    level, routing hop or None, piece)`` and ``whole`` says the
-    buffer is one direct piece (a copy of a view); ``borrow`` says that piece is of an input,
-    which no processor writes, so the buffer is the source's block itself, not a copy (the
-    message is still counted: this runtime's processors share one memory); ``inplace``:
-    where the buffer lies in the caller's whole array of an input (a box, or a run of rows
-    times a box), read there whatever the pieces, when the run is given that array.
+    borrow, inplace)`` for each fetch of step ``s``, where
+
+    * a piece is ``(source, slices in the buffer, slices in the source's block -- for a
+      relayed piece, in the relay's fetch buffer --, words, machine level, routing hop or
+      None, the piece's region)``;
+    * ``whole``: the buffer is one direct piece (a copy of a view);
+    * ``borrow``: that piece is of an input, which no processor writes, so the buffer is
+      the source's block itself, not a copy (the message is still counted: this runtime's
+      processors share one memory);
+    * ``inplace``: where the buffer lies in the caller's whole array of an input (a box, or
+      a run of rows times a box), read there whatever the pieces when the run is given
+      that array (None: not such a region, or a routed fetch).
+
     ``work[s][p]``: the other instructions that act here.
     """
 
