@@ -42,31 +42,6 @@ def test_slow_worker_tail_is_duplicated_and_result_exact(client: Any) -> None:
     assert off.extra["summary"].speculative == 0
 
 
-def test_a_unit_that_stops_answering_is_run_elsewhere_without_a_timeout() -> None:
-    """No ``timeout=``: a worker whose unit does not come back (here: 30 s, against 0.1 s
-    units elsewhere) holds the run up only until the others run out of work; then its unit
-    is copied to a worker that answers, as a late one would be, and the run ends exact.
-    (Worker processes: closing the pool ends the stuck one instead of waiting for it.)"""
-    import time
-
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        k, x = gemm(), gemm_inputs()
-        stuck = {_slow_worker(c): 300.0}
-        t0 = time.perf_counter()
-        res = k.run(x, runtime="dask", client=c, _delay=0.1, _slow=stuck)
-        took = time.perf_counter() - t0
-        assert np.array_equal(res.value, x["B"] @ x["C"])
-        assert res.extra["summary"].speculative_won >= 1
-        assert took < 15.0, f"the run waited {took:.1f} s for the unit that stopped answering"
-        assert res.stats.as_dict() == k.stats().as_dict()
-
-
 def test_duplicated_partials_are_checkpointed_once_and_summed_once(
     client: Any, tmp_path: Path
 ) -> None:
