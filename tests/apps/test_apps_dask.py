@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -10,7 +9,6 @@ import pytest
 
 import distal as dl
 
-distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
 sps = pytest.importorskip("scipy.sparse", reason="needs scipy (sparse extra)")
 
 from _problems import (  # noqa: E402
@@ -25,14 +23,9 @@ from _problems import (  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
+def client(dask_client: Any) -> Any:
+    """The shared two-worker loopback cluster (``tests/conftest.py``)."""
+    return dask_client
 
 
 def _session(client: Any) -> dl.Session:

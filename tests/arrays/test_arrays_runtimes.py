@@ -33,22 +33,15 @@ def test_arrays_program_on_mpi_ranks(ranks: int) -> None:
     assert lines[0]["sum"] == pytest.approx(float((local.asarray(a) + 1.0).sum()), rel=1e-12)
 
 
-def test_arrays_program_on_dask() -> None:
-    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
-    with (
-        distributed.LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        sess: Any = dl.Session("dask", client=client, machine=2)
-        A = laplacian(6)
-        b = rand(A.shape[0], seed=4)
-        x, its = cg(sess, A, b)
-        local, its_local = cg(dl.Session("local", machine=2), A, b)
-        assert its == its_local
-        np.testing.assert_allclose(x.get(), local.get(), rtol=1e-12, atol=1e-14)
-        a = rand(7, 3, seed=5)
-        d = sess.asarray(a)
-        np.testing.assert_allclose((d.T @ (d * 2.0)).get(), a.T @ (a * 2.0), rtol=1e-12)
-        np.testing.assert_allclose(dl.exp(d / (d * d + 1.0)).get(), np.exp(a / (a * a + 1.0)))
+def test_arrays_program_on_dask(dask_client: Any) -> None:
+    sess: Any = dl.Session("dask", client=dask_client, machine=2)
+    A = laplacian(6)
+    b = rand(A.shape[0], seed=4)
+    x, its = cg(sess, A, b)
+    local, its_local = cg(dl.Session("local", machine=2), A, b)
+    assert its == its_local
+    np.testing.assert_allclose(x.get(), local.get(), rtol=1e-12, atol=1e-14)
+    a = rand(7, 3, seed=5)
+    d = sess.asarray(a)
+    np.testing.assert_allclose((d.T @ (d * 2.0)).get(), a.T @ (a * 2.0), rtol=1e-12)
+    np.testing.assert_allclose(dl.exp(d / (d * d + 1.0)).get(), np.exp(a / (a * a + 1.0)))

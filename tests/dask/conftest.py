@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -11,18 +10,10 @@ distributed = pytest.importorskip("distributed", reason="needs distributed (dask
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[Any]:
-    """Two in-process workers, one thread each: fast to start, enough for most tests."""
-    with (
-        distributed.LocalCluster(
-            n_workers=2,
-            threads_per_worker=1,
-            processes=False,
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        distributed.Client(cluster) as c,
-    ):
-        yield c
+def client(dask_client: Any) -> Any:
+    """Two in-process workers, one thread each: fast to start, enough for most tests (the
+    shared fixture of ``tests/conftest.py``)."""
+    return dask_client
 
 
 def trace_lines(path: Any) -> list[tuple[str, str, str]]:
