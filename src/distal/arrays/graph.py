@@ -238,16 +238,22 @@ def map_node(op: str, *xs: Node) -> Map:
     return Map(shape, dtype, op, tuple(xs))
 
 
+def _probe(op: str, xs: tuple[Node, ...]) -> Any:
+    """numpy's ``op`` on 0-d ones of the operands' dtypes (numbers as they are): its result
+    dtype, or the error numpy raises for these operands."""
+    probe = [np.ones((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
+    with np.errstate(all="ignore"):
+        return _NUMPY[op](*probe)
+
+
 def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
     """numpy's result dtype of ``op`` over ``xs``, or the error numpy would give."""
     name = _SYMBOL.get(op, op)
     if any(isinstance(x, Const) and type(x.value) is int for x in xs) and op in _NUMPY:
         # a Python integer takes the other operand's integer dtype: numpy refuses one out of
         # its range (int8 + 300) when the operation runs; here, on the line that wrote it
-        probe = [np.ones((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
         try:
-            with np.errstate(all="ignore"):
-                _NUMPY[op](*probe)
+            _probe(op, xs)
         except OverflowError as e:
             raise InputError(f"{name}: {e}") from None
         except (TypeError, ValueError):
@@ -261,10 +267,8 @@ def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
         dtype = _dtype(list(xs[1:]), "where")
     elif op in ("div", "sqrt", "exp", "pow", "floordiv", "mod"):
         # numpy's true division and float functions: integers become float64
-        probe = [np.ones((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
         try:
-            with np.errstate(all="ignore"):
-                dtype = np.asarray(_NUMPY[op](*probe)).dtype
+            dtype = np.asarray(_probe(op, xs)).dtype
         except (TypeError, ValueError) as e:  # e.g. integers to a negative integer power
             raise InputError(f"{name}: numpy refuses these operands: {e}") from None
     else:
