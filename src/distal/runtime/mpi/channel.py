@@ -56,6 +56,8 @@ EXIT_GRACE = _seconds("DISTAL_MPI_GRACE", 5.0)
 JOIN_TIMEOUT = _seconds("DISTAL_MPI_JOIN", 60.0)
 # how long a rank ending the job waits between printing why and calling MPI_Abort
 ABORT_PAUSE = 0.2
+# how long a rank that sees another's script end waits for that rank's run error, sent before
+END_SETTLE = 0.5
 
 _RANK_VARS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
 _SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
@@ -343,21 +345,23 @@ class Channel:
             if record:
                 job().record(str(failure))
             raise failure
-        status = MPI.Status()
-        if self.ready and self.err.Iprobe(source=MPI.ANY_SOURCE, tag=ERR_TAG, status=status):
-            src = status.Get_source()
-            buf = bytearray(status.Get_count(MPI.BYTE))
-            self.err.Recv([buf, MPI.BYTE], source=src, tag=ERR_TAG)
-            text = f"{self.name(src)} failed: {buf.decode('utf-8', 'replace')}"
-            self.broken = self.broken or text
-            if record:
-                job().record(text)
-            raise PeerFailure(text, processor=src)
+        self._run_error(MPI.ANY_SOURCE, record)
         state = job()
         state.poll()
         if not (state.errors or state.ended):
             return
         for p, w in enumerate(self.members):
+            if w in state.ended and w not in state.errors:
+                # A rank that failed in this run and then ended its script sent its error
+                # here before its end on the job channel, but MPI orders messages only within
+                # one communicator: give the earlier one a moment to arrive, so the report
+                # names the failure rather than the end.
+                deadline = time.monotonic() + END_SETTLE
+                while True:
+                    self._run_error(p, record)
+                    if time.monotonic() >= deadline:
+                        break
+                    time.sleep(1e-3)
             if w in state.errors:
                 text = f"{self.name(p)} failed: {state.errors[w]}"
             elif w in state.ended:
@@ -369,6 +373,21 @@ class Channel:
             if record:
                 state.record(text)
             raise PeerFailure(text, processor=p)
+
+    def _run_error(self, source: int, record: bool) -> None:
+        """Raise :class:`PeerFailure` if ``source`` (any rank: ``MPI.ANY_SOURCE``) has
+        reported an error on this run's channel."""
+        status = MPI.Status()
+        if not (self.ready and self.err.Iprobe(source=source, tag=ERR_TAG, status=status)):
+            return
+        src = status.Get_source()
+        buf = bytearray(status.Get_count(MPI.BYTE))
+        self.err.Recv([buf, MPI.BYTE], source=src, tag=ERR_TAG)
+        text = f"{self.name(src)} failed: {buf.decode('utf-8', 'replace')}"
+        self.broken = self.broken or text
+        if record:
+            job().record(text)
+        raise PeerFailure(text, processor=src)
 
     def wait(
         self,
