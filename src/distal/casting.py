@@ -12,7 +12,6 @@ It sits below everything that converts values (sparse arrays, block sources, inp
 sessions, the apps), so each of them applies this one rule.
 """
 
-
 from __future__ import annotations
 
 from typing import Any
@@ -49,5 +48,3 @@ def check_cast(label: str, src: Any, t: Any) -> None:
     else:
         target = f"{dst} is needed"
     raise InputError(f"{label} is {src} but {target}: {loss}; {fix}")
-
-

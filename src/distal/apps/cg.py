@@ -98,8 +98,7 @@ def cg(
             pq = p @ q
             if float(pq) <= 0:
                 raise InputError(
-                    f"cg: p.Ap = {float(pq):.3g} <= 0 at iteration {it}: A is not positive "
-                    "definite"
+                    f"cg: p.Ap = {float(pq):.3g} <= 0 at iteration {it}: A is not positive definite"
                 )
             alpha = rs / pq
             x = x + alpha * p

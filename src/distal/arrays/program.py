@@ -37,8 +37,6 @@ import itertools
 import weakref
 from typing import Any
 
-import numpy as np
-
 from distal.arrays.graph import (
     MAP_OPS,
     Const,
@@ -264,21 +262,19 @@ class Program:
         )
 
     def _host(self, node: Node, out: str) -> None:
-        """A 0-d element-wise node, computed with numpy from its 0-d operands."""
-        args = []
-        for x in node.args():
-            if isinstance(x, Const):
-                args.append(x.value)
-            else:
-                args.append(np.asarray(self.sess._get_value(self.name_of(x))).reshape(()))
+        """A 0-d element-wise node, computed with numpy from its 0-d operands (by the
+        session: on Dask on a worker, where the operands are)."""
+        args = [
+            (False, x.value) if isinstance(x, Const) else (True, self.name_of(x))
+            for x in node.args()
+        ]
         if isinstance(node, Map):
-            with np.errstate(all="ignore"):
-                value = np.asarray(numpy_op(node.op)(*args), dtype=node.dtype)
+            fn = numpy_op(node.op)
         elif isinstance(node, Transpose):
-            value = np.asarray(args[0])
+            fn = _first
         else:
             raise InternalError(f"no host evaluation of {type(node).__name__}")
-        self.sess.put(out, value)
+        self.sess._host_op(fn, args, out, node.dtype)
 
     def _kernel(self, root: Node, out: str, sig: Any = None) -> None:
         """Run ``root``'s group as one kernel (compiled once per key) into value ``out``."""
@@ -291,3 +287,8 @@ class Program:
         names[OUT] = out
         self.sess._run_as(kernel, names)
         self.kernels_run += 1
+
+
+def _first(x: Any) -> Any:
+    """The 0-d transpose: the operand itself."""
+    return x

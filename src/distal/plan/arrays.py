@@ -117,5 +117,3 @@ def within(lo: Arr, hi: Arr, olo: Arr, ohi: Arr) -> Arr:
 def same(lo: Arr, hi: Arr, lo2: Arr, hi2: Arr) -> Arr:
     """Rows whose boxes are equal."""
     return every(len(lo), lo.shape[1], lambda d: (lo[:, d] == lo2[:, d]) & (hi[:, d] == hi2[:, d]))
-
-

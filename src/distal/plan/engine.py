@@ -569,8 +569,10 @@ class Engine:
         nb = max(math.prod(nblocks), 1)
 
         def lin(idx: Arr) -> Arr:
-            return np.ravel_multi_index(tuple(idx.T), nblocks) if order else np.zeros(
-                len(idx), np.int64
+            return (
+                np.ravel_multi_index(tuple(idx.T), nblocks)
+                if order
+                else np.zeros(len(idx), np.int64)
             )
 
         # reducers: the lowest replica whose own accumulation touches the block, else the lowest
@@ -907,7 +909,13 @@ class Engine:
             )
         out.sort(
             key=lambda m: (
-                m.step, KINDS.index(m.kind), m.src, m.dst, m.hop, self.tid[m.tensor], m.box
+                m.step,
+                KINDS.index(m.kind),
+                m.src,
+                m.dst,
+                m.hop,
+                self.tid[m.tensor],
+                m.box,
             )
         )
         return out

@@ -79,8 +79,7 @@ class MessageRows:
     def arrays(self) -> dict[str, Arr]:
         keys = ("step", "kind", "tensor", "src", "dst", "hop")
         out = {
-            k: np.concatenate(self.cols[k]) if self.cols[k] else np.zeros(0, np.int64)
-            for k in keys
+            k: np.concatenate(self.cols[k]) if self.cols[k] else np.zeros(0, np.int64) for k in keys
         }
         out["relay"] = (
             np.concatenate(self.cols["relay"]) if self.cols["relay"] else np.zeros(0, bool)
@@ -206,8 +205,6 @@ class Tally:
             now = base.copy()
             np.add.at(now, who, words)
         np.maximum(self.peak, now, out=self.peak)
-
-
 
 
 def count_plan(plan: Plan) -> PlanSummary:

@@ -173,6 +173,13 @@ def _connect(opts: Options) -> tuple[Client, list[Any]]:
     )
 
 
+def start_pool(options: dict[str, Any]) -> tuple[Client, list[Any]]:
+    """A session's pool: the client of ``client=`` (or of the scheduler address it names),
+    or of a local cluster started with the session's ``n_workers`` / ``processes``; and
+    what the session started, to close when it is closed."""
+    return _connect(Options.parse(options))
+
+
 @contextmanager
 def connected(opts: Options) -> Iterator[Any]:
     """The client a run uses (``opts.client``'s, or a local cluster's), closing what this
@@ -203,4 +210,5 @@ __all__ = [
     "VerificationFailed",
     "decompose",
     "run",
+    "start_pool",
 ]

@@ -76,7 +76,9 @@ def copy_into(dst: np.ndarray, arr: np.ndarray, ix: Any) -> None:
             isinstance(rows, np.ndarray)
             and dst.dtype == arr.dtype
             and all(
-                isinstance(r, slice) and r.step is None and (r.start or 0) == 0
+                isinstance(r, slice)
+                and r.step is None
+                and (r.start or 0) == 0
                 and r.stop == arr.shape[d + 1]
                 for d, r in enumerate(rest)
             )

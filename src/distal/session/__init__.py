@@ -16,8 +16,15 @@ Where values live, by runtime:
 * ``"mpi"``: each rank holds only its own block of every value; kernels run with
   ``gather="none"`` and read held values as block sources over the rank's blocks; a
   redistribution runs the copy kernel on MPI.
-* ``"dask"``: values are held on the driver as gathered numpy arrays (each kernel's result
-  comes back to the driver); redistribution words are counted as on ``"local"``.
+* ``"dask"``: a dense value is held on the workers, as one Dask future per block of its
+  layout (:class:`~distal.runtime.elastic.held.WorkerValue`): a value ``put`` is sent out
+  block by block when first placed, a kernel's inputs are those futures (cut on the workers
+  when the kernel reads other boxes), its output blocks stay where they were computed, and
+  a redistribution cuts the blocks anew on the workers. A sparse value is held here and its
+  stored values are sent once per distinct block the kernels read (kept in ``placed``).
+  ``driver_words`` counts every element that comes back through the driver (``get``,
+  ``float``, a checkpoint save); a chain of kernels that reads no value adds 0. A session
+  without ``client=`` starts its pool once and keeps it until :meth:`Session.close`.
 
 Checkpointed loops (``checkpoint=`` and :meth:`Session.iterations`) are in
 :mod:`distal.session.loops`.
@@ -31,7 +38,7 @@ import re
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -82,6 +89,8 @@ class Held:
     data: Any
     #: a sparse value's transpose, made on first use by the arrays front (``A.T``)
     transposed: Any = None
+    #: dask: the input blocks made from this value on the workers, kept for the next kernels
+    placed: dict = field(default_factory=dict)
 
 
 #: the options a session passes to every run, by runtime, beyond those the runtime itself
@@ -197,6 +206,54 @@ class Session:
         self.stats_differ: list[str] = []
         self._programs: dict[int, Any] = {}  # the arrays programs, by processor count
         self._hidden = itertools.count()
+        #: dask: elements of values that crossed between the driver and the workers after
+        #: placement (``get``, ``float``, ``np.asarray``, a gathered result, a checkpoint save)
+        self.driver_words = 0
+        self._pool: Any = None  # dask: (client, what this session started and closes)
+        self._closer: Any = None
+
+    # -- the pool (dask) ----------------------------------------------------------------------
+
+    @property
+    def client(self) -> Any:
+        """``runtime="dask"``: the ``distributed.Client`` the session's values live behind
+        (``client=``'s, or of the pool the session started on first use); None otherwise."""
+        if self.runtime != "dask":
+            return None
+        if self._pool is None:
+            from distal.runtime.dask import start_pool
+
+            client, owned = start_pool(self.options)
+            self._pool = client
+            self.options["client"] = client
+            self._closer = weakref.finalize(self, _close_all, owned)
+        return self._pool
+
+    def close(self) -> None:
+        """Drop every value and close what the session started (a Dask pool without
+        ``client=``); a pool given as ``client=`` stays open."""
+        self.values.clear()
+        if self._closer is not None:
+            self._closer()
+        self._pool = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _count_driver(self, n: int) -> None:
+        self.driver_words += int(n)
+
+    def holders(self, name: str) -> dict[Box, list[str]]:
+        """``runtime="dask"``: the workers holding each block of value ``name`` now (empty
+        for a value held in this process: not placed yet, or sparse)."""
+        from distal.runtime.elastic.held import WorkerValue
+
+        self.flush()
+        data = self._held(name).data
+        return data.holders() if isinstance(data, WorkerValue) else {}
 
     # -- values ----------------------------------------------------------------------------
 
@@ -353,7 +410,9 @@ class Session:
             self._input(v, layout_for(v, self.values[v].shape, d, machine)) for v, d in operands
         ]
         target = layout_for(out, shape, dist, machine)
-        if self.runtime == "mpi":
+        if self.runtime == "dask":
+            self._map_on_workers(fn, operands, data, out, shape, dtype, target, machine)
+        elif self.runtime == "mpi":
             box = target.boxes[self.rank]
             arrays = [b.array for b in data]
             arr = None if box is None else np.asarray(fn(arrays), dtype=dtype)
@@ -368,6 +427,53 @@ class Session:
             )
         self.kernels_run += 1
         self.maps_run += 1
+
+    def _map_on_workers(
+        self,
+        fn: Any,
+        operands: Sequence[tuple[str, str]],
+        data: list[Any],
+        out: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        target: Layout,
+        machine: Machine,
+    ) -> None:
+        """:meth:`_map_blocks` on Dask: one task per distinct block of ``target``, over the
+        operands' blocks of the processor that holds it, on the workers."""
+        from distal.runtime.elastic.held import WorkerValue, map_block
+        from distal.session.layout import layout_for
+
+        layouts = [layout_for(v, self.values[v].shape, d, machine) for v, d in operands]
+        blocks: dict[Box, Any] = {}
+        client = self.client
+        for p, box in enumerate(target.boxes):
+            if box is None or (box and any(hi <= lo for lo, hi in box)) or box in blocks:
+                continue
+            parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
+            blocks[box] = client.submit(
+                map_block, fn, parts, tuple(hi - lo for lo, hi in box), dtype, pure=False
+            )
+        value = WorkerValue(shape, dtype, blocks, client, self._count_driver)
+        self.values[out] = Held(shape, dtype, target, value)
+
+    def _host_op(
+        self, fn: Any, args: Sequence[tuple[bool, Any]], out: str, dtype: np.dtype
+    ) -> None:
+        """Value ``out`` (0-d) = ``fn(*args)``; each arg ``(True, a held value's name)`` or
+        ``(False, a constant)``: on Dask on a worker, from the operands' futures; elsewhere
+        here."""
+        from distal.runtime.elastic.held import WorkerValue, host_op
+
+        vals = [self.values[a].data if ref else a for ref, a in args]
+        if self.runtime == "dask" and any(isinstance(v, WorkerValue) for v in vals):
+            parts = [v.part(()) if isinstance(v, WorkerValue) else v for v in vals]
+            f = self.client.submit(host_op, fn, parts, dtype, pure=False)
+            value = WorkerValue((), np.dtype(dtype), {(): f}, self.client, self._count_driver)
+            self.values[out] = Held((), np.dtype(dtype), None, value)
+            return
+        vals = [np.asarray(self._get_value(a)).reshape(()) if ref else a for ref, a in args]
+        self.put(out, host_op(fn, vals, dtype))
 
     def _sparse_transpose(self, node: Any) -> Any:
         """A program node over the transpose of the sparse value ``node`` reads (a CSR
@@ -415,9 +521,13 @@ class Session:
         return self._get_value(name)
 
     def _get_value(self, name: str) -> Any:
+        from distal.runtime.elastic.held import WorkerValue
+
         held = self._held(name)
         if _is_sparse(held.data):
             return held.data
+        if isinstance(held.data, WorkerValue):
+            return held.data.gather()  # counted in driver_words
         if self.runtime != "mpi":
             return np.array(held.data)
         if held.layout is None:
@@ -522,9 +632,11 @@ class Session:
             self.runtime == "mpi" or not st.output.format.is_dense
         ):
             # a sparse kernel's result comes back whole on every rank: held as given
-            res = kernel.run(data, runtime=self.runtime, **self._run_options())
+            res = kernel.run(data, runtime=self.runtime, **self._run_options(kernel, names))
             value = res.value
             t = st.output
+            if self.runtime == "dask":
+                self.driver_words += int(np.asarray(getattr(value, "vals", ())).size)
             self.values[out] = Held(t.shape, np.dtype(t.dtype), None, value)
             if not gather:
                 res.value = None
@@ -544,6 +656,16 @@ class Session:
         res = None
         if self.runtime == "local" and not inputs and getattr(kernel, "sparse", None) is None:
             res = self._run_local(kernel, data)
+        if self.runtime == "dask":
+            opts = self._run_options(kernel, names)
+            res = kernel.run(data, runtime="dask", _hold=True, **opts)
+            held_value = res.value
+            held_value.meter = self._count_driver
+            t = st.output
+            lay = layout_of(kernel, st.output.name)
+            self.values[out] = Held(t.shape, np.dtype(t.dtype), lay, held_value)
+            res.value = held_value.gather() if gather else None
+            return res
         if res is None:
             res = kernel.run(data, runtime=self.runtime, **self._run_options())
         value = np.asarray(res.value)
@@ -554,11 +676,22 @@ class Session:
             res.value = np.array(value)
         return res
 
-    def _run_options(self) -> dict[str, Any]:
+    def _run_options(self, kernel: Any = None, names: Mapping[str, str] = {}) -> dict[str, Any]:
         """The options of every ``kernel.run``: the session's, and on the local runtime no
-        trace unless asked for (``trace=True``, or ``DISTAL_TRACE=1``)."""
+        trace unless asked for (``trace=True``, or ``DISTAL_TRACE=1``); on Dask the
+        session's pool and, for ``kernel``'s inputs held in this process, the caches of the
+        blocks placed from them (``Held.placed``)."""
         if self.runtime == "local" and "trace" not in self.options:
             return {**self.options, "trace": os.environ.get("DISTAL_TRACE", "0") == "1"}
+        if self.runtime == "dask":
+            _ = self.client  # the pool, started once
+            placed = {}
+            if kernel is not None:
+                for t in _inputs_of(kernel):
+                    held = self.values.get(names.get(t.name, t.name))
+                    if held is not None and _is_sparse(held.data):
+                        placed[t.name] = held.placed
+            return {**self.options, "_placed": placed} if placed else self.options
         return self.options
 
     def _run_local(self, kernel: Any, data: dict[str, Any]) -> Result | None:
@@ -587,6 +720,13 @@ class Session:
                 f"value {name!r} has shape {held.shape}; the kernel's tensor {name!r} expects "
                 f"{target.shape}"
             )
+        if self.runtime == "dask" and isinstance(held.data, np.ndarray):
+            # sent to the workers once, in the blocks of the layout it is placed in (or was
+            # restored in): placing, not counted
+            from distal.runtime.elastic.held import WorkerValue
+
+            boxes = (held.layout or target).boxes
+            held.data = WorkerValue.place(self.client, held.data, boxes, self._count_driver)
         if held.layout is None:  # as put: the kernel reads its blocks, which is not traffic
             if self.runtime == "mpi":
                 data = held.data
@@ -620,7 +760,9 @@ class Session:
             )
             box = target.boxes[self.rank]
             held.data = HeldBlock(held.shape, held.dtype, box, copy.block(res.blocks, box))
-        # local / dask: the one array already holds every block of the new layout
+        elif self.runtime == "dask" and not isinstance(held.data, np.ndarray):
+            held.data = held.data.recut(target.boxes)  # cut anew on the workers
+        # local: the one array already holds every block of the new layout
         held.layout = target
         self.moved_words += copy.words
 
@@ -650,6 +792,8 @@ class Session:
             f"session on runtime {self.runtime!r}: values {self.names()}",
             f"moved words (redistribution): {self.moved_words}",
         ]
+        if self.runtime == "dask":
+            lines.append(f"driver words (values through the driver): {self.driver_words}")
         if self.checkpoint is not None:
             resumed = "no" if self.resumed_from is None else f"after iteration {self.resumed_from}"
             lines.append(f"checkpoint {self.checkpoint!s}: last loop resumed: {resumed}")
@@ -720,6 +864,14 @@ def _sparse_split(dist: str | None) -> str:
         f"a sparse array distributed as {dist!r}: the arrays front cuts a sparse matrix by "
         "rows ('xy -> x') or by stored entries ('xy -> (xy)')"
     )
+
+
+def _close_all(things: Sequence[Any]) -> None:
+    for thing in things:
+        try:
+            thing.close()
+        except Exception:  # pragma: no cover - best effort shutdown
+            pass
 
 
 def _as_held_sparse(x: Any) -> Any:

@@ -294,7 +294,9 @@ class Loop:
     def _block(self, held: Held, box: Box, p: int) -> np.ndarray | None:
         """The array of ``box`` this process writes (None: another rank writes it)."""
         if not self.mpi:
-            return held.data[box_index(box, tuple((0, s) for s in held.shape))]
+            if isinstance(held.data, np.ndarray):
+                return held.data[box_index(box, tuple((0, s) for s in held.shape))]
+            return held.data.read_block(box)  # on the workers: counted in driver_words
         if p != self.sess.rank:
             return None
         data = held.data

@@ -70,8 +70,7 @@ class Format:
     def __init__(self, levels: str, order: Sequence[int] | None = None) -> None:
         if not isinstance(levels, str):
             raise NotationError(
-                f"format levels must be a string of level letters {list(LEVELS)}, "
-                f"got {levels!r}"
+                f"format levels must be a string of level letters {list(LEVELS)}, got {levels!r}"
             )
         for k, letter in enumerate(levels):
             if letter not in LEVELS:
@@ -103,8 +102,7 @@ class Format:
             perm = tuple(int(o) for o in items)
             if sorted(perm) != list(range(n)):
                 raise NotationError(
-                    f"order {perm!r} of format {levels!r} is not a permutation of "
-                    f"{tuple(range(n))}"
+                    f"order {perm!r} of format {levels!r} is not a permutation of {tuple(range(n))}"
                 )
         object.__setattr__(self, "levels", levels)
         object.__setattr__(self, "order", perm)

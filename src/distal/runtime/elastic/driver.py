@@ -34,6 +34,7 @@ from distal.runtime.checkpoint import (
 )
 from distal.runtime.checkpoint_auth import Sealer, content_digest
 from distal.runtime.elastic.feeder import Feeder
+from distal.runtime.elastic.held import WorkerValue
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Events, measured_traffic, summarize
 from distal.runtime.elastic.tasks import (
@@ -127,6 +128,21 @@ def task_exception(f: Any) -> BaseException | None:
         return e
 
 
+def _volume(box: Box) -> int:
+    """Elements of a box (0 when it is empty; 1 for the 0-d box)."""
+    return 0 if box and box_is_empty(box) else int(np.prod([hi - lo for lo, hi in box]))
+
+
+def _placed_key(region: Region, dtype: np.dtype) -> tuple:
+    """What identifies an input block placed from this process across runs: its box, or
+    the stored positions it holds (by digest), and its dtype."""
+    if isinstance(region, Entries):
+        pos = np.ascontiguousarray(region.positions)
+        digest = hashlib.blake2b(pos.view(np.uint8), digest_size=16).hexdigest()
+        return ("entries", len(pos), digest, dtype.str)
+    return ("box", region, dtype.str)
+
+
 def _work_shape(work: Any) -> tuple[int, ...]:
     """The output buffer a leaf over stored entries adds into."""
     ext = dict(work.extents)
@@ -155,7 +171,12 @@ class Driver:
         self.out_pl = self.plan.placements.get(self.plan.output)
         self.pattern = self.plan.patterns.get(self.plan.output)  # a sparse output's
         self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
+        self.hold = bool(opts._hold) and self.pattern is None
         self.inputs_f: dict[tuple[str, tuple[int, ...]], Any] = {}
+        # keys of input futures that outlive the run (held values' blocks, placed blocks)
+        self.shared: set[str] = set()
+        # _hold: the output's finished blocks, left on the workers, by box
+        self.kept: dict[Box, Any] = {}
         self.units: dict[str, Unit] = {}
         # messages counted on the driver as results arrive (see _delivered)
         self.delivered: Traffic = []
@@ -192,23 +213,24 @@ class Driver:
                     out.append((op.src, p, op.box))
         return out
 
-    def _delivered(self, box: Region, arr: np.ndarray, unit: Unit | None) -> None:
+    def _delivered(self, box: Region, unit: Unit | None) -> None:
         """Count what a finished block brings to the driver, in the plan's terms.
 
         A unit that alone makes its block (``final``) sends its partial to the block's
         reducer when it is not that processor; and every replica of the block gets its copy
-        of it. The words are the elements of those pieces in the array that arrived.
+        of it. The words are the elements of those pieces within the block.
         """
         if unit is not None:
             for dst, piece in unit.sends:
                 assert isinstance(piece, tuple)
                 assert isinstance(box, tuple)
-                self.delivered.append((unit.proc, dst, arr[box_index(piece, box)].size, 0))
+                inter = box_intersect(piece, box) if box else piece
+                self.delivered.append((unit.proc, dst, _volume(inter), 0))
         for src, dst, rbox in self.replicas:
             assert isinstance(box, tuple)
             inter = box_intersect(rbox, box) if box else rbox
             if not box_is_empty(inter):
-                self.delivered.append((src, dst, arr[box_index(inter, box)].size, 0))
+                self.delivered.append((src, dst, _volume(inter), 0))
 
     def _output_blocks(self) -> dict[Key, Region]:
         """The output's blocks by key, each once (empty boxes left out): a placement's
@@ -271,8 +293,19 @@ class Driver:
         if key not in self.inputs_f:
             box = block_region(self.plan, t, idx)
             dtype = np.dtype(self.kernel.dtypes[t])
-            name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}"
             x = self.data[t]
+            if isinstance(x, WorkerValue) and isinstance(box, tuple):
+                # held on the workers: its block, or a cut of its blocks made there
+                f = self.inputs_f[key] = x.part(box, dtype)
+                self.shared.add(f.key)
+                return f
+            cache = self.opts._placed.get(t)
+            ckey = _placed_key(box, dtype) if cache is not None else None
+            if cache is not None and ckey in cache:
+                f = self.inputs_f[key] = cache[ckey]
+                self.shared.add(f.key)
+                return f
+            name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}"
             if isinstance(box, Entries):  # a sparse input: the values of its owned entries
                 block = np.asarray(x.vals, dtype=dtype)[box.positions]
                 with warnings.catch_warnings():
@@ -288,6 +321,9 @@ class Driver:
                     warnings.filterwarnings("ignore", message="Sending large graph")
                     f = self.client.submit(input_block, block, key=name, pure=False)
             self.inputs_f[key] = f
+            if cache is not None and not is_block_source(x):
+                cache[ckey] = f  # placed: the session's next run reads it there
+                self.shared.add(f.key)
         return self.inputs_f[key]
 
     def _fingerprints(self, units: list[Unit]) -> dict[str, str]:
@@ -328,7 +364,8 @@ class Driver:
         total = len(units) + len(blocks) - len(finals)
         store = self._store(units)
         whole = (self.pattern.nnz,) if self.pattern is not None else self.out_pl.shape
-        value = np.zeros(whole, self.out_dtype)
+        # _hold: the blocks stay on the workers and no whole array is made here
+        value = np.zeros((0,) if self.hold else whole, self.out_dtype)
 
         # Finished blocks come straight from the checkpoint (checksummed) on the driver.
         present = store.names() if store is not None else set()
@@ -347,6 +384,8 @@ class Driver:
                     present.discard(block_name(idx))
             if arr is None:
                 pending[idx] = box
+            elif self.hold:
+                self.kept[box] = client.submit(input_block, arr, pure=False)
             else:
                 self._place(value, box, arr)
         needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
@@ -388,7 +427,7 @@ class Driver:
             events.sync()
             self._seal(events)
         except BaseException:
-            client.cancel(list(self.inputs_f.values()))
+            client.cancel([f for f in self.inputs_f.values() if f.key not in self.shared])
             raise
         finally:
             bar.close()
@@ -425,6 +464,8 @@ class Driver:
             self._finish_checkpoint(store, units, blocks)
         if self.pattern is not None:  # a sparse output: its values in the bound pattern
             value = self.pattern.with_values(value)
+        elif self.hold:
+            value = WorkerValue(tuple(whole), self.out_dtype, dict(self.kept), client)
         return Result(
             value,
             stats,
@@ -876,12 +917,16 @@ class Driver:
                     continue
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
-                    arr = f.result()
+                    if self.hold:
+                        self.kept[pending[idx]] = f  # stays on its worker
+                        arr = f.result() if self.sealer is not None else None
+                    else:
+                        arr = f.result()
+                        self._place(value, pending[idx], arr)
                     if self.sealer is not None:
                         self.received[block_name(idx)] = content_digest(arr)
-                    self._place(value, pending[idx], arr)
                     name = feeder.unit_of.get(f.key)
-                    self._delivered(pending[idx], arr, self.units[name] if name else None)
+                    self._delivered(pending[idx], self.units[name] if name else None)
                 done += feeder.finished(f)
             self._outvoted(events)
             self._seal(events)

@@ -35,6 +35,10 @@ class Options:
     _slow: Mapping[Any, float] = field(default_factory=dict)
     _trace: str | None = None
     _lie: Any = ()
+    # a session's: output blocks stay on the workers (Result.value is a WorkerValue), and
+    # input blocks made from this process's values are kept, per input, for the next run
+    _hold: bool = False
+    _placed: Mapping[str, dict] = field(default_factory=dict)
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Options:

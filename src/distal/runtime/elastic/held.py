@@ -1,0 +1,162 @@
+"""Values held on the pool's workers: what a Dask session keeps between kernels.
+
+A :class:`WorkerValue` is a dense value as Dask futures, one per distinct block of its
+layout, each future's result that block's array. The driver holds only the futures: a
+kernel's input blocks are those futures (or small tasks cutting them, run on the workers,
+when the kernel reads other boxes than the value holds), and a kernel's output blocks stay
+where the units and reductions computed them (the elastic driver's ``_hold`` option), so a
+chain of kernels moves blocks worker to worker and nothing through the driver. Every read
+through the driver (:meth:`WorkerValue.read_block`, :meth:`WorkerValue.gather`) is reported
+to ``meter`` with its element count: the session's ``driver_words``.
+
+Dask keeps each block's lineage while its future is held, so a block lost with its
+worker is recomputed (from the kernel's units, back to the input blocks that carry their
+data in their tasks).
+
+This module never imports ``distributed``: it works through the client it is given.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distal.errors import InternalError
+from distal.runtime.elastic.tasks import input_block
+from distal.typing import Box, box_index, box_intersect, box_is_empty, box_shape, box_volume
+
+
+def cut(box: Box, dtype: np.dtype, pieces: Sequence[tuple[Box, np.ndarray]]) -> np.ndarray:
+    """``box`` of a value, as ``dtype``, from held blocks ``(block box, array)`` that cover it
+    (run on a worker)."""
+    if len(pieces) == 1 and pieces[0][0] == box:
+        return np.array(pieces[0][1], dtype=dtype)
+    out = np.empty(box_shape(box), dtype)
+    for b, arr in pieces:
+        inter = box_intersect(b, box) if box else box
+        out[box_index(inter, box)] = arr[box_index(inter, b)]
+    return out
+
+
+def map_block(
+    fn: Callable[[list[np.ndarray]], Any], arrays: list[np.ndarray], shape: Any, dtype: Any
+) -> np.ndarray:
+    """``fn`` over one processor's operand blocks, as a block of ``shape`` (run on a worker;
+    the element-wise maps of the arrays front)."""
+    value = np.asarray(fn(list(arrays)), dtype=dtype)
+    return np.broadcast_to(value, shape).copy() if value.shape != tuple(shape) else value
+
+
+def host_op(fn: Callable[..., Any], args: list[Any], dtype: Any) -> np.ndarray:
+    """A 0-d operation over 0-d operands (run on a worker)."""
+    with np.errstate(all="ignore"):
+        return np.asarray(fn(*[np.asarray(a).reshape(()) for a in args]), dtype=dtype)
+
+
+@dataclass(eq=False)
+class WorkerValue:
+    """A dense value held on the workers: ``blocks`` maps each distinct box of its layout
+    to the future of that box's array; together they cover the value exactly once.
+
+    It follows the block-source protocol (``shape``, ``dtype``, ``read_block``), so every
+    runtime can read it; the elastic driver takes its futures instead.
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    blocks: dict[Box, Any]
+    client: Any
+    meter: Callable[[int], None] | None = None
+
+    @classmethod
+    def place(
+        cls,
+        client: Any,
+        arr: np.ndarray,
+        boxes: Iterable[Box],
+        meter: Callable[[int], None] | None = None,
+    ) -> WorkerValue:
+        """``arr`` sent to the workers as the distinct ``boxes`` (its layout's blocks), each
+        block in its own task (so Dask can rebuild it), or whole when those boxes do not
+        cover the value exactly once."""
+        shape = tuple(arr.shape)
+        distinct = list(dict.fromkeys(b for b in boxes if b is not None))
+        distinct = [b for b in distinct if not (b and box_is_empty(b))]
+        if sum(box_volume(b) for b in distinct) != arr.size:
+            distinct = [tuple((0, n) for n in shape)]
+        whole = tuple((0, n) for n in shape)
+        blocks = {
+            b: client.submit(input_block, np.array(arr[box_index(b, whole)], order="C"), pure=False)
+            for b in distinct
+        }
+        return cls(shape, np.dtype(arr.dtype), blocks, client, meter)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def part(self, box: Box, dtype: Any = None) -> Any:
+        """A future of ``box`` of the value as ``dtype`` (default the value's): a held block
+        itself when it is exactly that box, else a task cutting it from the blocks that
+        meet it, on the workers."""
+        dtype = self.dtype if dtype is None else np.dtype(dtype)
+        f = self.blocks.get(box)
+        if f is not None and dtype == self.dtype:
+            return f
+        if box:
+            pieces = [
+                (b, g) for b, g in self.blocks.items() if not box_is_empty(box_intersect(b, box))
+            ]
+        else:
+            pieces = list(self.blocks.items())
+        if not pieces:
+            raise InternalError(f"a held value of shape {self.shape} has no block for {box}")
+        return self.client.submit(cut, box, dtype, pieces, pure=False)
+
+    def recut(self, boxes: Iterable[Box]) -> WorkerValue:
+        """The value held as the distinct ``boxes`` (another layout's blocks), cut on the
+        workers."""
+        distinct = dict.fromkeys(b for b in boxes if b is not None and not (b and box_is_empty(b)))
+        if sum(box_volume(b) for b in distinct) != self.size:
+            distinct = dict.fromkeys([tuple((0, n) for n in self.shape)])
+        return WorkerValue(
+            self.shape, self.dtype, {b: self.part(b) for b in distinct}, self.client, self.meter
+        )
+
+    def read_block(self, box: Box) -> np.ndarray:
+        """``box`` fetched to this process (counted by ``meter``)."""
+        box = tuple((int(lo), int(hi)) for lo, hi in box)
+        arr = np.asarray(self.client.gather(self.part(box)))
+        if self.meter is not None:
+            self.meter(int(arr.size))
+        return arr
+
+    def gather(self) -> np.ndarray:
+        """The whole value fetched to this process (counted by ``meter``)."""
+        whole = tuple((0, n) for n in self.shape)
+        if list(self.blocks) == [whole]:
+            out = np.array(self.client.gather(self.blocks[whole]), dtype=self.dtype)
+        else:
+            boxes = list(self.blocks)
+            arrays = self.client.gather([self.blocks[b] for b in boxes])
+            out = np.empty(self.shape, self.dtype)
+            for b, arr in zip(boxes, arrays, strict=True):
+                out[box_index(b, whole)] = arr
+        if self.meter is not None:
+            self.meter(self.size)
+        return out
+
+    def holders(self) -> dict[Box, list[str]]:
+        """The workers holding each block now (by the scheduler)."""
+        futures = list(self.blocks.values())
+        who = self.client.who_has(futures)
+        return {b: sorted(who.get(f.key, ())) for b, f in self.blocks.items()}
+
+    def __repr__(self) -> str:
+        return f"WorkerValue(shape={self.shape}, dtype={self.dtype}, blocks={len(self.blocks)})"
+
+
+__all__ = ["WorkerValue", "cut", "host_op", "map_block"]
