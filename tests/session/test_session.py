@@ -276,7 +276,7 @@ def test_targets_the_copy_kernel_cannot_express_are_not_supported() -> None:
         sess.run(face1)
 
 
-def test_dask_session_holds_values_on_the_driver() -> None:
+def test_dask_session_without_client_redistributes_on_its_pool() -> None:
     pytest.importorskip("distributed", reason="needs distributed (dask extra)")
     n = 8
     rng = np.random.default_rng(4)
