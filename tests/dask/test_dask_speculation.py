@@ -109,3 +109,59 @@ def test_units_waiting_behind_a_busy_worker_are_stragglers_too() -> None:
     waiting = {"u4": ("k4", 0.5), "u3": ("k3", 0.5), "u5": ("k5", 0.5)}
     # u4 waits behind k1 on "slow"; u3 is alone on "a" (about to start); u5 is not assigned
     assert speculate.queued(waiting, busy) == [("u4", "slow", 0.5)]
+
+
+def test_deadlines_come_from_a_unit_s_size_and_the_observed_speed() -> None:
+    done = {"kind": "done", "unit": True, "status": "computed"}
+    ev = {
+        "u1": [done | {"worker": "a", "seconds": 0.5, "iterations": [0, 1_000_000]}],
+        "u2": [done | {"worker": "a", "seconds": 0.5, "iterations": [1, 1_000_000]}],
+        "u3": [done | {"worker": "slow", "seconds": 2.0, "iterations": [2, 1_000_000]}],
+        "u4": [{"kind": "done", "unit": True, "status": "reused", "worker": "b"}],
+    }
+    rates = speculate.rates(ev)
+    assert rates == {"a": pytest.approx(2e6), "slow": pytest.approx(5e5)}
+    # a worker's own speed, else the pool's fastest; never under the warm floor
+    assert speculate.deadline(4_000_000, "a", rates) == pytest.approx(speculate.LATE * 2.0)
+    assert speculate.deadline(4_000_000, "slow", rates) == pytest.approx(speculate.LATE * 8.0)
+    assert speculate.deadline(4_000_000, "new", rates) == pytest.approx(speculate.LATE * 2.0)
+    assert speculate.deadline(10, "a", rates) == speculate.WARM_FLOOR
+    # before anything finished: the cold floor, or the size at the cold rate
+    assert speculate.deadline(10, "", {}) == speculate.COLD_FLOOR
+    big = int(10 * speculate.COLD_RATE)
+    assert speculate.deadline(big, "", {}) == pytest.approx(speculate.LATE * 10)
+    # overdue units go to the least loaded workers holding none, busy or not, never their own
+    busy = {"stuck": ["k1", "k2", "k3"], "a": ["k4"], "b": []}
+    late = [("u1", "stuck", 9.0), ("u2", "stuck", 7.0), ("u3", "stuck", 6.0)]
+    assert speculate.pair_overdue(late, busy, {"stuck"}, {}) == [
+        ("u1", "b"),
+        ("u2", "a"),
+        ("u3", "b"),
+    ]
+    assert speculate.pair_overdue(late, {"stuck": ["k1"]}, {"stuck"}, {}) == []
+
+
+def test_a_unit_that_stops_answering_is_run_elsewhere_without_a_timeout() -> None:
+    """No ``timeout=``: a worker whose units do not come back (300x slower: 30 s a unit
+    against 0.1 s elsewhere) holds the run up only until their deadline; then they are
+    copied to the worker that answers, new units go there, and the run ends exact.
+    (Worker processes: closing the pool ends the stuck one instead of waiting for it.)"""
+    import time
+
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        k, x = gemm(), gemm_inputs()
+        stuck = {_slow_worker(c): 300.0}
+        t0 = time.perf_counter()
+        res = k.run(x, runtime="dask", client=c, _delay=0.1, _slow=stuck)
+        took = time.perf_counter() - t0
+        assert np.array_equal(res.value, x["B"] @ x["C"])
+        s = res.extra["summary"]
+        assert s.speculative_won >= 1
+        assert took < 25.0, f"the run waited {took:.1f} s for the units that stopped answering"
+        assert res.stats.as_dict() == k.stats().as_dict()

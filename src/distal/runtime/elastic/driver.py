@@ -175,6 +175,8 @@ class Driver:
         self.inputs_f: dict[tuple[str, tuple[int, ...]], Any] = {}
         # keys of input futures that outlive the run (held values' blocks, placed blocks)
         self.shared: set[str] = set()
+        # copies of input blocks made for speculative copies, by (tensor, key, worker)
+        self.pinned_inputs: dict[tuple[str, tuple[int, ...], str], Any] = {}
         # _hold: the output's finished blocks, left on the workers, by box
         self.kept: dict[Box, Any] = {}
         self.units: dict[str, Unit] = {}
@@ -183,6 +185,8 @@ class Driver:
         self.replicas = self._replica_copies()
         # verification: workers caught lying (no further tasks go there), what was rejected
         self.excluded: set[str] = set()
+        # workers holding a unit past its deadline: new units prefer the others
+        self.stalled_workers: set[str] = set()
         self.rejections: list[dict[str, Any]] = []
         self.rechecked = 0
         self.n_reduce = 0  # reductions submitted as verify=k copies (round-robin start)
@@ -306,25 +310,47 @@ class Driver:
                 self.shared.add(f.key)
                 return f
             name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}"
-            if isinstance(box, Entries):  # a sparse input: the values of its owned entries
-                block = np.asarray(x.vals, dtype=dtype)[box.positions]
-                with warnings.catch_warnings():
-                    warnings.filterwarnings("ignore", message="Sending large graph")
-                    f = self.client.submit(input_block, block, key=name, pure=False)
-            elif is_block_source(x):
-                f = self.client.submit(source_block, t, x, box, dtype, key=name, pure=False)
-            else:
-                # np.array, not ascontiguousarray: that makes a 0-d block (a scalar) 1-d
-                block = np.array(x[box_index(box, ((0, 0),) * len(box))], dtype=dtype, order="C")
-                with warnings.catch_warnings():
-                    # "large graph": the block travels in its task on purpose (see input_block)
-                    warnings.filterwarnings("ignore", message="Sending large graph")
-                    f = self.client.submit(input_block, block, key=name, pure=False)
+            f = self._submit_block(t, box, dtype, name)
             self.inputs_f[key] = f
             if cache is not None and not is_block_source(x):
                 cache[ckey] = f  # placed: the session's next run reads it there
                 self.shared.add(f.key)
         return self.inputs_f[key]
+
+    def _submit_block(self, t: str, box: Region, dtype: np.dtype, key: str, **where: Any) -> Any:
+        """The task making input block ``box`` of ``t`` from this process's value (its data
+        in the task), or reading it from a block source on the worker."""
+        x = self.data[t]
+        if isinstance(box, Entries):  # a sparse input: the values of its owned entries
+            block = np.asarray(x.vals, dtype=dtype)[box.positions]
+        elif is_block_source(x):
+            return self.client.submit(source_block, t, x, box, dtype, key=key, pure=False, **where)
+        else:
+            # np.array, not ascontiguousarray: that makes a 0-d block (a scalar) 1-d
+            block = np.array(x[box_index(box, ((0, 0),) * len(box))], dtype=dtype, order="C")
+        with warnings.catch_warnings():
+            # "large graph": the block travels in its task on purpose (see input_block)
+            warnings.filterwarnings("ignore", message="Sending large graph")
+            return self.client.submit(input_block, block, key=key, pure=False, **where)
+
+    def _block_on(self, t: str, idx: tuple[int, ...], worker: str) -> Any:
+        """Input block ``(t, idx)`` for a copy pinned to ``worker``: the run's own future
+        once it has finished; before that, a copy of its task on ``worker`` (the original
+        may be queued behind a stuck unit on the worker holding it: a copy sent away from
+        that worker must not wait for it)."""
+        f = self._block_future(t, idx)
+        if f.status != "pending" or isinstance(self.data[t], WorkerValue):
+            return f
+        key = (t, idx, worker)
+        if key not in self.pinned_inputs:
+            box = block_region(self.plan, t, idx)
+            dtype = np.dtype(self.kernel.dtypes[t])
+            n = len(self.pinned_inputs)
+            name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}-on-{n}"
+            self.pinned_inputs[key] = self._submit_block(
+                t, box, dtype, name, workers=[worker], allow_other_workers=False
+            )
+        return self.pinned_inputs[key]
 
     def _fingerprints(self, units: list[Unit]) -> dict[str, str]:
         """Input fingerprints; block sources without ``fingerprint()`` hash the blocks read."""
@@ -428,11 +454,13 @@ class Driver:
             self._seal(events)
         except BaseException:
             client.cancel([f for f in self.inputs_f.values() if f.key not in self.shared])
+            client.cancel(list(self.pinned_inputs.values()))
             raise
         finally:
             bar.close()
             events.close()
         self.inputs_f.clear()
+        self.pinned_inputs.clear()
         alive = set(workers(client))
         moved = client.run(transfer_bytes, self.nonce, on_error="return")
         stats = self._measured(events)
@@ -450,6 +478,7 @@ class Driver:
             speculative_won=len(feeder.won),
         )
         summary.excluded_workers = sorted(self.excluded)
+        summary.overdue = feeder.n_overdue
         blocks_out = {r["unit"] for r in self.rejections if r.get("kind") == "reduction"}
         summary.units_rejected = len({r["unit"] for r in self.rejections} - blocks_out)
         summary.reductions_rejected = len(blocks_out)
@@ -535,6 +564,14 @@ class Driver:
             )
         return {"workers": pool, "allow_other_workers": False}
 
+    def prefer(self) -> dict[str, Any]:
+        """Submit keywords preferring the workers that hold no overdue unit (loose: Dask
+        may still use the others when these are gone)."""
+        if not self.stalled_workers:
+            return {}
+        pool = [w for w in self.allowed() if w not in self.stalled_workers]
+        return {"workers": pool, "allow_other_workers": True} if pool else {}
+
     def spread(self, n: int) -> dict[str, Any]:
         """Submit keywords preferring the ``n``-th trusted worker, round-robin: loose while
         every worker is trusted, the strict :meth:`restrict` once one is excluded."""
@@ -547,14 +584,16 @@ class Driver:
         """What a reduction is told of its block: a box, or the shape of stored entries."""
         return {idx: r if isinstance(r, tuple) else Span(shape(r)) for idx, r in pending.items()}
 
-    def _blocks(self, u: Unit) -> list[tuple[str, Any, Any]]:
+    def _blocks(self, u: Unit, worker: str | None = None) -> list[tuple[str, Any, Any]]:
         """The input blocks a unit's tasks are handed, in the order of its ``needs``: a box
-        with its block, or only the shape of a processor's owned stored values."""
+        with its block, or only the shape of a processor's owned stored values
+        (``worker``: for a copy pinned there, see :meth:`_block_on`)."""
         out = []
         for t, idx in u.needs:
             region = block_region(self.plan, t, idx)
             holder = region if isinstance(region, tuple) else Span(shape(region))
-            out.append((t, holder, self._block_future(t, idx)))
+            f = self._block_future(t, idx) if worker is None else self._block_on(t, idx, worker)
+            out.append((t, holder, f))
         return out
 
     def _seed(self, name: str, attempt: int) -> int:
@@ -599,7 +638,7 @@ class Driver:
                 pure=False,
                 fresh=u.name not in present,
                 expect=self.sealed.get(u.name),
-                **self.restrict(),
+                **(self.restrict() or self.prefer()),
             )
         pool = self.allowed()
         if len(pool) < min(k, 2) or (not self.excluded and len(pool) < k):
@@ -826,7 +865,7 @@ class Driver:
         """
         save = ctx.store is not None and not self.opts.check
         load = save or (self.opts.check and u.name in self.present)
-        blocks = self._blocks(u)
+        blocks = self._blocks(u, worker)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "large graph": array blocks travel in their tasks
             return self.client.submit(

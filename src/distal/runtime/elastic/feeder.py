@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from distal.runtime.elastic import speculate
 from distal.runtime.elastic.summary import Events
-from distal.runtime.elastic.tasks import Ctx
+from distal.runtime.elastic.tasks import Ctx, planned_iterations
 from distal.runtime.elastic.units import Unit, block_name
 from distal.typing import Box
 
@@ -25,6 +25,7 @@ class Submitter(Protocol):
     client: Any
     nonce: str
     rejections: list[dict[str, Any]]
+    stalled_workers: set[str]
 
     def prefetch(self, units: list[Unit]) -> None: ...
 
@@ -155,13 +156,18 @@ class Feeder:
         self.n_dups = 0
         self.won: set[str] = set()  # units whose duplicate finished first
         self.probed = 0.0
+        # deadlines: the iterations of each unit, the keys of overdue originals (not counted
+        # against the window), and how many copies overdue units got
+        self.sizes = {u.name: planned_iterations(u) for u in needed}
+        self.stalled: set[str] = set()
+        self.n_overdue = 0
 
     def feed(self, window: int) -> list[Any]:
         """Submit units up to the window, and every reduction whose units are all done."""
         out, self.extra = self.extra, []
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "large graph": array blocks travel in their tasks
-            while self.queue and len(self.inflight) < window:
+            while self.queue and len(self.inflight - self.stalled) < window:
                 u = self.queue.pop()
                 f = self.driver.submit_unit(self.ctx, u, self.count, self.present)
                 self.count += 1
@@ -331,56 +337,105 @@ class Feeder:
         self.extra.append(r)
 
     def speculate(self, events: Events) -> list[Any]:
-        """Duplicates of stragglers onto idle workers, once no unit is left to hand out.
+        """Duplicates of stragglers and of overdue units (see :mod:`.speculate`).
 
-        A unit qualifies when its original copy has run longer than the median unit time
-        on the fast workers (and at least ``speculate.MIN_AGE``), or has waited that long
-        behind another task on a busy worker without starting; it gets at most one copy,
-        pinned to an idle worker (``workers=[w], allow_other_workers=False``: Dask would
-        otherwise be free to queue it behind the straggler). See :mod:`.speculate`.
+        In the tail (no unit left to hand out) a unit qualifies when its original copy has
+        run longer than the median unit time on the fast workers (and at least
+        ``speculate.MIN_AGE``), or has waited that long behind another task on a busy
+        worker without starting; it gets at most one copy, pinned to an idle worker
+        (``workers=[w], allow_other_workers=False``: Dask would otherwise be free to queue
+        it behind the straggler). At any time a unit past its deadline (its size at the
+        observed speed) gets a copy on the least loaded worker holding no overdue unit, and
+        stops counting against the window.
         """
         now = time.monotonic()
-        if not self.speculative or self.queue or not self.copies or now - self.probed < PROBE_EVERY:
+        if not self.speculative or not self.copies or now - self.probed < PROBE_EVERY:
             return []
         self.probed = now
         by_name = events.by_name()
         times = speculate.unit_times(by_name)
-        ref = speculate.reference(times)
-        if ref is None:
-            return []
-        threshold = max(ref, speculate.MIN_AGE)
         single = {name: c for name, c in self.copies.items() if not c.dups}
+        running = speculate.running(by_name, now)
+        begun = speculate.started(by_name)
+        out = self._overdue(single, running, begun, speculate.rates(by_name), times, now)
+        ref = speculate.reference(times)
+        if self.queue or ref is None:
+            return out
+        threshold = max(ref, speculate.MIN_AGE)
+        single = {name: c for name, c in single.items() if not c.dups}
         candidates = [
             (name, where, age)
-            for name, (where, age) in speculate.running(by_name, now).items()
+            for name, (where, age) in running.items()
             if name in single and age > threshold
         ]
-        begun = speculate.started(by_name)
         waiting = {
             name: (c.original.key, now - c.submitted)
             for name, c in single.items()
             if name not in begun and now - c.submitted > threshold
         }
         if not candidates and not waiting:
-            return []
+            return out
         busy = self.driver.client.processing()
         idle = [w for w, keys in busy.items() if not keys]
         if not idle:
-            return []
+            return out
         candidates += speculate.queued(waiting, busy)
-        out = []
         for name, worker in speculate.pair(candidates, idle, times):
-            c = self.copies[name]
-            n = len(c.dups) + 1
-            d = self.driver.submit_copy(self.ctx, c.unit, f"{c.original.key}-dup-{n}", n, worker)
-            c.dups.append(d)
-            self.unit_of[d.key] = name
-            self.dup_keys.add(d.key)
-            if c.unit.final and not self.check:
-                self.block_of[d.key] = c.unit.pieces[0][0]
-            self.n_dups += 1
-            out.append(d)
+            out.append(self._copy(name, worker))
         return out
+
+    def _overdue(
+        self,
+        single: dict[str, _Copies],
+        running: dict[str, tuple[str, float]],
+        begun: set[str],
+        observed: dict[str, float],
+        times: dict[str, list[float]],
+        now: float,
+    ) -> list[Any]:
+        """Copies of the units past their deadline (running, or not started since they
+        were submitted); they no longer count against the window, and new units prefer
+        the workers that hold none."""
+        late: list[tuple[str, str, float]] = []
+        for name, c in single.items():
+            if name in running:
+                where, age = running[name]
+            elif name not in begun:
+                where, age = "", now - c.submitted
+            else:
+                continue
+            if age > speculate.deadline(self.sizes.get(name, 0), where, observed):
+                late.append((name, where, age))
+        if not late:
+            return []
+        busy = self.driver.client.processing()
+        if any(not where for _, where, _ in late):
+            queued_on = {str(k): w for w, keys in busy.items() for k in keys}
+            late = [
+                (n, where or queued_on.get(str(single[n].original.key), ""), age)
+                for n, where, age in late
+            ]
+        self.stalled.update(str(single[n].original.key) for n, _, _ in late)
+        stuck = {where for _, where, _ in late if where}
+        self.driver.stalled_workers.update(stuck)
+        out = []
+        for name, worker in speculate.pair_overdue(late, busy, stuck, times):
+            out.append(self._copy(name, worker))
+            self.n_overdue += 1
+        return out
+
+    def _copy(self, name: str, worker: str) -> Any:
+        """A duplicate of unit ``name`` pinned to ``worker``."""
+        c = self.copies[name]
+        n = len(c.dups) + 1
+        d = self.driver.submit_copy(self.ctx, c.unit, f"{c.original.key}-dup-{n}", n, worker)
+        c.dups.append(d)
+        self.unit_of[d.key] = name
+        self.dup_keys.add(d.key)
+        if c.unit.final and not self.check:
+            self.block_of[d.key] = c.unit.pieces[0][0]
+        self.n_dups += 1
+        return d
 
 
 __all__ = ["PROBE_EVERY", "Feeder", "Submitter", "sent_to"]

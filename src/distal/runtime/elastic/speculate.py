@@ -10,6 +10,15 @@ to finish is taken and the other cancelled. A unit that has not started but wait
 than that, behind another task on a busy worker is duplicated the same way (cancelling a
 copy that never started costs nothing).
 
+A unit that stops answering (a hung worker, a machine paused without leaving the pool)
+must not wait for the tail: every unit has a *deadline*, ``LATE`` times what its size (the
+iterations its leaves visit) takes at the speed observed on its worker (the pool's fastest
+where that worker has finished nothing yet), at least ``WARM_FLOOR`` seconds; before any
+unit has finished anywhere, ``COLD_FLOOR`` seconds or its size at the very low
+``COLD_RATE``. A unit past its deadline, running or queued behind another task, is copied
+onto a worker that is not holding an overdue unit, whether or not units remain to hand out,
+and no longer counts against the window, so the rest of the pool is fed past it.
+
 This module is the policy only (pure functions of the workers' events); the feeder submits
 and resolves the copies with Dask's own primitives.
 """
@@ -28,6 +37,70 @@ FAST = 1.5
 """Workers whose median unit time is within this factor of the fastest worker's are the
 "fast" workers whose median sets the threshold (so a slow worker's own units do not raise
 it)."""
+
+
+LATE = 4.0
+"""A unit is overdue after this many times its expected time."""
+
+WARM_FLOOR = 1.0
+"""No unit is overdue before this many seconds once some unit has finished (Dask's own
+round trips and an input transfer take a good part of a second on a loaded pool)."""
+
+COLD_FLOOR = 5.0
+"""Before any unit has finished there is no observed speed: no unit is overdue before this
+many seconds."""
+
+COLD_RATE = 1e6
+"""Iterations per second a unit's leaves reach at the very least (numpy and BLAS leaves
+reach 1e8 to 1e10): a unit larger than ``COLD_FLOOR`` seconds of it gets longer."""
+
+
+def rates(by_name: Mapping[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """Iterations per second each worker has reached over its computed units (what those
+    units' leaves visited over the seconds they took)."""
+    its: dict[str, float] = {}
+    secs: dict[str, float] = {}
+    for ms in by_name.values():
+        for m in ms:
+            if m["kind"] == "done" and m.get("unit") and m.get("status") == "computed":
+                n = m.get("iterations")
+                if not n:
+                    continue
+                w = m["worker"]
+                its[w] = its.get(w, 0.0) + float(n[1])
+                secs[w] = secs.get(w, 0.0) + float(m.get("seconds", 0.0))
+    return {w: its[w] / secs[w] for w in its if secs[w] > 0 and its[w] > 0}
+
+
+def deadline(size: int, worker: str, observed: Mapping[str, float]) -> float:
+    """Seconds after which a unit of ``size`` iterations on ``worker`` (``""``: not known,
+    queued) is overdue, from the speeds ``observed`` (:func:`rates`)."""
+    if not observed:
+        return max(COLD_FLOOR, LATE * size / COLD_RATE)
+    rate = observed.get(worker) or max(observed.values())
+    return max(WARM_FLOOR, LATE * size / rate)
+
+
+def pair_overdue(
+    candidates: Sequence[tuple[str, str, float]],
+    processing: Mapping[str, Sequence[Any]],
+    stalled: set[str],
+    times: Mapping[str, Sequence[float]],
+) -> list[tuple[str, str]]:
+    """Overdue units with the least loaded workers that hold no overdue unit (idle or not:
+    an overdue unit must not wait for the tail), never the unit's own; the oldest first.
+    Returns ``(unit name, worker)``."""
+    speed = {w: statistics.median(v) for w, v in times.items() if v}
+    load = {w: len(keys) for w, keys in processing.items() if w not in stalled}
+    out = []
+    for name, where, _ in sorted(candidates, key=lambda c: -c[2]):
+        choices = [w for w in load if w != where]
+        if not choices:
+            continue
+        w = min(choices, key=lambda w: (load[w], speed.get(w, 0.0), w))
+        out.append((name, w))
+        load[w] += 1
+    return out
 
 
 def unit_times(by_name: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
@@ -121,4 +194,20 @@ def pair(
     return out
 
 
-__all__ = ["FAST", "MIN_AGE", "pair", "queued", "reference", "running", "started", "unit_times"]
+__all__ = [
+    "COLD_FLOOR",
+    "COLD_RATE",
+    "FAST",
+    "LATE",
+    "MIN_AGE",
+    "WARM_FLOOR",
+    "deadline",
+    "pair",
+    "pair_overdue",
+    "queued",
+    "rates",
+    "reference",
+    "running",
+    "started",
+    "unit_times",
+]

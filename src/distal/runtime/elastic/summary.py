@@ -32,7 +32,8 @@ class Summary:
     ``speculative`` counts duplicates of straggling units submitted in the tail (see
     :mod:`.speculate`), ``speculative_won`` those that finished first and were used; the
     losing copies are neither recomputations nor lost work, and ``per_worker`` counts only
-    the copy that was used.
+    the copy that was used. ``overdue`` counts the copies made of units past their
+    deadline (their size at the observed speed; included in ``speculative``).
 
     Verification (``verify="check"`` or ``verify=k``): ``checked`` counts units whose
     result passed its randomized check (``reductions_checked``: the reductions, i.e. summed
@@ -64,6 +65,7 @@ class Summary:
     verify_same_worker: int = 0
     speculative: int = 0
     speculative_won: int = 0
+    overdue: int = 0
     checked: int = 0
     reductions_checked: int = 0
     units_rejected: int = 0
@@ -118,6 +120,7 @@ class Summary:
             lines.append(
                 f"speculation: {self.speculative} duplicate(s) of straggling tasks, "
                 f"{self.speculative_won} finished first"
+                + (f", {self.overdue} of units past their deadline" if self.overdue else "")
             )
         for w, n in sorted(self.per_worker.items()):
             lines.append(f"  {w}: {n} task(s)")

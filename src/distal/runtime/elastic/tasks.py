@@ -364,7 +364,7 @@ def _compute(
     return out, traffic, iterations
 
 
-def _planned_iterations(unit: Unit) -> int:
+def planned_iterations(unit: Unit) -> int:
     """The iterations a unit's leaves visit (what an earlier execution of it in this run
     visited, when a re-run loads the entry that execution wrote)."""
     return sum(
@@ -475,7 +475,7 @@ def unit_task(
             if fresh:
                 tags |= {
                     "traffic": _received(unit, blocks, _by_tensor(blocks)),
-                    "iterations": [unit.proc, _planned_iterations(unit)],
+                    "iterations": [unit.proc, planned_iterations(unit)],
                 }
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
             return _fault(arr) if replica is None else (_fault(arr), w.address, {})
@@ -818,6 +818,7 @@ __all__ = [
     "finish",
     "hash_block",
     "input_block",
+    "planned_iterations",
     "recheck_block_task",
     "recheck_task",
     "reduce_task",
