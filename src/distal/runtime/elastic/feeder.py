@@ -64,6 +64,8 @@ class _Copies:
     original: Any
     submitted: float
     dups: list[Any] = field(default_factory=list)
+    pinned: list[str] = field(default_factory=list)  # the worker of each duplicate
+    copied: float = 0.0  # when the last duplicate was made
 
 
 def sent_to(u: Unit, piece: Any) -> int:
@@ -160,6 +162,7 @@ class Feeder:
         # against the window), and how many copies overdue units got
         self.sizes = {u.name: planned_iterations(u) for u in needed}
         self.stalled: set[str] = set()
+        self.stalled_at: dict[str, int] = {}  # stalled worker -> its computed units then
         self.n_overdue = 0
 
     def feed(self, window: int) -> list[Any]:
@@ -357,7 +360,10 @@ class Feeder:
         single = {name: c for name, c in self.copies.items() if not c.dups}
         running = speculate.running(by_name, now)
         begun = speculate.started(by_name)
-        out = self._overdue(single, running, begun, speculate.rates(by_name), times, now)
+        for w in list(self.driver.stalled_workers):  # it has answered again since
+            if len(times.get(w, ())) > self.stalled_at.get(w, 0):
+                self.driver.stalled_workers.discard(w)
+        out = self._overdue(running, begun, speculate.rates(by_name), times, now)
         ref = speculate.reference(times)
         if self.queue or ref is None:
             return out
@@ -376,7 +382,9 @@ class Feeder:
         if not candidates and not waiting:
             return out
         busy = self.driver.client.processing()
-        idle = [w for w, keys in busy.items() if not keys]
+        # a worker that held an overdue unit may look idle once that unit is cancelled,
+        # while its thread is still stuck in it: no copies there
+        idle = [w for w, keys in busy.items() if not keys and w not in self.driver.stalled_workers]
         if not idle:
             return out
         candidates += speculate.queued(waiting, busy)
@@ -386,7 +394,6 @@ class Feeder:
 
     def _overdue(
         self,
-        single: dict[str, _Copies],
         running: dict[str, tuple[str, float]],
         begun: set[str],
         observed: dict[str, float],
@@ -394,17 +401,31 @@ class Feeder:
         now: float,
     ) -> list[Any]:
         """Copies of the units past their deadline (running, or not started since they
-        were submitted); they no longer count against the window, and new units prefer
-        the workers that hold none."""
+        were submitted), and again of those whose every copy went to a worker found
+        stalled since; they no longer count against the window, and new units prefer the
+        workers that hold none."""
         late: list[tuple[str, str, float]] = []
-        for name, c in single.items():
+        stalled = self.driver.stalled_workers
+        single = {}
+        for name, c in self.copies.items():
+            size = self.sizes.get(name, 0)
+            if c.dups:
+                # a copy made before its worker was known to be stuck (a unit waiting for
+                # an input queued there, say) is made again elsewhere
+                if all(w in stalled for w in c.pinned):
+                    age = now - c.copied
+                    if age > speculate.deadline(size, c.pinned[-1], observed):
+                        late.append((name, c.pinned[-1], age))
+                        single[name] = c
+                continue
+            single[name] = c
             if name in running:
                 where, age = running[name]
             elif name not in begun:
                 where, age = "", now - c.submitted
             else:
                 continue
-            if age > speculate.deadline(self.sizes.get(name, 0), where, observed):
+            if age > speculate.deadline(size, where, observed):
                 late.append((name, where, age))
         if not late:
             return []
@@ -416,8 +437,11 @@ class Feeder:
                 for n, where, age in late
             ]
         self.stalled.update(str(single[n].original.key) for n, _, _ in late)
-        stuck = {where for _, where, _ in late if where}
-        self.driver.stalled_workers.update(stuck)
+        for _, where, _ in late:
+            if where and where not in self.driver.stalled_workers:
+                self.driver.stalled_workers.add(where)
+                self.stalled_at[where] = len(times.get(where, ()))
+        stuck = set(self.driver.stalled_workers)
         out = []
         for name, worker in speculate.pair_overdue(late, busy, stuck, times):
             out.append(self._copy(name, worker))
@@ -430,6 +454,8 @@ class Feeder:
         n = len(c.dups) + 1
         d = self.driver.submit_copy(self.ctx, c.unit, f"{c.original.key}-dup-{n}", n, worker)
         c.dups.append(d)
+        c.pinned.append(worker)
+        c.copied = time.monotonic()
         self.unit_of[d.key] = name
         self.dup_keys.add(d.key)
         if c.unit.final and not self.check:
