@@ -23,7 +23,8 @@ Where values live, by runtime:
   a redistribution cuts the blocks anew on the workers. A sparse value is held here and its
   stored values are sent once per distinct block the kernels read (kept in ``placed``).
   ``driver_words`` counts every element that comes back through the driver (``get``,
-  ``float``, a checkpoint save); a chain of kernels that reads no value adds 0. A session
+  ``float``); a chain of kernels that reads no value adds 0, and a checkpointed loop's
+  blocks are written by the workers holding them. A session
   without ``client=`` starts its pool once and keeps it until :meth:`Session.close`.
 
 Checkpointed loops (``checkpoint=`` and :meth:`Session.iterations`) are in
@@ -207,7 +208,7 @@ class Session:
         self._programs: dict[int, Any] = {}  # the arrays programs, by processor count
         self._hidden = itertools.count()
         #: dask: elements of values that crossed between the driver and the workers after
-        #: placement (``get``, ``float``, ``np.asarray``, a gathered result, a checkpoint save)
+        #: placement (``get``, ``float``, ``np.asarray``, a gathered result)
         self.driver_words = 0
         self._pool: Any = None  # dask: (client, what this session started and closes)
         self._closer: Any = None

@@ -247,10 +247,35 @@ class Loop:
         """The writer thread's part of :meth:`save`: entries, then the manifest; then the
         writer rests ``WRITER_REST`` times as long as that took."""
         t0 = time.perf_counter()
-        every = [(v, k, store.save(f"{v}.{k}", arr), self._content(arr)) for v, k, arr in todo]
+        every = self._save_all(store, todo)
         self._finish_iteration(it, store, every, docs)
         t1 = time.perf_counter()
         self.sess._write_free_at = t1 + WRITER_REST * (t1 - t0)
+
+    def _save_all(
+        self, store: CheckpointStore, todo: list[tuple[str, int, Any]]
+    ) -> list[tuple[str, int, str, str | None]]:
+        """Write the blocks: arrays here; blocks held on Dask workers by the worker holding
+        each (``save_block`` tasks; only the checksums come back)."""
+        from distal.runtime.elastic.held import save_block
+
+        out: list[tuple[str, int, str, str | None]] = []
+        remote = []
+        content = self.sess.sealer is not None
+        for v, k, arr in todo:
+            if not isinstance(arr, np.ndarray) and store.protocol == "memory":
+                # memory:// is private to each process: fetched and written here (counted)
+                arr = np.asarray(self.sess.client.gather(arr))
+                self.sess.driver_words += int(arr.size)
+            if isinstance(arr, np.ndarray):
+                out.append((v, k, store.save(f"{v}.{k}", arr), self._content(arr)))
+            else:
+                f = self.sess.client.submit(save_block, store, f"{v}.{k}", arr, content, pure=False)
+                remote.append((v, k, f))
+        for v, k, f in remote:
+            digest, digest_content = f.result()
+            out.append((v, k, digest, digest_content))
+        return out
 
     def _finish_iteration(
         self,
@@ -291,12 +316,13 @@ class Loop:
         without a key: nothing is sealed, so the extra pass over the bytes is skipped)."""
         return content_digest(arr) if self.sess.sealer is not None else None
 
-    def _block(self, held: Held, box: Box, p: int) -> np.ndarray | None:
-        """The array of ``box`` this process writes (None: another rank writes it)."""
+    def _block(self, held: Held, box: Box, p: int) -> Any:
+        """The array of ``box`` this process writes (None: another rank writes it; on
+        Dask, the future of a block held on the workers)."""
         if not self.mpi:
             if isinstance(held.data, np.ndarray):
                 return held.data[box_index(box, tuple((0, s) for s in held.shape))]
-            return held.data.read_block(box)  # on the workers: counted in driver_words
+            return held.data.part(box)  # on the workers: the worker holding it writes it
         if p != self.sess.rank:
             return None
         data = held.data

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InternalError
+from distal.runtime.checkpoint_auth import content_digest
 from distal.runtime.elastic.tasks import input_block
 from distal.typing import Box, box_index, box_intersect, box_is_empty, box_shape, box_volume
 
@@ -54,6 +55,14 @@ def host_op(fn: Callable[..., Any], args: list[Any], dtype: Any) -> np.ndarray:
     """A 0-d operation over 0-d operands (run on a worker)."""
     with np.errstate(all="ignore"):
         return np.asarray(fn(*[np.asarray(a).reshape(()) for a in args]), dtype=dtype)
+
+
+def save_block(store: Any, name: str, arr: np.ndarray, content: bool) -> tuple[str, str | None]:
+    """A session loop's checkpoint entry written by the worker holding the block (run on a
+    worker): its checksum, and its content digest when the session seals its iterations
+    (the seal itself is made by the session, which alone has the key)."""
+    digest = store.save(name, arr)
+    return digest, content_digest(arr) if content else None
 
 
 @dataclass(eq=False)
@@ -159,4 +168,4 @@ class WorkerValue:
         return f"WorkerValue(shape={self.shape}, dtype={self.dtype}, blocks={len(self.blocks)})"
 
 
-__all__ = ["WorkerValue", "cut", "host_op", "map_block"]
+__all__ = ["WorkerValue", "cut", "host_op", "map_block", "save_block"]
