@@ -1,6 +1,7 @@
 """A checkpointed application run, as a subprocess (or on every rank under ``mpiexec``).
 
-``python _resume_script.py APP RUNTIME LOCATION OUT PAUSE``: runs ``cp_als`` (30 iterations,
+``python _resume_script.py APP RUNTIME LOCATION OUT PAUSE``: runs (RUNTIME ``local``,
+``mpi`` or ``dask``: a pool of two workers inside this process) ``cp_als`` (30 iterations,
 ``tol=0``: all of them) or ``cg`` in a session with checkpoint LOCATION ("-": none), each
 kernel run PAUSE seconds slower (so that a test can kill it mid-run), saves the result to
 OUT and prints ``{"resumed_from": ...}`` (rank 0).
@@ -32,7 +33,11 @@ class Slow(dl.Session):
         return super()._run_as(kernel, names, inputs, gather=gather)
 
 
-opts = {} if runtime == "mpi" else {"progress": False}
+opts: dict = {} if runtime == "mpi" else {"progress": False}
+if runtime == "dask":
+    # the session's own pool, in this process: SIGKILL takes the driver, the scheduler
+    # and every worker at once, and a rerun starts a fresh pool
+    opts |= {"n_workers": 2, "processes": False}
 sess = Slow(runtime, checkpoint=None if location == "-" else location, **opts)
 if app == "cp_als":
     w, fs, fit = dl.apps.cp_als(cp_tensor(), 4, iters=30, tol=0.0, session=sess, machine=4)
