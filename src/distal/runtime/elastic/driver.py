@@ -908,6 +908,7 @@ class Driver:
         done = reused_direct
         idle_since: float | None = None
         checked = time.monotonic()
+        spins = 0  # empty polls since the last result
 
         def tick(force: bool = False) -> None:
             if bar.enabled:
@@ -921,7 +922,10 @@ class Driver:
         while not ac.is_empty():
             batch = ac.next_batch(block=False)
             if not batch:
-                time.sleep(0.01)
+                # back off from 0.5 ms to 10 ms: a short kernel's results are taken as they
+                # come, a long one's wait costs little
+                time.sleep(min(0.01, 0.0005 * 2**spins))
+                spins += 1
                 now = time.monotonic()
                 if deadline is not None and now > deadline:
                     raise RuntimeFailure(f"dask run exceeded timeout={opts.timeout}s")
@@ -939,6 +943,7 @@ class Driver:
                 self._outvoted(events)
                 tick()
                 continue
+            spins = 0
             for f in batch:
                 if feeder.ignored(f.key):
                     continue  # a losing copy, cancelled (or too late)
