@@ -133,13 +133,17 @@ def _volume(box: Box) -> int:
     return 0 if box and box_is_empty(box) else int(np.prod([hi - lo for lo, hi in box]))
 
 
+PLACED_KEPT = 1024
+"""Input blocks a session value keeps placed on the workers (per value), oldest dropped."""
+
+
 def _placed_key(region: Region, dtype: np.dtype) -> tuple:
     """What identifies an input block placed from this process across runs: its box, or
-    the stored positions it holds (by digest), and its dtype."""
+    the array of stored positions it holds (by identity: a bound plan, reused for every run
+    on the same pattern, keeps the same arrays; the cache keeps that array alive, so its id
+    is not reused), and its dtype."""
     if isinstance(region, Entries):
-        pos = np.ascontiguousarray(region.positions)
-        digest = hashlib.blake2b(pos.view(np.uint8), digest_size=16).hexdigest()
-        return ("entries", len(pos), digest, dtype.str)
+        return ("entries", id(region.positions), dtype.str)
     return ("box", region, dtype.str)
 
 
@@ -306,14 +310,18 @@ class Driver:
             cache = self.opts._placed.get(t)
             ckey = _placed_key(box, dtype) if cache is not None else None
             if cache is not None and ckey in cache:
-                f = self.inputs_f[key] = cache[ckey]
+                f = self.inputs_f[key] = cache[ckey][1]
                 self.shared.add(f.key)
                 return f
             name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}"
             f = self._submit_block(t, box, dtype, name)
             self.inputs_f[key] = f
             if cache is not None and not is_block_source(x):
-                cache[ckey] = f  # placed: the session's next run reads it there
+                # placed: the session's next run reads it there (the positions kept with
+                # it, so the key's id stays theirs)
+                while len(cache) >= PLACED_KEPT:
+                    cache.pop(next(iter(cache)))  # the oldest: a plan no longer used, likely
+                cache[ckey] = (getattr(box, "positions", None), f)
                 self.shared.add(f.key)
         return self.inputs_f[key]
 
