@@ -19,7 +19,7 @@ This module never imports ``distributed``: it works through the client it is giv
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -79,6 +79,8 @@ class WorkerValue:
     blocks: dict[Box, Any]
     client: Any
     meter: Callable[[int], None] | None = None
+    #: the cuts made of it, by (box, dtype): every kernel reading the same box shares one
+    _cuts: dict[tuple[Box, str], Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def place(
@@ -115,6 +117,9 @@ class WorkerValue:
         f = self.blocks.get(box)
         if f is not None and dtype == self.dtype:
             return f
+        f = self._cuts.get((box, dtype.str))
+        if f is not None:  # cut before: a value never changes, so neither do its cuts
+            return f
         if box:
             pieces = [
                 (b, g) for b, g in self.blocks.items() if not box_is_empty(box_intersect(b, box))
@@ -123,7 +128,8 @@ class WorkerValue:
             pieces = list(self.blocks.items())
         if not pieces:
             raise InternalError(f"a held value of shape {self.shape} has no block for {box}")
-        return self.client.submit(cut, box, dtype, pieces, pure=False)
+        f = self._cuts[(box, dtype.str)] = self.client.submit(cut, box, dtype, pieces, pure=False)
+        return f
 
     def recut(self, boxes: Iterable[Box]) -> WorkerValue:
         """The value held as the distinct ``boxes`` (another layout's blocks), cut on the
