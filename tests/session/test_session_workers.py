@@ -150,3 +150,31 @@ def test_a_checkpointed_loop_is_saved_by_the_workers(dask_client: Any, tmp_path:
     loop(again)
     assert again.resumed_from == 3
     np.testing.assert_array_equal(again.get("x"), first.get("x"))
+
+
+def test_a_loop_saved_behind_the_computation_on_dask(dask_client: Any, tmp_path: Any) -> None:
+    """``save="latest"``: the writer thread has the workers write the kept blocks while the
+    loop goes on; the last iteration is always saved, and a new session resumes after it."""
+    rng = np.random.default_rng(11)
+    a, x0 = rng.random((20, 20)) / 20, rng.random(20)
+
+    def loop(sess: dl.Session, n: int) -> None:
+        A = sess.asarray(a)
+        if "x" not in sess:
+            sess["x"] = sess.asarray(x0)
+        for _ in sess.iterations(n, keep=["x"], name="latest", save="latest"):
+            sess["x"] = A @ sess["x"] - 0.5
+
+    first = dl.Session("dask", client=dask_client, machine=2, checkpoint=tmp_path)
+    loop(first, 6)
+    assert first.driver_words == 0
+    want = x0
+    for _ in range(6):
+        want = a @ want - 0.5
+    np.testing.assert_allclose(first.get("x"), want, rtol=1e-12)
+    again = dl.Session("dask", client=dask_client, machine=2, checkpoint=tmp_path)
+    loop(again, 8)
+    assert again.resumed_from == 5
+    for _ in range(2):
+        want = a @ want - 0.5
+    np.testing.assert_allclose(again.get("x"), want, rtol=1e-12)
