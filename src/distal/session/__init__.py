@@ -51,7 +51,7 @@ from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source, read_block
 from distal.session.layout import Layout, layout_of
 from distal.session.redistribute import SRC, Copy, compile_copy
-from distal.typing import Box, box_contains, box_index
+from distal.typing import Box, box_contains, box_index, box_shape
 
 RUNTIMES = ("local", "mpi", "dask")
 
@@ -407,12 +407,11 @@ class Session:
         from distal.session.layout import layout_for
 
         machine = Machine(nprocs)
-        data = [
-            self._input(v, layout_for(v, self.values[v].shape, d, machine)) for v, d in operands
-        ]
+        layouts = [layout_for(v, self.values[v].shape, d, machine) for v, d in operands]
+        data = [self._input(v, lay) for (v, _), lay in zip(operands, layouts, strict=True)]
         target = layout_for(out, shape, dist, machine)
         if self.runtime == "dask":
-            self._map_on_workers(fn, operands, data, out, shape, dtype, target, machine)
+            self._map_on_workers(fn, layouts, data, out, shape, dtype, target)
         elif self.runtime == "mpi":
             box = target.boxes[self.rank]
             arrays = [b.array for b in data]
@@ -432,29 +431,23 @@ class Session:
     def _map_on_workers(
         self,
         fn: Any,
-        operands: Sequence[tuple[str, str]],
+        layouts: Sequence[Layout],
         data: list[Any],
         out: str,
         shape: tuple[int, ...],
         dtype: np.dtype,
         target: Layout,
-        machine: Machine,
     ) -> None:
         """:meth:`_map_blocks` on Dask: one task per distinct block of ``target``, over the
-        operands' blocks of the processor that holds it, on the workers."""
+        operands' blocks (``data`` in ``layouts``) of the processor that holds it, on the
+        workers."""
         from distal.runtime.elastic.held import WorkerValue, map_block
-        from distal.session.layout import layout_for
 
-        layouts = [layout_for(v, self.values[v].shape, d, machine) for v, d in operands]
         blocks: dict[Box, Any] = {}
         client = self.client
-        for p, box in enumerate(target.boxes):
-            if box is None or (box and any(hi <= lo for lo, hi in box)) or box in blocks:
-                continue
+        for box, p in target.blocks:  # each distinct non-empty block, its first processor
             parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
-            blocks[box] = client.submit(
-                map_block, fn, parts, tuple(hi - lo for lo, hi in box), dtype, pure=False
-            )
+            blocks[box] = client.submit(map_block, fn, parts, box_shape(box), dtype, pure=False)
         value = WorkerValue(shape, dtype, blocks, client, self._count_driver)
         self.values[out] = Held(shape, dtype, target, value)
 

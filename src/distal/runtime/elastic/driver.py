@@ -67,7 +67,7 @@ from distal.runtime.elastic.units import (
 )
 from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
-from distal.typing import Box, box_index, box_intersect, box_is_empty
+from distal.typing import Box, box_index, box_intersect, box_is_empty, box_volume
 
 STATS_NOTE = (
     "dask runtime: Result.stats words, index words and messages are counted by the tasks "
@@ -126,11 +126,6 @@ def task_exception(f: Any) -> BaseException | None:
         return f.exception(timeout=10)
     except Exception as e:  # cancelled or lost
         return e
-
-
-def _volume(box: Box) -> int:
-    """Elements of a box (0 when it is empty; 1 for the 0-d box)."""
-    return 0 if box and box_is_empty(box) else int(np.prod([hi - lo for lo, hi in box]))
 
 
 PLACED_KEPT = 1024
@@ -233,12 +228,12 @@ class Driver:
                 assert isinstance(piece, tuple)
                 assert isinstance(box, tuple)
                 inter = box_intersect(piece, box) if box else piece
-                self.delivered.append((unit.proc, dst, _volume(inter), 0))
+                self.delivered.append((unit.proc, dst, box_volume(inter), 0))
         for src, dst, rbox in self.replicas:
             assert isinstance(box, tuple)
             inter = box_intersect(rbox, box) if box else rbox
             if not box_is_empty(inter):
-                self.delivered.append((src, dst, _volume(inter), 0))
+                self.delivered.append((src, dst, box_volume(inter), 0))
 
     def _output_blocks(self) -> dict[Key, Region]:
         """The output's blocks by key, each once (empty boxes left out): a placement's

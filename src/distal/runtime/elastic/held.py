@@ -30,6 +30,15 @@ from distal.runtime.elastic.tasks import input_block
 from distal.typing import Box, box_index, box_intersect, box_is_empty, box_shape, box_volume
 
 
+def _tiling(boxes: Iterable[Box | None], shape: tuple[int, ...]) -> list[Box]:
+    """The distinct non-empty ``boxes`` (a layout's blocks, by processor), or the whole
+    value as one box when they do not cover it exactly once."""
+    distinct = [b for b in dict.fromkeys(boxes) if b is not None and not (b and box_is_empty(b))]
+    if sum(box_volume(b) for b in distinct) != int(np.prod(shape, dtype=np.int64)):
+        return [tuple((0, n) for n in shape)]
+    return distinct
+
+
 def cut(box: Box, dtype: np.dtype, pieces: Sequence[tuple[Box, np.ndarray]]) -> np.ndarray:
     """``box`` of a value, as ``dtype``, from held blocks ``(block box, array)`` that cover it
     (run on a worker)."""
@@ -94,14 +103,10 @@ class WorkerValue:
         block in its own task (so Dask can rebuild it), or whole when those boxes do not
         cover the value exactly once."""
         shape = tuple(arr.shape)
-        distinct = list(dict.fromkeys(b for b in boxes if b is not None))
-        distinct = [b for b in distinct if not (b and box_is_empty(b))]
-        if sum(box_volume(b) for b in distinct) != arr.size:
-            distinct = [tuple((0, n) for n in shape)]
         whole = tuple((0, n) for n in shape)
         blocks = {
             b: client.submit(input_block, np.array(arr[box_index(b, whole)], order="C"), pure=False)
-            for b in distinct
+            for b in _tiling(boxes, shape)
         }
         return cls(shape, np.dtype(arr.dtype), blocks, client, meter)
 
@@ -134,12 +139,8 @@ class WorkerValue:
     def recut(self, boxes: Iterable[Box]) -> WorkerValue:
         """The value held as the distinct ``boxes`` (another layout's blocks), cut on the
         workers."""
-        distinct = dict.fromkeys(b for b in boxes if b is not None and not (b and box_is_empty(b)))
-        if sum(box_volume(b) for b in distinct) != self.size:
-            distinct = dict.fromkeys([tuple((0, n) for n in self.shape)])
-        return WorkerValue(
-            self.shape, self.dtype, {b: self.part(b) for b in distinct}, self.client, self.meter
-        )
+        blocks = {b: self.part(b) for b in _tiling(boxes, self.shape)}
+        return WorkerValue(self.shape, self.dtype, blocks, self.client, self.meter)
 
     def read_block(self, box: Box) -> np.ndarray:
         """``box`` fetched to this process (counted by ``meter``)."""
