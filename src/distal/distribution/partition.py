@@ -242,6 +242,78 @@ class Placement:
             phi[:, d] = np.minimum(hi[rows, d], bh[d][b])
         return rows, blk, plo, phi
 
+    def cut_rows(
+        self,
+        sd: list[int],
+        dd: list[int],
+        rows: np.ndarray,
+        box: Box,
+        receiver: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Cut ``rows x box`` along block boundaries: ``rows`` (``(n, len(sd))``
+        coordinates of dimensions ``sd``) times ``box`` (an interval per dimension of
+        ``dd``), each part served by the replica serving the processor at ``receiver``.
+
+        The rows are grouped by the block of their coordinates (in block order), times each
+        block of the ``dd`` dimensions the box meets, all as arrays (a gather of a vector's
+        rows may touch every block). Returns ``(source ranks, row order, start, stop,
+        boxes, words)``: part ``k`` is rows ``order[start[k]:stop[k]]`` (order None: the
+        rows as given) times ``boxes[k]`` (``(len(dd), 2)``), ``words[k]`` values.
+        """
+        bid, bl, bh, _ = self._arrays
+        n = len(rows)
+        if n == 0 or any(h <= lo for lo, h in box):
+            z = np.zeros(0, np.int64)
+            return z, z, z, z, np.zeros((0, len(dd), 2), np.int64), z
+        order_r: np.ndarray | None = None
+        if sd:
+            blk_s = np.stack(
+                [
+                    bid[d][np.searchsorted(bl[d], rows[:, j], side="right") - 1]
+                    for j, d in enumerate(sd)
+                ]
+            )
+            gkey = np.ravel_multi_index(tuple(blk_s), tuple(self.pieces(d) for d in sd))
+            if n > 1 and np.any(np.diff(gkey) < 0):
+                order_r = np.argsort(gkey, kind="stable")
+                sk = gkey[order_r]
+            else:
+                sk = gkey
+            gstart = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
+            gstop = np.r_[gstart[1:], n]
+            first_rows = gstart if order_r is None else order_r[gstart]
+            gblk = blk_s[:, first_rows].T  # (groups, len(sd))
+        else:
+            gstart, gstop = np.zeros(1, np.int64), np.full(1, n, np.int64)
+            gblk = np.zeros((1, 0), np.int64)
+        # the blocks of each dd dimension the box meets (few): every combination of them
+        combo = np.zeros((1, 0, 3), np.int64)  # (C, len(dd), 3): block number, lo, hi
+        for j, d in enumerate(dd):
+            lo, hi = box[j]
+            b = np.arange(
+                int(np.searchsorted(bh[d], lo, side="right")),
+                int(np.searchsorted(bl[d], hi, side="left")),
+            )
+            part = np.stack([bid[d][b], np.maximum(lo, bl[d][b]), np.minimum(hi, bh[d][b])], 1)
+            combo = np.concatenate(
+                [np.repeat(combo, len(part), axis=0), np.tile(part, (len(combo), 1))[:, None]],
+                axis=1,
+            )
+        G, C = len(gstart), len(combo)
+        blks = np.zeros((G * C, len(self.shape)), np.int64)
+        if sd:
+            blks[:, sd] = np.repeat(gblk, C, axis=0)
+        if dd:
+            blks[:, dd] = np.tile(combo[:, :, 0], (G, 1))
+        # every part's serving replica in one call
+        recv = np.broadcast_to(receiver[None], (len(blks), len(receiver)))
+        srcs = self.ranks_of(self.source_arrays(blks, np.ascontiguousarray(recv)))
+        boxes = np.tile(combo[:, :, 1:], (G, 1, 1))
+        start = np.repeat(gstart, C).astype(np.int64)
+        stop = np.repeat(gstop, C).astype(np.int64)
+        vol = np.prod(boxes[:, :, 1] - boxes[:, :, 0], axis=1) if dd else np.ones(G * C, np.int64)
+        return srcs.astype(np.int64), order_r, start, stop, boxes, (stop - start) * vol
+
     def fixed_dims(self) -> tuple[bool, ...]:
         """For each machine dimension: True unless it replicates the tensor."""
         out = [True] * len(self.grid)

@@ -1169,66 +1169,12 @@ def _block_pieces(
     tbox: tuple[Interval, ...],
     pcoord: np.ndarray,
 ) -> Pieces:
-    """``rows x tbox`` cut along the tensor's block boundaries, each part with the replica
-    serving the processor at ``pcoord`` (its owner, for an output): the rows grouped by the block of
-    their coordinates (in block order), times each block of the dense dimensions the box
-    meets, all as arrays (a gather of a vector's rows may touch every block)."""
-    bid, bl, bh, _ = pl._arrays
-    order = len(pl.shape)
-    n = len(rows)
-    if n == 0 or any(h <= lo for lo, h in tbox):
-        z = np.zeros(0, np.int64)
-        return Pieces(z, z, z, z, np.zeros((0, len(dd), 2), np.int64), z, z)
-    if sd:
-        blk_s = np.stack(
-            [bid[d][np.searchsorted(bl[d], rows[:, j], side="right") - 1] for j, d in enumerate(sd)]
-        )
-        gkey = _keys(blk_s, [pl.pieces(d) for d in sd])
-        if n > 1 and np.any(np.diff(gkey) < 0):
-            order_r = np.argsort(gkey, kind="stable")
-        else:
-            order_r = _identity(n)
-        sk = gkey[order_r]
-        gstart = np.flatnonzero(np.r_[True, sk[1:] != sk[:-1]])
-        gstop = np.r_[gstart[1:], n]
-        gblk = blk_s[:, order_r[gstart]].T  # (groups, len(sd))
-    else:
-        order_r = _identity(n)
-        gstart, gstop = np.zeros(1, np.int64), np.full(1, n, np.int64)
-        gblk = np.zeros((1, 0), np.int64)
-    # the blocks of each dense dimension the box meets (few): every combination of them
-    dparts = []
-    for j, d in enumerate(dd):
-        lo, hi = tbox[j]
-        first = int(np.searchsorted(bh[d], lo, side="right"))
-        last = int(np.searchsorted(bl[d], hi, side="left"))
-        b = np.arange(first, last)
-        dparts.append(
-            np.stack([bid[d][b], np.maximum(lo, bl[d][b]), np.minimum(hi, bh[d][b])], axis=1)
-        )
-    combo = np.zeros((1, 0, 3), np.int64)  # (C, len(dd), 3): block number, lo, hi
-    for part in dparts:
-        combo = np.concatenate(
-            [np.repeat(combo, len(part), axis=0), np.tile(part, (len(combo), 1))[:, None, :]],
-            axis=1,
-        )
-    G, C = len(gstart), len(combo)
-    blks = np.zeros((G * C, order), np.int64)
-    if sd:
-        blks[:, sd] = np.repeat(gblk, C, axis=0)
-    if dd:
-        blks[:, dd] = np.tile(combo[:, :, 0], (G, 1))
-    # every piece's serving replica in one call
-    recv = np.broadcast_to(pcoord[None], (len(blks), len(pcoord)))
-    srcs = pl.ranks_of(pl.source_arrays(blks, np.ascontiguousarray(recv)))
-    boxes = np.tile(combo[:, :, 1:], (G, 1, 1))
-    start = np.repeat(gstart, C).astype(np.int64)
-    stop = np.repeat(gstop, C).astype(np.int64)
-    vol = np.prod(boxes[:, :, 1] - boxes[:, :, 0], axis=1) if dd else np.ones(G * C, np.int64)
-    return Pieces(
-        srcs.astype(np.int64), order_r, start, stop, boxes, (stop - start) * vol,
-        np.zeros(G * C, np.int64),
-    )  # fmt: skip
+    """``rows x tbox`` cut by its owners (:meth:`Placement.cut_rows`, the one rule for a
+    region of rows, beside :meth:`Placement.cut` for boxes), as a need's :class:`Pieces`."""
+    srcs, order_r, start, stop, boxes, vol = pl.cut_rows(sd, dd, rows, tbox, pcoord)
+    if order_r is None:
+        order_r = _identity(len(rows))
+    return Pieces(srcs, order_r, start, stop, boxes, vol, np.zeros(len(srcs), np.int64))
 
 
 def _dense_need(
