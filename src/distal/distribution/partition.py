@@ -19,6 +19,7 @@ import itertools
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -201,6 +202,16 @@ class Placement:
             else (np.zeros(len(receivers), np.int64))
         )
 
+    def _met(self, d: int, lo: Any, hi: Any) -> tuple[Any, Any]:
+        """The blocks of dimension ``d`` that ``[lo, hi)`` meets, ``first`` to ``last``
+        (exclusive; ``last <= first``: none), for one interval or arrays of them: the one
+        rule :meth:`cut` and :meth:`cut_rows` both cut by."""
+        _, bl, bh, _ = self._arrays
+        return (
+            np.searchsorted(bh[d], lo, side="right"),
+            np.searchsorted(bl[d], hi, side="left"),
+        )
+
     def cut(self, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, ...]:
         """Cut boxes ``[lo, hi)`` along block boundaries.
 
@@ -212,8 +223,7 @@ class Placement:
         firsts, cnts = [], []
         total = np.ones(n, np.int64)
         for d in range(order):
-            first = np.searchsorted(bh[d], lo[:, d], side="right")
-            last = np.searchsorted(bl[d], hi[:, d], side="left")
+            first, last = self._met(d, lo[:, d], hi[:, d])
             cnt = np.maximum(last - first, 0)
             firsts.append(first)
             cnts.append(cnt)
@@ -290,10 +300,7 @@ class Placement:
         combo = np.zeros((1, 0, 3), np.int64)  # (C, len(dd), 3): block number, lo, hi
         for j, d in enumerate(dd):
             lo, hi = box[j]
-            b = np.arange(
-                int(np.searchsorted(bh[d], lo, side="right")),
-                int(np.searchsorted(bl[d], hi, side="left")),
-            )
+            b = np.arange(*self._met(d, lo, hi))
             part = np.stack([bid[d][b], np.maximum(lo, bl[d][b]), np.minimum(hi, bh[d][b])], 1)
             combo = np.concatenate(
                 [np.repeat(combo, len(part), axis=0), np.tile(part, (len(combo), 1))[:, None]],
