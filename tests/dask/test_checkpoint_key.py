@@ -476,3 +476,39 @@ def test_a_keyed_loop_refuses_a_copied_iteration_and_unkeyed_ones(
     after = _session(plain, client)
     assert _loop(after, 2) == []
     assert after.resumed_from == 1
+
+
+def test_a_forged_report_does_not_end_the_wait_for_an_honest_one() -> None:
+    """The driver waits for the entries each worker says it wrote, by name: a forged
+    report logged in a worker's name must not stand in for one of its honest reports still
+    on the way (a count would be met, and the honest entry left unsealed)."""
+    from distal.runtime.elastic.driver import drain_checkpoint
+    from distal.runtime.elastic.summary import Events
+
+    class Pool:  # the two calls drain_checkpoint makes of a Dask client
+        def __init__(self) -> None:
+            self.topics: dict[str, Any] = {}
+
+        def subscribe_topic(self, topic: str, handler: Any) -> None:
+            self.topics[topic] = handler
+
+        def get_events(self, topic: str) -> list:
+            return []
+
+        def run(self, fn: Any, *args: Any, on_error: str) -> dict:
+            return {"w1": {"part-p0-s0-2": 1, "block-1-0": 1}}
+
+    pool = Pool()
+    events = Events(pool, "t")
+
+    def log(entry: str, t: float) -> None:
+        m = {"kind": "done", "name": entry, "worker": "w1", "t": t}
+        pool.topics["t"]((t, {**m, "written": True, "entry": entry}))
+
+    log("part-p0-s0-2", 1.0)
+    log("part-p0-s0-2", 2.0)  # the forgery, in w1's name
+    late = threading.Timer(0.3, log, ("block-1-0", 3.0))
+    late.start()
+    drain_checkpoint(pool, "t", "/nowhere", events, patience=20.0)
+    late.join()
+    assert events.written()[("w1", "block-1-0")] == 1

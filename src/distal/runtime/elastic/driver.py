@@ -101,20 +101,21 @@ def drain_checkpoint(
     Every result is with the driver by now; a write that failed fails the run (the
     user asked for a checkpoint), a worker that died meanwhile only loses entries that a
     rerun recomputes. The events travel by another route than ``Client.run``'s reply, so
-    the driver waits (up to ``patience`` seconds) until it has heard as many as each
-    worker reports.
+    the driver waits (up to ``patience`` seconds) until it has heard, for each worker,
+    every entry it reports written (by name: a forged report in the worker's name must not
+    end the wait before the honest one arrives).
     """
     replies = client.run(drain, topic, root, on_error="return")
-    expect = {}
+    expect: dict[str, dict[str, int]] = {}
     for addr, r in replies.items():
         if isinstance(r, RuntimeFailure):
             raise r
         if not isinstance(r, BaseException):
-            expect[addr] = int(r)
+            expect[addr] = dict(r)
     deadline = time.monotonic() + patience
     while time.monotonic() < deadline:
         heard = events.written()
-        if all(heard[a] >= n for a, n in expect.items()):
+        if all(heard[(a, e)] >= n for a, es in expect.items() for e, n in es.items()):
             return
         time.sleep(0.01)
     events.sync()

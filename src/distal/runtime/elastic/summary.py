@@ -210,11 +210,12 @@ class Events:
             out[m["name"]].append(m)
         return out
 
-    def written(self) -> Counter[str]:
-        """``done`` events logged by checkpoint writers (after the entry landed), per worker."""
+    def written(self) -> Counter[tuple[str, str]]:
+        """``done`` events logged by checkpoint writers (after the entry landed), per
+        ``(worker, entry)``."""
         with self.lock:
             return Counter(
-                m["worker"]
+                (m["worker"], str(m.get("entry", m["name"])))
                 for m in self.seen.values()
                 if m["kind"] in ("done", "check") and m.get("written")
             )

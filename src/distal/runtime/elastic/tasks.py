@@ -138,7 +138,8 @@ def event(ctx: Ctx, kind: str, label: str, w: Any = None, **more: Any) -> Any:
     return w
 
 
-_written: Counter[tuple[str, str]] = Counter()  # (topic, worker) -> done events logged late
+# (topic, worker) -> the entries whose ``done`` events were logged behind their tasks
+_written: dict[tuple[str, str], Counter[str]] = {}
 _written_lock = threading.Lock()
 
 
@@ -161,22 +162,23 @@ def finish(
         more = {"digest": digest} if ctx.store is not None and ctx.store.sealed else {}
         event(ctx, kind, label, w, written=True, entry=name, **more, **done)
         with _written_lock:
-            _written[key] += 1
+            _written.setdefault(key, Counter())[name] += 1
 
     ctx.store.save_soon(name, arr, then)
 
 
-async def drain(topic: str, root: str, dask_worker: Any = None) -> int:
+async def drain(topic: str, root: str, dask_worker: Any = None) -> dict[str, int]:
     """Wait for this process's checkpoint writes (raising a failure of run directory
-    ``root``); how many ``done`` events they logged on ``topic`` for this worker (the
-    driver waits until it has heard that many).
+    ``root``); the entries whose ``done`` events they logged on ``topic`` for this worker,
+    with how many times each (the driver waits until it has heard each of them: a count
+    alone would be met early by a report another worker forged under this one's name).
 
     Run by the driver through ``Client.run`` (which passes ``dask_worker``); a coroutine, so
     the worker's event loop keeps sending the writers' events while it waits.
     """
     await asyncio.get_running_loop().run_in_executor(None, checkpoint.drain, root)
     with _written_lock:
-        return _written.pop((topic, dask_worker.address), 0)
+        return dict(_written.pop((topic, dask_worker.address), Counter()))
 
 
 def transfer_bytes(nonce: str, dask_worker: Any = None) -> int:
