@@ -1,14 +1,19 @@
-"""What ``verify="check"`` costs per CG iteration in a Dask session (values on the workers).
+"""What ``verify="check"`` and ``verify="adaptive"`` cost per CG iteration in a Dask session
+(values on the workers).
 
-    python benchmarks/elastic_cg_check.py [--grid 300] [--iters 10] [--reps 3]
+    python benchmarks/elastic_cg_check.py [--grid 300] [--iters 10] [--reps 3] [--warm 30]
 
 ``dl.apps.cg`` on the ``grid^2`` 2-D Laplacian (5 stored entries a row), 4 processors, in a
-``dl.Session("dask")`` over two single-threaded worker processes, with and without
-``verify="check"`` (every unit's result tested on the other worker; an SpMV unit is
+``dl.Session("dask")`` over two single-threaded worker processes: without verification,
+with ``verify="check"`` (every unit's result tested on the other worker; an SpMV unit is
 checked by computing it again, ``check.recompute_cheaper``; vector kernels by the
-randomized projection). Groups alternate the order of the two variants; printed: ms per
-iteration (the median over groups of iterations 2..iters, the first being compile and
-placement), the overhead as the ratio of medians, and the driver words per iteration.
+randomized projection) and with ``verify="adaptive"`` (a worker's results checked with a
+probability that falls, down to 1/20, with its run of verified results). Each variant's
+session first solves ``--warm`` iterations (compiling, placing, and earning trust), then
+times a 1- and an ``iters``-iteration solve; groups rotate the order of the variants.
+Printed: ms per iteration (the median over groups of iterations 2..iters), each overhead as
+the ratio of medians, the driver words per iteration, and the share of results the
+adaptive session checked while timed.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import scipy.sparse as sp
 from distributed import Client, LocalCluster
 
 import distal as dl
+from distal.runtime.elastic.trust import FLOOR
 
 
 def laplacian(g: int) -> sp.csr_matrix:
@@ -34,17 +40,31 @@ def laplacian(g: int) -> sp.csr_matrix:
     return (sp.kron(sp.eye(g), t) + sp.kron(t, sp.eye(g))).tocsr()
 
 
-def per_iteration(client: Client, A: sp.csr_matrix, b: np.ndarray, iters: int, **opts) -> tuple:
-    """Seconds per iteration (iterations 2..iters) and driver words per iteration."""
+def per_iteration(
+    client: Client, A: sp.csr_matrix, b: np.ndarray, iters: int, warm: int, **opts
+) -> tuple:
+    """Seconds per iteration (iterations 2..iters), driver words per iteration, and (under
+    ``verify="adaptive"``) the fraction of results checked in the timed calls.
+
+    One session per variant: first a ``warm``-iteration solve (compiles, places, and under
+    ``"adaptive"`` earns the workers their trust), then the timed solves on it."""
+    sess = dl.Session("dask", client=client, machine=4, progress=False, **opts)
+    dl.apps.cg(A, b, session=sess, maxiter=warm, tol=0.0)
+    trust = sess.trust
+    before = (trust.checked, trust.unchecked) if trust is not None else (0, 0)
     times = []
+    w0 = sess.driver_words
     for its in (1, iters):
-        sess = dl.Session("dask", client=client, machine=4, progress=False, **opts)
         t0 = time.perf_counter()
         dl.apps.cg(A, b, session=sess, maxiter=its, tol=0.0)
         times.append(time.perf_counter() - t0)
-        words = sess.driver_words
-        sess.close()
-    return (times[1] - times[0]) / (iters - 1), words / iters
+    words = sess.driver_words - w0
+    share = None
+    if trust is not None:
+        checked, unchecked = trust.checked - before[0], trust.unchecked - before[1]
+        share = checked / max(checked + unchecked, 1)
+    sess.close()
+    return (times[1] - times[0]) / (iters - 1), words / (iters + 1), share
 
 
 def main() -> None:
@@ -52,6 +72,7 @@ def main() -> None:
     ap.add_argument("--grid", type=int, default=300)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warm", type=int, default=30, help="iterations solved before timing")
     args = ap.parse_args()
     A = laplacian(args.grid)
     b = np.ones(A.shape[0])
@@ -62,23 +83,33 @@ def main() -> None:
         ) as cluster,
         Client(cluster) as client,
     ):
-        runs: dict[str, list[float]] = {"plain": [], "check": []}
+        variants = {"plain": {}, "check": {"verify": "check"}, "adaptive": {"verify": "adaptive"}}
+        runs: dict[str, list[float]] = {name: [] for name in variants}
         words: dict[str, float] = {}
+        shares: list[float] = []
         for r in range(args.reps):
-            order = ["plain", "check"] if r % 2 == 0 else ["check", "plain"]
+            names = list(variants)
+            order = names[r % 3 :] + names[: r % 3]  # rotate which variant goes first
             for name in order:
-                opts = {"verify": "check"} if name == "check" else {}
-                t, w = per_iteration(client, A, b, args.iters, **opts)
+                t, w, share = per_iteration(client, A, b, args.iters, args.warm, **variants[name])
                 runs[name].append(t)
                 words[name] = w
+                if share is not None:
+                    shares.append(share)
         for name, ts in runs.items():
             print(
-                f"{name:>5}: {statistics.median(ts) * 1e3:8.1f} ms/iteration "
+                f"{name:>8}: {statistics.median(ts) * 1e3:8.1f} ms/iteration "
                 f"(runs {', '.join(f'{t * 1e3:.1f}' for t in ts)}); "
                 f"driver words/iteration {words[name]:.1f}"
             )
-        ratio = statistics.median(runs["check"]) / statistics.median(runs["plain"])
-        print(f"verify='check' overhead per CG iteration: {ratio - 1:+.1%} (target <= +5%)")
+        base = statistics.median(runs["plain"])
+        for name in ("check", "adaptive"):
+            ratio = statistics.median(runs[name]) / base
+            print(f"verify={name!r} overhead per CG iteration: {ratio - 1:+.1%} (target <= +5%)")
+        print(
+            f"adaptive: {statistics.median(shares):.1%} of results checked in the timed solves "
+            f"(after a {args.warm}-iteration warm-up; floor {FLOOR:.0%})"
+        )
 
 
 if __name__ == "__main__":

@@ -212,6 +212,13 @@ class Session:
         self.driver_words = 0
         self._pool: Any = None  # dask: (client, what this session started and closes)
         self._closer: Any = None
+        #: dask, ``verify="adaptive"``: the workers' streaks of verified results, kept for
+        #: every run of the session (:mod:`distal.runtime.elastic.trust`)
+        self.trust: Any = None
+        if runtime == "dask" and self.options.get("verify") == "adaptive":
+            from distal.runtime.elastic.trust import Trust
+
+            self.trust = Trust()
 
     # -- the pool (dask) ----------------------------------------------------------------------
 
@@ -685,7 +692,10 @@ class Session:
                     held = self.values.get(names.get(t.name, t.name))
                     if held is not None and _is_sparse(held.data):
                         placed[t.name] = held.placed
-            return {**self.options, "_placed": placed} if placed else self.options
+            opts = {**self.options, "_placed": placed} if placed else self.options
+            if self.options.get("verify") == "adaptive":  # trust earned carries to every run
+                opts = {**opts, "_trust": self.trust}
+            return opts
         return self.options
 
     def _run_local(self, kernel: Any, data: dict[str, Any]) -> Result | None:

@@ -10,6 +10,7 @@ parameters, so the library's dependence on Dask stays in one adapter.
 - :mod:`.summary`: the event log of a run, the summary and the traffic the tasks counted
   (the progress bar is :mod:`distal.progress`).
 - :mod:`.feeder`: hands units to Dask a window at a time, then speculates on the tail.
+- :mod:`.trust`: ``verify="adaptive"``: how likely a worker's result is checked (pure).
 - :mod:`.speculate`: when a unit is a straggler worth a duplicate, and where (pure).
 - :mod:`.driver`: one run from plan to ``Result``.
 """

@@ -492,6 +492,7 @@ class Driver:
         if opts.check:
             summary.checked = events.checked()
             summary.reductions_checked = events.checked(blocks=True)
+            summary.unchecked = feeder.n_unchecked
         summary.seconds = time.perf_counter() - t0
         if store is not None:
             self._finish_checkpoint(store, units, blocks)
@@ -963,6 +964,9 @@ class Driver:
                     self._fail(f)
                 if f.key in feeder.aux:
                     continue
+                # first: finishing a unit may make it a block of the output (accepted
+                # without a check under verify="adaptive")
+                done += feeder.finished(f)
                 if f.key in feeder.block_of:
                     idx = feeder.block_of[f.key]
                     if self.hold:
@@ -975,7 +979,6 @@ class Driver:
                         self.received[block_name(idx)] = content_digest(arr)
                     name = feeder.unit_of.get(f.key)
                     self._delivered(pending[idx], self.units[name] if name else None)
-                done += feeder.finished(f)
             self._outvoted(events)
             self._seal(events)
             ac.update(feeder.feed(window))

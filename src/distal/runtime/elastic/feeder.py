@@ -164,6 +164,7 @@ class Feeder:
         self.stalled: set[str] = set()
         self.stalled_at: dict[str, int] = {}  # stalled worker -> its computed units then
         self.n_overdue = 0
+        self.n_unchecked = 0  # verify="adaptive": results accepted without a check
 
     def feed(self, window: int) -> list[Any]:
         """Submit units up to the window, and every reduction whose units are all done."""
@@ -239,14 +240,22 @@ class Feeder:
         """
         self.inflight.discard(f.key)
         if f.key in self.checks:
-            name, _, _ = self.checks.pop(f.key)
+            name, _, who = self.checks.pop(f.key)
+            self._trusted(who)
             self._accept(self.by_name[name], f)
             return True
         if f.key in self.reducing:
-            self._submit_reduce_check(self.reducing.pop(f.key), f)
+            idx = self.reducing.pop(f.key)
+            who = self.driver.where(f, block_name(idx))
+            if self._unchecked(block_name(idx), who):
+                self.block_of[f.key] = idx
+                del self.red_contribs[idx]
+                return True
+            self._submit_reduce_check(idx, f, who)
             return False
         if f.key in self.red_checks:
-            idx, _, _ = self.red_checks.pop(f.key)
+            idx, _, who = self.red_checks.pop(f.key)
+            self._trusted(who)
             self.summed[block_name(idx)] = (self.reduces[idx], self.red_contribs.pop(idx))
             return True
         name = self.unit_of.get(f.key)
@@ -261,10 +270,32 @@ class Feeder:
             self.won.add(c.unit.name)
         self.inflight.discard(c.original.key)
         if self.check:
-            self._submit_check(c.unit, f)
-            return False
+            who = self.driver.where(f, c.unit.name)
+            if not self._unchecked(c.unit.name, who):
+                self._submit_check(c.unit, f, who)
+                return False
+            if c.unit.final:
+                self.block_of[f.key] = c.unit.pieces[0][0]
         self._accept(c.unit, f)
         return True
+
+    def _unchecked(self, name: str, who: str) -> bool:
+        """``verify="adaptive"``: the result of ``name`` that ``who`` computed is accepted
+        without a check (its trust's draw). Never a result loaded from the checkpoint (its
+        writer is not the worker that loaded it), nor one whose worker is not known.
+        Unchecked, it is not checkpointed either: an entry is only ever a checked result."""
+        trust = self.driver.opts._trust
+        if trust is None or not who or name in self.present:
+            return False
+        if trust.should_check(who):
+            return False
+        self.n_unchecked += 1
+        return True
+
+    def _trusted(self, who: str) -> None:
+        """A result of ``who`` passed its check: under ``"adaptive"`` its streak grows."""
+        if self.driver.opts._trust is not None and who:
+            self.driver.opts._trust.passed(who)
 
     def _accept(self, unit: Unit, f: Any) -> None:
         if self.users[unit.name]:
@@ -275,8 +306,7 @@ class Feeder:
                 if self.waiting[idx] == 0:
                     self.ready.append(idx)
 
-    def _submit_check(self, unit: Unit, f: Any) -> None:
-        who = self.driver.where(f, unit.name)
+    def _submit_check(self, unit: Unit, f: Any, who: str) -> None:
         attempt = self.attempts[unit.name]
         self._note_redone(unit.name, who)
         g = self.driver.submit_check(self.ctx, unit, f, who, attempt)
@@ -295,9 +325,8 @@ class Feeder:
             if r["unit"] == name and "recomputed_on" not in r:
                 r["recomputed_on"] = who
 
-    def _submit_reduce_check(self, idx: tuple[int, ...], f: Any) -> None:
+    def _submit_reduce_check(self, idx: tuple[int, ...], f: Any, who: str) -> None:
         name = block_name(idx)
-        who = self.driver.where(f, name)
         attempt = self.attempts[name]
         self._note_redone(name, who)
         g = self.driver.submit_reduce_check(
@@ -312,8 +341,11 @@ class Feeder:
         (a unit, or a reduction from the same checked partials)."""
         self.inflight.discard(f.key)
         self.block_of.pop(f.key, None)
+        trust = self.driver.opts._trust
         if f.key in self.red_checks:
             idx, attempt, who = self.red_checks.pop(f.key)
+            if trust is not None:
+                trust.failed(who)
             name = block_name(idx)
             self.extra.extend(self.driver.exclude(who, name, "check", kind="reduction"))
             self.attempts[name] = attempt + 1
@@ -329,6 +361,8 @@ class Feeder:
             self.extra.append(r)
             return
         name, attempt, who = self.checks.pop(f.key)
+        if trust is not None:
+            trust.failed(who)
         unit = self.by_name[name]
         self.extra.extend(self.driver.exclude(who, name, "check", kind="unit"))
         self.attempts[name] = attempt + 1

@@ -8,6 +8,7 @@ from typing import Any
 
 from distal.errors import InputError
 from distal.runtime.checkpoint_auth import check_key
+from distal.runtime.elastic.trust import Trust
 from distal.runtime.elastic.units import GRANULARITIES
 
 
@@ -39,6 +40,9 @@ class Options:
     # input blocks made from this process's values are kept, per input, for the next run
     _hold: bool = False
     _placed: Mapping[str, dict] = field(default_factory=dict)
+    # verify="adaptive": the workers' streaks of verified results (a session's, kept for
+    # all its runs; a fresh one per run otherwise)
+    _trust: Any = None
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Options:
@@ -60,10 +64,14 @@ class Options:
             raise InputError(
                 f"granularity {g!r} is not valid; use 'flush', 'step' or a positive integer"
             )
-        if o.verify != "check" and (
+        if o.verify not in ("check", "adaptive") and (
             not isinstance(o.verify, int) or isinstance(o.verify, bool) or o.verify < 1
         ):
-            raise InputError(f"verify must be a positive integer or 'check', got {o.verify!r}")
+            raise InputError(
+                f"verify must be a positive integer, 'check' or 'adaptive', got {o.verify!r}"
+            )
+        if o.verify == "adaptive" and o._trust is None:
+            o._trust = Trust()
         r = o.verify_repeats
         if r is not None and (not isinstance(r, int) or isinstance(r, bool) or r < 1):
             raise InputError(f"verify_repeats must be a positive integer or None, got {r!r}")
@@ -77,8 +85,9 @@ class Options:
 
     @property
     def check(self) -> bool:
-        """``verify="check"``: every unit's result is checked on another worker."""
-        return self.verify == "check"
+        """``verify="check"``: every unit's result is checked on another worker (with
+        ``"adaptive"``, every result the worker's trust draws for a check)."""
+        return self.verify in ("check", "adaptive")
 
     @property
     def copies(self) -> int:

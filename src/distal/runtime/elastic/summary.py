@@ -45,7 +45,8 @@ class Summary:
     (``recomputed_on``); ``excluded_workers`` are the
     workers that lost the run's trust (no further task was submitted to them), and
     ``rechecked`` the checkpoint entries they had written in the run that were
-    re-verified.
+    re-verified. ``unchecked`` (``verify="adaptive"``): results of workers with a run of
+    verified results accepted without a check (see :mod:`.trust`).
 
     ``unauthenticated`` (runs with ``checkpoint_key=``): the checkpoint entries, by name,
     found without a valid seal (absent, forged, made with another key or for another entry)
@@ -68,6 +69,7 @@ class Summary:
     overdue: int = 0
     checked: int = 0
     reductions_checked: int = 0
+    unchecked: int = 0
     units_rejected: int = 0
     reductions_rejected: int = 0
     excluded_workers: list[str] = field(default_factory=list)
@@ -103,6 +105,11 @@ class Summary:
         if self.checked or self.reductions_checked:
             red = f" and {self.reductions_checked} reduction(s)" if self.reductions_checked else ""
             lines.append(f"check: {self.checked} task(s){red} passed their randomized check")
+        if self.unchecked:
+            lines.append(
+                f"adaptive trust: {self.unchecked} result(s) of trusted workers accepted "
+                "without a check"
+            )
         if self.units_rejected or self.reductions_rejected or self.excluded_workers:
             excl = ", ".join(self.excluded_workers) or "none"
             n_red = self.reductions_rejected
