@@ -1,22 +1,34 @@
-"""Runs on every rank under ``mpiexec``; driven by ``test_mpi.py``.
+"""Runs on every rank under ``mpiexec``; driven by ``test_mpi_runtime.py``.
 
 ``python _script.py MODE [ARG]`` with MODE one of
 
 * ``named``: the named algorithms of ``_mpi_cases.py`` that fit the job's size;
+* ``sparse``: SpMV, SpMM and SDDMM of ``_mpi_cases.sparse_cases`` (row and non-zero splits,
+  sparse inputs laid out against the cut so that their pieces travel), then the other
+  gather modes and an unknown option;
 * ``library``: the algorithms of ``distal.algorithms`` (see ``_mpi_cases.library_cases``);
+  ``sparse-library`` its sparse ones (``_mpi_cases.sparse_library_cases``);
 * ``random FILE``: the pickled random cases (from the reference generator) of this size;
 * ``dist DIR``: distributed inputs/outputs (functions, .npy directories, Zarr, gather modes);
 * ``fail-catch RANK STEP`` / ``fail-raise RANK STEP``: a failure injected on one rank;
-  ``fail-tree RANK STEP`` the same (caught) in a broadcast-routed SUMMA; ``fail-own RANK
-  STEP`` the same, caught on the failing rank only (its script then ends);
+  ``fail-tree RANK STEP`` the same (caught) in a broadcast-routed SUMMA, ``fail-sparse RANK
+  STEP`` in an SpMM cut by non-zeros; ``fail-own RANK STEP`` the same, caught on the failing
+  rank only (its script then ends);
 * ``different-kernels``: rank 0 compiles another schedule (then another routing) than the
-  others;
+  others, then rank 2's sparse input has another pattern;
+* ``sparse-bad RANK``: rank RANK's dense input is short, then its sparse input (which
+  ``bind`` rejects before there is a bound kernel); all run again with good inputs;
 * ``fail-source RANK``: a block source that raises on one rank's block;
 * ``fail-write RANK DIR``: one rank's part of a collective ``write_npy_dir`` fails;
-* ``wrong-size``: a 4-processor kernel, whatever the job's size.
+* ``wrong-size KIND HOW``: a dense (KIND ``dense``: 4 processors) or sparse (``sparse``: 4,
+  or 2 in a job of 4) kernel for another number of processors than the job's, its error
+  uncaught (HOW ``raise``) or caught and printed by every rank (``catch``).
 
-Every check is an ``assert``: a failed one ends the job with a non-zero code. Rank 0 prints
-one JSON line per passed case, which the test counts.
+Every check is an ``assert``: a failed one ends the job with a non-zero code. Dense values
+must equal numpy's to 1e-10; sparse ones the local runtime's bit for bit and scipy's to
+1e-12; measured stats always equal the predicted ones. Rank 0 prints one JSON line per
+passed case, which the test counts; every rank prints each error it caught (the failure
+modes) and, last, that it is done.
 """
 
 from __future__ import annotations
@@ -24,7 +36,9 @@ from __future__ import annotations
 import json
 import pickle
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -35,22 +49,49 @@ import distal as dl  # noqa: E402
 from distal.runtime.mpi import world  # noqa: E402
 
 FIELDS = ("words_received", "words_sent", "messages_received", "messages_sent")
-FIELDS += ("iterations", "peak_words")
+FIELDS += ("iterations", "peak_words", "index_words_received", "index_words_sent")
 RANK, SIZE = world()
 
 
+def say(**fields: object) -> None:
+    """One JSON line from this rank."""
+    print(json.dumps(fields), flush=True)
+
+
 def report(**fields: object) -> None:
+    """One JSON line from rank 0 only: a passed case is counted once, not once per rank."""
     if RANK == 0:
-        print(json.dumps(fields), flush=True)
+        say(**fields)
+
+
+def same_stats(name: str, measured: dl.Stats, predicted: dl.Stats) -> None:
+    """Measured == predicted: field by field first, so that a failure names the count that
+    differs, then as a whole and with the per-level words (which ``==`` leaves out)."""
+    for f in FIELDS:
+        got, want = getattr(measured, f), getattr(predicted, f)
+        assert got == want, f"{name}: measured {f} {got} != predicted {want}"
+    assert measured == predicted, f"{name}: {measured} != {predicted}"
+    assert measured.as_dict() == predicted.as_dict(), f"{name}: per-level words differ"
+
+
+def passed(name: str, stats: dl.Stats, **more: object) -> None:
+    """Report a passed case with the traffic the test checks (index words: what sparse
+    pieces' pos/crd cost; none for a dense kernel)."""
+    report(
+        case=name,
+        ok=True,
+        words=stats.total_words,
+        index=sum(stats.index_words_received),
+        messages=sum(stats.messages_received),
+        **more,
+    )
 
 
 def check(name: str, kernel: dl.Kernel, inputs: dict, expected: np.ndarray, **opts: object) -> None:
+    """A dense case: value ~ numpy's, measured stats and compute events == the plan's."""
     res = kernel.run(inputs, runtime="mpi", **opts)
     predicted = kernel.stats()
-    for f in FIELDS:
-        got, want = getattr(res.stats, f), getattr(predicted, f)
-        assert got == want, f"{name}: measured {f} {got} != predicted {want}"
-    assert res.stats.as_dict() == predicted.as_dict(), f"{name}: per-level words differ"
+    same_stats(name, res.stats, predicted)
     value = np.asarray(res.value)
     assert value.shape == expected.shape, (name, value.shape, expected.shape)
     assert np.allclose(value, expected, rtol=1e-10, atol=1e-10), f"{name}: wrong value"
@@ -58,7 +99,45 @@ def check(name: str, kernel: dl.Kernel, inputs: dict, expected: np.ndarray, **op
     traced = {e.proc for e in res.trace if e.kind == "compute"}
     assert traced == computing, f"{name}: compute events from {traced}, expected {computing}"
     assert all(e.end >= e.start for e in res.trace), f"{name}: event ends before it starts"
-    report(case=name, ok=True, words=res.stats.total_words, steps=kernel.plan.nsteps)
+    passed(name, res.stats, steps=kernel.plan.nsteps)
+
+
+def _same_bits(x: Any, y: Any) -> bool:
+    """Equal bits: both dense arrays, or both sparse with one pattern and equal values."""
+    if isinstance(x, np.ndarray):
+        return isinstance(y, np.ndarray) and np.array_equal(x, y)
+    return x.pattern_fingerprint() == y.pattern_fingerprint() and np.array_equal(x.vals, y.vals)
+
+
+def check_sparse(name: str, kernel: dl.Kernel, inputs: dict[str, Any], expected: Any) -> None:
+    """A sparse case: MPI bits == the local runtime's, value ~ scipy's to 1e-12, measured
+    stats == ``bound.stats()`` == the local runtime's."""
+    import scipy.sparse as sp
+
+    bound = kernel.bind(inputs)
+    res = bound.run(inputs, runtime="mpi")
+    # a rank writes its own program, never the whole plan (nor the stats counted from it)
+    assert "plan" not in bound.__dict__, f"{name}: the MPI run wrote the whole plan"
+    local = bound.run(inputs)  # the oracle, on this rank's threads
+    assert _same_bits(res.value, local.value), f"{name}: MPI bits differ from the local runtime"
+    want = expected.toarray() if sp.issparse(expected) else np.asarray(expected)
+    got = res.value if isinstance(res.value, np.ndarray) else res.value.to_scipy().toarray()
+    assert got.shape == want.shape, (name, got.shape, want.shape)
+    assert np.allclose(got, want, rtol=1e-12, atol=1e-12), f"{name}: value"
+    same_stats(name, res.stats, bound.stats())
+    assert res.stats == local.stats, f"{name}: MPI and local stats differ"
+    passed(name, res.stats)
+
+
+def caught(case: str, run: Callable[[], object]) -> None:
+    """``run`` must raise a DistalError on this rank: print what it caught (every rank)."""
+    try:
+        run()
+    except dl.DistalError as e:
+        processor = getattr(e, "processor", None)
+        say(case=case, rank=RANK, kind=type(e).__name__, processor=processor, error=str(e))
+    else:
+        raise AssertionError(f"{case or 'run'}: no error")
 
 
 def named() -> None:
@@ -77,6 +156,40 @@ def library(routing: str = "auto") -> None:
         inputs = alg.inputs(0)
         kernel = dl.compile(alg.schedule, routing=routing)
         check(f"library {name}", kernel, inputs, alg.reference(inputs))
+
+
+def sparse() -> None:
+    from _mpi_cases import sparse_cases, spmv
+
+    for name, build in sparse_cases(SIZE).items():
+        check_sparse(name, *build())
+    # the other gather modes: the value on rank 0 only, or no value and the owned parts
+    kernel, inputs, expected = spmv(SIZE, "nz", "xy -> x")
+    bound = kernel.bind(inputs)
+    root = bound.run(inputs, runtime="mpi", gather="root")
+    assert (root.value is not None) == (RANK == 0), "gather='root'"
+    if RANK == 0:
+        assert np.allclose(root.value, expected, rtol=1e-12), "gather='root' value"
+    none = bound.run(inputs, runtime="mpi", gather="none")
+    assert none.value is None, "gather='none'"
+    assert none.stats == bound.stats(), "gather='none' stats"
+    lo, hi = none.extra["owned"][0]
+    assert np.allclose(none.extra["block"], expected[lo:hi], rtol=1e-12), "owned block"
+    try:
+        bound.run(inputs, runtime="mpi", trace=True)
+    except dl.InputError as e:
+        message = str(e)
+    else:
+        raise AssertionError("an unknown option was taken")
+    assert "unknown option(s) ['trace']" in message, message
+    report(case="gather modes and options", ok=True)
+
+
+def sparse_library() -> None:
+    from _mpi_cases import sparse_library_cases
+
+    for name, build in sparse_library_cases(SIZE).items():
+        check_sparse(name, *build())
 
 
 def random_cases(path: str) -> None:
@@ -152,29 +265,30 @@ def dist(out_dir: str) -> None:
 
 
 def fail(mode: str, rank: int, step: int) -> None:
-    from _mpi_cases import gemm
+    from _mpi_cases import gemm, spmm
 
     if mode == "tree":  # broadcast trees: relays forwarding, ranks finishing at other times
         alg = dl.algorithms.summa(96, machine=dl.Machine(2, SIZE // 2))
         kernel, inputs = dl.compile(alg.schedule, routing="broadcast"), alg.inputs(0)
+    elif mode == "sparse":  # the failing rank has posted its messages; pos/crd travel too
+        kernel, inputs, _ = spmm(SIZE, "nz", "xy -> x")
     else:
         kernel, inputs, _ = gemm((2, 2) if SIZE == 4 else (SIZE, 1), 32, "summa")
-    if mode == "raise":
+
+    def run() -> None:
         kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
+
+    if mode == "raise":
+        run()
         return
     if mode == "own":  # the failing rank catches its error, the others do not
         try:
-            kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
+            run()
         except dl.RuntimeFailure:
             if RANK != rank:
                 raise
         return
-    try:
-        kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
-    except dl.RuntimeFailure as e:
-        print(json.dumps({"rank": RANK, "processor": e.processor, "error": str(e)}), flush=True)
-    else:
-        raise AssertionError("no RuntimeFailure")
+    caught("", run)
 
 
 def fail_source(rank: int) -> None:
@@ -209,50 +323,92 @@ def fail_write(rank: int, out_dir: str) -> None:
             raise OSError(28, "No space left on device")
 
         data.write_npy_blocks = broken
-    try:
-        res.write_npy_dir(Path(out_dir) / "out")
-    except dl.DistalError as e:
-        print(json.dumps({"rank": RANK, "kind": type(e).__name__, "error": str(e)}), flush=True)
-    else:
-        raise AssertionError("no error")
+    caught("", lambda: res.write_npy_dir(Path(out_dir) / "out"))
 
 
 def different_kernels() -> None:
-    """Every rank raises the same DistalUserError, before anything runs."""
-    from _mpi_cases import gemm
+    """Every rank raises the same DistalUserError, before anything runs: a sparse kernel
+    bound to another pattern is another kernel too."""
+    from _mpi_cases import gemm, spmv
 
     summa, inputs, expected = gemm((2, 2), 32, "summa")
     cannon, _, _ = gemm((2, 2), 32, "cannon")
     alg = dl.algorithms.summa(32, machine=dl.Machine(2, 2))
     routed = {r: dl.compile(alg.schedule, routing=r) for r in ("direct", "broadcast")}
+    sparse, sparse_inputs, sparse_expected = spmv(SIZE, "nz", "xy -> x")
+    other = dict(sparse_inputs)
+    if RANK == 2:
+        b = sparse_inputs["B"].tolil()
+        b[0, 0] = 0 if b[0, 0] else 1
+        other["B"] = b.tocsr()
     cases = {
         "schedule": (cannon if RANK == 0 else summa, inputs),
         "routing": (routed["broadcast" if RANK == 0 else "direct"], alg.inputs(0)),
+        "pattern": (sparse, other),
     }
     for name, (kernel, data) in cases.items():
-        try:
-            kernel.run(data, runtime="mpi")
-        except dl.DistalError as e:
-            line = {"rank": RANK, "case": name, "kind": type(e).__name__, "error": str(e)}
-            print(json.dumps(line), flush=True)
-        else:
-            raise AssertionError(f"{name}: no error")
+        caught(name, lambda k=kernel, d=data: k.run(d, runtime="mpi"))
     res = summa.run(inputs, runtime="mpi")  # the same kernel everywhere again: it runs
     assert np.allclose(res.value, expected)
     report(case="same kernel after different ones", ok=True)
+    res = sparse.run(sparse_inputs, runtime="mpi")  # nothing was left pending either
+    assert np.allclose(res.value, sparse_expected, rtol=1e-12)
+    report(case="same pattern after different ones", ok=True)
 
 
-def wrong_size() -> None:
-    from _mpi_cases import gemm
+def sparse_bad(who: int) -> None:
+    """Rank ``who``'s dense input is short; then its sparse input is (rejected by ``bind``,
+    before there is a bound kernel, so this rank joins the others through ``fail_together``);
+    then every rank runs again with good inputs: nothing was left pending."""
+    from _mpi_cases import spmv
 
-    kernel, inputs, _ = gemm((2, 2), 16, "summa")
-    kernel.run(inputs, runtime="mpi")
+    from distal.runtime.mpi.entry import fail_together
+
+    kernel, inputs, expected = spmv(SIZE, "nz", "xy -> x")
+    given = dict(inputs)
+    if RANK == who:
+        given["c"] = np.ones(len(inputs["c"]) - 1)
+    caught("dense", lambda: kernel.run(given, runtime="mpi"))
+    given = dict(inputs)
+    if RANK == who:
+        given["B"] = inputs["B"][:-1]
+
+    def bind_and_run() -> None:
+        try:
+            bound = kernel.bind(given)
+        except dl.InputError as e:
+            fail_together(e)
+        bound.run(given, runtime="mpi")
+
+    caught("sparse", bind_and_run)
+    res = kernel.run(inputs, runtime="mpi")
+    assert np.allclose(res.value, expected, rtol=1e-12)
+    say(rank=RANK, rerun="ok")
+
+
+def wrong_size(kind: str, how: str) -> None:
+    from _mpi_cases import gemm, spmv
+
+    if kind == "sparse":
+        kernel, inputs, _ = spmv(4 if SIZE != 4 else 2, "row", "xy -> x")
+    else:
+        kernel, inputs, _ = gemm((2, 2), 16, "summa")
+    if how == "catch":
+        caught("", lambda: kernel.run(inputs, runtime="mpi"))
+    else:
+        kernel.run(inputs, runtime="mpi")
 
 
 if __name__ == "__main__":
     mode, args = sys.argv[1], sys.argv[2:]
     if mode == "named":
         named()
+    elif mode == "sparse":
+        sparse()
+    elif mode == "sparse-library":
+        sparse_library()
+    elif mode == "sparse-bad":
+        sparse_bad(int(args[0]))
     elif mode == "library-tree":
         from distal.runtime.mpi import relay
 
@@ -270,16 +426,16 @@ if __name__ == "__main__":
         random_cases(args[0])
     elif mode == "dist":
         dist(args[0])
-    elif mode in ("fail-catch", "fail-raise", "fail-tree", "fail-own"):
+    elif mode in ("fail-catch", "fail-raise", "fail-tree", "fail-sparse", "fail-own"):
         fail(mode.split("-")[1], int(args[0]), int(args[1]))
     elif mode == "fail-source":
         fail_source(int(args[0]))
     elif mode == "fail-write":
         fail_write(int(args[0]), args[1])
     elif mode == "wrong-size":
-        wrong_size()
+        wrong_size(*args)
     elif mode == "different-kernels":
         different_kernels()
     else:
         raise SystemExit(f"unknown mode {mode!r}")
-    report(done=mode)
+    say(done=mode, rank=RANK)

@@ -1,9 +1,12 @@
-"""The MPI runtime under a real ``mpiexec``, at 1, 2, 4 and 8 ranks.
+"""The MPI runtime under a real ``mpiexec``, at 1, 2, 4 and 8 ranks, dense and sparse.
 
 Each test launches ``mpiexec -n P python _script.py MODE ...`` (the script asserts on every
-rank that values equal numpy and measured stats equal ``kernel.stats()``; rank 0 prints a
-JSON line per passed case) and checks the job's exit code and output. The failure tests
-check that a job whose rank fails ends within seconds, naming that rank.
+rank that dense values equal numpy's, sparse ones the local runtime's bit for bit and
+scipy's to 1e-12, and that measured stats equal the predicted ones; rank 0 prints a JSON
+line per passed case) and checks the job's exit code and output. Dense and sparse kernels
+are cases of the same tests. The failure tests check that a job whose rank fails (a bad
+input, an injected failure, a wrong job size) fails every rank together within seconds,
+naming that rank, never a hang.
 
 Without mpi4py or an ``mpiexec`` the tests are skipped with the reason -- except under CI
 (``CI`` set), where the ``mpi`` extra is installed and their absence is a failure.
@@ -37,6 +40,50 @@ def run_job(*args: Any, script: Path = SCRIPT, **options: Any) -> Job:
     return _run_job(*args, script=script, **options)
 
 
+def errors(job: Job, case: str = "") -> dict[int, dict[str, Any]]:
+    """Each rank's caught error in ``case``, by rank (the failure modes print one line per
+    rank and case: ``rank``, ``kind``, ``error``)."""
+    return {d["rank"]: d for d in job.lines() if "kind" in d and d.get("case", "") == case}
+
+
+def done_ranks(job: Job, mode: str) -> set[int]:
+    """The ranks that got to the end of the script (each prints it last)."""
+    return {d["rank"] for d in job.lines() if d.get("done") == mode}
+
+
+#: sparse cases whose input is laid out against the schedule's cut: their pos/crd travel
+MOVED = {
+    "spmv row, B by non-zeros",
+    "spmv nz, B by rows",
+    "spmm nz, B by rows",
+    "sddmm row, B by non-zeros",
+    "spmv nz complex",
+}
+#: ``_mpi_cases.sparse_cases`` (written out: the test does not take the script's word for
+#: which cases there are), then the check of the other gather modes
+SPARSE_CASES = {
+    *(f"{k} {s}" for k in ("spmv", "spmm") for s in ("row", "nz")),
+    *(f"sddmm {s} D {d}" for s in ("row", "nz") for d in ("xy -> *", "xy -> x")),
+    *MOVED,
+    "spmv nz, a replicated",
+    "spmm row, C streamed in 3 steps",
+    "gather modes and options",
+}
+#: sparse library cases with B laid out by non-zeros, cut by rows: 3-level pieces travel
+MOVED_LIBRARY = {f"spmttkrp rows, {f} B by non-zeros" for f in ("csf", "dss")}
+SPARSE_LIBRARY = {
+    "spmv rows hull",
+    "spmm rows 2-D",
+    "spmm nonzeros 2-D",
+    "sddmm nonzeros, A by non-zeros",
+    "spttv fibers",
+    "spadd3",
+    "spinnerprod",
+    *(f"spmttkrp {s}" for s in ("rows", "nonzeros", "fibers")),
+    *MOVED_LIBRARY,
+}
+
+
 # --------------------------------------------------------------------------------------------
 # Correctness: named algorithms, random schedules, distributed data
 # --------------------------------------------------------------------------------------------
@@ -59,25 +106,48 @@ def test_library_with_tree_routing(nprocs: int, level: str) -> None:
     assert (relays[0]["forwarder_threads"] > 0) == (level == "multiple"), job
 
 
-@pytest.mark.parametrize("nprocs", SIZES)
-def test_named_algorithms(nprocs: int) -> None:
+@pytest.mark.parametrize(
+    ("mode", "nprocs"), [*(("named", p) for p in SIZES), ("sparse", 2), ("sparse", 4)]
+)
+def test_named_algorithms(mode: str, nprocs: int) -> None:
+    """The dense algorithms of ``_mpi_cases`` (SpMV, SpMM, SDDMM for ``sparse``): every one
+    passes on every rank. Index words show which sparse inputs travelled: those laid out
+    against the cut, no others, and never a dense kernel's."""
     from _mpi_cases import named_cases
 
-    job = run_job(nprocs, "named")
+    job = run_job(nprocs, mode)
     assert job.rc == 0, job
-    passed = {d["case"] for d in job.lines() if d.get("ok")}
-    assert passed == set(named_cases(nprocs)), job
-    assert {"done": "named"} in job.lines(), job
+    passed = {d["case"]: d for d in job.lines() if d.get("ok")}
+    want = set(named_cases(nprocs)) if mode == "named" else SPARSE_CASES
+    assert set(passed) == want, job
+    assert done_ranks(job, mode) == set(range(nprocs)), job
+    for name in want - {"gather modes and options"}:
+        assert (passed[name]["index"] > 0) == (name in MOVED), (name, job)
+    if mode == "sparse":
+        assert passed["spmv nz"]["messages"] > 0, job
 
 
-@pytest.mark.parametrize("nprocs", SIZES)
-def test_algorithm_library(nprocs: int) -> None:
+@pytest.mark.parametrize(
+    ("mode", "nprocs"),
+    [*(("library", p) for p in SIZES), ("sparse-library", 2), ("sparse-library", 4)],
+)
+def test_algorithm_library(mode: str, nprocs: int) -> None:
+    """Every algorithm of ``distal.algorithms``; the sparse ones cover 2-D machines, hull
+    gathers, outputs cut by non-zeros, union patterns, 3-tensors (their 3-level pieces
+    travel when laid out against the cut) and a scalar output."""
     from _mpi_cases import library_cases
 
-    job = run_job(nprocs, "library")
+    job = run_job(nprocs, mode)
     assert job.rc == 0, job
-    passed = {d["case"] for d in job.lines() if d.get("ok")}
-    assert passed == {f"library {name}" for name in library_cases(nprocs)}, job
+    passed = {d["case"]: d for d in job.lines() if d.get("ok")}
+    if mode == "library":
+        assert set(passed) == {f"library {name}" for name in library_cases(nprocs)}, job
+        assert all(d["index"] == 0 for d in passed.values()), job  # no coordinates move
+    else:
+        assert set(passed) == SPARSE_LIBRARY, job
+        for name in MOVED_LIBRARY:
+            assert passed[name]["index"] > 0, (name, job)
+    assert done_ranks(job, mode) == set(range(nprocs)), job
 
 
 @pytest.fixture(scope="module")
@@ -142,33 +212,63 @@ def test_distributed_inputs_and_outputs(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("nprocs", [2, 8])
-def test_wrong_number_of_ranks_fails_on_every_rank(nprocs: int) -> None:
-    job = run_job(nprocs, "wrong-size", timeout=FAIL_WITHIN + 30)
-    assert job.rc != 0, job
+@pytest.mark.parametrize(
+    ("kind", "how", "nprocs"),
+    [
+        ("dense", "raise", 2),
+        ("dense", "raise", 8),
+        ("dense", "catch", 2),
+        ("sparse", "raise", 2),
+        ("sparse", "catch", 2),
+    ],
+)
+def test_wrong_number_of_ranks_fails_on_every_rank(kind: str, how: str, nprocs: int) -> None:
+    """A kernel for 4 processors in a job of another size: every rank raises MPISizeError
+    naming itself, within seconds. Uncaught it ends the job; caught, the job ends normally."""
+    job = run_job(nprocs, "wrong-size", kind, how, timeout=FAIL_WITHIN + 30)
     assert job.seconds < FAIL_WITHIN, job
-    for r in range(nprocs):
-        assert f"4 processors but this MPI job has {nprocs} ranks (this is rank {r})" in job.err, (
-            job
-        )
-    assert "MPISizeError" in job.err
+
+    def message(r: int) -> str:
+        return f"4 processors but this MPI job has {nprocs} ranks (this is rank {r})"
+
+    if how == "raise":
+        assert job.rc != 0, job
+        for r in range(nprocs):
+            assert message(r) in job.err, job
+        assert "MPISizeError" in job.err
+    else:
+        assert job.rc == 0, job
+        got = errors(job)
+        assert set(got) == set(range(nprocs)), job
+        for r, d in got.items():
+            assert d["kind"] == "MPISizeError", job
+            assert message(r) in d["error"], job
 
 
 @pytest.mark.parametrize(
-    ("nprocs", "rank", "step"),
-    [(4, 2, 1), (8, 5, 0), (2, 1, -1), (4, 3, 2)],
-    ids=["4@step1", "8@step0", "2@placement", "4@after-last-step"],
+    ("mode", "nprocs", "rank", "step"),
+    [
+        ("fail-catch", 4, 2, 1),
+        ("fail-catch", 8, 5, 0),
+        ("fail-catch", 2, 1, -1),
+        ("fail-catch", 4, 3, 2),
+        ("fail-sparse", 4, 1, 0),
+    ],
+    ids=["4@step1", "8@step0", "2@placement", "4@after-last-step", "sparse-4@step0"],
 )
-def test_injected_failure_reaches_every_rank(nprocs: int, rank: int, step: int) -> None:
-    job = run_job(nprocs, "fail-catch", str(rank), str(step), timeout=FAIL_WITHIN + 30)
+def test_injected_failure_reaches_every_rank(mode: str, nprocs: int, rank: int, step: int) -> None:
+    """RuntimeFailure on the failing rank, PeerFailure naming it on the others (in the
+    sparse SpMM after it posted its messages, the others waiting for its pieces), no hang."""
+    job = run_job(nprocs, mode, str(rank), str(step), timeout=FAIL_WITHIN + 30)
     assert job.seconds < FAIL_WITHIN, job
     assert job.rc == 0, job
-    reports = {d["rank"]: d for d in job.lines() if "rank" in d}
-    assert set(reports) == set(range(nprocs)), job
-    for d in reports.values():
+    got = errors(job)
+    assert set(got) == set(range(nprocs)), job
+    for r, d in got.items():
         assert d["processor"] == rank, job
-        assert f"processor {rank} (MPI rank {rank}) failed" in d["error"], job
-        assert "injected failure" in d["error"], job
+        assert d["kind"] == ("RuntimeFailure" if r == rank else "PeerFailure"), job
+        want = f"processor {rank} (MPI rank {rank}) failed: RuntimeError: injected failure"
+        assert want in d["error"], job
 
 
 @pytest.mark.parametrize(("rank", "step"), [(3, 1), (1, 0), (6, 2)])
@@ -178,9 +278,9 @@ def test_injected_failure_in_a_routed_plan_reaches_every_rank(rank: int, step: i
     job = run_job(8, "fail-tree", str(rank), str(step), timeout=FAIL_WITHIN + 30)
     assert job.seconds < FAIL_WITHIN, job
     assert job.rc == 0, job
-    reports = {d["rank"]: d for d in job.lines() if "rank" in d}
-    assert set(reports) == set(range(8)), job
-    assert all(d["processor"] == rank for d in reports.values()), job
+    got = errors(job)
+    assert set(got) == set(range(8)), job
+    assert all(d["processor"] == rank for d in got.values()), job
 
 
 def test_uncaught_failure_ends_the_job_via_distal_run() -> None:
@@ -202,7 +302,7 @@ def test_a_failing_collective_write_fails_every_rank_without_a_hang(tmp_path: Pa
     job = run_job(4, "fail-write", "2", str(tmp_path), timeout=FAIL_WITHIN + 30)
     assert job.rc == 0, job
     assert job.seconds < FAIL_WITHIN, job
-    reports = {d["rank"]: d for d in job.lines() if "rank" in d}
+    reports = errors(job)
     assert set(reports) == {0, 1, 2, 3}, job
     assert reports[2]["kind"] == "InputError", job
     assert "cannot write the result to" in reports[2]["error"], job
@@ -244,20 +344,40 @@ def test_a_wrong_shaped_input_on_one_rank_ends_the_job(mode: str) -> None:
         assert "did not end within" in job.err, job
 
 
-def test_a_wrong_shaped_input_caught_everywhere_leaves_the_job_usable() -> None:
+#: the jobs in which every rank catches its error: (script, mode, rank 2's error by case)
+CAUGHT_EVERYWHERE = {
+    "dense": (USER_SCRIPT, "catch-all", {"": BAD_B}),
+    "sparse": (
+        SCRIPT,
+        "sparse-bad",
+        {
+            "dense": "InputError: input 'c' has shape (59,); tensor expects (60,)",
+            "sparse": "InputError: input 'B' cannot be read as a csr array: an array of "
+            "shape (59, 60) was given for shape (60, 60)",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CAUGHT_EVERYWHERE))
+def test_a_wrong_shaped_input_caught_everywhere_leaves_the_job_usable(kind: str) -> None:
     """All ranks raise together before anything runs (rank 2 its InputError, the others a
     PeerFailure naming it) and nothing is left pending: the next run works, the job ends
-    normally."""
-    job = run_job(4, "catch-all", "2", script=USER_SCRIPT, timeout=FAIL_WITHIN + 30)
+    normally. The sparse job's short dense ``c``, then its short sparse ``B``, which
+    ``bind`` rejects before there is a bound kernel (rank 2 joins through ``fail_together``)."""
+    script, mode, bad = CAUGHT_EVERYWHERE[kind]
+    job = run_job(4, mode, "2", script=script, timeout=FAIL_WITHIN + 30)
     assert job.rc == 0, job
     assert job.seconds < FAIL_WITHIN, job
-    reports = {d["rank"]: d for d in job.lines() if "kind" in d}
-    assert set(reports) == {0, 1, 2, 3}, job
-    assert reports[2]["kind"] == "InputError", job
-    assert reports[2]["error"] == BAD_B.split(": ", 1)[1], job
-    for r in (0, 1, 3):
-        assert reports[r]["kind"] == "PeerFailure", job
-        assert reports[r]["error"] == f"processor 2 (MPI rank 2) failed before the run: {BAD_B}"
+    for case, error in bad.items():
+        got = errors(job, case)
+        assert set(got) == {0, 1, 2, 3}, (case, job)
+        assert got[2]["kind"] == "InputError", (case, job)
+        assert got[2]["error"] == error.split(": ", 1)[1], (case, job)
+        for r in (0, 1, 3):
+            assert got[r]["kind"] == "PeerFailure", (case, job)
+            want = f"processor 2 (MPI rank 2) failed before the run: {error}"
+            assert got[r]["error"] == want, (case, job)
     assert {d["rank"] for d in job.lines() if d.get("rerun") == "ok"} == {0, 1, 2, 3}, job
 
 
@@ -290,18 +410,21 @@ def test_sys_exit_on_one_rank_ends_the_job_via_distal_run() -> None:
 
 def test_ranks_that_compiled_different_kernels_fail_together() -> None:
     """Rank 0 compiles Cannon where the others compile SUMMA (then another routing of one
-    schedule): every rank raises DistalUserError before any transfer, and the same kernel
-    everywhere runs afterwards."""
+    schedule), then rank 2 binds a sparse kernel to a ``B`` of another pattern: every rank
+    raises DistalUserError naming the ranks that differ, before any transfer, and the same
+    kernel everywhere runs afterwards."""
     job = run_job(4, "different-kernels", timeout=FAIL_WITHIN + 30)
     assert job.rc == 0, job
-    reports = [d for d in job.lines() if "kind" in d]
-    for case in ("schedule", "routing"):
-        got = {d["rank"]: d for d in reports if d["case"] == case}
-        assert set(got) == {0, 1, 2, 3}, job
+    assert job.seconds < FAIL_WITHIN, job
+    for case, differ in {"schedule": [1, 2, 3], "routing": [1, 2, 3], "pattern": [2]}.items():
+        got = errors(job, case)
+        assert set(got) == {0, 1, 2, 3}, (case, job)
         for d in got.values():
-            assert d["kind"] == "DistalUserError", job
-            assert "the ranks compiled different kernels" in d["error"], job
+            assert d["kind"] == "DistalUserError", (case, job)
+            assert "the ranks compiled different kernels" in d["error"], (case, job)
+            assert f"rank(s) {differ} differ from rank 0" in d["error"], (case, job)
     assert {"case": "same kernel after different ones", "ok": True} in job.lines(), job
+    assert {"case": "same pattern after different ones", "ok": True} in job.lines(), job
 
 
 def test_cli_run_without_launcher(tmp_path: Path) -> None:
