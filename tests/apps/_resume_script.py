@@ -1,7 +1,8 @@
 """A checkpointed application run, as a subprocess (or on every rank under ``mpiexec``).
 
 ``python _resume_script.py APP RUNTIME LOCATION OUT PAUSE``: runs (RUNTIME ``local``,
-``mpi`` or ``dask``: a pool of two workers inside this process) ``cp_als`` (30 iterations,
+``mpi``, ``dask``: a pool of two workers inside this process, or ``dask@ADDRESS``: the
+pool of the scheduler at ADDRESS) ``cp_als`` (30 iterations,
 ``tol=0``: all of them) or ``cg`` in a session with checkpoint LOCATION ("-": none), each
 kernel run PAUSE seconds slower (so that a test can kill it mid-run), saves the result to
 OUT and prints ``{"resumed_from": ...}`` (rank 0).
@@ -38,6 +39,8 @@ if runtime == "dask":
     # the session's own pool, in this process: SIGKILL takes the driver, the scheduler
     # and every worker at once, and a rerun starts a fresh pool
     opts |= {"n_workers": 2, "processes": False}
+elif runtime.startswith("dask@"):  # a pool of its own processes, at this scheduler address
+    runtime, opts["client"] = "dask", runtime.removeprefix("dask@")
 sess = Slow(runtime, checkpoint=None if location == "-" else location, **opts)
 if app == "cp_als":
     w, fs, fit = dl.apps.cp_als(cp_tensor(), 4, iters=30, tol=0.0, session=sess, machine=4)

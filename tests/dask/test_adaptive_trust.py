@@ -5,6 +5,7 @@ session's trust carries from run to run. The lying-worker case is in
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
 def test_every_result_of_a_new_worker_is_checked_then_fewer_never_below_the_floor() -> None:
     p = [tr.check_probability(n) for n in range(200)]
     assert p[: tr.WARMUP] == [1.0] * tr.WARMUP
-    assert all(a >= b for a, b in zip(p, p[1:], strict=False))
+    assert all(a >= b for a, b in itertools.pairwise(p))
     assert p[tr.WARMUP] < 1.0
     assert min(p) == tr.FLOOR == p[-1]
 
@@ -42,7 +43,8 @@ def test_a_failure_resets_the_streak_and_a_new_worker_starts_untrusted() -> None
         t.passed("w")
     assert tr.check_probability(t.streaks["w"]) == tr.FLOOR
     t.failed("w")
-    assert t.streaks["w"] == 0 and t.failures == 1
+    assert t.streaks["w"] == 0
+    assert t.failures == 1
     assert all(t.should_check("w") for _ in range(50))  # back in its warm-up
     assert all(t.should_check("other") for _ in range(50))
 
@@ -95,7 +97,8 @@ def test_a_session_keeps_its_workers_trust_from_run_to_run(client: Any) -> None:
         x, its = dl.apps.cg(A, b, session=s, maxiter=25, tol=0.0)
         t = s.trust
         assert its == 25
-        assert t.failures == 0 and t.unchecked > 0
+        assert t.failures == 0
+        assert t.unchecked > 0
         assert all(n >= tr.WARMUP for n in t.streaks.values())
         assert len(t.streaks) == 2
     with dl.Session("local", machine=2) as local:

@@ -46,8 +46,9 @@ from typing import Any
 
 import dask.config
 from distributed import Client, LocalCluster, as_completed, get_worker
+from distributed.comm.core import CommClosedError
 
-from distal.errors import InputError
+from distal.errors import InputError, RuntimeFailure
 from distal.runtime.elastic.driver import STATS_NOTE, Driver
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Summary
@@ -195,16 +196,51 @@ def connected(opts: Options) -> Iterator[Any]:
                 pass
 
 
+class PoolLost(RuntimeFailure):
+    """The connection to the Dask scheduler broke (it died, or the network to it did).
+
+    What the pool held (a session's values on the workers, results in flight) is gone with
+    it; a checkpointed session loop started again in a new session, on a live pool, resumes
+    from its last saved iteration."""
+
+
+@contextmanager
+def pool_errors(client: Any) -> Iterator[None]:
+    """Turn a broken connection to ``client``'s scheduler, which ``distributed`` raises from
+    deep inside its comms (``CommClosedError``, a refused or reset connection), into a
+    :class:`PoolLost` naming the scheduler."""
+    try:
+        yield
+    except (CommClosedError, OSError, TimeoutError) as e:
+        if not isinstance(e, CommClosedError | ConnectionError) and _connected(client):
+            raise  # a file's error, say: not the pool's
+        try:
+            where = str(client.scheduler.address)
+        except Exception:  # pragma: no cover - a client too broken to say
+            where = "(unknown address)"
+        raise PoolLost(
+            f"lost the connection to the Dask scheduler at {where} "
+            f"({type(e).__name__}: {e}); the values and results the pool held are gone: "
+            "with checkpoint=, run the session again on a live pool to resume from its "
+            "last saved iteration"
+        ) from e
+
+
+def _connected(client: Any) -> bool:
+    return getattr(client, "status", "running") == "running"
+
+
 def run(kernel: Any, data: dict[str, Any], **options: Any) -> Any:
     """Run ``kernel`` on Dask; see the module docstring and ``docs/elastic.md``."""
     opts = Options.parse(options)
-    with connected(opts) as client:
+    with connected(opts) as client, pool_errors(client):
         return Driver(kernel, data, opts, client, as_completed, get_worker).run()
 
 
 __all__ = [
     "GRANULARITIES",
     "STATS_NOTE",
+    "PoolLost",
     "Summary",
     "Unit",
     "VerificationFailed",

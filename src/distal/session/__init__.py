@@ -33,6 +33,7 @@ Checkpointed loops (``checkpoint=`` and :meth:`Session.iterations`) are in
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -334,8 +335,18 @@ class Session:
 
     def flush(self) -> None:
         """Evaluate every pending array operation (see :mod:`distal.arrays.program`)."""
-        for program in list(self._programs.values()):
-            program.flush()
+        with self._pool_errors():
+            for program in list(self._programs.values()):
+                program.flush()
+
+    def _pool_errors(self) -> Any:
+        """On Dask, a broken connection to the scheduler raised as ``PoolLost`` (see
+        :func:`distal.runtime.dask.pool_errors`); elsewhere nothing."""
+        if self.runtime != "dask" or self._pool is None:
+            return contextlib.nullcontext()
+        from distal.runtime.dask import pool_errors
+
+        return pool_errors(self._pool)
 
     def __getitem__(self, name: str) -> Any:
         """A ``dl.DArray`` over value ``name``; it keeps reading that value even after
@@ -519,7 +530,8 @@ class Session:
         collective: every rank calls it and gets the whole value. Pending array operations
         are evaluated first."""
         self.flush()
-        return self._get_value(name)
+        with self._pool_errors():
+            return self._get_value(name)
 
     def _get_value(self, name: str) -> Any:
         from distal.runtime.elastic.held import WorkerValue

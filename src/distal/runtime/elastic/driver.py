@@ -1076,6 +1076,11 @@ class Driver:
         return task_exception(f)
 
     def _fail(self, f: Any) -> None:
+        status = getattr(self.client, "status", "running")
+        if status != "running":
+            # a client that lost its scheduler cancels every future: the task did not fail,
+            # the pool went away (the adapter reports it as PoolLost)
+            raise ConnectionError(f"the Dask client lost its scheduler (client status {status!r})")
         exc = task_exception(f)
         if isinstance(exc, RuntimeFailure):
             raise exc
