@@ -187,3 +187,36 @@ def test_index_width_limits_are_respected(monkeypatch: pytest.MonkeyPatch) -> No
     a, b, c = np.ones((2, 2)), np.ones((2, 2)), np.zeros((2, 2))
     assert blas.gemm(a, b, c, 1.0, 0.0)
     np.testing.assert_array_equal(c, a @ b)
+
+
+def _unaligned(x: np.ndarray) -> np.ndarray:
+    """A copy of ``x`` at an address one byte past an aligned one (as an array unpickled
+    from a network frame can be)."""
+    raw = np.zeros(x.nbytes + 1, np.uint8)
+    out = np.frombuffer(raw.data[1:], dtype=x.dtype).reshape(x.shape)
+    out[...] = x
+    assert not out.flags.aligned
+    return out
+
+
+@pytest.mark.skipif(blas._LIB is None, reason="no BLAS library found")
+def test_an_unaligned_operand_gets_the_same_bits_as_an_aligned_one() -> None:
+    """``y += alpha * a @ x`` through BLAS rounds with fused multiply-adds, numpy's fallback
+    rounds the product first: an unaligned operand must not switch the arithmetic (the same
+    Dask task gave different last bits depending on where its inputs landed)."""
+    rng = np.random.default_rng(5)
+    q, b = rng.standard_normal(101), rng.standard_normal(101)
+    alpha = float(rng.standard_normal())
+    runs = []
+    for col in (q.reshape(-1, 1), _unaligned(q.reshape(-1, 1))):
+        y = b.copy()
+        assert blas.gemv(col, np.array([1.0]), y, alpha, 1.0)
+        runs.append(y)
+        c = b.reshape(-1, 1).copy()
+        assert blas.gemm(col, np.array([[1.0]]), c, alpha, 1.0)
+        runs.append(c[:, 0])
+    gemv_aligned, gemm_aligned, gemv_unaligned, gemm_unaligned = runs
+    assert np.array_equal(gemv_unaligned, gemv_aligned)
+    assert np.array_equal(gemm_unaligned, gemm_aligned)
+    for y in runs:
+        assert np.allclose(y, b + alpha * q, rtol=1e-15, atol=1e-15)

@@ -236,6 +236,19 @@ def _vec(x: np.ndarray) -> int | None:
     return inc if inc > 0 else None
 
 
+def _aligned(x: np.ndarray) -> np.ndarray:
+    """``x``, or an aligned copy of it where its address is not a multiple of its item size.
+
+    An operand that arrived over a network (a Dask task's input, unpickled from a frame at
+    an arbitrary offset) can be unaligned, and BLAS cannot take it. Falling back to numpy
+    then would change the result's bits, not only the speed: BLAS accumulates ``alpha * a @
+    b`` into ``c`` with fused multiply-adds, numpy rounds the product first. So the same
+    kernel would give different last bits depending on where its inputs happened to land;
+    one copy of the (rare) unaligned operand keeps every run on the same arithmetic.
+    """
+    return x if x.flags.aligned else x.copy()
+
+
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, beta: float) -> bool:
     """``c = alpha * a @ b + beta * c`` in place through BLAS; False when BLAS can't take it.
 
@@ -248,6 +261,7 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, beta: float)
     f = blas.gemm.get(c.dtype)
     if f is None or a.dtype != c.dtype or b.dtype != c.dtype:
         return False
+    a, b = _aligned(a), _aligned(b)
     lc = _layout(c)
     if lc is None:
         return False
@@ -283,6 +297,7 @@ def gemv(a: np.ndarray, x: np.ndarray, y: np.ndarray, alpha: float, beta: float)
     f = blas.gemv.get(y.dtype)
     if f is None or a.dtype != y.dtype or x.dtype != y.dtype:
         return False
+    a, x = _aligned(a), _aligned(x)
     la, ix, iy = _layout(a), _vec(x), _vec(y)
     if la is None or ix is None or iy is None:
         return False
