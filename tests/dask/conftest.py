@@ -16,6 +16,19 @@ def client(dask_client: Any) -> Any:
     return dask_client
 
 
+@pytest.fixture(scope="module")
+def pool() -> Any:
+    """Three in-process workers, one thread each, named 0, 1, 2: enough for ``verify=3``,
+    and the ``_lie`` hook names worker 0."""
+    with (
+        distributed.LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as c,
+    ):
+        yield c
+
+
 def trace_lines(path: Any) -> list[tuple[str, str, str]]:
     """(event, task, status) lines a run's ``_trace`` hook wrote."""
     try:

@@ -1,4 +1,8 @@
-"""Fault tests: hard-killed workers, a hard-killed driver, both on loopback, bounded in time."""
+"""Fault tests: hard-killed workers, a hard-killed driver, both on loopback, bounded in time.
+
+Workers are killed under a dense GEMM and under a sparse SpMM cut by non-zeros (partial
+sums, reductions): the same checks on both.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_expected, mttkrp_inputs
+from elastic_helpers import (
+    gemm_problem,
+    mttkrp,
+    mttkrp_expected,
+    mttkrp_inputs,
+    sparse_problem,
+)
 
 import distal as dl
 from conftest import trace_lines
@@ -35,14 +45,25 @@ def _done(trace: Path) -> int:
     return sum(e == "done" for e, _, _ in trace_lines(trace))
 
 
-def test_killing_two_of_four_workers_keeps_the_result_exact(tmp_path: Path) -> None:
+# (problem, workers, kill one worker after each of these many finished tasks, task delay)
+KILLS = {
+    "gemm": (4, [4, 10], 0.3),  # 16 units on 4 workers; two of them killed
+    "spmm nz": (3, [2], 0.4),  # SpMM by non-zeros on 8 processors: partials, reductions
+}
+
+
+@pytest.mark.parametrize("name", list(KILLS))
+def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: str) -> None:
     from distributed import Client, LocalCluster
 
-    k, x = gemm(), gemm_inputs()
+    nworkers, after, delay = KILLS[name]
+    p = gemm_problem() if name == "gemm" else sparse_problem("spmm", "nz", 3, n=80, procs=8)
+    bound = p.bound
+    local = p.local()
     trace = tmp_path / "trace"
     with (
         LocalCluster(
-            n_workers=4,
+            n_workers=nworkers,
             threads_per_worker=1,
             processes=True,
             host="127.0.0.1",
@@ -54,12 +75,12 @@ def test_killing_two_of_four_workers_keeps_the_result_exact(tmp_path: Path) -> N
 
         def go() -> None:
             try:
-                out["res"] = k.run(
-                    x,
+                out["res"] = bound.run(
+                    p.inputs,
                     runtime="dask",
                     client=c,
                     checkpoint=tmp_path / "ck",
-                    _delay=0.3,
+                    _delay=delay,
                     _trace=str(trace),
                 )
             except BaseException as e:  # surfaced below
@@ -68,16 +89,15 @@ def test_killing_two_of_four_workers_keeps_the_result_exact(tmp_path: Path) -> N
         pids = c.run(os.getpid)
         t = threading.Thread(target=go)
         t.start()
-        victims = sorted(pids)[:2]
-        _wait_for(lambda: _done(trace) >= 4, 60, "first tasks")
-        os.kill(pids[victims[0]], signal.SIGKILL)
-        _wait_for(lambda: _done(trace) >= 10, 60, "more tasks")
-        os.kill(pids[victims[1]], signal.SIGKILL)
+        victims = sorted(pids)[: len(after)]
+        for victim, done in zip(victims, after, strict=True):
+            _wait_for(lambda n=done: _done(trace) >= n, 60, f"{done} finished tasks")
+            os.kill(pids[victim], signal.SIGKILL)
         t.join(120)
         assert not t.is_alive()
     assert "err" not in out, out.get("err")
     res = out["res"]
-    assert np.array_equal(res.value, x["B"] @ x["C"])
+    p.check(res.value, local.value)
     s = res.extra["summary"]
     print(s)
     # Finished work was checkpointed, so only what ran on the victims at the kill is redone.
@@ -86,7 +106,7 @@ def test_killing_two_of_four_workers_keeps_the_result_exact(tmp_path: Path) -> N
     assert res.tasks_executed + res.tasks_reused == s.tasks_total
     # recomputed tasks count their delivery once, loaded ones nothing; a fresh checkpoint
     # means every task computed once in this run before any reload
-    assert res.stats.as_dict() == k.stats().as_dict()
+    assert res.stats.as_dict() == bound.stats().as_dict()
 
 
 def test_killing_the_driver_recomputes_at_most_the_tasks_in_flight(tmp_path: Path) -> None:

@@ -1,4 +1,11 @@
-"""The Dask runtime on a small in-process pool: exactness, checkpoints, verify, joins."""
+"""The Dask runtime on a small in-process pool: exactness, checkpoints, verify, joins.
+
+Where a dense and a sparse kernel mean the same check, one test runs both (the
+``Problem``s of ``elastic_helpers.py``): GEMM or MTTKRP with integer data, exact; SpMV, SpMM
+and SDDMM cut by rows or by non-zeros, with the local runtime's bits and scipy's value to
+1e-12. A sparse input laid out against the cut (``nz-rowB``) moves stored entries with
+their ``pos``/``crd`` words.
+"""
 
 from __future__ import annotations
 
@@ -10,37 +17,68 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elastic_helpers import gemm, gemm_inputs, ints, mttkrp, mttkrp_expected, mttkrp_inputs
+from elastic_helpers import (
+    SPARSE,
+    Problem,
+    gemm,
+    gemm_inputs,
+    gemm_problem,
+    ints,
+    mttkrp,
+    mttkrp_expected,
+    mttkrp_inputs,
+    problem,
+    sparse_matrix,
+    sparse_problem,
+    summed_blocks,
+)
 
 import distal as dl
 from conftest import trace_lines
 from distal.plan.ir import Fetch, Flush
 from distal.runtime import checkpoint as ck
+from distal.runtime import checkpoint_tools
 from distal.runtime.dask import decompose
-from distal.runtime.elastic import tasks
+from distal.runtime.elastic import tasks, units
 from distal.typing import box_intersect, box_is_empty, box_volume
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
 
 
-def test_gemm_exact_with_measured_stats(client: Any) -> None:
-    k, x = gemm(), gemm_inputs()
-    res = k.run(x, runtime="dask", client=client)
-    assert np.array_equal(res.value, x["B"] @ x["C"])
-    assert np.array_equal(res.value, k.run(x).value)
+@pytest.mark.parametrize("name", ["gemm", *SPARSE])
+def test_exact_with_measured_stats(client: Any, name: str) -> None:
+    p = problem(name)
+    bound = p.bound
+    local = p.local()
+    res = bound.run(p.inputs, runtime="dask", client=client)
+    p.check(res.value, local.value)
     # counted by the tasks from what they received, equal to the prediction
-    assert res.stats.as_dict() == k.stats().as_dict()
-    assert res.stats.words_received == k.run(x).stats.words_received
+    assert res.stats.as_dict() == bound.stats().as_dict()
+    assert res.stats.words_received == local.stats.words_received
     s = res.extra["summary"]
-    # every Cannon unit alone makes one whole block: 16 tasks, each a finished block
-    assert res.tasks_executed == s.tasks_total == len(decompose(k.plan)) == 16
+    # one task per unit, and one per block the units' pieces are summed into
+    us = decompose(bound.plan)
+    assert res.tasks_executed == s.tasks_total == len(us) + len(summed_blocks(bound.plan))
     assert res.tasks_reused == 0
     assert sum(s.per_worker.values()) == s.tasks_total
     assert "counted by the tasks" in res.extra["stats_note"]
-    # Dask's own worker-to-worker bytes: two workers share 16 units reading 32 blocks, so
-    # some unit always reads a block the other worker produced
     assert isinstance(res.extra["dask_transfer_bytes"], int)
-    assert res.extra["dask_transfer_bytes"] > 0
+    if name == "gemm":
+        # every Cannon unit alone makes one whole block: 16 tasks, each a finished block
+        assert res.tasks_executed == len(us) == 16
+        # Dask's own worker-to-worker bytes: two workers share 16 units reading 32 blocks,
+        # so some unit always reads a block the other worker produced
+        assert res.extra["dask_transfer_bytes"] > 0
+    else:
+        assert res.extra["dask_transfer_bytes"] >= 0
+    if name.startswith("sddmm"):  # a CSR output on B's pattern
+        out = res.value.to_scipy()
+        assert np.array_equal(out.indptr, p.inputs["B"].indptr)
+        assert np.array_equal(out.indices, p.inputs["B"].indices)
+    if name.endswith("nz-rowB"):  # stored entries moved, with their index arrays
+        assert sum(res.stats.index_words_received) > 0
+    if not p.sparse:
+        assert sum(res.stats.index_words_received) == 0
 
 
 def _drop_a_message(k: Any, kind: type) -> tuple[int, int, int]:
@@ -120,39 +158,98 @@ def test_a_unit_missing_an_input_block_fails_instead_of_guessing() -> None:
         tasks._compute(ctx, unit, short)
 
 
-@pytest.mark.parametrize("granularity", ["flush", "step", 2])
-def test_mttkrp_partial_sums(client: Any, granularity: Any) -> None:
-    k, x = mttkrp(), mttkrp_inputs()
-    res = k.run(x, runtime="dask", client=client, granularity=granularity)
-    assert np.array_equal(res.value, mttkrp_expected(x))
+OPTIONS = [
+    {"granularity": "flush"},
+    {"granularity": "step"},
+    {"granularity": 2},
+    {"speculate": True},
+    {"speculate": False},
+]
+
+
+@pytest.mark.parametrize("opts", OPTIONS, ids=lambda o: "-".join(f"{k}={v}" for k, v in o.items()))
+@pytest.mark.parametrize("name", ["mttkrp", "spmv nz"])
+def test_granularity_and_speculation_keep_value_and_stats(
+    client: Any, name: str, opts: dict[str, Any]
+) -> None:
+    """The one driver serves dense and bound sparse plans with every option: partial sums
+    (MTTKRP's, SpMV's non-zero cut) at any granularity, with or without speculation."""
+    p = problem(name)
+    bound = p.bound
+    res = bound.run(p.inputs, runtime="dask", client=client, **opts)
+    p.check(res.value, p.local().value)
     # a processor's split output buffer is still one partial sum per piece
-    assert res.stats.as_dict() == k.stats().as_dict()
+    assert res.stats.as_dict() == bound.stats().as_dict()
 
 
-def test_scalar_output_and_replicated_output(client: Any) -> None:
+def _streamed_spmm(steps: int, out_each_step: bool) -> tuple[Any, Any, np.ndarray]:
+    """SpMM with C streamed in ``steps`` column chunks (``tests/test_one_plan.py``'s)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from test_one_plan import _streamed_spmm as build
+
+    return build(steps, out_each_step)
+
+
+def _output_case(case: str) -> Problem:
+    """A kernel whose output is a scalar, replicated (dense or sparse kernel: reduced on one
+    replica, then sent to all), or streamed over several steps (a multi-step bound plan)."""
     M = dl.Machine(2)
     i, j = dl.index_vars("i j")
-    a = dl.Tensor("a", (), dist=None)
-    b = dl.Tensor("b", (10,), dist="i -> i", machine=M)
-    c = dl.Tensor("c", (10,), dist="i -> i", machine=M)
-    a[()] = b[i] * c[i]
     io, ii = dl.index_vars("io ii")
-    k = dl.compile(dl.schedule(a).distribute([i], [io], [ii], M))
-    x = {"b": ints((10,), 1), "c": ints((10,), 2)}
-    r = k.run(x, runtime="dask", client=client)
-    assert np.array_equal(r.value, x["b"] @ x["c"])
-    assert r.stats.as_dict() == k.stats().as_dict()
+    if case == "scalar":
+        a = dl.Tensor("a", (), dist=None)
+        b = dl.Tensor("b", (10,), dist="i -> i", machine=M)
+        c = dl.Tensor("c", (10,), dist="i -> i", machine=M)
+        a[()] = b[i] * c[i]
+        x = {"b": ints((10,), 1), "c": ints((10,), 2)}
+        k = dl.compile(dl.schedule(a).distribute([i], [io], [ii], M))
+        return Problem(case, k, x, x["b"] @ x["c"], True, False)
+    if case == "replicated":
+        M2 = dl.Machine(2, 2)
+        A = dl.Tensor("A", (6, 6), dist="ij -> i*", machine=M2)
+        B = dl.Tensor("B", (6, 6), dist="ij -> ij", machine=M2)
+        A[i, j] = B[i, j] * 2
+        jo, ji = dl.index_vars("jo ji")
+        k = dl.compile(dl.schedule(A).distribute([i, j], [io, jo], [ii, ji], M2))
+        xb = {"B": ints((6, 6), 3)}
+        return Problem(case, k, xb, 2 * xb["B"], True, False)
+    if case == "sparse replicated":
+        n, M4 = 50, dl.Machine(4)
+        Bt = dl.Tensor("B", (n, n), format="csr", dist="xy -> x", machine=M4)
+        ct = dl.Tensor("c", (n,), dist="x -> x", machine=M4)
+        at = dl.Tensor("a", (n,), dist="x -> *", machine=M4)
+        at[i] = Bt[i, j] * ct[j]
+        s = dl.schedule(at).distribute([i], [io], [ii], M4).communicate([at, Bt, ct], io)
+        x = {"B": sparse_matrix(1), "c": np.random.default_rng(2).standard_normal(n)}
+        return Problem(case, dl.compile(s), x, x["B"] @ x["c"], False, True)
+    k, B, C = _streamed_spmm(3, True)
+    return Problem(case, k, {"B": B, "C": C}, B @ C, False, True)
 
-    M2 = dl.Machine(2, 2)
-    A = dl.Tensor("A", (6, 6), dist="ij -> i*", machine=M2)
-    B = dl.Tensor("B", (6, 6), dist="ij -> ij", machine=M2)
-    A[i, j] = B[i, j] * 2
-    io, jo, ii, ji = dl.index_vars("io jo ii ji")
-    k2 = dl.compile(dl.schedule(A).distribute([i, j], [io, jo], [ii, ji], M2))
-    xb = {"B": ints((6, 6), 3)}
-    r2 = k2.run(xb, runtime="dask", client=client)
-    assert np.array_equal(r2.value, 2 * xb["B"])
-    assert r2.stats.as_dict() == k2.stats().as_dict()
+
+@pytest.mark.parametrize("case", ["scalar", "replicated", "sparse replicated", "sparse streamed"])
+def test_scalar_replicated_and_streamed_outputs(client: Any, case: str) -> None:
+    """Outputs of other shapes than an owned block per processor run through the one driver
+    with the local runtime's bits and the plan's stats: a scalar, a replicated output (its
+    final broadcast), SpMM with C streamed in column chunks (a plan of several steps)."""
+    p = _output_case(case)
+    bound = p.bound
+    res = bound.run(p.inputs, runtime="dask", client=client)
+    p.check(res.value, p.local().value)
+    assert res.stats.as_dict() == bound.stats().as_dict()
+    if case == "sparse replicated":
+        assert any(m.kind == "final" for m in bound.plan.messages)
+    if case == "sparse streamed":
+        assert bound.plan.nsteps == 3
+
+
+def test_a_sparse_output_held_over_several_steps_is_refused_by_name(client: Any) -> None:
+    """SpMM with A communicated outside the chunk loop: the output buffer is held over
+    every step, which this runtime does not run yet (the local and MPI ones do)."""
+    k, B, C = _streamed_spmm(4, False)
+    with pytest.raises(dl.NotSupportedYet, match="held over several steps"):
+        k.bind({"B": B}).run({"B": B, "C": C}, runtime="dask", client=client)
 
 
 class Source:
@@ -182,97 +279,237 @@ def test_block_sources_and_their_fingerprints(client: Any, tmp_path: Path, fp: b
 
 
 @pytest.mark.parametrize("url", ["dir", "file", "memory"])
-def test_checkpoint_rerun_reuses_everything(client: Any, tmp_path: Path, url: str) -> None:
+@pytest.mark.parametrize("name", ["gemm", "spmm nz"])
+def test_checkpoint_rerun_reuses_everything(
+    client: Any, tmp_path: Path, url: str, name: str
+) -> None:
     loc = {"dir": str(tmp_path), "file": f"file://{tmp_path}", "memory": "memory://distal-t"}[url]
-    k, x = gemm(), gemm_inputs()
-    r1 = k.run(x, runtime="dask", client=client, checkpoint=loc)
-    assert r1.tasks_reused == 0
-    assert r1.stats.as_dict() == k.stats().as_dict()
-    r2 = k.run(x, runtime="dask", client=client, checkpoint=loc)
-    assert r2.tasks_executed == 0
-    assert r2.tasks_reused == r1.tasks_executed
+    if url == "memory":
+        loc += f"-{name.replace(' ', '-')}"  # one store per problem: each run starts empty
+    p = problem(name)
+    bound = p.bound
+    r1 = bound.run(p.inputs, runtime="dask", client=client, checkpoint=loc)
+    total = r1.extra["summary"].tasks_total
+    assert (r1.tasks_executed, r1.tasks_reused) == (total, 0)
+    assert r1.stats.as_dict() == bound.stats().as_dict()
+    r2 = bound.run(p.inputs, runtime="dask", client=client, checkpoint=loc)
+    assert (r2.tasks_executed, r2.tasks_reused) == (0, total)
     # nothing moved in a run that loaded every block
     assert r2.stats.total_words == sum(r2.stats.messages_received) == 0
+    assert sum(r2.stats.words_received) == 0
     assert sum(r2.stats.iterations) == 0
-    assert np.array_equal(r2.value, x["B"] @ x["C"])
+    assert np.array_equal(r2.value, r1.value)
+    p.check(r2.value)
     store = ck.CheckpointStore(loc, Path(r1.extra["checkpoint"]).name)
     manifest = store.read_manifest()
     assert manifest is not None
     assert manifest["complete"]
-    assert manifest["distributions"]["B"] == "ik -> ik"  # B's tiles as dl.algorithms writes them
+    # B's tiles as dl.algorithms writes them; a sparse B by non-zeros
+    assert manifest["distributions"]["B"] == ("xy -> (xy)" if p.sparse else "ik -> ik")
+    if url != "memory":  # the tools read a checkpoint folder
+        [info] = checkpoint_tools.runs(tmp_path)
+        assert info.complete
+        statement = "A(i,k) = B(i,j) * C(j,k)" if p.sparse else "A(i,j) = B(i,k) * C(k,j)"
+        assert info.statement == statement
+        owned = bound.binding.owned["A"] if p.sparse else bound.plan.primary
+        assert info.blocks == sum(o is not None for o in owned)
+        assert not checkpoint_tools.verify(tmp_path, info.run)["corrupt"]
 
 
-def test_changed_input_or_schedule_never_reuses(client: Any, tmp_path: Path) -> None:
-    k, x = gemm(), gemm_inputs()
-    k.run(x, runtime="dask", client=client, checkpoint=tmp_path)
-    y = dict(x, C=x["C"].copy())
-    y["C"][3, 4] += 1
-    r = k.run(y, runtime="dask", client=client, checkpoint=tmp_path)
-    assert r.tasks_reused == 0
-    assert np.array_equal(r.value, y["B"] @ y["C"])
-    r = k.run(x, runtime="dask", client=client, checkpoint=tmp_path, granularity="step")
-    assert r.tasks_reused == 0
-    summa = gemm(algorithm="summa")
-    r = summa.run(x, runtime="dask", client=client, checkpoint=tmp_path)
-    assert r.tasks_reused == 0
-    assert np.array_equal(r.value, x["B"] @ x["C"])
-    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 4
+@pytest.mark.parametrize("name", ["gemm", "spmv row"])
+def test_changed_input_or_schedule_never_reuses(client: Any, tmp_path: Path, name: str) -> None:
+    """A checkpoint is keyed by the kernel, the options and every input: changed dense
+    values, another schedule or granularity, a sparse input's other values on the same
+    pattern or another pattern (a new bind) each start a run of their own; the first inputs
+    still find their finished run."""
+    p = problem(name)
+    bound = p.bound
+    first = bound.run(p.inputs, runtime="dask", client=client, checkpoint=tmp_path)
+    variants: list[tuple[str, Problem, dict[str, Any]]] = []
+    if p.sparse:
+        B2 = p.inputs["B"].copy()
+        B2.data = B2.data * 2.0 + 1.0  # the same pattern, other values
+        x2 = {"B": B2, "c": p.inputs["c"]}
+        variants.append(("values", dataclasses.replace(p, inputs=x2, want=B2 @ x2["c"]), {}))
+        x3 = {"B": p.inputs["B"], "c": p.inputs["c"] + 1.0}  # the dense input changed
+        variants.append(("dense", dataclasses.replace(p, inputs=x3, want=x3["B"] @ x3["c"]), {}))
+        x4 = {"B": sparse_matrix(seed=9), "c": p.inputs["c"]}  # another pattern
+        variants.append(("pattern", dataclasses.replace(p, inputs=x4, want=x4["B"] @ x4["c"]), {}))
+    else:
+        y = dict(p.inputs, C=p.inputs["C"].copy())
+        y["C"][3, 4] += 1
+        variants.append(("input", dataclasses.replace(p, inputs=y, want=y["B"] @ y["C"]), {}))
+        variants.append(("granularity", p, {"granularity": "step"}))
+        variants.append(("schedule", dataclasses.replace(p, kernel=gemm(algorithm="summa")), {}))
+    for what, q, opts in variants:
+        r = q.bound.run(q.inputs, runtime="dask", client=client, checkpoint=tmp_path, **opts)
+        assert r.tasks_reused == 0, what
+        q.check(r.value, q.local().value)
+    assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 4
+    assert len(checkpoint_tools.runs(tmp_path)) == 4
+    again = bound.run(p.inputs, runtime="dask", client=client, checkpoint=tmp_path)
+    assert again.tasks_executed == 0
+    assert again.tasks_reused == first.tasks_executed
+    p.check(again.value, first.value)
 
 
-def test_corrupt_checkpoint_is_detected_and_recomputed(client: Any, tmp_path: Path) -> None:
-    k, x = mttkrp(), mttkrp_inputs()
-    want = mttkrp_expected(x)
-    r1 = k.run(x, runtime="dask", client=client, checkpoint=tmp_path, keep_partials=True)
+def _flip(entry: Path, at: int = -1, bit: int = 1) -> None:
+    """One flipped bit in a checkpoint entry: its checksum fails."""
+    raw = bytearray(entry.read_bytes())
+    raw[at] ^= bit
+    entry.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("name", ["mttkrp", "spmv nz"])
+def test_corrupt_checkpoint_is_detected_and_recomputed(
+    client: Any, tmp_path: Path, name: str
+) -> None:
+    """Partial sums kept in the checkpoint (MTTKRP's, SpMV's by non-zeros): a damaged entry
+    is found and redone, and nothing else is."""
+    p = problem(name)
+    bound = p.bound
+    us = decompose(bound.plan)
+    red = sorted(summed_blocks(bound.plan))
+    assert len(red) >= 2
+
+    def rerun(**opts: Any) -> Any:
+        r = bound.run(p.inputs, runtime="dask", client=client, checkpoint=tmp_path, **opts)
+        p.check(r.value)
+        return r
+
+    def work(u: Any) -> int:
+        """Iterations unit ``u`` does: its boxes' volume, its stored entries visited."""
+        boxes = sum(box_volume(b) for _, bs, _ in u.steps for b in bs)
+        return boxes + sum(w.iterations for _, _, ws in u.steps for w in ws)
+
+    r1 = bound.run(p.inputs, runtime="dask", client=client, checkpoint=tmp_path, keep_partials=True)
     run = Path(r1.extra["checkpoint"])
+    total = r1.extra["summary"].tasks_total
     # A truncated finished block: its units are loaded from their partials, it is re-reduced.
-    blk = run / "block-0-0.ck"
+    blk = run / f"{units.block_name(red[0])}.ck"
     blk.write_bytes(blk.read_bytes()[:-7])
-    r2 = k.run(x, runtime="dask", client=client, checkpoint=tmp_path, keep_partials=True)
-    assert np.array_equal(r2.value, want)
+    r2 = rerun(keep_partials=True)
     assert r2.extra["summary"].corrupt == 1
-    assert r2.tasks_executed == 1  # the block; its two partials came from the checkpoint
+    assert r2.tasks_executed == 1  # the block; its partials came from the checkpoint
     # A flipped bit in a partial, whose block is gone: the partial is recomputed.
-    part = run / "part-p0-s0-2.ck"
-    raw = bytearray(part.read_bytes())
-    raw[-3] ^= 0x10
-    part.write_bytes(bytes(raw))
+    bad = next(u for u in us if red[0] in {i for i, _ in u.pieces})
+    _flip(run / f"{bad.name}.ck", -3, 0x10)
     blk.unlink()
-    r3 = k.run(x, runtime="dask", client=client, checkpoint=tmp_path)
-    assert np.array_equal(r3.value, want)
+    r3 = rerun(keep_partials=True)
     assert r3.extra["summary"].corrupt == 1
     assert r3.tasks_executed == 2  # the partial and the block
-    assert ck.CheckpointStore(tmp_path, run.name).load("block-0-0")[1] == ck.OK
+    assert sum(r3.stats.iterations) == work(bad) > 0
+    assert ck.CheckpointStore(tmp_path, run.name).load(units.block_name(red[0]))[1] == ck.OK
+    # One block lost, another damaged (a bad checksum), and a partial they need flipped.
+    lost, damaged = red[1:3] if len(red) > 2 else red[:2]
+    (run / f"{units.block_name(lost)}.ck").unlink()
+    (run / f"{units.block_name(damaged)}.ck").write_bytes(b"DISTALCK\x02 damaged")
+    needed = [u for u in us if {i for i, _ in u.pieces} & {lost, damaged}]
+    assert len(needed) > 1
+    bad = needed[0]
+    _flip(run / f"{bad.name}.ck")
+    r4 = rerun()
+    s = r4.extra["summary"]
+    assert s.corrupt == 2, str(s)  # the damaged block and the flipped partial
+    # both blocks summed again, the flipped partial redone, the others loaded
+    assert r4.tasks_executed == 3, str(s)
+    assert r4.tasks_reused == total - 3
+    assert sum(r4.stats.iterations) == work(bad) > 0
+    if p.sparse:  # a non-zero cut: every unit that feeds these blocks feeds another too
+        assert all(len(u.pieces) > 1 for u in needed)
 
 
-def test_verify_accepts_agreement_and_rejects_a_lying_worker(client: Any) -> None:
-    k, x = gemm(n=16, grid=(2, 2)), gemm_inputs(16)
-    r = k.run(x, runtime="dask", client=client, verify=2)
-    assert np.array_equal(r.value, x["B"] @ x["C"])
-    assert r.extra["summary"].verified == 4
-    assert r.stats.as_dict() == k.stats().as_dict()  # two copies, one delivery counted
-    liar = next(iter(client.scheduler_info()["workers"].values()))["name"]
-    with pytest.raises(dl.RuntimeFailure, match="disagrees between workers"):
-        k.run(x, runtime="dask", client=client, verify=2, _lie=[liar])
-    with pytest.raises(dl.InputError, match="verify=3 needs at least 3 workers"):
-        k.run(x, runtime="dask", client=client, verify=3)
+def _worker_named(client: Any, name: Any) -> str:
+    """The address of the pool's worker called ``name`` (``_lie`` names workers)."""
+    return next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == name)
 
 
-def test_bad_options_name_the_culprit(client: Any) -> None:
-    k, x = gemm(n=8, grid=(2, 2)), gemm_inputs(8)
-    with pytest.raises(dl.InputError, match="'chekpoint'"):
-        k.run(x, runtime="dask", client=client, chekpoint="x")
-    with pytest.raises(dl.InputError, match="granularity"):
-        k.run(x, runtime="dask", client=client, granularity="block")
+@pytest.mark.parametrize("verify", [2, 3, "check"])
+@pytest.mark.parametrize("name", ["gemm 2x2", "spmm nz", "sddmm row"])
+def test_verify_accepts_agreement_and_rejects_a_lying_worker(
+    pool: Any, name: str, verify: Any
+) -> None:
+    """``_lie`` makes worker 0 wrong on every result. ``verify=2``: two agreeing copies are
+    accepted, a disagreement fails the run. ``verify=3`` outvotes the liar and ``"check"``
+    catches it, on its first result: it is excluded, and what it made is made again
+    elsewhere (``test_dask_verify.py`` has the fault hook of real worker processes)."""
+    p = gemm_problem(16, (2, 2)) if name == "gemm 2x2" else problem(name)
+    bound = p.bound
+    local = p.local()
+    liar = _worker_named(pool, 0)
+    if verify == 2:
+        r = bound.run(p.inputs, runtime="dask", client=pool, verify=2)
+        p.check(r.value, local.value)
+        s = r.extra["summary"]
+        assert s.verified == s.tasks_total
+        if name == "gemm 2x2":
+            assert s.verified == 4
+        assert r.stats.as_dict() == bound.stats().as_dict()  # two copies, one delivery counted
+        with pytest.raises(dl.RuntimeFailure, match="disagrees between workers"):
+            bound.run(p.inputs, runtime="dask", client=pool, verify=2, _lie=[0])
+        return
+    res = bound.run(p.inputs, runtime="dask", client=pool, verify=verify, _lie={0})
+    p.check(res.value, local.value)
+    assert res.stats.as_dict() == bound.stats().as_dict()
+    s = res.extra["summary"]
+    assert s.units_rejected + s.reductions_rejected >= 1, str(s)
+    assert s.excluded_workers == [liar], str(s)
+    assert all(r["worker"] == liar for r in s.rejections)
+    if verify == "check":
+        # every result, the recomputations of rejected ones included, passed in the end
+        us = units.decompose(bound.plan)
+        reduced = summed_blocks(bound.plan)
+        assert s.checked == len(us)
+        assert s.reductions_checked == len(reduced)
+        assert s.tasks_total == len(us) + len(reduced)
+        assert all(r["recomputed_on"] not in (None, liar) for r in s.rejections)
+
+
+@pytest.mark.parametrize("split", ["row", "nz"])
+def test_an_excluded_worker_gets_no_further_task(pool: Any, split: str) -> None:
+    """24 processors on 3 workers: round-robin would hand the liar 8 compute tasks. It is
+    excluded when its first result fails, so it makes only what it was handed before (the
+    first window's), and every result it made was rejected and made again elsewhere."""
+    liar, procs = _worker_named(pool, 0), 24
+    p = sparse_problem("spmv", split, seed=6, n=480, procs=procs, density=0.05)
+    bound = p.bound
+    res = bound.run(p.inputs, runtime="dask", client=pool, verify="check", _lie={0})
+    p.check(res.value, p.local().value)
+    s = res.extra["summary"]
+    assert s.excluded_workers == [liar]
+    assert 1 <= s.units_rejected < procs // 3, str(s)
+    assert s.per_worker[liar] == s.units_rejected + s.reductions_rejected, str(s)
+    assert s.checked == sum(bool(pp.out.pieces) for pp in bound.binding.procs)
+
+
+@pytest.mark.parametrize("name", ["gemm 2x2", "spmv row"])
+def test_bad_options_name_the_culprit(client: Any, name: str) -> None:
+    p = gemm_problem(8, (2, 2)) if name == "gemm 2x2" else problem(name)
+    bound, x = p.bound, p.inputs
+    nworkers = len(client.scheduler_info()["workers"])
+    with pytest.raises(dl.InputError, match=r"unknown option.*'chekpoint'"):
+        bound.run(x, runtime="dask", client=client, chekpoint="x")
+    for granularity in ("block", "rows"):
+        with pytest.raises(dl.InputError, match="granularity"):
+            bound.run(x, runtime="dask", client=client, granularity=granularity)
+    with pytest.raises(dl.InputError, match="verify"):
+        bound.run(x, runtime="dask", client=client, verify=0)
+    more = nworkers + 1
+    with pytest.raises(dl.InputError, match=f"verify={more} needs at least {more} workers"):
+        bound.run(x, runtime="dask", client=client, verify=more)
     with pytest.raises(dl.InputError, match="client"):
-        k.run(x, runtime="dask", client=42)
+        bound.run(x, runtime="dask", client=42)
+    # a dense input's block source that fails: the run fails with its error
+    dense = "C" if name == "gemm 2x2" else "c"
+    broken = dict(x, **{dense: Exploding(np.shape(x[dense]))})
     with pytest.raises(dl.RuntimeFailure, match="boom"):
-        k.run({"B": Exploding((8, 8)), "C": x["C"]}, runtime="dask", client=client)
+        bound.run(broken, runtime="dask", client=client)
 
 
 class Exploding:
-    shape = (8, 8)
+    """A block source whose disk is gone."""
 
-    def __init__(self, shape: tuple[int, int]) -> None:
+    def __init__(self, shape: tuple[int, ...]) -> None:
         self.shape = shape
 
     def read_block(self, box: Any) -> np.ndarray:
@@ -291,6 +528,17 @@ def test_checkpoint_entries_roundtrip_and_detect_damage() -> None:
     flipped[-1] ^= 1
     assert ck.decode("x", bytes(flipped)) is None
     assert ck.decode("x", ck.encode("x", np.zeros((0, 3)))[0]).shape == (0, 3)
+
+
+@pytest.mark.slow
+def test_a_run_that_waits_long_for_its_one_result_finishes(client: Any) -> None:
+    """No result for 15 s (one unit that takes that long): the driver's polls back off to
+    10 ms and stay there. The back-off's exponent once grew with every empty poll until,
+    after ~1024 of them (10 s), ``time.sleep`` raised ``OverflowError`` mid-run."""
+    p = gemm_problem(8, (1, 1))
+    res = p.bound.run(p.inputs, runtime="dask", client=client, _delay=15.0, speculate=False)
+    p.check(res.value)
+    assert res.tasks_executed == 1
 
 
 @pytest.mark.timeout(90)

@@ -1,32 +1,57 @@
-"""Untrusted pools: a worker that corrupts results, randomized checks, quorums, TLS."""
+"""Untrusted pools: a worker that corrupts results, randomized checks, quorums, TLS.
+
+The liar is a worker process with ``DISTAL_FAULT_CORRUPT`` set (wrong with probability q).
+Each check runs on a dense kernel (GEMM, MTTKRP: integer data, exact) and on a sparse one
+(SpMV cut by rows or by non-zeros on 6 virtual processors, checked against the local
+runtime bit for bit). A dense run has tens of units, so one run catches the liar; SpMV
+has six tasks, two on the liar, so its runs are repeated (bounded) until it is caught.
+The rules that only sparse kernels meet (SpMV checked by recomputing, a result over
+stored entries projected, checkpoint rechecks of a bound plan) close the file.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from elastic_helpers import (
+    Problem,
+    bits,
+    dense_of,
+    entry_calls,
     gemm,
     gemm_inputs,
+    gemm_problem,
     mttkrp,
     mttkrp_expected,
     mttkrp_inputs,
+    mttkrp_problem,
     process_pool,
+    sparse_problem,
+    summed_blocks,
+    unit_blocks,
 )
 
 import distal as dl
+from distal.runtime.checkpoint import CheckpointStore
 from distal.runtime.dask import decompose
-from distal.runtime.elastic import check, tasks
+from distal.runtime.elastic import check, tasks, units
+from distal.runtime.elastic.tasks import Ctx, VerificationFailed
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(90)]
 
-LIAR = {"DISTAL_FAULT_CORRUPT": "0.5"}
+FAULT = "DISTAL_FAULT_CORRUPT"
+LIAR = {FAULT: "0.5"}
+N, P = 120, 6  # the SpMV problems: 120 x 120, 6 virtual processors
+RUNS = 12  # SpMV runs until the liar is caught: each misses it with probability <= 1/4
 
 
 def _liar(client: Any) -> str:
@@ -41,72 +66,140 @@ def liar_pool() -> Any:
         yield c
 
 
-def _problems() -> list[tuple[str, Any, dict[str, np.ndarray], np.ndarray]]:
-    # 64 and 48 units (granularity="step"): the liar computes about a third of them, each
-    # wrong with probability 1/2, so a run where it is never caught has odds ~2^-16
-    g, gx = gemm(), gemm_inputs()
-    m, mx = mttkrp(n=24, grid=(4, 4)), mttkrp_inputs(n=24)
-    return [("gemm", g, gx, gx["B"] @ gx["C"]), ("mttkrp", m, mx, mttkrp_expected(mx))]
+def spmv_problem(split: str, seed: int = 0) -> Problem:
+    """SpMV ``a = B c``, 120 x 120 (density 0.08) over 6 processors, cut by rows or by
+    non-zeros: compute tasks go round-robin over three workers, so the liar has two."""
+    return sparse_problem("spmv", split, seed, n=N, procs=P, density=0.08)
+
+
+def _case(name: str) -> tuple[Problem, dict[str, Any], int]:
+    """A problem for the liar pool, the options it runs with and the runs it gets to catch
+    the liar. GEMM and MTTKRP: 64 and 48 units (granularity="step"), the liar computes about
+    a third of them, each wrong with probability 1/2, so one run misses it with odds ~2^-16;
+    SpMV: ``RUNS`` runs."""
+    if name == "gemm":
+        return gemm_problem(), {"granularity": "step"}, 1
+    if name == "mttkrp":
+        return mttkrp_problem(24, (4, 4)), {"granularity": "step"}, 1
+    return spmv_problem(name.split()[1]), {}, RUNS
+
+
+def _until_caught(p: Problem, local: Any, client: Any, runs: int, **opts: Any) -> Any:
+    """Run until the liar is excluded; every run exact, only the liar ever blamed, the
+    stats the plan's."""
+    liar, bound = _liar(client), p.bound
+    for _ in range(runs):
+        res = bound.run(p.inputs, runtime="dask", client=client, timeout=60, **opts)
+        p.check(res.value, local.value)
+        s = res.extra["summary"]
+        assert s.excluded_workers in ([], [liar]), str(s)
+        assert all(r["worker"] == liar for r in s.rejections), s.rejections
+        assert res.stats.as_dict() == bound.stats().as_dict()
+        if s.excluded_workers:
+            return res
+    pytest.fail(f"the liar was never caught in {runs} run(s)")
 
 
 @pytest.mark.parametrize("verify", ["check", 3, "adaptive"])
+@pytest.mark.parametrize("name", ["gemm", "mttkrp", "spmv row", "spmv nz"])
 def test_a_lying_worker_is_caught_excluded_and_its_units_recomputed(
-    liar_pool: Any, verify: Any
+    liar_pool: Any, name: str, verify: Any
 ) -> None:
     liar = _liar(liar_pool)
-    for name, k, x, want in _problems():
-        res = k.run(
-            x, runtime="dask", client=liar_pool, verify=verify, granularity="step", timeout=60
-        )
-        assert np.allclose(res.value, want, rtol=1e-12, atol=0), name
-        s = res.extra["summary"]
-        print(name, s, s.rejections)
-        assert s.excluded_workers == [liar], (name, str(s))
+    p, opts, runs = _case(name)
+    bound = p.bound
+    res = _until_caught(p, p.local(), liar_pool, runs, verify=verify, **opts)
+    s = res.extra["summary"]
+    print(name, s, s.rejections)
+    assert s.excluded_workers == [liar], (name, str(s))
+    assert s.units_rejected + s.reductions_rejected >= 1
+    if not p.sparse:
         assert s.units_rejected >= 1
-        assert all(r["worker"] == liar for r in s.rejections)
-        if verify in ("check", "adaptive"):
-            # every rejected unit was recomputed, on a worker other than the liar
-            assert all(r.get("recomputed_on") not in (None, liar) for r in s.rejections)
-        if verify == "check":
-            assert s.checked == len(decompose(k.plan, "step"))
-            if name == "mttkrp":
-                assert s.reductions_checked == len(k.plan.primary)
-        assert "excluded workers: " + liar in str(s)
+    if verify in ("check", "adaptive"):
+        # every rejected result was made again, on a worker other than the liar
+        assert all(r.get("recomputed_on") not in (None, liar) for r in s.rejections)
+    if verify == "check":
+        assert all(r["how"] == "check" and r["kind"] in ("unit", "reduction") for r in s.rejections)
+        granularity = opts.get("granularity", "flush")
+        us = decompose(bound.plan, granularity)
+        assert s.checked == len(us)
+        assert s.reductions_checked == len(summed_blocks(bound.plan, granularity))
+        if name == "mttkrp":
+            assert s.reductions_checked == len(bound.plan.primary)
+        if p.sparse:
+            assert s.checked == P
+        assert s.recomputed >= len(s.rejections)
+    if verify == 3:
+        assert all(r["how"].startswith("outvoted by ") for r in s.rejections)
+        assert all(liar not in r["how"] for r in s.rejections)
+        assert s.verified == s.tasks_total
+    assert "excluded workers: " + liar in str(s)
 
 
-def test_without_verification_the_corruption_gets_through() -> None:
-    """The hook is real: with q=1 every unit the worker returns is wrong, and verify=1
-    accepts them."""
-    with process_pool([{"DISTAL_FAULT_CORRUPT": "1.0"}, {}, {}]) as c:
-        k, x = gemm(), gemm_inputs()
-        res = k.run(x, runtime="dask", client=c, speculate=False, timeout=60)
+@pytest.mark.parametrize("name", ["gemm", "spmv nz"])
+def test_without_verification_the_corruption_gets_through(request: Any, name: str) -> None:
+    """The hook is real: with verify=1 the liar's wrong results reach the output, each off
+    by exactly 1.0 in one element. GEMM: q=1, every unit the liar returns is wrong, so the
+    first run shows it; SpMV on the q=0.5 pool: up to 20 runs."""
+    if name == "gemm":
+        p, tries = gemm_problem(), 1
+        pool: Any = process_pool([{FAULT: "1.0"}, {}, {}])
+    else:
+        p, tries = spmv_problem("nz"), 20
+        pool = contextlib.nullcontext(request.getfixturevalue("liar_pool"))
+    bound, local = p.bound, p.local()
+    with pool as c:
         liar = _liar(c)
-    assert res.extra["summary"].per_worker.get(liar, 0) >= 1
-    assert not np.allclose(res.value, x["B"] @ x["C"], rtol=1e-12)
-    assert res.extra["summary"].excluded_workers == []
+        for _ in range(tries):
+            res = bound.run(p.inputs, runtime="dask", client=c, speculate=False, timeout=60)
+            s = res.extra["summary"]
+            assert s.excluded_workers == []
+            assert s.rejections == []
+            if not np.array_equal(bits(res.value), bits(local.value)):
+                break
+        else:
+            pytest.fail(f"no corrupted result got through in {tries} run(s)")
+    assert s.per_worker.get(liar, 0) >= 1
+    assert not np.allclose(dense_of(res.value), p.want, rtol=1e-12)
+    # each corruption adds 1.0 to one element of a compute result or a block
+    err = np.abs(dense_of(res.value) - dense_of(local.value))
+    assert err.max() >= 1.0 - 1e-9
+    assert np.allclose(err, np.round(err), rtol=0, atol=1e-9)
 
 
-def test_a_lying_reducer_is_caught_and_its_block_summed_again(liar_pool: Any) -> None:
-    """MTTKRP on 2x2 processors sums partials into 2 blocks. The liar (q=0.5, units and
-    reductions alike) is usually caught on a unit before it sums a block, so the run is
-    repeated until one of its reductions was rejected (each run ~1/6; 80 runs miss with
-    odds ~5e-7); every run must be exact and exclude only the liar."""
+@pytest.mark.parametrize("name", ["mttkrp", "spmv nz"])
+def test_a_lying_reducer_is_caught_and_its_block_summed_again(liar_pool: Any, name: str) -> None:
+    """The liar (q=0.5, units and reductions alike) is usually caught on a unit before it
+    sums a block, so the run is repeated until one of its reductions was rejected. MTTKRP on
+    2x2 processors sums partials into 2 blocks: each run ~1/6, 80 runs miss with odds ~5e-7.
+    SpMV by non-zeros: about one run in three that caught the liar, up to 30 of them, each
+    within ``RUNS`` runs. Every run is exact and excludes only the liar."""
     liar = _liar(liar_pool)
-    k, x = mttkrp(), mttkrp_inputs()
-    want = mttkrp_expected(x)
-    blocks = len(k.plan.primary)
-    for _ in range(80):
-        res = k.run(x, runtime="dask", client=liar_pool, verify="check", timeout=60)
-        assert np.array_equal(res.value, want)
+    if name == "mttkrp":
+        p, tries, caught_within = mttkrp_problem(), 80, 0
+    else:
+        p, tries, caught_within = spmv_problem("nz"), 30 * RUNS, RUNS
+    bound, local = p.bound, p.local()
+    blocks = summed_blocks(bound.plan)
+    if name == "mttkrp":
+        assert blocks == set(bound.plan.primary)
+    uncaught = 0  # runs since the liar was last caught
+    for _ in range(tries):
+        res = bound.run(p.inputs, runtime="dask", client=liar_pool, verify="check", timeout=60)
+        p.check(res.value, local.value)
         s = res.extra["summary"]
         assert s.excluded_workers in ([], [liar]), str(s)
         assert all(r["worker"] == liar for r in s.rejections)
-        assert s.reductions_checked == blocks
+        assert s.reductions_checked == len(blocks)
+        assert res.stats.as_dict() == bound.stats().as_dict()
         red = [r for r in s.rejections if r["kind"] == "reduction"]
         if red:
             break
+        uncaught = 0 if s.excluded_workers else uncaught + 1
+        if caught_within and uncaught >= caught_within:
+            pytest.fail(f"the liar was never caught in {caught_within} runs")
     else:
-        pytest.fail("the liar never had a reduction rejected in 80 runs")
+        pytest.fail(f"the liar never had a reduction rejected in {tries} runs")
     assert s.excluded_workers == [liar]
     assert s.reductions_rejected == len({r["unit"] for r in red}) >= 1
     assert all(r["unit"].startswith("block-") for r in red)
@@ -195,29 +288,74 @@ def _calls(k: Any, x: dict[str, np.ndarray], unit: Any) -> tuple[Any, list[Any]]
     return ctx, blocks
 
 
-@pytest.mark.parametrize("kind", ["gemm", "mttkrp"])
+Verdict = Callable[[np.ndarray, int], Any]  # (a claimed result, a seed) -> the check's verdict
+
+
+def _unit_checks(kind: str) -> list[tuple[Verdict, np.ndarray, list[int]]]:
+    """Per unit of a problem with random (non-integer) data: its check, its correct result
+    and the seeds to check it with. A dense unit is checked by ``tasks.verdict`` (the first
+    4 units, seeds 0..4); a sparse unit's result over stored entries by
+    ``check.project_entries`` (every unit with a result, the seed its processor)."""
+    rng = np.random.default_rng(7)
+    out: list[tuple[Verdict, np.ndarray, list[int]]] = []
+    if kind in ("gemm", "mttkrp"):
+        k = gemm(n=32) if kind == "gemm" else mttkrp()
+        shapes = {t: k.plan.placements[t].shape for t in k.plan.inputs}
+        x = {t: rng.standard_normal(s) for t, s in shapes.items()}
+        for unit in decompose(k.plan)[:4]:
+            ctx, blocks = _calls(k, x, unit)
+            y, _, _ = tasks._compute(ctx, unit, blocks)
+
+            def verdict(
+                r: np.ndarray, seed: int, c: Any = ctx, u: Any = unit, b: Any = blocks
+            ) -> Any:
+                return tasks.verdict(c, u, b, r, seed, None)
+
+            out.append((verdict, y, list(range(5))))
+        return out
+    what, split = kind.split()
+    p = sparse_problem(what, split)
+    for u, _, _, calls, y in entry_calls(p.bound, p.inputs):
+        if y.size == 0:
+            continue
+
+        def project(r: np.ndarray, seed: int, c: Any = calls, shape: Any = y.shape) -> Any:
+            return check.project_entries(r, c, shape, np.dtype(np.float64), seed=seed)
+
+        out.append((project, y, [u.proc]))
+    assert len(out) == 4  # every processor of the sparse problems has a result
+    return out
+
+
+@pytest.mark.parametrize("kind", ["gemm", "mttkrp", "spmv nz-rowB", "spmm nz", "sddmm nz"])
 def test_the_check_accepts_correct_results_and_rejects_any_single_change(kind: str) -> None:
     """Random (non-integer) data: the rounding of a correct result is within the bound; an
-    error far below the data's size (1e-9 on entries of size ~1) is caught."""
-    k = gemm(n=32) if kind == "gemm" else mttkrp()
-    rng = np.random.default_rng(7)
-    shapes = {t: k.plan.placements[t].shape for t in k.plan.inputs}
-    x = {t: rng.standard_normal(s) for t, s in shapes.items()}
-    for unit in decompose(k.plan)[:4]:
-        ctx, blocks = _calls(k, x, unit)
-        out, _, _ = tasks._compute(ctx, unit, blocks)
-        for seed in range(5):
-            v = tasks.verdict(ctx, unit, blocks, out, seed, None)
+    error far below the data's size (1e-9 on entries of size ~1, or relative 1e-9) is
+    caught, and so are a non-finite result and one of the wrong shape."""
+    rng = np.random.default_rng(5)
+    sparse = kind not in ("gemm", "mttkrp")
+    for verdict, y, seeds in _unit_checks(kind):
+        for seed in seeds:
+            v = verdict(y, seed)
             assert v.ok, v
             assert v.diff <= v.tol
-            assert (v.reps, v.dims) == (1, 2)
-            e = out.copy()
-            e.reshape(-1)[seed % out.size] += 1e-9
-            assert not tasks.verdict(ctx, unit, blocks, e, seed, None).ok
-        # a non-finite result never passes
-        bad = out.copy()
-        bad.reshape(-1)[0] = np.nan
-        assert not tasks.verdict(ctx, unit, blocks, bad, 0, None).ok
+            if sparse:
+                assert not v.exact  # projected, not recomputed
+                for _ in range(3):
+                    bad = y.copy()
+                    e = rng.integers(bad.size)
+                    bad.reshape(-1)[e] += 1e-9 * max(1.0, abs(bad.reshape(-1)[e]))
+                    assert not verdict(bad, seed).ok
+            else:
+                assert (v.reps, v.dims) == (1, 2)
+                e = y.copy()
+                e.reshape(-1)[seed % y.size] += 1e-9
+                assert not verdict(e, seed).ok
+            # a non-finite result, or one of the wrong shape, never passes
+            bad = y.copy()
+            bad.reshape(-1)[0] = np.nan
+            assert not verdict(bad, seed).ok
+            assert not verdict(y[:-1], seed).ok
 
 
 def test_repetitions_and_the_false_accept_bound() -> None:
@@ -246,26 +384,166 @@ def test_verify_options_are_checked(liar_pool: Any) -> None:
         k.run(x, runtime="dask", client=liar_pool, verify="check", verify_repeats=0)
 
 
-def test_two_copies_must_still_agree(liar_pool: Any) -> None:
-    """verify=2 keeps its meaning: two copies, a disagreement fails the run."""
-    k, x = gemm(n=16, grid=(2, 2)), gemm_inputs(16)
+@pytest.mark.parametrize("name", ["gemm 2x2", "spmv row"])
+def test_two_copies_must_still_agree(liar_pool: Any, name: str) -> None:
+    """verify=2 keeps its meaning: two copies, a disagreement fails the run (each copy on
+    the liar is wrong with probability 1/2; it holds a copy of two tasks in three)."""
+    if name == "gemm 2x2":
+        p, opts, tries = gemm_problem(16, (2, 2)), {"granularity": "step"}, 6
+    else:
+        p, opts, tries = spmv_problem("row"), {"timeout": 60}, RUNS
+    bound = p.bound
 
     def runs() -> None:
-        for _ in range(6):  # each copy on the liar is wrong with probability 1/2
-            k.run(x, runtime="dask", client=liar_pool, verify=2, granularity="step")
+        for _ in range(tries):
+            bound.run(p.inputs, runtime="dask", client=liar_pool, verify=2, **opts)
 
-    with pytest.raises(dl.RuntimeFailure, match="disagrees between workers"):
+    with pytest.raises(VerificationFailed, match="disagrees between workers"):
         runs()
 
 
-def test_checked_runs_checkpoint_only_checked_results(liar_pool: Any, tmp_path: Path) -> None:
-    k, x = mttkrp(), mttkrp_inputs()
-    want = mttkrp_expected(x)
-    r1 = k.run(x, runtime="dask", client=liar_pool, verify="check", checkpoint=tmp_path)
-    assert np.allclose(r1.value, want, rtol=1e-12, atol=0)
-    r2 = k.run(x, runtime="dask", client=liar_pool, checkpoint=tmp_path)
-    assert r2.tasks_executed == 0
-    assert np.allclose(r2.value, want, rtol=1e-12, atol=0)
+@pytest.mark.parametrize("name", ["mttkrp", "spmv nz"])
+def test_checked_runs_checkpoint_only_checked_results(
+    liar_pool: Any, tmp_path: Path, name: str
+) -> None:
+    """A checked run's checkpoint holds only checked results: a rerun without checks loads
+    every block and is exact. SpMV: runs until one caught the liar after it had written an
+    entry (as the checker of another's result), which was then re-verified."""
+    liar = _liar(liar_pool)
+    p = mttkrp_problem() if name == "mttkrp" else spmv_problem("nz")
+    bound, local = p.bound, p.local()
+    tries = RUNS if p.sparse else 1
+    for n in range(tries):
+        ck = tmp_path / f"ck{n}"
+        res = bound.run(
+            p.inputs, runtime="dask", client=liar_pool, verify="check", checkpoint=ck, timeout=60
+        )
+        p.check(res.value, local.value)
+        s = res.extra["summary"]
+        if not p.sparse or (s.excluded_workers == [liar] and s.rechecked):
+            break
+    else:
+        pytest.fail(f"no run caught the liar after it had written an entry in {RUNS} runs")
+    again = bound.run(p.inputs, runtime="dask", client=liar_pool, checkpoint=ck, timeout=60)
+    assert again.tasks_executed == 0
+    p.check(again.value, local.value)
+
+
+@pytest.mark.timeout(120)
+def test_three_copies_without_a_majority_fail_the_run() -> None:
+    """Two liars that are always wrong (each in an element of its own choosing): no two
+    copies agree, so verify=3 has no majority and fails.
+
+    Under load the run can wait over 10 s for a result; the driver's poll back-off then
+    overflowed (``2**spins``) and the run died with an ``OverflowError`` while tasks still
+    ran, the pool's shutdown logging ``CommClosedError``s. The back-off is capped now, and
+    the pool is closed once its workers have finished what the failed run left running."""
+    p = spmv_problem("row")
+    bound = p.bound
+    with process_pool([{FAULT: "1.0"}, {FAULT: "1.0"}, {}]) as c:
+        with pytest.raises(VerificationFailed, match="no majority"):
+            bound.run(p.inputs, runtime="dask", client=c, verify=3, timeout=60)
+        _quiesce(c)
+
+
+def _quiesce(client: Any, seconds: float = 30) -> None:
+    """Wait (up to ``seconds``) until no task of ``client``'s pool is running: a pool closed
+    under running tasks logs its workers' broken connections to the scheduler."""
+    deadline = time.monotonic() + seconds
+    while any(client.processing().values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+class _Worker:
+    """What a task reads of a Dask worker: its address, name and event log."""
+
+    address, name = "tcp://test:1", "test"
+
+    def log_event(self, topic: str, msg: dict[str, Any]) -> None:
+        pass
+
+
+def test_rechecks_keep_a_sound_entry_and_rewrite_a_wrong_one(tmp_path: Path) -> None:
+    """An excluded worker's entries of a bound plan (SpMV by non-zeros) are re-verified: a
+    sound unit entry is kept, a wrong one recomputed and rewritten; so is a block, against
+    its summands (a sparse unit's pieces are cuts of its buffer, a block a processor's
+    owned span)."""
+    p = spmv_problem("nz")
+    bound = p.bound
+    data = bound.check_inputs(p.inputs)
+    store = CheckpointStore(str(tmp_path), "run")
+    ctx = Ctx("t", bound.kernels, np.dtype(np.float64), store, _Worker)
+    us = units.decompose(bound.plan)
+    ys = {}
+    for u in us:
+        blocks = unit_blocks(bound, data, u)
+        ys[u.name], _, _ = y, _, _ = tasks._compute(ctx, u.task(), blocks)
+        store.save(u.name, y)
+        assert tasks.recheck_task(ctx, u.task(), blocks, 1, None)
+        bad = y.copy()
+        bad[0] += 1e-6
+        store.save(u.name, bad)
+        assert not tasks.recheck_task(ctx, u.task(), blocks, 1, None)
+        assert np.array_equal(store.load(u.name)[0], y)
+    owned = bound.plan.owned.get("a") or [bound.plan.owned_region("a", q) for q in range(P)]
+    for q in range(P):
+        contribs = [
+            (ys[u.name], u.out_box if isinstance(pc, tuple) else None, pc, u.proc, -1)
+            for u in sorted(us, key=lambda u: (u.proc != q, u.proc))
+            for idx, pc in u.pieces
+            if idx == (q,)
+        ]
+        region = owned[q]
+        box = region if isinstance(region, tuple) else units.Span(region.shape)
+        name = units.block_name((q,))
+        block, _ = tasks._sum_block(ctx, box, contribs)
+        store.save(name, block)
+        assert tasks.recheck_block_task(ctx, name, box, contribs)
+        store.save(name, block + 1.0)
+        assert not tasks.recheck_block_task(ctx, name, box, contribs)
+        assert np.array_equal(store.load(name)[0], block)
+
+
+def test_spmv_is_checked_by_recomputing_within_the_rounding_bound() -> None:
+    """One product per entry: no projection is cheaper than the SpMV, so the check computes
+    it again; a result summed in another order passes, an error of 1e-9 does not."""
+    rng = np.random.default_rng(2)
+    for split in ("row", "nz"):
+        p = spmv_problem(split)
+        for u, blocks, ctx, _, y in entry_calls(p.bound, p.inputs):
+            products, words, _, _ = tasks._costs(ctx, u, blocks)
+            assert check.recompute_cheaper(products, words)
+            v = tasks.verdict(ctx, u, blocks, y, 1, None)
+            assert v.ok, v.describe()
+            assert v.exact
+            # the same sums in another order differ in the last bits: within the bound
+            other = y * (1 + 4 * np.finfo(float).eps * rng.uniform(-1, 1, y.shape))
+            v = tasks.verdict(ctx, u, blocks, other, 1, None)
+            assert v.ok, v.describe()
+            assert 0 < v.diff <= v.tol
+            for _ in range(3):
+                bad = y.copy()
+                e = rng.integers(bad.size)
+                bad[e] += 1e-9 * max(1.0, abs(bad[e]))
+                assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok
+            bad = y.copy()
+            bad[0] = np.nan
+            assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok
+            assert not tasks.verdict(ctx, u, blocks, y[:-1], 1, None).ok
+
+
+def test_a_wide_spmm_is_checked_by_projection() -> None:
+    """``A = B C`` with 32 columns: 32 products per entry, more than the projection's passes."""
+    p = sparse_problem("spmm", "row", seed=4, n=N, procs=4, density=0.08, K=32)
+    for u, blocks, ctx, _, y in entry_calls(p.bound, p.inputs):
+        products, words, _, _ = tasks._costs(ctx, u, blocks)
+        assert not check.recompute_cheaper(products, words)
+        v = tasks.verdict(ctx, u, blocks, y, 1, None)
+        assert v.ok, v.describe()
+        assert not v.exact  # projected, not recomputed
+        bad = y.copy()
+        bad[1, 3] += 1e-7  # the projection's tolerance bounds all of M: ~1e-9 here
+        assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok
 
 
 # --- TLS -------------------------------------------------------------------------------

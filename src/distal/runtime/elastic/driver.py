@@ -928,8 +928,9 @@ class Driver:
             batch = ac.next_batch(block=False)
             if not batch:
                 # back off from 0.5 ms to 10 ms: a short kernel's results are taken as they
-                # come, a long one's wait costs little
-                time.sleep(min(0.01, 0.0005 * 2**spins))
+                # come, a long one's wait costs little (the exponent capped: after ~10 s
+                # without a result 2**spins no longer fits a float, and sleep raised)
+                time.sleep(min(0.01, 0.0005 * 2 ** min(spins, 5)))
                 spins += 1
                 now = time.monotonic()
                 if deadline is not None and now > deadline:
