@@ -669,3 +669,33 @@ def test_a_tls_pool_runs_and_refuses_a_worker_without_the_certificate(tmp_path: 
         finally:
             joined.terminate()
             joined.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("verify", ["check", "adaptive"])
+def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(
+    pool: Any, verify: str
+) -> None:
+    """CG on the 12x12 Laplacian in a Dask session whose worker 0 returns a wrong result
+    for every unit (``_lie``): the first run that hands it a unit catches and excludes it,
+    the session keeps it out of every later run, and the iterates are, bit for bit, those
+    of the same session without the liar (and scipy's to rounding)."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(12, 12))
+    A = (sp.kron(sp.eye(12), t) + sp.kron(t, sp.eye(12))).tocsr()
+    b = np.ones(144)
+    liar = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
+    with dl.Session(
+        "dask", client=pool, machine=4, progress=False, verify=verify, _lie={0}
+    ) as sess:
+        x, its = dl.apps.cg(A, b, session=sess, maxiter=12, tol=0.0)
+        assert sess.excluded_workers == {liar}
+        assert "excluded workers: " + liar in sess.summary()
+    with dl.Session("dask", client=pool, machine=4, progress=False) as honest:
+        want, _ = dl.apps.cg(A, b, session=honest, maxiter=12, tol=0.0)
+        assert honest.excluded_workers == set()
+    assert its == 12
+    assert np.array_equal(x, want)
+    ref, _ = spla.cg(A, b, x0=np.zeros(144), rtol=0, atol=0, maxiter=12)
+    assert np.allclose(x, ref, rtol=1e-10, atol=1e-12)

@@ -216,6 +216,9 @@ class Session:
         #: dask, ``verify="adaptive"``: the workers' streaks of verified results, kept for
         #: every run of the session (:mod:`distal.runtime.elastic.trust`)
         self.trust: Any = None
+        #: dask: the workers a check or a majority caught in any run of the session; later
+        #: runs give them no task
+        self.excluded_workers: set[str] = set()
         if runtime == "dask" and self.options.get("verify") == "adaptive":
             from distal.runtime.elastic.trust import Trust
 
@@ -672,6 +675,7 @@ class Session:
         if self.runtime == "dask":
             opts = self._run_options(kernel, names)
             res = kernel.run(data, runtime="dask", _hold=True, **opts)
+            self.excluded_workers.update(res.extra["summary"].excluded_workers)
             held_value = res.value
             held_value.meter = self._count_driver
             t = st.output
@@ -707,6 +711,8 @@ class Session:
             opts = {**self.options, "_placed": placed} if placed else self.options
             if self.options.get("verify") == "adaptive":  # trust earned carries to every run
                 opts = {**opts, "_trust": self.trust}
+            if self.excluded_workers:  # a worker caught lying gets no task of later runs
+                opts = {**opts, "_excluded": frozenset(self.excluded_workers)}
             return opts
         return self.options
 
@@ -810,6 +816,8 @@ class Session:
         ]
         if self.runtime == "dask":
             lines.append(f"driver words (values through the driver): {self.driver_words}")
+            if self.excluded_workers:
+                lines.append(f"excluded workers: {', '.join(sorted(self.excluded_workers))}")
         if self.checkpoint is not None:
             resumed = "no" if self.resumed_from is None else f"after iteration {self.resumed_from}"
             lines.append(f"checkpoint {self.checkpoint!s}: last loop resumed: {resumed}")

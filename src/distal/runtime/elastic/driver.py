@@ -184,7 +184,7 @@ class Driver:
         self.delivered: Traffic = []
         self.replicas = self._replica_copies()
         # verification: workers caught lying (no further tasks go there), what was rejected
-        self.excluded: set[str] = set()
+        self.excluded: set[str] = set(opts._excluded)
         # workers holding a unit past its deadline: new units prefer the others
         self.stalled_workers: set[str] = set()
         self.rejections: list[dict[str, Any]] = []

@@ -43,6 +43,8 @@ class Options:
     # verify="adaptive": the workers' streaks of verified results (a session's, kept for
     # all its runs; a fresh one per run otherwise)
     _trust: Any = None
+    # a session's: workers an earlier run of it excluded (they get no task of this one)
+    _excluded: Any = frozenset()
 
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Options:
