@@ -672,9 +672,7 @@ def test_a_tls_pool_runs_and_refuses_a_worker_without_the_certificate(tmp_path: 
 
 
 @pytest.mark.parametrize("verify", ["check", "adaptive"])
-def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(
-    pool: Any, verify: str
-) -> None:
+def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, verify: str) -> None:
     """CG on the 12x12 Laplacian in a Dask session whose worker 0 returns a wrong result
     for every unit (``_lie``): the first run that hands it a unit catches and excludes it,
     the session keeps it out of every later run, and the iterates are, bit for bit, those
