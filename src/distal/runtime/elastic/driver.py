@@ -7,6 +7,7 @@ only module importing ``distributed``); it never places or retries a task itself
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import secrets
 import time
@@ -129,6 +130,9 @@ def task_exception(f: Any) -> BaseException | None:
         return e
 
 
+POOL_FRESH = 0.5
+"""Seconds a look at the pool's workers is reused for (see :meth:`Driver.pool`)."""
+
 PLACED_KEPT = 1024
 """Input blocks a session value keeps placed on the workers (per value), oldest dropped."""
 
@@ -185,6 +189,8 @@ class Driver:
         self.replicas = self._replica_copies()
         # verification: workers caught lying (no further tasks go there), what was rejected
         self.excluded: set[str] = set(opts._excluded)
+        self._pool: set[str] = set()  # see pool()
+        self._pool_at = -math.inf
         # workers holding a unit past its deadline: new units prefer the others
         self.stalled_workers: set[str] = set()
         self.rejections: list[dict[str, Any]] = []
@@ -552,9 +558,18 @@ class Driver:
                 ) from e
         return store
 
+    def pool(self) -> set[str]:
+        """The pool's workers, as the scheduler listed them at most ``POOL_FRESH`` seconds
+        ago: a unit's submission and its check's draw ask for them, and one round trip to
+        the scheduler per unit costs about what a small unit computes."""
+        now = time.monotonic()
+        if now - self._pool_at > POOL_FRESH:
+            self._pool, self._pool_at = set(workers(self.client)), now
+        return self._pool
+
     def allowed(self) -> list[str]:
         """The pool's workers still trusted (not excluded), sorted."""
-        return sorted(set(workers(self.client)) - self.excluded)
+        return sorted(self.pool() - self.excluded)
 
     def restrict(self, avoid: set[str] | None = None) -> dict[str, Any]:
         """Submit keywords keeping a task off excluded workers (and ``avoid``)."""

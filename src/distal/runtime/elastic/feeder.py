@@ -246,8 +246,8 @@ class Feeder:
             return True
         if f.key in self.reducing:
             idx = self.reducing.pop(f.key)
-            who = self.driver.where(f, block_name(idx))
-            if self._unchecked(block_name(idx), who):
+            who = self._checked_by(block_name(idx), f)
+            if who is None:  # accepted without a check (verify="adaptive")
                 self.block_of[f.key] = idx
                 del self.red_contribs[idx]
                 return True
@@ -270,27 +270,37 @@ class Feeder:
             self.won.add(c.unit.name)
         self.inflight.discard(c.original.key)
         if self.check:
-            who = self.driver.where(f, c.unit.name)
-            if not self._unchecked(c.unit.name, who):
+            who = self._checked_by(c.unit.name, f)
+            if who is not None:
                 self._submit_check(c.unit, f, who)
                 return False
-            if c.unit.final:
+            if c.unit.final:  # accepted without a check (verify="adaptive")
                 self.block_of[f.key] = c.unit.pieces[0][0]
         self._accept(c.unit, f)
         return True
 
-    def _unchecked(self, name: str, who: str) -> bool:
-        """``verify="adaptive"``: the result of ``name`` that ``who`` computed is accepted
-        without a check (its trust's draw). Never a result loaded from the checkpoint (its
-        writer is not the worker that loaded it), nor one whose worker is not known.
-        Unchecked, it is not checkpointed either: an entry is only ever a checked result."""
+    def _checked_by(self, name: str, f: Any) -> str | None:
+        """The worker that computed result ``f`` of ``name``, which is to be checked; or
+        None under ``verify="adaptive"`` when the trust's draw accepts it unchecked (then
+        the worker is asked for only when the draw does not settle it alone). Never
+        unchecked: a result loaded from the checkpoint (its writer is not the worker that
+        loaded it), or one whose worker is not known. An unchecked result is not
+        checkpointed either: an entry is only ever a checked result."""
         trust = self.driver.opts._trust
-        if trust is None or not who or name in self.present:
-            return False
-        if trust.should_check(who):
-            return False
+        if trust is None or name in self.present:
+            return self.driver.where(f, name)
+        u = trust.draw(self.driver.pool())
+        if u is None:
+            self.n_unchecked += 1
+            return None
+        who = self.driver.where(f, name)
+        if not who:
+            trust.checked += 1
+            return who
+        if trust.decide(u, who):
+            return who
         self.n_unchecked += 1
-        return True
+        return None
 
     def _trusted(self, who: str) -> None:
         """A result of ``who`` passed its check: under ``"adaptive"`` its streak grows."""

@@ -35,6 +35,7 @@ is every result of a worker still in its warm-up.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 WARMUP = 10
@@ -72,8 +73,29 @@ class Trust:
 
     def should_check(self, worker: str) -> bool:
         """Draw whether the result ``worker`` just computed is checked (and count it)."""
-        p = check_probability(self.streaks.get(worker, 0))
-        if p >= 1.0 or self._rng.random() < p:
+        return self.decide(self._rng.random(), worker)
+
+    def draw(self, pool: Iterable[str]) -> float | None:
+        """The draw for a result made by one of ``pool``'s workers, before asking which:
+        None (counted unchecked) when it is at least every one of their probabilities, so
+        no worker's result would be checked with it; else the draw, for :meth:`decide`
+        once the worker is known. Asking the scheduler which worker holds a result is a
+        round trip, and at the floor 19 of 20 results need no answer.
+
+        A worker that joined after ``pool`` was looked at may have a result skipped in its
+        warm-up this way; never with a probability above ``1 - FLOOR``, as the draw is
+        compared with at least ``FLOOR``.
+        """
+        u = self._rng.random()
+        top = max((check_probability(self.streaks.get(w, 0)) for w in pool), default=1.0)
+        if u >= top:
+            self.unchecked += 1
+            return None
+        return u
+
+    def decide(self, u: float, worker: str) -> bool:
+        """Whether draw ``u`` checks the result ``worker`` computed (and count it)."""
+        if u < check_probability(self.streaks.get(worker, 0)):
             self.checked += 1
             return True
         self.unchecked += 1
