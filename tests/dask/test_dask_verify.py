@@ -697,3 +697,21 @@ def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, ve
     assert np.array_equal(x, want)
     ref, _ = spla.cg(A, b, x0=np.zeros(144), rtol=0, atol=0, maxiter=12)
     assert np.allclose(x, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_a_verified_session_computes_0d_operations_on_the_driver(pool: Any) -> None:
+    """``alpha = (v . v) / (v . w)`` is a 0-d operation outside the checked units: with
+    ``verify=`` it is computed here from its two operands (2 words through the driver), not
+    on a worker whose result nothing would check; the values agree with numpy."""
+    rng = np.random.default_rng(3)
+    v, w = rng.standard_normal(1000), rng.standard_normal(1000)
+    words = {}
+    for verify in (1, "check"):
+        with dl.Session("dask", client=pool, machine=2, progress=False, verify=verify) as s:
+            s["v"], s["w"] = v, w
+            x, y = s["v"], s["w"]
+            s["y"] = ((x @ x) / (x @ y)) * x
+            got = s.get("y")
+            words[verify] = s.driver_words
+        assert np.allclose(got, (v @ v) / (v @ w) * v, rtol=1e-13, atol=0)
+    assert words["check"] - words[1] == 2

@@ -476,12 +476,18 @@ class Session:
         self, fn: Any, args: Sequence[tuple[bool, Any]], out: str, dtype: np.dtype
     ) -> None:
         """Value ``out`` (0-d) = ``fn(*args)``; each arg ``(True, a held value's name)`` or
-        ``(False, a constant)``: on Dask on a worker, from the operands' futures; elsewhere
-        here."""
+        ``(False, a constant)``: on Dask on a worker, from the operands' futures; elsewhere,
+        and on a Dask session with ``verify=`` (a worker's 0-d result would go unchecked:
+        ``alpha = rs / pq`` steers every later iterate), here."""
         from distal.runtime.elastic.held import WorkerValue, host_op
 
         vals = [self.values[a].data if ref else a for ref, a in args]
-        if self.runtime == "dask" and any(isinstance(v, WorkerValue) for v in vals):
+        verified = self.options.get("verify", 1) != 1
+        if (
+            self.runtime == "dask"
+            and not verified
+            and any(isinstance(v, WorkerValue) for v in vals)
+        ):
             parts = [v.part(()) if isinstance(v, WorkerValue) else v for v in vals]
             f = self.client.submit(host_op, fn, parts, dtype, pure=False)
             value = WorkerValue((), np.dtype(dtype), {(): f}, self.client, self._count_driver)
