@@ -257,10 +257,9 @@ def _fused(op: str, xs: tuple[Node, ...]) -> Fused | None:
     it is a value), an operand's does not hold, or it would expand over :data:`FUSED_MAX`
     nodes. Each node costs a few tuple operations, not a walk of the tree under it."""
     subs: list[tuple] = []
-    leaves: list[Node] = []
+    leaves: tuple[Node, ...] = ()  # (a tuple, shared with the operand's where it can be)
     is_map = op in _MAP_OPS
     under = is_map or op in _SUMS
-    mul = op == "mul"
     stamp = _MADE[0]
     size = 1
     for x in xs:
@@ -273,24 +272,24 @@ def _fused(op: str, xs: tuple[Node, ...]) -> Fused | None:
                 f = x.fused  # type: ignore[attr-defined]
                 if f is None or f[4] != stamp:
                     return None
-                expr, its, its_map, its_under, _, its_size = f
+                expr, its = f[0], f[1]
                 if not leaves:
-                    leaves.extend(its)  # its numbering is the group's
-                elif tuple(leaves[: len(its)]) != its:  # (nodes compare by identity)
+                    leaves = its  # its numbering is the group's
+                elif leaves[: len(its)] != its:  # (nodes compare by identity)
+                    more = list(leaves)
                     perm = []
                     for leaf in its:
-                        if leaf in leaves:
-                            perm.append(leaves.index(leaf))
-                        else:
-                            perm.append(len(leaves))
-                            leaves.append(leaf)
+                        if leaf not in more:
+                            more.append(leaf)
+                        perm.append(more.index(leaf))
+                    leaves = tuple(more)
                     expr = _renumber(expr, perm)
                 subs.append(expr)
-                size += its_size
+                size += f[5]
                 if size > FUSED_MAX:
                     return None
-                is_map = is_map or (its_under if mul else its_map)
-                under = under or its_under
+                is_map = is_map or f[3 if op == "mul" else 2]
+                under = under or f[3]
                 continue
             if t is Transpose:
                 return None
@@ -299,8 +298,8 @@ def _fused(op: str, xs: tuple[Node, ...]) -> Fused | None:
             subs.append(("slot", leaves.index(x)))
         else:
             subs.append(("slot", len(leaves)))
-            leaves.append(x)
-    return (op, *subs), tuple(leaves), is_map, under, stamp, size
+            leaves = (*leaves, x)
+    return (op, *subs), leaves, is_map, under, stamp, size
 
 
 def _renumber(expr: tuple, perm: list[int]) -> tuple:

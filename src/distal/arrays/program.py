@@ -138,7 +138,9 @@ class Program:
         if not self._pending:
             return  # every handle made since the last flush is on a value already
         handles = self.handles()
-        todo = sorted((a.node for a in handles if not self.is_value(a.node)), key=_seq)
+        todo = [a.node for a in handles if not self.is_value(a.node)]
+        if len(todo) > 1:
+            todo.sort(key=_seq)
         for node in todo:
             self.materialize(node)
         for a in handles:
