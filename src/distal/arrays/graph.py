@@ -7,8 +7,8 @@ session and which are fused into the kernels that read them. Shapes and dtypes a
 out here, at the line that makes the node, so a shape that does not broadcast or a dtype
 numpy refuses is an error where the user wrote it, not at evaluation.
 
-Nodes compare by identity (``eq=False``): two equal-looking expressions are two
-computations, and a node is the key of what the program materialized for it.
+Nodes compare by identity (no ``__eq__``): two equal-looking expressions are two
+computations, and a node holds what the program materialized for it (``as_value``).
 """
 
 from __future__ import annotations
