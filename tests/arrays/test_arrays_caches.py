@@ -55,3 +55,56 @@ def test_the_same_map_with_new_values_reads_the_new_values(sess: dl.Session) -> 
         v, w = rng.standard_normal(10), rng.standard_normal(10)
         x, y = sess.asarray(v), sess.asarray(w)
         np.testing.assert_allclose(((x - y) * x + 1.5).get(), (v - w) * v + 1.5, rtol=1e-12)
+
+
+def _exprs(x: object, y: object, s: object) -> list:
+    """Element-wise trees over two vectors and a 0-d value: maps and kernels, shared
+    subtrees, leaves met first on the right (renumbered), numbers of every kind."""
+    u = x * 2.0 + 1.0
+    return [
+        (((x * 2.0 + 1.0) * x - x) * 0.5) + x,
+        x * (y + (x * 3.0)),
+        (y - x) * (x - y),
+        u * u - u,
+        dl.sqrt(dl.abs(x * y)) + s * x,
+        dl.maximum(x, y) * 2 - dl.where(x < y, x, y),
+        (x + y) * s,
+        x * s + y * 2,
+        -x + y / 3.0,
+        x / y - (x @ y) * x,
+        ((x * 2) * True) + 1,
+    ]
+
+
+def test_a_group_recorded_as_made_is_the_one_its_walk_finds(sess: dl.Session) -> None:
+    from distal.arrays import graph
+    from distal.arrays.lower import map_signature
+
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(8), rng.standard_normal(8) + 3.0
+    x, y = sess.asarray(a), sess.asarray(b)
+    s = sess.asarray(np.float64(0.5))
+    program = x.program
+    for got in _exprs(x, y, s):
+        root = got.node
+        fused = root.fused
+        assert fused is not None
+        assert fused[4] == graph.values_made()
+        expr, leaves = map_signature(root, program._map_leaf)
+        assert fused[2] == program._is_map(root)
+        assert fused[0] == expr
+        assert list(fused[1]) == leaves
+    for got, want in zip(_exprs(x, y, s), _exprs(a, b, np.float64(0.5)), strict=True):
+        np.testing.assert_allclose(got.get(), want, rtol=1e-12)
+
+
+def test_a_group_whose_inner_node_became_a_value_reads_that_value(sess: dl.Session) -> None:
+    v = np.arange(1.0, 9.0)
+    x = sess.asarray(v)
+    y = x * 2.0 + 1.0  # held: computed first, at the flush, in creation order
+    z = (y - x) * x  # recorded with y inside it; by its turn y is a value
+    maps, kernels = sess.maps_run, sess.kernels_run
+    sess["w"] = z
+    assert (sess.maps_run - maps, sess.kernels_run - kernels) == (1, 2)  # y a kernel, z a map
+    np.testing.assert_array_equal(sess.get("w"), ((v * 2.0 + 1.0) - v) * v)
+    np.testing.assert_array_equal(y.get(), v * 2.0 + 1.0)

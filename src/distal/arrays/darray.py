@@ -99,23 +99,40 @@ class DArray:
             xs.reverse()
         return self._wrap(g.map_node(op, *xs), new=True)
 
+    def _binary(self, op: str, o: Any) -> DArray:
+        """``self op o``: :meth:`_map` for the arithmetic operators, without its lists and
+        keyword (a handle of this program or a Python float taken as they are)."""
+        program = self.program
+        if type(o) is DArray and o.program is program:  # (one program: one session)
+            other = o.node
+        elif type(o) is float:
+            other = g.const(o)
+        else:
+            other = operand(self, o)
+        return _handle(self.session, g.binary(op, self.node, other), program)
+
+    def _rbinary(self, op: str, o: Any) -> DArray:
+        """``o op self`` (numpy's reflected operators)."""
+        other = g.const(o) if type(o) is float else operand(self, o)
+        return _handle(self.session, g.binary(op, other, self.node), self.program)
+
     def __add__(self, o: Any) -> DArray:
-        return self._map("add", o)
+        return self._binary("add", o)
 
     def __radd__(self, o: Any) -> DArray:
-        return self._map("add", o, right=True)
+        return self._rbinary("add", o)
 
     def __sub__(self, o: Any) -> DArray:
-        return self._map("sub", o)
+        return self._binary("sub", o)
 
     def __rsub__(self, o: Any) -> DArray:
-        return self._map("sub", o, right=True)
+        return self._rbinary("sub", o)
 
     def __mul__(self, o: Any) -> DArray:
-        return self._map("mul", o)
+        return self._binary("mul", o)
 
     def __rmul__(self, o: Any) -> DArray:
-        return self._map("mul", o, right=True)
+        return self._rbinary("mul", o)
 
     def __truediv__(self, o: Any) -> DArray:
         """``a / b``: an array divided by a scalar (a number or a 0-d DArray) is a product
@@ -230,6 +247,20 @@ class DArray:
 
     def dot(self, o: Any) -> DArray:
         return self @ o
+
+
+def _handle(session: Any, node: g.Node, program: Any) -> DArray:
+    """``DArray(session, node, program, new=True)`` without its defaults: a handle on a node
+    just made (so no value yet), tracked by ``program``."""
+    a = _new(DArray)
+    a.session = session
+    a.program = program
+    a.node = node
+    program.track_new(a)
+    return a
+
+
+_new = object.__new__
 
 
 def operand(array: DArray, x: Any) -> g.Node:

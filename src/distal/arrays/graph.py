@@ -7,14 +7,13 @@ session and which are fused into the kernels that read them. Shapes and dtypes a
 out here, at the line that makes the node, so a shape that does not broadcast or a dtype
 numpy refuses is an error where the user wrote it, not at evaluation.
 
-Nodes compare by identity (``eq=False``): two equal-looking expressions are two
-computations, and a node is the key of what the program materialized for it.
+Nodes compare by identity (no ``__eq__``): two equal-looking expressions are two
+computations, and a node holds what the program materialized for it (``as_value``).
 """
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -73,14 +72,27 @@ _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<="
 _SYMBOL.update(ge=">=", eq="==", ne="!=", pow="**", floordiv="//", mod="%")
 
 
-@dataclass(frozen=True, eq=False)
 class Node:
     """One value of the program: its shape and dtype (as numpy's), and a creation number
-    that orders evaluation the same way on every MPI rank."""
+    that orders evaluation the same way on every MPI rank.
 
-    shape: tuple[int, ...]
-    dtype: np.dtype
-    seq: int = field(default_factory=lambda: next(_SEQ), init=False)
+    Nodes are plain slotted classes, immutable by convention (frozen dataclasses set each
+    field through ``object.__setattr__``, a good part of what recording an operation cost).
+    ``dkey`` is what numpy's promotion reads of the node (see :func:`_dtype_key_of`). The one
+    field set later is ``as_value``: the :class:`Value` the program materialized the node
+    into (at a flush; ``None`` before), kept on the node so that it goes with it and is
+    found without a dictionary lookup (a node belongs to one program: operands of another
+    are refused when recorded)."""
+
+    __slots__ = ("__weakref__", "as_value", "dkey", "dtype", "seq", "shape")
+    _fields: tuple[str, ...] = ("shape", "dtype", "seq")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.shape = shape
+        self.dtype = dtype
+        self.dkey: Any = dtype
+        self.seq = next(_SEQ)
+        self.as_value: Value | None = None
 
     @property
     def ndim(self) -> int:
@@ -89,57 +101,215 @@ class Node:
     def args(self) -> tuple[Node, ...]:
         return ()
 
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{f}={getattr(self, f)!r}" for f in self._fields)
+        return f"{type(self).__name__}({fields})"
 
-@dataclass(frozen=True, eq=False)
+
 class Value(Node):
     """A value the session holds under ``name``; ``sparse``: a sparse value (its format
-    letters), read whole by the sparse lowering."""
+    letters), read whole by the sparse lowering.
 
-    name: str = ""
-    sparse: str | None = None
+    ``drop``: where set, the session's values, from which ``name`` is popped when this node
+    dies (an unnamed value lives as long as something reads it). A ``__del__`` rather than
+    a ``weakref.finalize``: making a finalizer costs more than a microsecond, at every
+    flush."""
+
+    __slots__ = ("drop", "name", "sparse")
+    _fields = (*Node._fields, "name", "sparse")
+
+    def __init__(
+        self, shape: tuple[int, ...], dtype: np.dtype, name: str = "", sparse: str | None = None
+    ) -> None:
+        super().__init__(shape, dtype)
+        self.name = name
+        self.sparse = sparse
+        self.drop: dict[str, Any] | None = None
+
+    def __del__(self) -> None:
+        drop = self.drop
+        if drop is not None:
+            drop.pop(self.name, None)
 
 
-@dataclass(frozen=True, eq=False)
 class Const(Node):
-    """A Python or numpy scalar operand."""
+    """A Python or numpy scalar operand; ``expr``: its term in a map's expression (see
+    :func:`distal.arrays.lower.map_signature`; repr and dtype, since 2 == 2.0 == True and
+    0.0 == -0.0), made once."""
 
-    value: Any = 0
+    __slots__ = ("expr", "value")
+    _fields = (*Node._fields, "value")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, value: Any = 0) -> None:
+        super().__init__(shape, dtype)
+        self.value = value
+        self.dkey = _dtype_key_of(value, dtype)
+        self.expr = ("const", value, repr(value), dtype.str)
 
 
-@dataclass(frozen=True, eq=False)
 class Map(Node):
     """An element-wise operation with numpy's broadcasting (``op`` in :data:`KERNEL_OPS` or
-    :data:`MAP_OPS`)."""
+    :data:`MAP_OPS`).
 
-    op: str = "add"
-    operands: tuple[Node, ...] = ()
+    ``fused``: the map group this node would be the root of, worked out from its operands'
+    as the node is made (see :func:`_fused`), so a flush looks it up instead of walking
+    the tree; ``None`` where it cannot be (the flush then walks)."""
+
+    __slots__ = ("fused", "op", "operands")
+    _fields = (*Node._fields, "op", "operands")
+
+    def __init__(
+        self, shape: tuple[int, ...], dtype: np.dtype, op: str, operands: tuple[Node, ...]
+    ) -> None:
+        # Node.__init__'s fields, set here: one call fewer per recorded operation
+        self.shape = shape
+        self.dtype = dtype
+        self.dkey = dtype
+        self.seq = next(_SEQ)
+        self.as_value = None
+        self.op = op
+        self.operands = operands
+        self.fused: Fused | None = _fused(op, operands) if shape else None
 
     def args(self) -> tuple[Node, ...]:
         return self.operands
 
 
-@dataclass(frozen=True, eq=False)
 class Transpose(Node):
     """``a.T``: the axes reversed."""
 
-    operand: Node | None = None
+    __slots__ = ("operand",)
+    _fields = (*Node._fields, "operand")
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, operand: Node) -> None:
+        super().__init__(shape, dtype)
+        self.operand = operand
 
     def args(self) -> tuple[Node, ...]:
-        assert self.operand is not None
         return (self.operand,)
 
 
-@dataclass(frozen=True, eq=False)
 class Contract(Node):
     """An einsum: ``ins[n]`` labels operand ``n``'s axes, ``out`` the result's; a label not
     in ``out`` is summed. ``@``, ``.sum`` and ``dl.einsum`` make these."""
 
-    ins: tuple[str, ...] = ()
-    out: str = ""
-    operands: tuple[Node, ...] = ()
+    __slots__ = ("ins", "operands", "out")
+    _fields = (*Node._fields, "ins", "out", "operands")
+
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        ins: tuple[str, ...],
+        out: str,
+        operands: tuple[Node, ...],
+    ) -> None:
+        super().__init__(shape, dtype)
+        self.ins = ins
+        self.out = out
+        self.operands = operands
 
     def args(self) -> tuple[Node, ...]:
         return self.operands
+
+
+# -- a map group, as its nodes are made ----------------------------------------------------------
+
+#: ``(expression, leaves, is a map, is a map under a product, stamp, size)``: see :func:`_fused`
+Fused = tuple[tuple, tuple[Node, ...], bool, bool, int, int]
+
+_MAP_OPS = frozenset(MAP_OPS)
+_SUMS = frozenset(("add", "sub"))
+#: element-wise nodes past which a group is not worked out as it is recorded (a node read
+#: twice counts twice, as the flush's walk expands it)
+FUSED_MAX = 64
+#: how many nodes the programs have materialized so far (a one-element list: bumped by
+#: :func:`made_value`); a group worked out when no more had been is still as recorded
+_MADE = [0]
+
+
+def made_value() -> None:
+    """Count a node the program has just materialized: from now on the inner nodes of a
+    group recorded before may be values, so its ``fused`` no longer holds."""
+    _MADE[0] += 1
+
+
+def values_made() -> int:
+    """The count :func:`made_value` keeps (a group's ``fused`` holds while it is its stamp)."""
+    return _MADE[0]
+
+
+def _fused(op: str, xs: tuple[Node, ...]) -> Fused | None:
+    """The map group rooted at a new ``op`` node over ``xs``, as the flush would walk it
+    while none of its inner element-wise nodes is a value:
+
+    * its expression and leaves, as :func:`distal.arrays.lower.map_signature` gives them
+      (leaves numbered in the order a walk meets them);
+    * whether it is a map (:meth:`distal.arrays.program.Program._is_map`: an operation
+      outside index notation in it, or a sum under a product), and whether it would be one
+      under a product;
+    * its stamp, :func:`values_made` now: the inner nodes are not values now (a
+      materialized operand is a leaf), so while no node has been materialized since, the
+      flush finds the group as it is recorded here;
+    * its size, the element-wise nodes the expression expands.
+
+    ``None`` where a transpose is under it (whether the walk expands it depends on whether
+    it is a value), an operand's does not hold, or it would expand over :data:`FUSED_MAX`
+    nodes. Each node costs a few tuple operations, not a walk of the tree under it."""
+    subs: list[tuple] = []
+    leaves: tuple[Node, ...] = ()  # (a tuple, shared with the operand's where it can be)
+    is_map = op in _MAP_OPS
+    under = is_map or op in _SUMS
+    stamp = _MADE[0]
+    size = 1
+    for x in xs:
+        t = type(x)
+        if t is Const:
+            subs.append(x.expr)  # type: ignore[attr-defined]
+            continue
+        if x.as_value is None:
+            if t is Map and x.shape:
+                f = x.fused  # type: ignore[attr-defined]
+                if f is None or f[4] != stamp:
+                    return None
+                expr, its = f[0], f[1]
+                if not leaves:
+                    leaves = its  # its numbering is the group's
+                elif leaves[: len(its)] != its:  # (nodes compare by identity)
+                    more = list(leaves)
+                    perm = []
+                    for leaf in its:
+                        if leaf not in more:
+                            more.append(leaf)
+                        perm.append(more.index(leaf))
+                    leaves = tuple(more)
+                    expr = _renumber(expr, perm)
+                subs.append(expr)
+                size += f[5]
+                if size > FUSED_MAX:
+                    return None
+                is_map = is_map or f[3 if op == "mul" else 2]
+                under = under or f[3]
+                continue
+            if t is Transpose:
+                return None
+        # a value, a contraction or a 0-d operation: a leaf (made a value first)
+        if x in leaves:
+            subs.append(("slot", leaves.index(x)))
+        else:
+            subs.append(("slot", len(leaves)))
+            leaves = (*leaves, x)
+    return (op, *subs), leaves, is_map, under, stamp, size
+
+
+def _renumber(expr: tuple, perm: list[int]) -> tuple:
+    """``expr`` with slot ``k`` as slot ``perm[k]``."""
+    tag = expr[0]
+    if tag == "slot":
+        return ("slot", perm[expr[1]])
+    if tag == "const":
+        return expr
+    return (tag, *[_renumber(e, perm) for e in expr[1:]])
 
 
 # -- making nodes (shapes and dtypes checked here) ---------------------------------------------
@@ -160,9 +330,25 @@ _PY_DTYPE = {bool: np.dtype(bool), int: np.dtype(int), float: np.dtype(float)}
 _PY_DTYPE[complex] = np.dtype(complex)
 
 
+#: constants already made, by type and value: a loop writes the same few numbers every
+#: iteration, and a constant is only read (never a value, never a handle's node), so one
+#: node serves them all. Python floats and ints only, and no zero: those are equal exactly
+#: when their reprs are (0.0 == -0.0; complex(1, 0.0) == complex(1, -0.0))
+_CONSTS: dict[tuple, Const] = {}
+_CONSTS_MAX = 1024
+
+
 def const(value: Any) -> Const:
     """A scalar operand (a Python number or a 0-d numpy value)."""
-    dt = _PY_DTYPE.get(type(value))
+    t = type(value)
+    if (t is float or t is int) and value:
+        c = _CONSTS.get((t, value))
+        if c is None:
+            c = Const((), _PY_DTYPE[t], value)
+            if len(_CONSTS) < _CONSTS_MAX:
+                _CONSTS[(t, value)] = c
+        return c
+    dt = _PY_DTYPE.get(t)
     if dt is not None:  # the common case: a plain Python number
         return Const((), dt, value)
     v = value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
@@ -193,13 +379,11 @@ def is_spmv(ins: tuple[str, ...], out: str, xs: tuple[Node, ...]) -> bool:
     )
 
 
-def _dtype_key(x: Node) -> Any:
-    """What numpy's promotion reads of an operand: an array's dtype, or a Python scalar's
-    type (weak, as in numpy 2) — with an integer's value, whose range numpy checks."""
-    if isinstance(x, Const):
-        v = x.value
-        return (type(v), v) if type(v) is int else (type(v), x.dtype)
-    return x.dtype
+def _dtype_key_of(value: Any, dtype: np.dtype) -> Any:
+    """What numpy's promotion reads of a scalar operand: a Python scalar's type (weak, as
+    in numpy 2) — with an integer's value, whose range numpy checks (an array's: its dtype,
+    ``Node.dkey``)."""
+    return (type(value), value) if type(value) is int else (type(value), dtype)
 
 
 #: result dtypes already worked out, by ``(op, operands' dtype keys)``: numpy's promotion
@@ -210,6 +394,8 @@ _DTYPE_CACHE_MAX = 4096
 
 def map_node(op: str, *xs: Node) -> Map:
     """``op`` over ``xs`` with numpy's broadcasting and promotion."""
+    if len(xs) == 2:
+        return binary(op, xs[0], xs[1])
     for x in xs:
         if type(x) is Value and x.sparse is not None:
             _refuse_sparse(xs, _SYMBOL.get(op, op))
@@ -220,22 +406,51 @@ def map_node(op: str, *xs: Node) -> Map:
         if not shape:
             shape = x.shape
             continue
-        # two shapes differ: broadcasting (or a mismatch), as numpy decides
-        try:
-            shape = tuple(int(n) for n in np.broadcast_shapes(*(y.shape for y in xs)))
-        except ValueError:
-            name = _SYMBOL.get(op, op)
-            shapes = [y.shape for y in xs]
-            shown = f" {name} ".join(str(s) for s in shapes) if op in _SYMBOL else shapes
-            raise ShapeError(f"operands could not be broadcast together: {shown}") from None
+        shape = _broadcast(op, xs)  # two shapes differ
         break
-    key = (op, *(_dtype_key(x) for x in xs))
+    key = (op, *[x.dkey for x in xs])
     dtype = _DTYPES.get(key)
     if dtype is None:
-        dtype = _map_dtype(op, xs)
-        if len(_DTYPES) < _DTYPE_CACHE_MAX:
-            _DTYPES[key] = dtype
+        dtype = _new_dtype(key, op, xs)
     return Map(shape, dtype, op, tuple(xs))
+
+
+def binary(op: str, a: Node, b: Node) -> Map:
+    """:func:`map_node` of two operands (what every arithmetic operator records), without
+    its loops: recording is most of a small kernel's dispatch."""
+    if (type(a) is Value and a.sparse is not None) or (type(b) is Value and b.sparse is not None):
+        _refuse_sparse((a, b), _SYMBOL.get(op, op))
+    sa, sb = a.shape, b.shape
+    if not sb or sa == sb:
+        shape = sa
+    elif not sa:
+        shape = sb
+    else:
+        shape = _broadcast(op, (a, b))
+    key = (op, a.dkey, b.dkey)
+    dtype = _DTYPES.get(key)
+    if dtype is None:
+        dtype = _new_dtype(key, op, (a, b))
+    return Map(shape, dtype, op, (a, b))
+
+
+def _broadcast(op: str, xs: tuple[Node, ...]) -> tuple[int, ...]:
+    """The shape of ``xs`` broadcast together, as numpy decides (or its mismatch)."""
+    try:
+        return tuple(int(n) for n in np.broadcast_shapes(*(y.shape for y in xs)))
+    except ValueError:
+        name = _SYMBOL.get(op, op)
+        shapes = [y.shape for y in xs]
+        shown = f" {name} ".join(str(s) for s in shapes) if op in _SYMBOL else shapes
+        raise ShapeError(f"operands could not be broadcast together: {shown}") from None
+
+
+def _new_dtype(key: tuple, op: str, xs: tuple[Node, ...]) -> np.dtype:
+    """:func:`_map_dtype`, remembered under ``key`` (or its error, raised)."""
+    dtype = _map_dtype(op, xs)
+    if len(_DTYPES) < _DTYPE_CACHE_MAX:
+        _DTYPES[key] = dtype
+    return dtype
 
 
 def _probe(op: str, xs: tuple[Node, ...]) -> Any:

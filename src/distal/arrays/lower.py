@@ -341,13 +341,48 @@ _EVALUATORS_MAX = 1024
 
 def evaluator(expr: tuple) -> Callable[[list[Any]], Any]:
     """A function computing ``expr`` from the slot arrays: the numpy calls nested as the
-    expression nests (closures made once per expression, no walk of it per call)."""
+    expression nests, made once per expression (no walk of it per call): one generated
+    function (a call per numpy call, no more), or closures for one nested too deep to
+    compile."""
     fn = _EVALUATORS.get(expr)
     if fn is None:
-        fn = _closure(expr)
+        fn = _generated(expr) or _closure(expr)
         if len(_EVALUATORS) < _EVALUATORS_MAX:
             _EVALUATORS[expr] = fn
     return fn
+
+
+#: nesting past which an expression's evaluator is closures (Python's parser has a limit)
+_GENERATED_DEPTH = 48
+
+
+def _generated(expr: tuple) -> Callable[[list[Any]], Any] | None:
+    """``expr`` as one function ``lambda a: f0(f1(a[0], c0), a[1])``: its text holds only
+    slot numbers and the names of ``namespace``'s entries (the numpy functions and the
+    constants, bound as objects, never spelled), so nothing of the program is parsed.
+    None when it nests deeper than :data:`_GENERATED_DEPTH`."""
+    namespace: dict[str, Any] = {}
+
+    def text(e: tuple, depth: int) -> str | None:
+        tag = e[0]
+        if tag == "slot":
+            return f"a[{int(e[1])}]"
+        name = f"_{len(namespace)}"
+        if tag == "const":
+            namespace[name] = e[1]
+            return name
+        if depth > _GENERATED_DEPTH:
+            return None
+        namespace[name] = numpy_op(tag)
+        subs = [text(x, depth + 1) for x in e[1:]]
+        if any(t is None for t in subs):
+            return None
+        return f"{name}({', '.join(subs)})"  # type: ignore[arg-type]
+
+    body = text(expr, 0)
+    if body is None:
+        return None
+    return eval(f"lambda a: {body}", namespace)
 
 
 def _closure(expr: tuple) -> Callable[[list[Any]], Any]:

@@ -46,13 +46,15 @@ from distal.arrays.graph import (
     Transpose,
     Value,
     is_spmv,
+    made_value,
     numpy_op,
+    values_made,
 )
 from distal.arrays.lower import (
     MAX_TERMS,
     OUT,
     build,
-    evaluate,
+    evaluator,
     held_dist,
     map_dist,
     map_signature,
@@ -79,12 +81,16 @@ class Program:
     def __init__(self, session: Any, nprocs: int) -> None:
         self.sess = session
         self.nprocs = nprocs
-        #: what each materialized node became: a Value node reading its session value (the
-        #: handles are moved onto it at a flush, so the operation's operands can be freed)
-        #: by the node's id, dropped when the node dies (a weak-keyed dictionary would make a
-        #: weak reference at every lookup, and a flush looks up every node it walks)
-        self.names: dict[int, Value] = {}
-        self.live: weakref.WeakSet[Any] = weakref.WeakSet()
+        #: what each materialized node became is on the node (``Node.as_value``): a Value
+        #: node reading its session value (the handles are moved onto it at a flush, so the
+        #: operation's operands can be freed)
+        #:
+        #: the live handles: weak references, each removing itself from this dictionary when
+        #: its handle dies (``dict.pop`` as the callback: no Python call, where a
+        #: ``WeakSet``'s callback is one; a handle compares element-wise, but its hash is
+        #: its identity, so two live references never compare their handles)
+        self.live: dict[weakref.ref[Any], None] = {}
+        self._untrack = self.live.pop
         self.kernels: dict[tuple, Any] = {}
         self._covers: dict[tuple, bool] = {}
         self.compiles = 0
@@ -97,32 +103,50 @@ class Program:
     def track(self, array: Any, new: bool = False) -> None:
         """A new handle: the program evaluates it at the next flush unless it dies first
         (``new``: its node was just made, so it is no value yet)."""
-        self.live.add(array)
+        self.live[weakref.ref(array, self._untrack)] = None
         if new or not self.is_value(array.node):
             self._pending += 1
             if self._pending > MAX_PENDING:
                 self.flush()
 
+    def track_new(self, array: Any) -> None:
+        """:meth:`track` of a handle on a node just made."""
+        self.live[weakref.ref(array, self._untrack)] = None
+        self._pending += 1
+        if self._pending > MAX_PENDING:
+            self.flush()
+
     def is_value(self, node: Node) -> bool:
-        return type(node) is Value or id(node) in self.names
+        return type(node) is Value or node.as_value is not None
 
     def name_of(self, node: Node) -> str:
         if isinstance(node, Value):
             return node.name
-        return self.names[id(node)].name
+        value = node.as_value
+        if value is None:
+            raise InternalError(f"{node!r} is not a value yet")
+        return value.name
+
+    def handles(self) -> list[Any]:
+        """The live handles (a copy: a flush makes and drops handles)."""
+        return [a for a in [r() for r in list(self.live)] if a is not None]
 
     # -- evaluating ---------------------------------------------------------------------------
 
     def flush(self) -> None:
         """Evaluate every live pending array (see the module docstring)."""
-        todo = sorted(
-            (a.node for a in list(self.live) if not self.is_value(a.node)), key=lambda n: n.seq
-        )
+        if not self._pending:
+            return  # every handle made since the last flush is on a value already
+        handles = self.handles()
+        todo = [a.node for a in handles if not self.is_value(a.node)]
+        if len(todo) > 1:
+            todo.sort(key=_seq)
         for node in todo:
             self.materialize(node)
-        for a in list(self.live):
-            if not isinstance(a.node, Value):
-                a.node = self.names[id(a.node)]  # the handle now reads the value, not the recipe
+        for a in handles:
+            node = a.node
+            if not isinstance(node, Value):
+                a.node = node.as_value  # the handle now reads the value, not the recipe
         self._pending = 0
 
     def materialize(self, node: Node, name: str | None = None) -> str:
@@ -148,10 +172,10 @@ class Program:
         else:
             self._kernel(node, out, sig)
         value = Value(node.shape, node.dtype, out)
-        self.names[id(node)] = value
-        weakref.finalize(node, self.names.pop, id(node), None)
+        node.as_value = value
+        made_value()
         if name is None:
-            weakref.finalize(value, self.sess.values.pop, out, None)
+            value.drop = self.sess.values  # the session value goes with the node reading it
         return out
 
     def _group(self, root: Node) -> tuple[str, list[Node], Any]:
@@ -166,14 +190,25 @@ class Program:
             return "kernel", [x for x in root.operands if not self.is_value(x)], None
         if root.ndim == 0 and not isinstance(root, Contract):  # computed with numpy
             return "host", [x for x in root.args() if not isinstance(x, Const)], None
-        is_map = self._is_map(root)
+        fused = root.fused if type(root) is Map else None
+        if fused is not None and fused[4] == values_made():
+            # worked out as the nodes were made (see distal.arrays.graph._fused), and no
+            # node became a value since: the group is as recorded
+            expr, leaves, is_map = fused[0], fused[1], fused[2]
+            if is_map:
+                deps = [x for x in leaves if not self.is_value(x)]
+                if len(deps) > 1:
+                    deps.sort(key=_seq)
+                return "map", deps, (expr, leaves)
+        else:
+            is_map = self._is_map(root)
         if is_map:
             # one walk gives the map's expression and what must be values first: its leaves
             # that are not (contractions, 0-d values, transposes: a map reads blocks as they
             # lie); once they are, the same expression reads them
             sig = map_signature(root, self._map_leaf)
             deps = {id(x): x for x in sig[1] if not self.is_value(x)}
-            return "map", sorted(deps.values(), key=lambda n: n.seq), sig
+            return "map", sorted(deps.values(), key=_seq), sig
         out: list[Node] = []
         seen: set[int] = set()
         stack = list(root.args())
@@ -198,7 +233,7 @@ class Program:
             # cut here: the root's own operands become values first
             out.extend(x for x in root.args() if not isinstance(x, Const) and id(x) not in stop)
             sig = None
-        return "kernel", sorted(dict.fromkeys(out), key=lambda n: n.seq), sig
+        return "kernel", sorted(dict.fromkeys(out), key=_seq), sig
 
     def _cover(self, key: tuple) -> bool:
         """:func:`~distal.arrays.lower.sums_cover`, once per key."""
@@ -250,15 +285,10 @@ class Program:
         """A map group: numpy over each processor's blocks of its operands (laid out by
         :func:`~distal.arrays.lower.map_dist`; what moves is counted as redistribution)."""
         expr, slots = sig if sig is not None else map_signature(root, self.is_value)
-        operands = [(self.name_of(x), map_dist(root.shape, x.shape)) for x in slots]
+        shape = root.shape
+        operands = [(self.name_of(x), _map_dist(shape, x.shape)) for x in slots]
         self.sess._map_blocks(
-            lambda arrays: evaluate(expr, arrays),
-            operands,
-            out,
-            root.shape,
-            root.dtype,
-            held_dist(root.ndim),
-            self.nprocs,
+            evaluator(expr), operands, out, shape, root.dtype, _held_dist(len(shape)), self.nprocs
         )
 
     def _host(self, node: Node, out: str) -> None:
@@ -287,6 +317,35 @@ class Program:
         names[OUT] = out
         self.sess._run_as(kernel, names)
         self.kernels_run += 1
+
+
+#: distributions already spelled, by the shapes they are for (strings made at every map)
+_MAP_DISTS: dict[tuple, str] = {}
+_HELD_DISTS: dict[int, str] = {}
+_DISTS_MAX = 1024
+
+
+def _map_dist(result: tuple[int, ...], operand: tuple[int, ...]) -> str:
+    """:func:`~distal.arrays.lower.map_dist`, remembered."""
+    key = (result, operand)
+    got = _MAP_DISTS.get(key)
+    if got is None:
+        got = map_dist(result, operand)
+        if len(_MAP_DISTS) < _DISTS_MAX:
+            _MAP_DISTS[key] = got
+    return got
+
+
+def _held_dist(ndim: int) -> str:
+    """:func:`~distal.arrays.lower.held_dist`, remembered."""
+    got = _HELD_DISTS.get(ndim)
+    if got is None:
+        got = _HELD_DISTS[ndim] = held_dist(ndim)
+    return got
+
+
+def _seq(node: Node) -> int:
+    return node.seq
 
 
 def _first(x: Any) -> Any:

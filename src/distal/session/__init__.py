@@ -45,12 +45,15 @@ from typing import Any
 
 import numpy as np
 
+from distal.arrays.darray import DArray
+from distal.arrays.graph import Value
+from distal.arrays.program import Program
 from distal.casting import check_cast
 from distal.distribution.machine import Machine
 from distal.errors import InputError, InternalError, NotSupportedYet
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source, read_block
-from distal.session.layout import Layout, layout_of
+from distal.session.layout import Layout, layout_for, layout_of
 from distal.session.redistribute import SRC, Copy, compile_copy
 from distal.typing import Box, box_contains, box_index, box_shape
 
@@ -207,6 +210,7 @@ class Session:
         self.stats_checked = 0
         self.stats_differ: list[str] = []
         self._programs: dict[int, Any] = {}  # the arrays programs, by processor count
+        self._machines: dict[int, Machine] = {}  # lines of processors, by count
         self._hidden = itertools.count()
         #: dask: elements of values that crossed between the driver and the workers after
         #: placement (``get``, ``float``, ``np.asarray``, a gathered result)
@@ -323,8 +327,6 @@ class Session:
     def _program_for(self, machine: Any) -> Any:
         """The arrays program over ``machine`` (a line of its processors), made on first
         use: arrays on other machines than the session's are ``asarray(..., machine=)``."""
-        from distal.arrays.program import Program
-
         p = session_machine(self, machine).size
         if p not in self._programs:
             self._programs[p] = Program(self, p)
@@ -338,6 +340,10 @@ class Session:
 
     def flush(self) -> None:
         """Evaluate every pending array operation (see :mod:`distal.arrays.program`)."""
+        if self.runtime != "dask" or self._pool is None:  # no pool to lose: no context
+            for program in list(self._programs.values()):
+                program.flush()
+            return
         with self._pool_errors():
             for program in list(self._programs.values()):
                 program.flush()
@@ -360,8 +366,6 @@ class Session:
         """``sess[name]`` on ``machine`` (a ``dl.Machine`` or a count; default the
         session's): a ``dl.DArray`` over value ``name`` whose operations are spread over
         that machine's processors."""
-        from distal.arrays.darray import DArray
-
         self.flush()
         program = self._program_for(self.machine if machine is None else machine)
         return DArray(self, self._hidden_value(self._held(name)), program)
@@ -369,8 +373,6 @@ class Session:
     def __setitem__(self, name: str, value: Any) -> None:
         """Bind ``name`` to a value: a ``DArray`` (computed now, with whatever is pending),
         a numpy array, or a scipy / pydata sparse array or ``dl.SparseArray``."""
-        from distal.arrays.darray import DArray
-
         if not isinstance(name, str) or not name:
             raise InputError(f"a session value needs a tensor name, got {name!r}")
         self.flush()
@@ -388,8 +390,6 @@ class Session:
         matrix ``dist`` says how ``A @ x`` cuts it: ``"xy -> x"`` by rows, ``"xy -> (xy)"``
         (the default) by stored entries. ``machine``: the machine the array (and what is
         computed from it) is spread over, when not the session's own."""
-        from distal.arrays.darray import DArray
-
         program = self._program_for(self.machine if machine is None else machine)
         if isinstance(value, DArray):
             if value.session is not self:
@@ -425,9 +425,7 @@ class Session:
         every rank maps the blocks it holds, and on ``"local"`` and ``"dask"`` (values held
         whole in this process) the whole arrays are mapped at once.
         """
-        from distal.session.layout import layout_for
-
-        machine = Machine(nprocs)
+        machine = self._machine_of(nprocs)
         layouts = [layout_for(v, self.values[v].shape, d, machine) for v, d in operands]
         data = [self._input(v, lay) for (v, _), lay in zip(operands, layouts, strict=True)]
         target = layout_for(out, shape, dist, machine)
@@ -448,6 +446,14 @@ class Session:
             )
         self.kernels_run += 1
         self.maps_run += 1
+
+    def _machine_of(self, nprocs: int) -> Machine:
+        """A line of ``nprocs`` processors, made once per count (``Machine`` checks its
+        arguments, a microsecond or two at every map otherwise)."""
+        machine = self._machines.get(nprocs)
+        if machine is None:
+            machine = self._machines[nprocs] = Machine(nprocs)
+        return machine
 
     def _map_on_workers(
         self,
@@ -513,21 +519,17 @@ class Session:
     def _hidden_value(self, held: Held, split: str | None = None) -> Any:
         """A program node reading ``held`` under a name of its own, dropped with the node
         (a sparse one cut as ``split`` says, by stored entries by default)."""
-        from distal.arrays.graph import Value
-
         name = f"_v{next(self._hidden)}"
         self.values[name] = held
         sparse = f"csr/{split or 'nonzeros'}" if _is_sparse(held.data) else None
         node = Value(tuple(held.shape), np.dtype(held.dtype), name, sparse)
-        weakref.finalize(node, self.values.pop, name, None)
+        node.drop = self.values  # the value goes with the node
         return node
 
     def _place(self, name: str, held: Held, dist: str, nprocs: int) -> None:
         """Give a value just put the layout ``dist`` over a line of ``nprocs`` processors
         (placing, not moving: not counted)."""
-        from distal.session.layout import layout_for
-
-        target = layout_for(name, held.shape, dist, Machine(nprocs))
+        target = layout_for(name, held.shape, dist, self._machine_of(nprocs))
         self.values[name] = held
         try:
             self._input(name, target)
