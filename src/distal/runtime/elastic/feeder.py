@@ -294,10 +294,7 @@ class Feeder:
             self.n_unchecked += 1
             return None
         who = self.driver.where(f, name)
-        if not who:
-            trust.checked += 1
-            return who
-        if trust.decide(u, who):
+        if trust.decide(u, who):  # an unknown worker ("") has no streak: always checked
             return who
         self.n_unchecked += 1
         return None
