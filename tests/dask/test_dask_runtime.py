@@ -420,7 +420,9 @@ def test_corrupt_checkpoint_is_detected_and_recomputed(
 
 
 def _worker_named(client: Any, name: Any) -> str:
-    """The address of the pool's worker called ``name`` (``_lie`` names workers)."""
+    """The address of the pool's worker called ``name`` (``_lie`` names workers): the
+    pool's three workers are awaited first, so a client just (re)connected has their list."""
+    client.wait_for_workers(3, timeout=30)
     return next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == name)
 
 

@@ -34,7 +34,7 @@ from distal.runtime.checkpoint import (
     run_key,
 )
 from distal.runtime.checkpoint_auth import Sealer, content_digest
-from distal.runtime.elastic.feeder import Feeder
+from distal.runtime.elastic.feeder import Feeder, release
 from distal.runtime.elastic.held import WorkerValue
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Events, measured_traffic, summarize
@@ -463,8 +463,14 @@ class Driver:
             events.sync()
             self._seal(events)
         except BaseException:
-            client.cancel([f for f in self.inputs_f.values() if f.key not in self.shared])
-            client.cancel(list(self.pinned_inputs.values()))
+            # released, not cancelled: the scheduler forgets what no one else wants either
+            # way, and ``Client.cancel`` walks a key's dependents asserting each is wanted,
+            # which a unit whose future was dropped while its reduction still needs it is
+            # not (the assertion kills the client's stream, and the client reconnects)
+            release([f for f in self.inputs_f.values() if f.key not in self.shared])
+            release(list(self.pinned_inputs.values()))
+            self.inputs_f.clear()
+            self.pinned_inputs.clear()
             raise
         finally:
             bar.close()

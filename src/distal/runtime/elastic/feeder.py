@@ -16,6 +16,13 @@ from distal.runtime.elastic.units import Unit, block_name
 from distal.typing import Box
 
 
+def release(futures: list[Any]) -> None:
+    """Drop the run's hold on ``futures`` now, as their garbage collection would: the
+    scheduler forgets what nobody else wants (and stops it where it has not started)."""
+    for f in futures:
+        f.release()
+
+
 class Submitter(Protocol):
     """What the feeder needs from the run's driver (:class:`~.driver.Driver`).
 
@@ -265,7 +272,7 @@ class Feeder:
         losers = [g for g in (c.original, *c.dups) if g.key != f.key]
         if losers:
             self.dropped.update(g.key for g in losers)
-            self.driver.client.cancel(losers)
+            release(losers)  # not cancel: see Driver.run
         if f.key != c.original.key:
             self.won.add(c.unit.name)
         self.inflight.discard(c.original.key)
