@@ -17,6 +17,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_arrays import cg, laplacian, rand
+from test_arrays_fused import fused_set
 
 import distal as dl
 
@@ -41,7 +42,8 @@ def main() -> None:
     from scipy.sparse.linalg import spsolve
 
     errs.append(np.abs(sol.get() - spsolve(A.tocsc(), b)).max())
-    out = {"rank": sess.rank, "sum": s, "its": its, "err": float(max(errs))}
+    fused = [fused_set(sess, n) for n in (11, 3)]  # 3: ranks without a block at 4 ranks
+    out = {"rank": sess.rank, "sum": s, "its": its, "err": float(max(errs)), "fused": fused}
     out.update(kernels=sess.kernels_run, compiles=sess.compiles)
     print(json.dumps(out), flush=True)
 

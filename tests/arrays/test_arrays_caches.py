@@ -102,9 +102,28 @@ def test_a_group_whose_inner_node_became_a_value_reads_that_value(sess: dl.Sessi
     v = np.arange(1.0, 9.0)
     x = sess.asarray(v)
     y = x * 2.0 + 1.0  # held: computed first, at the flush, in creation order
-    z = (y - x) * x  # recorded with y inside it; by its turn y is a value
+    z = (y - x) * x  # recorded with y inside it; z reads y's value, not y's recipe
     maps, kernels = sess.maps_run, sess.kernels_run
     sess["w"] = z
-    assert (sess.maps_run - maps, sess.kernels_run - kernels) == (1, 2)  # y a kernel, z a map
+    # y and z one fused set (a map): y computed once, z reading it back
+    assert (sess.maps_run - maps, sess.kernels_run - kernels) == (1, 1)
     np.testing.assert_array_equal(sess.get("w"), ((v * 2.0 + 1.0) - v) * v)
     np.testing.assert_array_equal(y.get(), v * 2.0 + 1.0)
+
+
+def test_a_group_reads_the_value_its_inner_node_became_outside_a_fused_set(
+    sess: dl.Session,
+) -> None:
+    """As above, with a node of another shape made between y and z: they are not one
+    fused set, so y is a kernel of its own and z's recorded group (y inside it) is looked
+    up after y became a value: it must read that value."""
+    v = np.arange(1.0, 9.0)
+    x = sess.asarray(v)
+    y = x * 2.0 + 1.0
+    m = sess.asarray(np.ones((2, 2))) * 3.0  # another shape: ends the set y would start
+    z = (y - x) * x
+    maps, kernels = sess.maps_run, sess.kernels_run
+    sess["w"] = z
+    assert (sess.maps_run - maps, sess.kernels_run - kernels) == (1, 3)  # y, m kernels; z a map
+    np.testing.assert_array_equal(sess.get("w"), ((v * 2.0 + 1.0) - v) * v)
+    np.testing.assert_array_equal(m.get(), np.full((2, 2), 3.0))

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_arrays import cg, laplacian, rand
+from test_arrays_fused import fused_set
 
 import distal as dl
 from mpi_jobs import run_job
@@ -31,6 +32,11 @@ def test_arrays_program_on_mpi_ranks(ranks: int) -> None:
     local = dl.Session("local", machine=ranks)
     a = rand(9, 5, seed=1)
     assert lines[0]["sum"] == pytest.approx(float((local.asarray(a) + 1.0).sum()), rel=1e-12)
+    # fused sets: each rank adds every rank's partial sums in rank order, as the local
+    # runtime adds its processors' (the same blocks): the same values, bit for bit
+    assert all(d["fused"] == lines[0]["fused"] for d in lines)
+    want = [fused_set(dl.Session("local", machine=ranks), n) for n in (11, 3)]
+    assert lines[0]["fused"] == want
 
 
 def test_arrays_program_on_dask(dask_client: Any) -> None:

@@ -34,6 +34,8 @@ from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is
 from distal.distribution.machine import Machine
 from distal.errors import InternalError
 from distal.kernel import Kernel, compile
+from distal.kernels import blas
+from distal.kernels import fused as fused_kernels
 from distal.lang.concrete import expand
 from distal.lang.nodes import Expr, IndexVar, Literal, Tensor, index_vars
 from distal.schedule.api import schedule as default_schedule
@@ -447,3 +449,132 @@ def spmv_kernel(
         s = s.fuse(i, j, f).pos(f, fp, A).distribute([fp], [fo], [fi], machine)
         s = s.communicate([y, A, x], fo)
     return compile(s)
+
+
+# -- fused sets: several element-wise groups and the reductions they feed, one pass -------------
+
+#: a fused set's step: ``("map", (expression,), slot)`` (an element-wise member; ``slot`` the
+#: slot later steps read it from, or None) or ``("sum", (expression, ...), None)`` (a full
+#: reduction member: the sum of the product of its one or two operand expressions)
+Step = tuple[str, tuple[tuple, ...], int | None]
+
+
+def fused_signature(
+    members: list[Node], is_leaf: Callable[[Node], bool]
+) -> tuple[tuple[Step, ...], list[Node]]:
+    """A fused set (see :meth:`distal.arrays.program.Program._fusible`) as steps over one
+    numbering of slots: the values and 0-d operands it reads, and every member a later
+    member reads (``is_leaf`` is true for members, so each is computed once and read back)."""
+    w = _Walk(is_leaf)
+    steps: list[Step] = []
+    for m in members:
+        if isinstance(m, Contract):
+            steps.append(("sum", tuple(w.map_expr(x) for x in m.operands), None))
+        else:
+            steps.append(("map", (w.map_expr(m, top=True),), None))
+    out = []
+    for m, (kind, exprs, _) in zip(members, steps, strict=True):
+        out.append((kind, exprs, w.slot_of.get(id(m))))
+    return tuple(out), w.slots
+
+
+def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]:
+    """The function a fused set runs on each process: ``fn(slots, cuts, shape, each)`` takes
+    the slot arrays (members' slots None), the cuts ``(lo, hi)`` of the first axis whose
+    partial sums the reductions report (the processors' blocks within these arrays), the
+    arrays' shape, and optionally ``each(f, cuts)`` mapping ``f`` over the cuts (the local
+    runtime: its processors' threads); it returns the element-wise members' arrays and, per
+    reduction, its partial sum over each cut.
+
+    Element-wise members are computed as numpy computes them (as a map): by numpy, or, for
+    large float64 blocks, by one generated loop over each cut that computes them all at
+    each element (:mod:`distal.kernels.fused`, the same values bit for bit). A reduction of
+    two operands is ``numpy.dot`` of each cut (numpy's ``p @ q``), of one ``numpy.sum``."""
+    fns = tuple((kind, tuple(evaluator(e) for e in exprs), slot) for kind, exprs, slot in steps)
+    maps = tuple(exprs[0] for kind, exprs, _ in steps if kind == "map")
+    member_slots = tuple(slot for kind, _, slot in steps if kind == "map")
+    nsums = len(fns) - len(maps)
+    passes: dict[tuple[bool, ...], Any] = {}
+
+    def partials(a: list[Any], shape: tuple[int, ...], lo: int, hi: int) -> list[Any]:
+        """The reductions' partial sums over rows ``lo`` to ``hi`` (every slot of one or more
+        dimensions has the set's shape: it is cut to those rows)."""
+        if not nsums:
+            return []
+        cut = [x[lo:hi] if x is not None and x.ndim else x for x in a]
+        rows = (hi - lo, *shape[1:])
+        out = []
+        for kind, fs, _ in fns:
+            if kind == "map":
+                continue
+            xs = [np.broadcast_to(np.asarray(f(cut)), rows) for f in fs]
+            if len(xs) == 1:
+                out.append(np.sum(xs[0]))
+            else:
+                out.append(np.dot(xs[0].reshape(-1), xs[1].reshape(-1)))
+        return out
+
+    def run(
+        slots: list[Any],
+        cuts: list[tuple[int, int]],
+        shape: tuple[int, ...],
+        each: Callable[..., list] | None = None,
+    ) -> tuple:
+        a = list(slots)
+        size = int(np.prod(shape, dtype=np.int64))
+        if each is None or size < fused_kernels.MIN_SIZE:
+            each = _serial  # handing small cuts to threads costs more than it saves
+        loop = None
+        if maps and fused_kernels.fits(a, size):
+            scalars = tuple(x is not None and x.ndim == 0 for x in a)
+            loop = passes.get(scalars, False)
+            if loop is False:
+                loop = passes[scalars] = fused_kernels.elementwise_pass(maps, member_slots, scalars)
+        if loop is not None:
+            elems = [np.empty(shape) for _ in maps]
+            flat_out = [e.reshape(-1) for e in elems]
+            flat_in = [0.0 if x is None else (x[()] if x.ndim == 0 else x.reshape(-1)) for x in a]
+            row = size // shape[0] if shape[0] else 0
+            for e, slot in zip(elems, member_slots, strict=True):
+                if slot is not None:
+                    a[slot] = e
+
+            def part(cut: tuple[int, int]) -> list[Any]:
+                lo, hi = cut
+                loop(flat_out, flat_in, lo * row, hi * row)
+                return partials(a, shape, lo, hi)
+
+            per_cut = each(part if each is _serial else _one_blas_thread(part), cuts)
+        else:
+            elems = []
+            for kind, fs, slot in fns:
+                if kind != "map":
+                    continue
+                v = np.asarray(fs[0](a))
+                if v.shape != shape:
+                    v = np.broadcast_to(v, shape).copy()
+                elems.append(v)
+                if slot is not None:
+                    a[slot] = v
+
+            def numpy_part(cut: tuple[int, int]) -> list[Any]:
+                return partials(a, shape, *cut)
+
+            per_cut = each(numpy_part if each is _serial else _one_blas_thread(numpy_part), cuts)
+        return elems, [[pc[j] for pc in per_cut] for j in range(nsums)]
+
+    return run
+
+
+def _serial(f: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    return [f(x) for x in items]
+
+
+def _one_blas_thread(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``f`` with its BLAS calls on one thread (cuts run side by side, one per core)."""
+
+    def g(x: Any) -> Any:
+        with blas.limit_here(1):
+            return f(x)
+
+    return g

@@ -55,6 +55,8 @@ from distal.arrays.lower import (
     OUT,
     build,
     evaluator,
+    fused_evaluator,
+    fused_signature,
     held_dist,
     map_dist,
     map_signature,
@@ -72,6 +74,9 @@ SUMS = ("add", "sub")
 #: pending nodes past which a new operation flushes (so a loop that never reads a value
 #: does not grow one ever longer expression)
 MAX_PENDING = 64
+
+#: members of one fused set at most
+MAX_FUSED = 16
 
 
 class Program:
@@ -92,6 +97,13 @@ class Program:
         self.live: dict[weakref.ref[Any], None] = {}
         self._untrack = self.live.pop
         self.kernels: dict[tuple, Any] = {}
+        self._fused_fns: dict[tuple, Any] = {}
+        #: whether a flush runs fused sets (see :meth:`_fused_set`); a Dask session with
+        #: ``verify=`` runs each group by itself, so each kernel's result is verified
+        self._fusing = not (
+            getattr(session, "runtime", None) == "dask"
+            and getattr(session, "options", {}).get("verify", 1) != 1
+        )
         self._covers: dict[tuple, bool] = {}
         self.compiles = 0
         self.kernels_run = 0
@@ -141,13 +153,140 @@ class Program:
         todo = [a.node for a in handles if not self.is_value(a.node)]
         if len(todo) > 1:
             todo.sort(key=_seq)
-        for node in todo:
-            self.materialize(node)
+        i = 0
+        while i < len(todo):
+            members, used = self._fused_set(todo, i)
+            if len(members) > 1:
+                self._run_fused(members)
+            elif members:
+                self.materialize(members[0])
+            i += used
         for a in handles:
             node = a.node
             if not isinstance(node, Value):
                 a.node = node.as_value  # the handle now reads the value, not the recipe
         self._pending = 0
+
+    # -- fused sets ----------------------------------------------------------------------------
+
+    def _fused_set(self, todo: list[Node], i: int) -> tuple[list[Node], int]:
+        """The pending nodes from ``todo[i]`` on that run as one fused set (one node when it
+        fuses with nothing after it), and how many entries of ``todo`` they span (a node that
+        became a value as another's operand is passed over)."""
+        members: list[Node] = []
+        ids: set[int] = set()
+        shape: tuple[int, ...] | None = None
+        j = i
+        while j < len(todo) and len(members) < MAX_FUSED:
+            node = todo[j]
+            if self.is_value(node):
+                j += 1
+                continue
+            got = self._fusible(node, ids, shape) if self._fusing else None
+            if got is None:
+                if not members:
+                    return [node], j - i + 1
+                break
+            shape = got
+            members.append(node)
+            ids.add(id(node))
+            j += 1
+        return members, j - i
+
+    def _fusible(self, node: Node, ids: set[int], shape: tuple[int, ...] | None) -> Any:
+        """The shape of the set with ``node`` in it, or None where ``node`` cannot join the
+        set of ``ids`` over ``shape``. A member is an element-wise node of one or more
+        dimensions, or a full reduction (``p @ q`` of vectors, ``x.sum()``, an einsum summing
+        every index of one or two operands of one shape); what it reads, down to values, is
+        element-wise over values and members of that shape, constants, and 0-d values (or 0-d
+        nodes computed first, which read no member)."""
+        if isinstance(node, Map):
+            if not node.ndim or (shape is not None and node.shape != shape):
+                return None
+            s, roots = node.shape, [node]
+        elif isinstance(node, Contract):
+            xs = node.operands
+            if node.ndim or not 1 <= len(xs) <= 2 or node.out:
+                return None
+            s = xs[0].shape
+            letters = node.ins[0]
+            if (
+                not s
+                or (shape is not None and s != shape)
+                or any(x.shape != s or lab != letters for x, lab in zip(xs, node.ins, strict=True))
+                or len(set(letters)) != len(letters)
+            ):
+                return None
+            roots = [x for x in xs if isinstance(x, Map) and not self.is_value(x)]
+            if any(not self._leaf_fits(x, ids, s) for x in xs if not isinstance(x, Map)):
+                return None
+        else:
+            return None
+        stack = [x for r in roots for x in r.operands]
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Map) and n.ndim and not self.is_value(n) and id(n) not in ids:
+                stack.extend(n.operands)
+            elif not self._leaf_fits(n, ids, s):
+                return None
+        return s
+
+    def _leaf_fits(self, n: Node, ids: set[int], shape: tuple[int, ...]) -> bool:
+        """Whether a fused set over ``shape`` can read ``n`` as one of its slots."""
+        if isinstance(n, Const):
+            return True
+        if id(n) in ids:  # an element-wise member; a reduction's sum is not known per block
+            return n.ndim > 0
+        if n.ndim == 0:
+            return self.is_value(n) or not self._reaches(n, ids)
+        if not self.is_value(n) or n.shape != shape:
+            return False
+        v = n if isinstance(n, Value) else n.as_value
+        return v is not None and v.sparse is None
+
+    def _reaches(self, node: Node, ids: set[int]) -> bool:
+        """Whether computing ``node`` reads a member of ``ids``."""
+        stack = [node]
+        while stack:
+            n = stack.pop()
+            if id(n) in ids:
+                return True
+            if not self.is_value(n):
+                stack.extend(n.args())
+        return False
+
+    def _run_fused(self, members: list[Node]) -> None:
+        """Run a fused set as one map: one pass of numpy over each processor's blocks computes
+        every element-wise member, and each reduction's partial sums over the blocks are added
+        in processor order into its replicated 0-d value."""
+        ids = {id(m) for m in members}
+        steps, slots = fused_signature(
+            members, lambda n: self.is_value(n) or id(n) in ids or n.ndim == 0
+        )
+        for x in slots:  # the 0-d operands not yet values (alpha = rs / pq)
+            if id(x) not in ids and not isinstance(x, Const) and not self.is_value(x):
+                self.materialize(x)
+        fn = self._fused_fns.get(steps)
+        if fn is None:
+            fn = self._fused_fns[steps] = fused_evaluator(steps)
+        first = members[0]
+        shape = first.operands[0].shape if isinstance(first, Contract) else first.shape
+        operands = [
+            (k, self.name_of(x), _held_dist(x.ndim))
+            for k, x in enumerate(slots)
+            if id(x) not in ids
+        ]
+        outs = []
+        for m in members:
+            out = f"_a{next(self._counter)}"
+            outs.append((out, m.shape, m.dtype))
+        self.sess._fused_blocks(fn, len(slots), operands, outs, shape, self.nprocs)
+        for m, (out, _, _) in zip(members, outs, strict=True):
+            value = Value(m.shape, m.dtype, out)
+            m.as_value = value
+            made_value()
+            value.drop = self.sess.values
+        self.kernels_run += 1
 
     def materialize(self, node: Node, name: str | None = None) -> str:
         """Compute ``node`` into a session value (under ``name``, or a fresh one) and return

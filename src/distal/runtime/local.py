@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
@@ -76,6 +77,15 @@ def _workers() -> Any:
 
         _WORKERS.append(ThreadPoolExecutor(max(1, cores()), "distal-proc"))
     return _WORKERS[0]
+
+
+def side_by_side(f: Callable[[Any], Any], items: list[Any]) -> list[Any]:
+    """``f`` over ``items``, the first in this thread and the others in the processors'
+    threads (work that lets go of the GIL, as numpy's and the numba kernels do), in order."""
+    if len(items) <= 1:
+        return [f(x) for x in items]
+    futs = [_workers().submit(f, x) for x in items[1:]]
+    return [f(items[0]), *(g.result() for g in futs)]
 
 
 PARALLEL_COPY_MIN = 1 << 18  # elements: a step fetching this many or more copies them in one

@@ -47,6 +47,7 @@ import numpy as np
 
 from distal.arrays.darray import DArray
 from distal.arrays.graph import Value
+from distal.arrays.lower import held_dist
 from distal.arrays.program import Program
 from distal.casting import check_cast
 from distal.distribution.machine import Machine
@@ -446,6 +447,109 @@ class Session:
             )
         self.kernels_run += 1
         self.maps_run += 1
+
+    def _fused_blocks(
+        self,
+        fn: Any,
+        nslots: int,
+        operands: Sequence[tuple[int, str, str]],
+        outs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
+        shape: tuple[int, ...],
+        nprocs: int,
+    ) -> None:
+        """A fused set of the arrays program (:meth:`~distal.arrays.program.Program._run_fused`):
+        ``fn`` over each process's blocks of the operands ``(slot, value name, distribution)``
+        computes the element-wise members, kept as values ``outs`` in blocks of their first
+        axis, and each reduction's partial sums over the blocks, added in processor order into
+        its 0-d value (replicated: on MPI every rank adds every rank's partial sums, the same
+        on every rank; on Dask a task adds them on the workers).
+
+        One map: operands are placed or redistributed first as for :meth:`_map_blocks`
+        (aligned ones move nothing); the partial sums are the only words exchanged.
+        """
+        machine = self._machine_of(nprocs)
+        layouts = [layout_for(v, self.values[v].shape, d, machine) for _, v, d in operands]
+        data = [self._input(v, lay) for (_, v, _), lay in zip(operands, layouts, strict=True)]
+        target = layout_for(outs[0][0], shape, held_dist(len(shape)), machine)
+        elems = [(o, d) for o, s, d in outs if s]
+        sums = [(o, d) for o, s, d in outs if not s]
+        if self.runtime == "dask":
+            self._fused_on_workers(fn, nslots, operands, layouts, data, elems, sums, shape, target)
+        else:
+            slots: list[Any] = [None] * nslots
+            if self.runtime == "mpi":
+                box = target.boxes[self.rank]
+                arrays = [b.array for b in data]
+                cuts = [] if box is None else [(0, box[0][1] - box[0][0])]
+                bshape = shape if box is None else tuple(hi - lo for lo, hi in box)
+            else:
+                box, arrays = None, data
+                cuts = [(b[0][0], b[0][1]) for b, _ in target.blocks]
+                bshape = shape
+            for (k, _, _), a in zip(operands, arrays, strict=True):
+                slots[k] = a
+            if self.runtime == "mpi" and box is None:
+                got: list[Any] = [None] * len(elems)
+                partials: list[list[Any]] = [[] for _ in sums]
+            else:
+                each = None
+                if self.runtime == "local":
+                    from distal.runtime.local import side_by_side as each
+                got, partials = fn(slots, cuts, bshape, each)
+            if self.runtime == "mpi":
+                from distal.runtime.mpi.session import allgather_objects
+
+                ranks = allgather_objects(partials, self.options.get("comm"))
+                partials = [[x for r in ranks for x in r[j]] for j in range(len(sums))]
+            for (o, d), arr in zip(elems, got, strict=True):
+                if self.runtime == "mpi":
+                    a = None if arr is None else np.asarray(arr, dtype=d)
+                    self.values[o] = Held(shape, d, target, HeldBlock(shape, d, box, a))
+                else:
+                    self.values[o] = Held(shape, d, target, np.asarray(arr, dtype=d))
+            for (o, d), parts in zip(sums, partials, strict=True):
+                total = parts[0]
+                for x in parts[1:]:
+                    total = total + x
+                self.values[o] = Held((), d, None, np.asarray(total, dtype=d))
+        self.kernels_run += 1
+        self.maps_run += 1
+
+    def _fused_on_workers(
+        self,
+        fn: Any,
+        nslots: int,
+        operands: Sequence[tuple[int, str, str]],
+        layouts: Sequence[Layout],
+        data: list[Any],
+        elems: list[tuple[str, np.dtype]],
+        sums: list[tuple[str, np.dtype]],
+        shape: tuple[int, ...],
+        target: Layout,
+    ) -> None:
+        """:meth:`_fused_blocks` on Dask: a task per distinct block of ``target`` over the
+        operands' blocks of the processor holding it; each member's block picked from it,
+        and a task per reduction adding the blocks' partial sums, all on the workers."""
+        from distal.runtime.elastic.held import WorkerValue, fused_block, fused_elem, fused_sum
+
+        client = self.client
+        where = [k for k, _, _ in operands]
+        dtypes = [d for _, d in elems]
+        results: dict[Box, Any] = {}
+        for box, p in target.blocks:
+            parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
+            results[box] = client.submit(
+                fused_block, fn, nslots, where, parts, box_shape(box), dtypes, pure=False
+            )
+        for j, (o, d) in enumerate(elems):
+            blocks = {b: client.submit(fused_elem, r, j, pure=False) for b, r in results.items()}
+            value = WorkerValue(shape, d, blocks, client, self._count_driver)
+            self.values[o] = Held(shape, d, target, value)
+        ordered = list(results.values())
+        for j, (o, d) in enumerate(sums):
+            f = client.submit(fused_sum, ordered, j, d, pure=False)
+            value = WorkerValue((), d, {(): f}, client, self._count_driver)
+            self.values[o] = Held((), d, None, value)
 
     def _machine_of(self, nprocs: int) -> Machine:
         """A line of ``nprocs`` processors, made once per count (``Machine`` checks its

@@ -60,6 +60,41 @@ def map_block(
     return np.broadcast_to(value, shape).copy() if value.shape != tuple(shape) else value
 
 
+def fused_block(
+    fn: Callable[..., tuple[list, list]],
+    nslots: int,
+    where: list[int],
+    arrays: list[np.ndarray],
+    shape: Any,
+    dtypes: list[Any],
+) -> tuple[list[np.ndarray], list[Any]]:
+    """A fused set of the arrays front over one processor's blocks (run on a worker):
+    ``arrays`` fill slots ``where`` of ``nslots``; the element-wise members' blocks (as
+    ``dtypes``, in order) and each reduction's partial sum over the block."""
+    slots: list[Any] = [None] * nslots
+    for k, a in zip(where, arrays, strict=True):
+        slots[k] = a
+    shape = tuple(shape)
+    elems, sums = fn(slots, [(0, shape[0])], shape)
+    return [np.asarray(e, dtype=d) for e, d in zip(elems, dtypes, strict=True)], [
+        s[0] for s in sums
+    ]
+
+
+def fused_elem(result: tuple[list[np.ndarray], list[Any]], j: int) -> np.ndarray:
+    """Element-wise member ``j``'s block of a :func:`fused_block` result (on a worker)."""
+    return result[0][j]
+
+
+def fused_sum(results: list[tuple[list[np.ndarray], list[Any]]], j: int, dtype: Any) -> Any:
+    """Reduction ``j`` of a fused set: its blocks' partial sums added in block order (on a
+    worker), as a 0-d array."""
+    total = results[0][1][j]
+    for r in results[1:]:
+        total = total + r[1][j]
+    return np.asarray(total, dtype=dtype)
+
+
 def host_op(fn: Callable[..., Any], args: list[Any], dtype: Any) -> np.ndarray:
     """A 0-d operation over 0-d operands (run on a worker)."""
     with np.errstate(all="ignore"):

@@ -1,0 +1,129 @@
+"""One pass over a block for the element-wise members of a fused set (numba).
+
+A fused set of the arrays front (:mod:`distal.arrays.program`) computes several
+element-wise arrays over one shape; numpy makes a pass over memory per operation and a
+temporary per intermediate (``x + alpha * p`` reads ``p``, writes ``alpha * p``, reads both
+back, writes the sum). For float64 blocks of :data:`MIN_SIZE` elements or more this module
+generates one loop that computes every member at each element and writes only the members,
+compiled by numba (``nogil``: the local runtime's processors run it side by side on their
+own rows of the same arrays).
+
+The loop evaluates each member's expression as numpy does, one IEEE operation at a time in
+the same order with every operand float64 (numba compiles without ``fastmath``, so nothing
+is contracted into a fused multiply-add or reassociated): the members come out bit for bit
+as numpy's. Expressions with any other operation, or any other dtype, are left to numpy.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+#: elements of a block from which the generated loop is used (below, numpy's calls cost
+#: less than the loop's dispatch and the first call's compile is not worth it)
+MIN_SIZE = 1 << 16
+
+#: operations the loop spells (numpy's element-wise float64 arithmetic)
+_SPELL = {
+    "add": "({} + {})",
+    "sub": "({} - {})",
+    "mul": "({} * {})",
+    "div": "({} / {})",
+    "neg": "(-{})",
+    "pos": "(+{})",
+}
+
+_F64 = np.dtype(np.float64)
+_PASSES: dict[tuple, Any] = {}
+_LOCK = threading.Lock()
+
+
+def _text(e: tuple, ref: Callable[[int], str]) -> str | None:
+    tag = e[0]
+    if tag == "slot":
+        return ref(int(e[1]))
+    if tag == "const":
+        v, dt = e[1], np.dtype(e[3])
+        if dt.kind == "f" and dt.itemsize <= 8:
+            return f"np.float64({float(v)!r})"
+        if dt.kind in "iu" and abs(int(v)) <= 2**53:  # exact as a float64, as numpy takes it
+            return f"np.float64({float(int(v))!r})"
+        return None
+    spell = _SPELL.get(tag)
+    if spell is None:
+        return None
+    subs = [_text(x, ref) for x in e[1:]]
+    if any(s is None for s in subs):
+        return None
+    return spell.format(*subs)
+
+
+def elementwise_pass(
+    exprs: tuple[tuple, ...], member_slots: tuple[int | None, ...], scalars: tuple[bool, ...]
+) -> Callable[..., None] | None:
+    """The compiled loop computing ``exprs`` (the element-wise members, in order) over
+    rows ``lo`` to ``hi`` of flattened blocks: ``f(outs, slots, lo, hi)`` writes member ``j``
+    into ``outs[j]``, reading slot ``k`` as ``slots[k]`` (a 1-D float64 array, or a float
+    where ``scalars[k]``); a member read by a later one (``member_slots[j]`` not None) is
+    read from its value at the same element. None where an expression has an operation or
+    constant the loop does not spell, or numba is not installed."""
+    key = (exprs, member_slots, scalars)
+    got = _PASSES.get(key, False)
+    if got is not False:
+        return got
+    with _LOCK:
+        got = _PASSES.get(key, False)
+        if got is False:
+            got = _PASSES[key] = _build(exprs, member_slots, scalars)
+    return got
+
+
+def _build(
+    exprs: tuple[tuple, ...], member_slots: tuple[int | None, ...], scalars: tuple[bool, ...]
+) -> Callable[..., None] | None:
+    try:
+        import numba
+    except ImportError:
+        return None
+    local = {k: f"m{j}" for j, k in enumerate(member_slots) if k is not None}
+
+    def ref(k: int) -> str:
+        if k in local:
+            return local[k]
+        return f"s{k}" if scalars[k] else f"s{k}[i]"
+
+    lines = []
+    for j, e in enumerate(exprs):
+        t = _text(e, ref)
+        if t is None:
+            return None
+        lines.append(f"        m{j} = {t}\n        o{j}[i] = m{j}\n")
+    outs = ", ".join(f"o{j}" for j in range(len(exprs)))
+    ins = ", ".join(f"s{k}" for k in range(len(scalars)))
+    src = f"def _pass({outs}, {ins}, lo, hi):\n    for i in range(lo, hi):\n" + "".join(lines)
+    namespace: dict[str, Any] = {"np": np}
+    exec(compile(src, "<distal fused pass>", "exec"), namespace)
+    jitted = numba.njit(nogil=True, error_model="numpy")(namespace["_pass"])
+
+    def run(out_arrays: list[np.ndarray], slots: list[Any], lo: int, hi: int) -> None:
+        jitted(*out_arrays, *slots, lo, hi)
+
+    return run
+
+
+def fits(slots: list[Any], size: int) -> bool:
+    """Whether blocks of ``size`` elements with these slot values take the loop: large
+    enough, and every slot a float64 scalar or a C-contiguous float64 array of that size."""
+    if size < MIN_SIZE:
+        return False
+    for a in slots:
+        if a is None:
+            continue
+        if not isinstance(a, np.ndarray) or a.dtype != _F64:
+            return False
+        if a.ndim and (a.size != size or not a.flags.c_contiguous):
+            return False
+    return True

@@ -1,0 +1,133 @@
+"""Fused sets: the element-wise arrays a flush computes over one shape, and the full
+reductions that read them, run as one map (one pass over each processor's blocks; the
+reductions' partial sums added in processor order). Against numpy: the element-wise
+members bit for bit (they are computed as numpy computes them), the reductions to
+rounding; on MPI and Dask, the same values as on the local runtime."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from test_arrays import rand
+
+import distal as dl
+
+
+def fused_set(sess: Any, n: int) -> list[float]:
+    """One CG-like fused set over vectors of ``n``: ``x + alpha p``, ``r - alpha q`` and
+    ``r . r`` of the new ``r``, with ``(x - r) @ (x - r)`` (a chain that adds under a
+    reduction, computed first) and a sum; returns the three scalars and the two vectors'
+    sums (what every runtime must agree on), after checking the kernel count."""
+    x, p, r, q = (sess.asarray(rand(n, seed=s)) for s in (20, 21, 22, 23))
+    alpha = (r @ r) / (p @ q)
+    float(alpha)
+    before = sess.kernels_run
+    x2 = x + alpha * p
+    r2 = r - alpha * q
+    rs = r2 @ r2
+    d = (x2 - r2) @ (x2 - r2)
+    t = (x2 * 2.0).sum()
+    got = [float(rs), float(d), float(t)]
+    assert sess.kernels_run - before == 1, sess.kernels_run - before
+    return [*got, float(x2.get().sum()), float(r2.get().sum())]
+
+
+def _reference(n: int) -> list[float]:
+    x, p, r, q = (rand(n, seed=s) for s in (20, 21, 22, 23))
+    alpha = (r @ r) / (p @ q)
+    x2, r2 = x + alpha * p, r - alpha * q
+    return [r2 @ r2, (x2 - r2) @ (x2 - r2), (x2 * 2.0).sum(), x2.sum(), r2.sum()]
+
+
+@pytest.mark.parametrize("procs", [1, 2, 3, 5])
+@pytest.mark.parametrize("n", [1, 4, 37])
+def test_a_fused_set_is_one_kernel_and_agrees_with_numpy(procs: int, n: int) -> None:
+    sess = dl.Session("local", machine=procs)
+    np.testing.assert_allclose(fused_set(sess, n), _reference(n), rtol=1e-12)
+
+
+def test_element_wise_members_are_numpys_bit_for_bit() -> None:
+    sess = dl.Session("local", machine=2)
+    a, b = rand(50, seed=1), rand(50, seed=2)
+    x, y = sess.asarray(a), sess.asarray(b)
+    c = sess.asarray(np.float64(0.37))
+    u = x + c * y
+    v = (x - y) * (u + 1.0)  # a product of sums: a map's numpy order, fused with u
+    w = u @ v
+    float(w)
+    assert sess.kernels_run == 1
+    wu = a + np.float64(0.37) * b
+    wv = (a - b) * (wu + 1.0)
+    np.testing.assert_array_equal(u.get(), wu)
+    np.testing.assert_array_equal(v.get(), wv)
+    # the partial sums of the two processors' blocks (25 and 25), added in order
+    assert float(w) == float(np.dot(wu[:25], wv[:25]) + np.dot(wu[25:], wv[25:]))
+
+
+def test_dtypes_promote_as_numpys() -> None:
+    sess = dl.Session("local", machine=2)
+    a32 = rand(9, seed=3).astype(np.float32)
+    z = rand(9, seed=4) + 1j * rand(9, seed=5)
+    x, c = sess.asarray(a32), sess.asarray(z)
+    y = x * 2.0
+    s = y @ y
+    m = c * x
+    k = m @ m
+    float(s)
+    assert sess.kernels_run == 1
+    assert (y.dtype, s.dtype) == (np.float32, np.float32)
+    assert (m.dtype, k.dtype) == (np.complex128, np.complex128)
+    np.testing.assert_array_equal(y.get(), a32 * 2.0)
+    np.testing.assert_allclose(s.get(), (a32 * 2.0) @ (a32 * 2.0), rtol=1e-6)
+    np.testing.assert_allclose(complex(k.get()), (z * a32) @ (z * a32), rtol=1e-12)
+
+
+def test_what_cannot_join_a_set_runs_by_itself() -> None:
+    """A node reading a reduction of the set (its sum is known only once every block is
+    done), a node of another shape and a matrix product end the set."""
+    sess = dl.Session("local", machine=2)
+    a, M = rand(8, seed=6), rand(8, 8, seed=7)
+    x, A = sess.asarray(a), sess.asarray(M)
+    y = x * 3.0
+    s = y @ y
+    z = y * s  # reads s: not in s's set
+    w = A @ z  # a matrix product: a kernel of its own
+    np.testing.assert_allclose(w.get(), M @ ((a * 3.0) * ((a * 3.0) @ (a * 3.0))), rtol=1e-12)
+    assert sess.kernels_run == 3  # {y, s}, z, w
+
+
+def test_a_full_contraction_of_matrices_fuses() -> None:
+    sess = dl.Session("local", machine=3)
+    a, b = rand(7, 4, seed=8), rand(7, 4, seed=9)
+    x, y = sess.asarray(a), sess.asarray(b)
+    u = x - 2.0 * y
+    e = dl.einsum("ij,ij->", u, x)
+    total = u.sum()
+    np.testing.assert_allclose(float(e), np.einsum("ij,ij->", a - 2.0 * b, a), rtol=1e-12)
+    np.testing.assert_allclose(float(total), (a - 2.0 * b).sum(), rtol=1e-12)
+    assert sess.kernels_run == 1
+
+
+def test_a_fused_set_on_dask_matches_local(dask_client: Any) -> None:
+    pytest.importorskip("distributed")
+    sess: Any = dl.Session("dask", client=dask_client, machine=2)
+    before = sess.driver_words
+    got = fused_set(sess, 37)
+    assert got == fused_set(dl.Session("local", machine=2), 37)
+    # the fused set ran on the workers: only what the program read crossed (3 scalars, the
+    # two vectors' blocks read by .get(), and alpha's operands read by float)
+    assert sess.driver_words - before <= 3 + 2 * 37 + 4
+
+
+def test_a_dask_session_that_verifies_runs_each_group_by_itself(dask_client: Any) -> None:
+    """Under ``verify=`` every kernel's result is checked; a fused set is a map, which the
+    checks do not cover, so such a session does not fuse."""
+    pytest.importorskip("distributed")
+    sess: Any = dl.Session("dask", client=dask_client, machine=2, verify="check")
+    x = sess.asarray(rand(12, seed=10))
+    y = x * 2.0
+    s = y @ y
+    np.testing.assert_allclose(float(s), (rand(12, seed=10) * 2.0) @ (rand(12, seed=10) * 2.0))
+    assert sess.kernels_run == 2
