@@ -131,3 +131,59 @@ def test_a_dask_session_that_verifies_runs_each_group_by_itself(dask_client: Any
     s = y @ y
     np.testing.assert_allclose(float(s), (rand(12, seed=10) * 2.0) @ (rand(12, seed=10) * 2.0))
     assert sess.kernels_run == 2
+
+
+def test_a_large_fused_set_takes_one_loop_and_reuses_only_what_nothing_holds() -> None:
+    """Float64 blocks of ``MIN_SIZE`` elements or more: one generated loop (the same values
+    as numpy's, bit for bit) whose outputs are recycled once the session dropped them; an
+    old value still held by a handle, or by a numpy view of it, is never written over."""
+    pytest.importorskip("numba")
+    from distal.kernels import fused
+
+    n = fused.MIN_SIZE + 7
+    xv, pv, rv, qv = (rand(n, seed=s) for s in (30, 31, 32, 33))
+    sess = dl.Session("local", machine=2)
+    x, p, r, q = (sess.asarray(v) for v in (xv, pv, rv, qv))
+    alpha = sess.asarray(np.float64(0.25))
+    held, view = [], None
+    for it in range(6):
+        x = x + alpha * p
+        r = r - alpha * q
+        rs = r @ r
+        float(rs)
+        xv, rv = xv + 0.25 * pv, rv - 0.25 * qv
+        np.testing.assert_array_equal(x.get(), xv)
+        np.testing.assert_array_equal(r.get(), rv)
+        half = n // 2 + n % 2  # the first processor's block
+        assert float(rs) == float(np.dot(rv[:half], rv[:half]) + np.dot(rv[half:], rv[half:]))
+        if it == 1:
+            held.append((x, xv.copy()))  # a handle on an old x
+        if it == 2:
+            view = (np.asarray(r), rv.copy())  # numpy's view of an old r
+    for h, want in held:
+        np.testing.assert_array_equal(h.get(), want)
+    assert view is not None
+    np.testing.assert_array_equal(view[0], view[1])
+    assert sess.kernels_run == 6
+
+
+def test_a_large_array_alone_runs_as_a_fused_set_of_one() -> None:
+    """An element-wise array or a full reduction of ``MIN_SIZE`` elements or more that fuses
+    with nothing still takes the fused path (one pass, recycled outputs), not a kernel; a
+    small one is an index-notation kernel as before."""
+    from distal.kernels import fused
+
+    n = fused.MIN_SIZE
+    a, b = rand(n, seed=40), rand(n, seed=41)
+    sess = dl.Session("local", machine=2)
+    x, y = sess.asarray(a), sess.asarray(b)
+    maps = sess.maps_run
+    z = x + 0.5 * y
+    np.testing.assert_array_equal(z.get(), a + 0.5 * b)
+    d = x @ y
+    half = n // 2
+    assert float(d) == float(np.dot(a[:half], b[:half]) + np.dot(a[half:], b[half:]))
+    assert sess.maps_run - maps == 2
+    small = sess.asarray(a[:100]) + 1.0
+    np.testing.assert_allclose(small.get(), a[:100] + 1.0)
+    assert sess.maps_run - maps == 2  # the small one: a kernel

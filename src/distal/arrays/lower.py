@@ -495,6 +495,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
     member_slots = tuple(slot for kind, _, slot in steps if kind == "map")
     nsums = len(fns) - len(maps)
     passes: dict[tuple[bool, ...], Any] = {}
+    made = fused_kernels.Recycler()
 
     def partials(a: list[Any], shape: tuple[int, ...], lo: int, hi: int) -> list[Any]:
         """The reductions' partial sums over rows ``lo`` to ``hi`` (every slot of one or more
@@ -526,12 +527,14 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
             each = _serial  # handing small cuts to threads costs more than it saves
         loop = None
         if maps and fused_kernels.fits(a, size):
-            scalars = tuple(x is not None and x.ndim == 0 for x in a)
+            scalars = tuple(x is None or x.ndim == 0 for x in a)  # None: a member, read as itself
             loop = passes.get(scalars, False)
             if loop is False:
                 loop = passes[scalars] = fused_kernels.elementwise_pass(maps, member_slots, scalars)
         if loop is not None:
-            elems = [np.empty(shape) for _ in maps]
+            elems = made.reuse(shape, len(maps)) if each is not _serial else None
+            if elems is None:
+                elems = [np.empty(shape) for _ in maps]
             flat_out = [e.reshape(-1) for e in elems]
             flat_in = [0.0 if x is None else (x[()] if x.ndim == 0 else x.reshape(-1)) for x in a]
             row = size // shape[0] if shape[0] else 0

@@ -37,6 +37,8 @@ import itertools
 import weakref
 from typing import Any
 
+import numpy as np
+
 from distal.arrays.graph import (
     MAP_OPS,
     Const,
@@ -66,6 +68,7 @@ from distal.arrays.lower import (
     term_count,
 )
 from distal.errors import InternalError
+from distal.kernels.fused import MIN_SIZE
 
 #: element-wise operations that add: under a product or a contraction they would be
 #: distributed (see :meth:`Program._is_map` and :meth:`Program._has_sum`)
@@ -77,6 +80,9 @@ MAX_PENDING = 64
 
 #: members of one fused set at most
 MAX_FUSED = 16
+
+#: elements from which an array that fuses with nothing still runs as a fused set of one
+LARGE = MIN_SIZE
 
 
 class Program:
@@ -156,7 +162,7 @@ class Program:
         i = 0
         while i < len(todo):
             members, used = self._fused_set(todo, i)
-            if len(members) > 1:
+            if len(members) > 1 or (members and self._large_alone(members[0])):
                 self._run_fused(members)
             elif members:
                 self.materialize(members[0])
@@ -192,6 +198,16 @@ class Program:
             ids.add(id(node))
             j += 1
         return members, j - i
+
+    def _large_alone(self, node: Node) -> bool:
+        """Whether ``node``, in no set with others, still runs as a fused set of one: a large
+        element-wise array or full reduction (:data:`~distal.kernels.fused.MIN_SIZE` elements
+        or more) takes the generated loop, or numpy side by side, and reuses freed outputs,
+        where its kernel would write a fresh output in two passes."""
+        if not self._fusing or self._fusible(node, set(), None) is None:
+            return False
+        shape = node.operands[0].shape if isinstance(node, Contract) else node.shape
+        return int(np.prod(shape, dtype=np.int64)) >= LARGE
 
     def _fusible(self, node: Node, ids: set[int], shape: tuple[int, ...] | None) -> Any:
         """The shape of the set with ``node`` in it, or None where ``node`` cannot join the
