@@ -16,6 +16,11 @@ import distal as dl
 
 
 def fused_set(sess: Any, n: int) -> list[float]:
+    """:func:`fused_set_values`, which must run as one kernel."""
+    return fused_set_values(sess, n, expect_kernels=1)
+
+
+def fused_set_values(sess: Any, n: int, expect_kernels: int) -> list[float]:
     """One CG-like fused set over vectors of ``n``: ``x + alpha p``, ``r - alpha q`` and
     ``r . r`` of the new ``r``, with ``(x - r) @ (x - r)`` (a chain that adds under a
     reduction, computed first) and a sum; returns the three scalars and the two vectors'
@@ -30,7 +35,7 @@ def fused_set(sess: Any, n: int) -> list[float]:
     d = (x2 - r2) @ (x2 - r2)
     t = (x2 * 2.0).sum()
     got = [float(rs), float(d), float(t)]
-    assert sess.kernels_run - before == 1, sess.kernels_run - before
+    assert sess.kernels_run - before == expect_kernels, sess.kernels_run - before
     return [*got, float(x2.get().sum()), float(r2.get().sum())]
 
 
@@ -187,3 +192,11 @@ def test_a_large_array_alone_runs_as_a_fused_set_of_one() -> None:
     small = sess.asarray(a[:100]) + 1.0
     np.testing.assert_allclose(small.get(), a[:100] + 1.0)
     assert sess.maps_run - maps == 2  # the small one: a kernel
+
+
+def test_fuse_false_runs_every_group_by_itself() -> None:
+    sess = dl.Session("local", machine=2, fuse=False)
+    got = fused_set_values(sess, 37, expect_kernels=7)  # each group, and its chains, by itself
+    assert got == pytest.approx(_reference(37), rel=1e-12)
+    with pytest.raises(dl.InputError, match="fuse"):
+        dl.Session("local", fuse="yes")

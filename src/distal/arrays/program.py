@@ -104,9 +104,10 @@ class Program:
         self._untrack = self.live.pop
         self.kernels: dict[tuple, Any] = {}
         self._fused_fns: dict[tuple, Any] = {}
-        #: whether a flush runs fused sets (see :meth:`_fused_set`); a Dask session with
-        #: ``verify=`` runs each group by itself, so each kernel's result is verified
-        self._fusing = not (
+        #: whether a flush runs fused sets (see :meth:`_fused_set`): not where the session
+        #: says ``fuse=False``, nor on a Dask session with ``verify=`` (each kernel's result
+        #: is verified; a map's would not be)
+        self._fusing = getattr(session, "fuse", True) and not (
             getattr(session, "runtime", None) == "dask"
             and getattr(session, "options", {}).get("verify", 1) != 1
         )

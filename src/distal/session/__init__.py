@@ -150,6 +150,9 @@ class Session:
             in this process), and an iteration that fails authentication is passed over
             like a damaged one. The key stays in this process: it is not passed to the
             runs (the session's kernel runs write no checkpoint).
+        fuse: run the arrays a flush computes over one shape, and the reductions reading
+            them, as fused sets (the default); ``False`` runs every array's group by itself
+            (to compare, or to have every element-wise group an index-notation kernel).
         **runtime_options: passed to every ``kernel.run`` (e.g. ``comm=`` for MPI,
             ``client=`` for Dask).
     """
@@ -162,6 +165,7 @@ class Session:
         checkpoint_key: bytes | None = None,
         machine: Any = None,
         check_stats: bool = False,
+        fuse: bool = True,
         **runtime_options: Any,
     ) -> None:
         if runtime not in RUNTIMES:
@@ -181,6 +185,9 @@ class Session:
             )
         #: the key's sealer (``checkpoint_key=``), or None; never sent to a run
         self.sealer: Sealer | None = Sealer(key) if key is not None else None
+        if not isinstance(fuse, bool):
+            raise InputError(f"fuse must be True or False, got {fuse!r}")
+        self.fuse = fuse
         self.runtime = runtime
         self.options = dict(runtime_options)
         self.checkpoint = checkpoint
