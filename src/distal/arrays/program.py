@@ -316,6 +316,9 @@ class Program:
             return have
         if isinstance(node, Const):
             raise InternalError("a constant reached materialize")
+        if name is None and self._large_alone(node):  # (an operand: alpha's p @ q)
+            self._run_fused([node])
+            return self.name_of(node)
         # what this node's group needs as values first
         kind, deps, sig = self._group(node)
         for dep in deps:
