@@ -202,13 +202,15 @@ class Program:
 
     def _large_alone(self, node: Node) -> bool:
         """Whether ``node``, in no set with others, still runs as a fused set of one: a large
-        element-wise array or full reduction (:data:`~distal.kernels.fused.MIN_SIZE` elements
-        or more) takes the generated loop, or numpy side by side, and reuses freed outputs,
-        where its kernel would write a fresh output in two passes."""
-        if not self._fusing or self._fusible(node, set(), None) is None:
+        float64 element-wise array (:data:`~distal.kernels.fused.MIN_SIZE` elements or more)
+        takes the generated loop in the processors' threads and reuses freed outputs, where
+        its kernel would write a fresh output in two passes. (A lone reduction stays a
+        kernel: measured, its numpy sums gained nothing.)"""
+        if not self._fusing or not isinstance(node, Map) or node.dtype != np.float64:
             return False
-        shape = node.operands[0].shape if isinstance(node, Contract) else node.shape
-        return int(np.prod(shape, dtype=np.int64)) >= LARGE
+        if self._fusible(node, set(), None) is None:
+            return False
+        return int(np.prod(node.shape, dtype=np.int64)) >= LARGE
 
     def _fusible(self, node: Node, ids: set[int], shape: tuple[int, ...] | None) -> Any:
         """The shape of the set with ``node`` in it, or None where ``node`` cannot join the
