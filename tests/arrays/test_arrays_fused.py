@@ -199,3 +199,23 @@ def test_fuse_false_runs_every_group_by_itself() -> None:
     assert got == pytest.approx(_reference(37), rel=1e-12)
     with pytest.raises(dl.InputError, match="fuse"):
         dl.Session("local", fuse="yes")
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_sums_of_booleans_and_narrow_integers_count_as_numpys(fuse: bool) -> None:
+    """numpy sums booleans and narrower integers in the platform integer: a fused set, and
+    an index-notation kernel (its operands widened to the output's dtype), count the same
+    (once, ``.sum()`` of booleans said True and an int8 sum wrapped)."""
+    sess = dl.Session("local", machine=2, fuse=fuse)
+    for a in (
+        np.array([True, False, True, True]),
+        np.full(4, 100, dtype=np.int8),
+        np.full(4, 200, dtype=np.uint8),
+        np.ones((3, 4), dtype=np.int16) * 30000,
+    ):
+        x = sess.asarray(a)
+        for axis in (None, 0):
+            got = x.sum(axis=axis)
+            want = a.sum(axis=axis)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got.get(), want)

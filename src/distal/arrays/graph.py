@@ -560,10 +560,24 @@ def reduce_sum(x: Node, axis: Any) -> Node:
             ):
                 raise InputError(f"sum: axis {a!r} is out of range for a {x.ndim}-D array")
             axes.add(int(a) % x.ndim)
+    acc = _sum_dtype(x.dtype)
+    if acc is not None:  # numpy accumulates booleans and narrow integers in the default int
+        x = map_node("mul", x, const(acc.type(1)))
     if not axes:
         return x
     out = "".join(c for d, c in enumerate(letters) if d not in axes)
     return contract((letters,), out, (x,), "sum")
+
+
+def _sum_dtype(dtype: np.dtype) -> np.dtype | None:
+    """The dtype numpy's ``sum`` accumulates ``dtype`` in where it is not ``dtype`` itself:
+    the platform integer for booleans and narrower signed integers, its unsigned twin for
+    narrower unsigned ones (``np.array([True, True]).sum()`` is 2, not True)."""
+    if dtype.kind == "b" or (dtype.kind == "i" and dtype.itemsize < np.dtype(np.int_).itemsize):
+        return np.dtype(np.int_)
+    if dtype.kind == "u" and dtype.itemsize < np.dtype(np.uint).itemsize:
+        return np.dtype(np.uint)
+    return None
 
 
 def numpy_op(op: str) -> Any:

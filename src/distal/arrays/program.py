@@ -241,6 +241,8 @@ class Program:
                 return None
         else:
             return None
+        if 0 in s:  # an empty array has no blocks to make partial sums of
+            return None
         stack = [x for r in roots for x in r.operands]
         while stack:
             n = stack.pop()

@@ -620,6 +620,10 @@ class TermKernel:
     out: tuple[int, ...]  # output variable positions
     parallel: tuple[int, ...] = ()  # output variables whose range the leaf cuts over threads
     leaf: str = "default"  # which routines run it: one of LEAVES
+    #: the dtype the operands are cast to first ("": none), where the output's dtype is wider
+    #: than the factors' own result: a sum of booleans or of int8 values into an int64
+    #: output counts in int64 (einsum would or the booleans, wrap the int8s)
+    widen: str = ""
 
 
 #: the leaf routines a dense kernel can be compiled with (``dl.compile(s, leaf=...)``):
@@ -634,7 +638,25 @@ def routine(tk: TermKernel) -> Contraction:
         from distal.kernels.iree import contraction as iree_contraction
 
         return iree_contraction(tk.spec, tk.leaf)
-    return contraction(tk.spec)
+    run = contraction(tk.spec)
+    return _widened(run, np.dtype(tk.widen)) if tk.widen else run
+
+
+def _widened(run: Contraction, dtype: np.dtype) -> Contraction:
+    """``run`` on its operands cast to ``dtype`` first (see ``TermKernel.widen``)."""
+
+    def widened(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
+        run([np.asarray(o, dtype=dtype) for o in ops], dst, alpha, fresh)
+
+    return widened
+
+
+def widen_to(factors: Sequence[np.dtype], out: np.dtype) -> str:
+    """``TermKernel.widen`` of a term whose factors have these dtypes, into ``out``."""
+    if not factors:
+        return ""
+    own = np.result_type(*factors)
+    return out.str if own != out and np.can_cast(own, out, "safe") else ""
 
 
 def parallel_positions(st: Statement, schedule: Any | None) -> tuple[int, ...]:
@@ -697,6 +719,7 @@ def term_kernels(
                 out=tuple(pos[v] for v in st.lhs_vars),
                 parallel=par,
                 leaf=leaf,
+                widen=widen_to([f.tensor.dtype for f in t.factors], st.output.dtype),
             )
         )
     return tuple(out)
