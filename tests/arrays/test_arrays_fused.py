@@ -219,3 +219,19 @@ def test_sums_of_booleans_and_narrow_integers_count_as_numpys(fuse: bool) -> Non
             want = a.sum(axis=axis)
             assert got.dtype == want.dtype
             np.testing.assert_array_equal(got.get(), want)
+
+
+def test_empty_arrays_compute_as_numpys() -> None:
+    """An empty array (a tensor has positive extents, so no kernel) is computed as numpy
+    computes it: empty element-wise results, zeros for sums over an empty axis."""
+    sess = dl.Session("local", machine=2)
+    e, m = np.zeros(0), np.zeros((0, 3))
+    x, y = sess.asarray(e), sess.asarray(m)
+    np.testing.assert_array_equal((x * 2.0 + 1.0).get(), e * 2.0 + 1.0)
+    assert float(x @ x) == 0.0
+    assert float(x.sum()) == 0.0
+    np.testing.assert_array_equal((y.T @ y).get(), m.T @ m)
+    np.testing.assert_array_equal(y.sum(axis=0).get(), m.sum(axis=0))
+    assert dl.exp(y).get().shape == (0, 3)
+    sess["w"] = x + 1.0
+    assert sess.get("w").shape == (0,)

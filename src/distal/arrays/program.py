@@ -320,6 +320,17 @@ class Program:
             return have
         if isinstance(node, Const):
             raise InternalError("a constant reached materialize")
+        if 0 in node.shape or any(0 in x.shape for x in node.args()):
+            # an empty array, or sums over an empty axis: nothing to distribute (a tensor
+            # has positive extents), numpy's own answer is zeros of the result's shape
+            out = name or f"_a{next(self._counter)}"
+            self.sess.put(out, np.zeros(node.shape, node.dtype))
+            value = Value(node.shape, node.dtype, out)
+            node.as_value = value
+            made_value()
+            if name is None:
+                value.drop = self.sess.values
+            return out
         if name is None and self._large_alone(node):  # (an operand: alpha's p @ q)
             self._run_fused([node])
             return self.name_of(node)
