@@ -34,6 +34,7 @@ for unnamed arrays are dropped from the session when their node is no longer rea
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from typing import Any
 
@@ -189,6 +190,8 @@ class Program:
             if self.is_value(node):
                 j += 1
                 continue
+            if not members and j + 1 == len(todo):  # the last one: a set of one, no test
+                return [node], j - i + 1
             got = self._fusible(node, ids, shape) if self._fusing else None
             if got is None:
                 if not members:
@@ -206,11 +209,11 @@ class Program:
         takes the generated loop in the processors' threads and reuses freed outputs, where
         its kernel would write a fresh output in two passes. (A lone reduction stays a
         kernel: measured, its numpy sums gained nothing.)"""
-        if not self._fusing or not isinstance(node, Map) or node.dtype != np.float64:
+        if not self._fusing or type(node) is not Map or node.dtype != np.float64:
             return False
-        if self._fusible(node, set(), None) is None:
+        if math.prod(node.shape) < LARGE:  # first: the cheap test (every small flush)
             return False
-        return int(np.prod(node.shape, dtype=np.int64)) >= LARGE
+        return self._fusible(node, set(), None) is not None
 
     def _fusible(self, node: Node, ids: set[int], shape: tuple[int, ...] | None) -> Any:
         """The shape of the set with ``node`` in it, or None where ``node`` cannot join the
