@@ -78,3 +78,29 @@ def test_scattered_rows_are_still_gathered_by_copying(monkeypatch: Any) -> None:
     np.testing.assert_allclose(res.value, mat @ vec, rtol=1e-12)
     assert copies, "scattered rows are copied into one buffer"
     assert res.stats == bound.stats()
+
+
+def test_side_by_side_finishes_every_item_before_it_raises() -> None:
+    """The processors of a step run side by side (the first on the calling thread): when
+    one fails, the others have finished before the error is raised, so nothing of the
+    failed run still writes into its stores afterwards."""
+    import threading
+    import time
+
+    from distal.runtime.local import side_by_side
+
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def f(x: int) -> int:
+        if x == 0:
+            raise ValueError("first fails")
+        time.sleep(0.05)
+        with lock:
+            done.append(x)
+        return x
+
+    with pytest.raises(ValueError, match="first fails"):
+        side_by_side(f, [0, 1, 2])
+    assert sorted(done) == [1, 2]
+    assert side_by_side(lambda x: x * 2, [1, 2, 3]) == [2, 4, 6]

@@ -85,7 +85,12 @@ def side_by_side(f: Callable[[Any], Any], items: list[Any]) -> list[Any]:
     if len(items) <= 1:
         return [f(x) for x in items]
     futs = [_workers().submit(f, x) for x in items[1:]]
-    return [f(items[0]), *(g.result() for g in futs)]
+    try:
+        first = f(items[0])
+    finally:  # every one finished (or failed) before anything is raised or returned
+        for g in futs:
+            g.exception()
+    return [first, *(g.result() for g in futs)]
 
 
 PARALLEL_COPY_MIN = 1 << 18  # elements: a step fetching this many or more copies them in one
@@ -540,7 +545,8 @@ class LocalRuntime:
                 for op in work[q.p]:
                     self._exec(q, op, procs, stats)
 
-            for q, _ in zip(procs, _workers().map(run, procs), strict=True):
+            side_by_side(run, procs)  # the first here: one hand-over fewer per step
+            for q in procs:
                 bar.advance(q.p, s)
         else:
             for q in procs:
