@@ -104,3 +104,23 @@ def test_side_by_side_finishes_every_item_before_it_raises() -> None:
         side_by_side(f, [0, 1, 2])
     assert sorted(done) == [1, 2]
     assert side_by_side(lambda x: x * 2, [1, 2, 3]) == [2, 4, 6]
+
+
+def test_a_large_result_is_reused_only_once_nothing_holds_it() -> None:
+    """A rerun kernel's large result (over ``TOUCH_MAX`` bytes) may be an earlier run's
+    result, zeroed again, once nothing holds that one: a result still held, or a numpy view
+    of it, keeps its values."""
+    n = 1024  # 8 MiB of float64: over TOUCH_MAX
+    kernel = _summa(n, (2, 1))
+    rng = np.random.default_rng(1)
+    runs = [(rng.standard_normal((n, n)), rng.standard_normal((n, n))) for _ in range(4)]
+    first = kernel.run({"B": runs[0][0], "C": runs[0][1]}).value
+    view = kernel.run({"B": runs[1][0], "C": runs[1][1]}).value[::2]
+    kernel.run({"B": runs[2][0], "C": runs[2][1]})  # dropped at once: free for the next
+    kept = {id(x) for x in local._PREPARED[id(kernel.plan)].results}  # alive: ids distinct
+    last = kernel.run({"B": runs[3][0], "C": runs[3][1]}).value
+    assert id(last) in kept  # the dropped result, reused
+    np.testing.assert_allclose(first, runs[0][0] @ runs[0][1], rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(view, (runs[1][0] @ runs[1][1])[::2], rtol=1e-12, atol=1e-10)
+    np.testing.assert_allclose(last, runs[3][0] @ runs[3][1], rtol=1e-12, atol=1e-10)
+    assert last.nbytes > local.TOUCH_MAX

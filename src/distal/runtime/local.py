@@ -175,6 +175,8 @@ def _zeros(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return arr
 
 
+RESULTS_KEPT = 3  # a plan's large results of earlier runs looked at for reuse
+
 SPARE_BYTES = 1 << 23  # a plan's fetch buffers up to this size are kept for its next run
 
 
@@ -330,7 +332,30 @@ class Prepared:
             [op for op in by_step[p][nsteps] if isinstance(op, RecvFinal)] for p in range(n)
         ]
         self.spare: list[_Buffers] = []  # buffers of an earlier run, free to take
+        self.results: list[np.ndarray] = []  # large results of earlier runs (see result)
         self.nlevels = plan.machine.nlevels if plan.machine else 1
+
+    def result(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """A zeroed array for a run's result: a large one (over :data:`TOUCH_MAX` bytes)
+        is an earlier run's result that nothing holds any more, zeroed again, where there
+        is one: a loop reruns the kernel and drops the result it read (CG's ``q``), and
+        zeroing mapped memory costs a fraction of faulting in fresh pages."""
+        dt = np.dtype(dtype)
+        if math.prod(shape) * dt.itemsize <= TOUCH_MAX:
+            return _zeros(shape, dt)
+        kept = self.results
+        for k in range(len(kept)):  # (not enumerate: its tuple would hold a reference)
+            x = kept[k]
+            # this list, the loop's name and getrefcount's argument: held by nothing else
+            if sys.getrefcount(x) == 3 and x.shape == shape and x.dtype == dt:
+                x.fill(0)
+                kept.append(kept.pop(k))
+                return x
+        arr = np.zeros(shape, dt)
+        kept.append(arr)
+        if len(kept) > RESULTS_KEPT:
+            kept.pop(0)
+        return arr
 
     def level(self, src: int, dst: int) -> int:
         """Machine level a message from ``src`` to ``dst`` crosses (cached)."""
@@ -450,7 +475,7 @@ class LocalRuntime:
         out_dtype = self.dtypes[plan.output]
         procs = [Store(p, plan.output, out_dtype) for p in range(plan.nprocs)]
         pattern = plan.patterns.get(plan.output)
-        result = _zeros(
+        result = prep.result(
             (pattern.nnz,) if pattern is not None else plan.placements[plan.output].shape,
             out_dtype,
         )
