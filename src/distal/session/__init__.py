@@ -537,7 +537,13 @@ class Session:
         """:meth:`_fused_blocks` on Dask: a task per distinct block of ``target`` over the
         operands' blocks of the processor holding it; each member's block picked from it,
         and a task per reduction adding the blocks' partial sums, all on the workers."""
-        from distal.runtime.elastic.held import WorkerValue, fused_block, fused_elem, fused_sum
+        from distal.runtime.elastic.held import (
+            WorkerValue,
+            fused_block,
+            fused_elem,
+            fused_partials,
+            fused_sum,
+        )
 
         client = self.client
         where = [k for k, _, _ in operands]
@@ -552,7 +558,9 @@ class Session:
             blocks = {b: client.submit(fused_elem, r, j, pure=False) for b, r in results.items()}
             value = WorkerValue(shape, d, blocks, client, self._count_driver)
             self.values[o] = Held(shape, d, target, value)
-        ordered = list(results.values())
+        ordered = (
+            [client.submit(fused_partials, r, pure=False) for r in results.values()] if sums else []
+        )
         for j, (o, d) in enumerate(sums):
             f = client.submit(fused_sum, ordered, j, d, pure=False)
             value = WorkerValue((), d, {(): f}, client, self._count_driver)

@@ -86,12 +86,18 @@ def fused_elem(result: tuple[list[np.ndarray], list[Any]], j: int) -> np.ndarray
     return result[0][j]
 
 
-def fused_sum(results: list[tuple[list[np.ndarray], list[Any]]], j: int, dtype: Any) -> Any:
+def fused_partials(result: tuple[list[np.ndarray], list[Any]]) -> list[Any]:
+    """The partial sums of a :func:`fused_block` result (on the worker holding it), so that
+    adding them moves a few words, not the block's arrays."""
+    return result[1]
+
+
+def fused_sum(partials: list[list[Any]], j: int, dtype: Any) -> Any:
     """Reduction ``j`` of a fused set: its blocks' partial sums added in block order (on a
     worker), as a 0-d array."""
-    total = results[0][1][j]
-    for r in results[1:]:
-        total = total + r[1][j]
+    total = partials[0][j]
+    for r in partials[1:]:
+        total = total + r[j]
     return np.asarray(total, dtype=dtype)
 
 
