@@ -117,7 +117,7 @@ def test_a_large_result_is_reused_only_once_nothing_holds_it() -> None:
     first = kernel.run({"B": runs[0][0], "C": runs[0][1]}).value
     view = kernel.run({"B": runs[1][0], "C": runs[1][1]}).value[::2]
     kernel.run({"B": runs[2][0], "C": runs[2][1]})  # dropped at once: free for the next
-    kept = {id(x) for x in local._PREPARED[id(kernel.plan)].results}  # alive: ids distinct
+    kept = {id(x) for x in local._PREPARED[id(kernel.plan)].results.kept}  # alive: ids distinct
     last = kernel.run({"B": runs[3][0], "C": runs[3][1]}).value
     assert id(last) in kept  # the dropped result, reused
     np.testing.assert_allclose(first, runs[0][0] @ runs[0][1], rtol=1e-12, atol=1e-10)

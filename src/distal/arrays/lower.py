@@ -36,6 +36,7 @@ from distal.errors import InternalError
 from distal.kernel import Kernel, compile
 from distal.kernels import blas
 from distal.kernels import fused as fused_kernels
+from distal.kernels.recycle import Recycler
 from distal.lang.concrete import expand
 from distal.lang.nodes import Expr, IndexVar, Literal, Tensor, index_vars
 from distal.schedule.api import schedule as default_schedule
@@ -495,7 +496,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
     member_slots = tuple(slot for kind, _, slot in steps if kind == "map")
     nsums = len(fns) - len(maps)
     passes: dict[tuple[bool, ...], Any] = {}
-    made = fused_kernels.Recycler()
+    made = Recycler(2 * len(maps))  # this call's outputs and the last call's
 
     def partials(a: list[Any], shape: tuple[int, ...], lo: int, hi: int) -> list[Any]:
         """The reductions' partial sums over rows ``lo`` to ``hi`` (every slot of one or more
@@ -532,8 +533,9 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
             if loop is False:
                 loop = passes[scalars] = fused_kernels.elementwise_pass(maps, member_slots, scalars)
         if loop is not None:
-            elems = made.reuse(shape, len(maps)) if each is not _serial else None
-            if elems is None:
+            if each is not _serial:
+                elems = [made.take(shape, np.float64) for _ in maps]
+            else:
                 elems = [np.empty(shape) for _ in maps]
             flat_out = [e.reshape(-1) for e in elems]
             flat_in = [0.0 if x is None else (x[()] if x.ndim == 0 else x.reshape(-1)) for x in a]

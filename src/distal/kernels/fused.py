@@ -16,7 +16,6 @@ as numpy's. Expressions with any other operation, or any other dtype, are left t
 
 from __future__ import annotations
 
-import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -133,30 +132,3 @@ def fits(slots: list[Any], size: int) -> bool:
         if a.ndim and (a.size != size or not a.flags.c_contiguous):
             return False
     return True
-
-
-class Recycler:
-    """The output arrays a fused set made at its last calls, handed out again once nothing
-    else holds them (the values they were dropped from the session: a loop's old ``x``).
-
-    A fresh output of tens of MiB costs a page fault per page on its first write, about as
-    much as the pass itself; reusing one whose only reference is this list (its reference
-    count says so, views and exported buffers included) costs nothing. At most ``2 *
-    members`` arrays are kept, so what it holds that is not in use is one iteration's
-    outputs."""
-
-    def __init__(self) -> None:
-        self.kept: list[np.ndarray] = []
-
-    def reuse(self, shape: tuple[int, ...], count: int) -> list[np.ndarray] | None:
-        """``count`` free arrays of ``shape`` (float64), or None where there are not; the
-        arrays returned are kept for the next calls."""
-        free, busy = [], []
-        for x in self.kept:
-            # this list, the loop's name and getrefcount's argument: held by nothing else
-            (free if sys.getrefcount(x) == 3 and x.shape == shape else busy).append(x)
-        out = free[:count] if len(free) >= count else None
-        if out is None:
-            out = [np.empty(shape) for _ in range(count)]
-        self.kept = (busy + out)[-2 * count :]
-        return out

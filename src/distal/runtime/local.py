@@ -31,6 +31,7 @@ import numpy as np
 
 from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, cores
+from distal.kernels.recycle import Recycler
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import (
     FETCH,
@@ -332,30 +333,17 @@ class Prepared:
             [op for op in by_step[p][nsteps] if isinstance(op, RecvFinal)] for p in range(n)
         ]
         self.spare: list[_Buffers] = []  # buffers of an earlier run, free to take
-        self.results: list[np.ndarray] = []  # large results of earlier runs (see result)
+        self.results = Recycler(RESULTS_KEPT)  # large results of earlier runs (see result)
         self.nlevels = plan.machine.nlevels if plan.machine else 1
 
     def result(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
         """A zeroed array for a run's result: a large one (over :data:`TOUCH_MAX` bytes)
         is an earlier run's result that nothing holds any more, zeroed again, where there
-        is one: a loop reruns the kernel and drops the result it read (CG's ``q``), and
-        zeroing mapped memory costs a fraction of faulting in fresh pages."""
+        is one (a loop reruns the kernel and drops the result it read: CG's ``q``)."""
         dt = np.dtype(dtype)
         if math.prod(shape) * dt.itemsize <= TOUCH_MAX:
             return _zeros(shape, dt)
-        kept = self.results
-        for k in range(len(kept)):  # (not enumerate: its tuple would hold a reference)
-            x = kept[k]
-            # this list, the loop's name and getrefcount's argument: held by nothing else
-            if sys.getrefcount(x) == 3 and x.shape == shape and x.dtype == dt:
-                x.fill(0)
-                kept.append(kept.pop(k))
-                return x
-        arr = np.zeros(shape, dt)
-        kept.append(arr)
-        if len(kept) > RESULTS_KEPT:
-            kept.pop(0)
-        return arr
+        return self.results.take(shape, dt, zero=True)
 
     def level(self, src: int, dst: int) -> int:
         """Machine level a message from ``src`` to ``dst`` crosses (cached)."""
