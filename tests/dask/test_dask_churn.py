@@ -1,6 +1,6 @@
 """Churn: a checkpointed CG session on a pool of 8 worker processes while workers are
-SIGKILLed one after another and replaced (a ``LocalCluster``'s nanny starts a new worker
-for each one killed, so the pool loses one and gains one each time). The session's values
+SIGKILLed one after another and replaced (each worker's nanny starts a new worker
+process for each one killed, so the pool loses one and gains one each time). The session's values
 live on the workers, so a kill loses blocks of held vectors as well as tasks in flight;
 the run must still finish every iteration with the exact result."""
 
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from elastic_helpers import process_pool
 
 import distal as dl
 
@@ -30,22 +31,11 @@ def _laplacian(k: int) -> sp.csr_matrix:
 
 
 def test_cg_session_finishes_exact_while_workers_are_killed_and_replaced(tmp_path: Path) -> None:
-    from distributed import Client, LocalCluster
-
     A = _laplacian(24)
     b = np.random.default_rng(0).standard_normal(A.shape[0])
     local = dl.Session("local", progress=False)
     want, its_want = dl.apps.cg(A, b, machine=4, tol=0.0, maxiter=ITERS, session=local)
-    with (
-        LocalCluster(
-            n_workers=WORKERS,
-            threads_per_worker=1,
-            processes=True,
-            host="127.0.0.1",
-            dashboard_address="127.0.0.1:0",
-        ) as cluster,
-        Client(cluster) as c,
-    ):
+    with process_pool([{}] * WORKERS) as c:
         out: dict[str, Any] = {}
         sess = dl.Session("dask", client=c, checkpoint=tmp_path / "ck", progress=False)
 
