@@ -433,9 +433,7 @@ class Session:
         every rank maps the blocks it holds, and on ``"local"`` and ``"dask"`` (values held
         whole in this process) the whole arrays are mapped at once.
         """
-        machine = self._machine_of(nprocs)
-        layouts = [layout_for(v, self.values[v].shape, d, machine) for v, d in operands]
-        data = [self._input(v, lay) for (v, _), lay in zip(operands, layouts, strict=True)]
+        machine, layouts, data = self._map_operands(operands, nprocs)
         target = layout_for(out, shape, dist, machine)
         if self.runtime == "dask":
             self._map_on_workers(fn, layouts, data, out, shape, dtype, target)
@@ -454,6 +452,16 @@ class Session:
             )
         self.kernels_run += 1
         self.maps_run += 1
+
+    def _map_operands(
+        self, operands: Sequence[tuple[str, str]], nprocs: int
+    ) -> tuple[Machine, list[Layout], list[Any]]:
+        """A map's machine, and its operands ``(value name, distribution)`` placed or
+        redistributed to their layouts (what moves is counted in ``moved_words``)."""
+        machine = self._machine_of(nprocs)
+        layouts = [layout_for(v, self.values[v].shape, d, machine) for v, d in operands]
+        data = [self._input(v, lay) for (v, _), lay in zip(operands, layouts, strict=True)]
+        return machine, layouts, data
 
     def _fused_blocks(
         self,
@@ -474,9 +482,7 @@ class Session:
         One map: operands are placed or redistributed first as for :meth:`_map_blocks`
         (aligned ones move nothing); the partial sums are the only words exchanged.
         """
-        machine = self._machine_of(nprocs)
-        layouts = [layout_for(v, self.values[v].shape, d, machine) for _, v, d in operands]
-        data = [self._input(v, lay) for (_, v, _), lay in zip(operands, layouts, strict=True)]
+        machine, layouts, data = self._map_operands([(v, d) for _, v, d in operands], nprocs)
         target = layout_for(outs[0][0], shape, held_dist(len(shape)), machine)
         elems = [(o, d) for o, s, d in outs if s]
         sums = [(o, d) for o, s, d in outs if not s]
