@@ -100,8 +100,12 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
     p.check(res.value, local.value)
     s = res.extra["summary"]
     print(s)
-    # Finished work was checkpointed, so only what ran on the victims at the kill is redone.
-    assert 1 <= s.recomputed <= len(victims), str(s)
+    # The kills cut work short; finished work was checkpointed, so at most what ran on the
+    # victims at the kill is redone (none of it when a speculative copy of the cut unit, made
+    # in the tail, finished it first).
+    assert s.lost_seconds > 0, str(s)
+    assert s.recomputed <= len(victims), str(s)
+    assert s.recomputed >= 1 or s.speculative_won >= 1, str(s)
     assert set(victims) <= set(s.workers_lost)
     assert res.tasks_executed + res.tasks_reused == s.tasks_total
     # recomputed tasks count their delivery once, loaded ones nothing; a fresh checkpoint
