@@ -17,7 +17,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from test_arrays import cg, laplacian, rand
-from test_arrays_fused import fused_set
+from test_arrays_fused import fused_set, spmv_epilogue
 
 import distal as dl
 
@@ -43,7 +43,9 @@ def main() -> None:
 
     errs.append(np.abs(sol.get() - spsolve(A.tocsc(), b)).max())
     fused = [fused_set(sess, n) for n in (11, 3)]  # 3: ranks without a block at 4 ranks
+    spmv = [spmv_epilogue(sess, n) for n in (5, 2)]  # 2: a 4-row matrix
     out = {"rank": sess.rank, "sum": s, "its": its, "err": float(max(errs)), "fused": fused}
+    out["spmv"] = spmv
     out.update(kernels=sess.kernels_run, compiles=sess.compiles)
     print(json.dumps(out), flush=True)
 

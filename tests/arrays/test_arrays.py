@@ -302,8 +302,9 @@ def test_a_loop_compiles_only_in_its_first_iteration(sess: dl.Session) -> None:
     _x, its = cg(sess, A, b)
     assert sess.compiles == first  # the second solve compiles nothing
     per_iteration = (sess.kernels_run - runs) / its
-    # q, p.q, p, and x, r, r.r as one fused set (the 0-d ones are not kernels)
-    assert per_iteration <= 4.2
+    # q with p.q as its epilogue, p, and x, r, r.r as one fused set (the 0-d ones are not
+    # kernels): three
+    assert per_iteration <= 3.2, per_iteration
 
 
 def test_values_of_dropped_arrays_leave_the_session(sess: dl.Session) -> None:

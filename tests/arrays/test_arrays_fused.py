@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_arrays import rand
+from test_arrays import laplacian, rand
 
 import distal as dl
 
@@ -37,6 +37,27 @@ def fused_set_values(sess: Any, n: int, expect_kernels: int) -> list[float]:
     got = [float(rs), float(d), float(t)]
     assert sess.kernels_run - before == expect_kernels, sess.kernels_run - before
     return [*got, float(x2.get().sum()), float(r2.get().sum())]
+
+
+def spmv_epilogue(sess: Any, n: int, kernels: int = 1) -> list[float]:
+    """``q = A @ p`` on a sparse ``A`` and the reductions of ``q`` after it (``p @ q``,
+    ``q @ q`` and an einsum of ``q`` with ``p * 2``), which must run as one kernel; returns
+    the three scalars and ``q``'s sum."""
+    A = sess.asarray(laplacian(n))
+    p = sess.asarray(rand(n * n, seed=24))
+    float(p @ p)  # p placed, before the count
+    before = sess.kernels_run
+    q = A @ p
+    pq, qq, e = p @ q, q @ q, dl.einsum("i,i->", q, p * 2.0)
+    got = [float(pq), float(qq), float(e)]
+    assert sess.kernels_run - before == kernels, sess.kernels_run - before
+    return [*got, float(q.get().sum())]
+
+
+def spmv_epilogue_apart(sess: Any, n: int) -> list[float]:
+    """:func:`spmv_epilogue` in a session that does not fuse: four kernels (the einsum's
+    ``p * 2`` is fused into its kernel)."""
+    return spmv_epilogue(sess, n, kernels=4)
 
 
 def _reference(n: int) -> list[float]:
@@ -235,3 +256,39 @@ def test_empty_arrays_compute_as_numpys() -> None:
     assert dl.exp(y).get().shape == (0, 3)
     sess["w"] = x + 1.0
     assert sess.get("w").shape == (0,)
+
+
+@pytest.mark.parametrize("procs", [1, 2, 3])
+@pytest.mark.parametrize("n", [2, 7])
+def test_a_sparse_product_and_the_reductions_of_its_result_are_one_kernel(
+    procs: int, n: int
+) -> None:
+    """``q = A @ p; p @ q`` as CG writes it: the reductions run over the product's result
+    blocks where they lie, as its kernel's epilogue (the partial sums of each processor's
+    rows added in processor order)."""
+    sess = dl.Session("local", machine=procs)
+    got = spmv_epilogue(sess, n)
+    A, p = laplacian(n), rand(n * n, seed=24)
+    q = A @ p
+    np.testing.assert_allclose(got, [p @ q, q @ q, q @ (p * 2.0), q.sum()], rtol=1e-12)
+    # the epilogue reads the blocks where they lie: what moves is what the product and
+    # separate reduction kernels move
+    apart = dl.Session("local", machine=procs, fuse=False)
+    spmv_epilogue_apart(apart, n)
+    assert sess.moved_words == apart.moved_words
+
+
+def test_a_product_without_reductions_after_it_is_a_kernel_alone() -> None:
+    sess = dl.Session("local", machine=2)
+    A, a = laplacian(4), rand(16, seed=25)
+    p = sess.asarray(a)
+    q = sess.asarray(A) @ p
+    z = q * 2.0  # element-wise over the product: a group of its own
+    np.testing.assert_allclose(z.get(), (A @ a) * 2.0, rtol=1e-12)
+    assert sess.kernels_run == 2
+
+
+def test_a_sparse_product_epilogue_on_dask_matches_local(dask_client: Any) -> None:
+    pytest.importorskip("distributed")
+    sess: Any = dl.Session("dask", client=dask_client, machine=2)
+    assert spmv_epilogue(sess, 6) == spmv_epilogue(dl.Session("local", machine=2), 6)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from test_arrays import cg, laplacian, rand
-from test_arrays_fused import fused_set
+from test_arrays_fused import fused_set, spmv_epilogue
 
 import distal as dl
 from mpi_jobs import run_job
@@ -37,6 +37,10 @@ def test_arrays_program_on_mpi_ranks(ranks: int) -> None:
     assert all(d["fused"] == lines[0]["fused"] for d in lines)
     want = [fused_set(dl.Session("local", machine=ranks), n) for n in (11, 3)]
     assert lines[0]["fused"] == want
+    # a sparse product with its reductions as its epilogue: the same too
+    assert all(d["spmv"] == lines[0]["spmv"] for d in lines)
+    want = [spmv_epilogue(dl.Session("local", machine=ranks), n) for n in (5, 2)]
+    assert lines[0]["spmv"] == want
 
 
 def test_arrays_program_on_dask(dask_client: Any) -> None:

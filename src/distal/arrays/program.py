@@ -167,7 +167,11 @@ class Program:
             if len(members) > 1 or (members and self._large_alone(members[0])):
                 self._run_fused(members)
             elif members:
-                self.materialize(members[0])
+                reads = self._epilogue(members[0], todo[i + used :])
+                if reads:  # q = A @ p and the p @ q after it: one kernel
+                    self._run_fused(reads, product=members[0])
+                else:
+                    self.materialize(members[0])
             i += used
         for a in handles:
             node = a.node
@@ -279,17 +283,61 @@ class Program:
                 stack.extend(n.args())
         return False
 
-    def _run_fused(self, members: list[Node]) -> None:
+    def _epilogue(self, node: Node, later: list[Node]) -> list[Node]:
+        """The full reductions pending in ``later`` (or under them) that read ``node``, a
+        sparse matrix-vector product, and can run as its kernel's epilogue: each reads the
+        product and values of its shape as a fused set does (``p @ q`` after ``q = A @ p``),
+        and no other pending array of that shape. Empty where there are none (or ``node`` is
+        no such product, or the session does not fuse)."""
+        if (
+            not self._fusing
+            or not later
+            or type(node) is not Contract
+            or not is_spmv(node.ins, node.out, node.operands)
+        ):
+            return []
+        ids = {id(node)}
+        found: dict[int, Node] = {}
+        seen: set[int] = set()
+        stack = list(later)
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or isinstance(n, Const) or self.is_value(n):
+                continue
+            seen.add(id(n))
+            if (
+                type(n) is Contract
+                and not n.ndim
+                and any(x is node for x in n.operands)
+                and self._fusible(n, ids, node.shape) is not None
+            ):
+                found[id(n)] = n
+            else:
+                stack.extend(n.args())
+        return sorted(found.values(), key=_seq)[:MAX_FUSED]
+
+    def _run_fused(self, members: list[Node], product: Node | None = None) -> None:
         """Run a fused set as one map: one pass of numpy over each processor's blocks computes
         every element-wise member, and each reduction's partial sums over the blocks are added
-        in processor order into its replicated 0-d value."""
+        in processor order into its replicated 0-d value.
+
+        With ``product`` (a sparse matrix-vector product the members reduce, see
+        :meth:`_epilogue`) the set is that product's kernel's epilogue: the kernel runs, and
+        the set over the blocks of its result as they lie, as one kernel run."""
         ids = {id(m) for m in members}
         steps, slots = fused_signature(
-            members, lambda n: self.is_value(n) or id(n) in ids or n.ndim == 0
+            members, lambda n: n is product or self.is_value(n) or id(n) in ids or n.ndim == 0
         )
         for x in slots:  # the 0-d operands not yet values (alpha = rs / pq)
-            if id(x) not in ids and not isinstance(x, Const) and not self.is_value(x):
+            if (
+                x is not product
+                and id(x) not in ids
+                and not isinstance(x, Const)
+                and not self.is_value(x)
+            ):
                 self.materialize(x)
+        if product is not None:
+            self.materialize(product)
         fn = self._fused_fns.get(steps)
         if fn is None:
             fn = self._fused_fns[steps] = fused_evaluator(steps)
@@ -304,13 +352,16 @@ class Program:
         for m in members:
             out = f"_a{next(self._counter)}"
             outs.append((out, m.shape, m.dtype))
-        self.sess._fused_blocks(fn, len(slots), operands, outs, shape, self.nprocs)
+        self.sess._fused_blocks(
+            fn, len(slots), operands, outs, shape, self.nprocs, epilogue=product is not None
+        )
         for m, (out, _, _) in zip(members, outs, strict=True):
             value = Value(m.shape, m.dtype, out)
             m.as_value = value
             made_value()
             value.drop = self.sess.values
-        self.kernels_run += 1
+        if product is None:
+            self.kernels_run += 1
 
     def materialize(self, node: Node, name: str | None = None) -> str:
         """Compute ``node`` into a session value (under ``name``, or a fresh one) and return

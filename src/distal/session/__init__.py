@@ -471,6 +471,8 @@ class Session:
         outs: Sequence[tuple[str, tuple[int, ...], np.dtype]],
         shape: tuple[int, ...],
         nprocs: int,
+        *,
+        epilogue: bool = False,
     ) -> None:
         """A fused set of the arrays program (:meth:`~distal.arrays.program.Program._run_fused`):
         ``fn`` over each process's blocks of the operands ``(slot, value name, distribution)``
@@ -481,6 +483,8 @@ class Session:
 
         One map: operands are placed or redistributed first as for :meth:`_map_blocks`
         (aligned ones move nothing); the partial sums are the only words exchanged.
+        ``epilogue``: the set reduces the result of the kernel run just before it, over that
+        result's blocks where they lie, as part of that kernel's run (counted there).
         """
         machine, layouts, data = self._map_operands([(v, d) for _, v, d in operands], nprocs)
         target = layout_for(outs[0][0], shape, held_dist(len(shape)), machine)
@@ -525,8 +529,9 @@ class Session:
                 for x in parts[1:]:
                     total = total + x
                 self.values[o] = Held((), d, None, np.asarray(total, dtype=d))
-        self.kernels_run += 1
-        self.maps_run += 1
+        if not epilogue:
+            self.kernels_run += 1
+            self.maps_run += 1
 
     def _fused_on_workers(
         self,
