@@ -17,7 +17,8 @@ heaviest first, banded; a Zipf 3-tensor), every result checked against scipy / n
 * **MPI**: SpMV and SpMM at 2 and 4 ranks (``mpiexec`` of the mpich wheel), next to the
   local runtime's figure (4 ranks on a 2-core machine are oversubscribed);
 * **CG** (``--cg``): per iteration on a 1000 x 1000 Laplacian, distal against scipy and
-  PETSc (``sparse_peers.cg_lines``).
+  PETSc (``sparse_peers.cg_lines``), and (with MPI) ``dl.apps.cg`` on 1 and 2 ranks, next to
+  PETSc's ``KSPCG`` on as many.
 
 SpMV rows show their bandwidth and its fraction of the STREAM triad measured at the start;
 PETSc joins as ``petsc-seq`` / ``petsc-mpi2`` once ``benchmarks/setup_petsc.sh`` has run.
@@ -236,6 +237,62 @@ def mpi_worker(quick: bool, repeat: int) -> None:
         comm.Barrier()
 
 
+def mpi_cg_rows(grid: int, iters: int, repeat: int) -> list[str]:
+    """``dl.apps.cg`` on MPI ranks (1 and 2), per iteration as ``peers.cg_lines`` times the
+    local runtime (the one-iteration solve, which binds, subtracted): next to PETSc's
+    ``KSPCG`` on the same rank count."""
+    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which(
+        "mpiexec"
+    )
+    if mpiexec is None:
+        return ["MPI CG: skipped (no mpiexec: pip install 'distal[mpi]')"]
+    lines = [f"CG on MPI ranks ({grid} x {grid} Laplacian, {iters} iterations, ms per iteration):"]
+    for P in (1, 2):
+        cmd = [mpiexec, "-n", str(P), sys.executable, __file__, "--mpi-cg-worker", "--repeat",
+               str(repeat), "--cg-grid", str(grid), "--cg-iters", str(iters)]  # fmt: skip
+        env = {**os.environ, "DISTAL_PROGRESS": "0"}
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+        got = [json.loads(x[7:]) for x in res.stdout.splitlines() if x.startswith("RESULT ")]
+        if res.returncode or not got:
+            lines.append(f"  {P} ranks: failed ({res.returncode}): {res.stderr[-400:]}")
+            continue
+        r = got[0]
+        lines.append(
+            f"  distal mpi{P:<9d} {r['ms']:9.2f} ms  iterations {r['its']}  "
+            f"residual {r['residual']:.6e}"
+        )
+    return lines
+
+
+def mpi_cg_worker(grid: int, iters: int, repeat: int) -> None:
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    a = peers.laplacian(grid)
+    b = peers._dense(np.random.default_rng(7), a.shape[0])  # as peers.cg_lines draws it
+
+    def solve(k: int) -> tuple[Any, int]:
+        return dl.apps.cg(a, b, tol=0.0, maxiter=k, session=dl.Session("mpi", progress=False))
+
+    def timed(k: int) -> tuple[float, Any, int]:
+        best, x, its = float("inf"), None, 0
+        for _ in range(repeat):
+            comm.Barrier()
+            t = time.perf_counter()
+            x, its = solve(k)
+            comm.Barrier()
+            best = min(best, time.perf_counter() - t)
+        return best, x, its
+
+    solve(1)
+    one, _, _ = timed(1)
+    t, x, its = timed(iters)
+    if comm.rank == 0:
+        res = float(np.linalg.norm(b - a @ x))
+        ms = 1e3 * (t - one) / (iters - 1)
+        print("RESULT " + json.dumps({"ms": ms, "its": its, "residual": res}), flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="about 250 k entries per data set")
@@ -245,9 +302,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--no-mpi", action="store_true", help="leave out the MPI rows")
     ap.add_argument("--cg", action="store_true", help="add CG on a 1000 x 1000 Laplacian")
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mpi-cg-worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--cg-grid", type=int, default=1000, help=argparse.SUPPRESS)
+    ap.add_argument("--cg-iters", type=int, default=50, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.mpi_worker:
         mpi_worker(args.quick, args.repeat)
+        return 0
+    if args.mpi_cg_worker:
+        mpi_cg_worker(args.cg_grid, args.cg_iters, args.repeat)
         return 0
     kernels = [k for k in args.kernels.split(",") if k]
     print(f"load average before: {os.getloadavg()}")
@@ -279,7 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(extra))
     if args.cg:
         print()
-        print("\n".join(peers.cg_lines(200 if args.quick else 1000, 50, 3)))
+        grid = 200 if args.quick else 1000
+        print("\n".join(peers.cg_lines(grid, 50, 3)))
+        if not args.no_mpi:
+            print("\n".join(mpi_cg_rows(grid, 50, 3)))
     if not args.no_mpi:
         print()
         print("\n".join(mpi_rows(args.quick, args.repeat)))
