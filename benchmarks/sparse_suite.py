@@ -272,7 +272,7 @@ def mpi_cg_worker(grid: int, iters: int, repeat: int) -> None:
     b = peers._dense(np.random.default_rng(7), a.shape[0])  # as peers.cg_lines draws it
 
     def solve(k: int) -> tuple[Any, int]:
-        return dl.apps.cg(a, b, tol=0.0, maxiter=k, session=dl.Session("mpi", progress=False))
+        return dl.apps.cg(a, b, tol=0.0, maxiter=k, session=dl.Session("mpi"))
 
     def timed(k: int) -> tuple[float, Any, int]:
         best, x, its = float("inf"), None, 0

@@ -782,10 +782,8 @@ class Session:
             data.update(given)  # kernel.run names the extra ones
         self.kernels_run += 1
         out = names.get(st.output.name, st.output.name)
-        if getattr(kernel, "sparse", None) is not None and (
-            self.runtime == "mpi" or not st.output.format.is_dense
-        ):
-            # a sparse kernel's result comes back whole on every rank: held as given
+        if getattr(kernel, "sparse", None) is not None and not st.output.format.is_dense:
+            # a sparse result comes back whole on every rank: held as given
             res = kernel.run(data, runtime=self.runtime, **self._run_options(kernel, names))
             value = res.value
             t = st.output
@@ -796,10 +794,17 @@ class Session:
                 res.value = None
             return res
         if self.runtime == "mpi":
+            # the output stays in its blocks (a sparse kernel's dense result too: an SpMV's
+            # vector is not gathered onto every rank, which cost more than its product)
             res = kernel.run(data, runtime="mpi", gather="none", **self._run_options())
             lay = layout_of(kernel, st.output.name)
             box = lay.boxes[self.rank]
-            arr = next(iter(res.blocks.values()), None) if box is not None else None
+            arr = None if box is None else res.blocks.get(box)
+            if box is not None and arr is None:
+                raise InternalError(
+                    f"rank {self.rank} holds the blocks {list(res.blocks)} of {out!r}, not "
+                    f"its layout's {box}"
+                )
             t = st.output
             self.values[out] = Held(
                 t.shape, np.dtype(t.dtype), lay, HeldBlock(t.shape, np.dtype(t.dtype), box, arr)

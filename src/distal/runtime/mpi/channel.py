@@ -422,7 +422,7 @@ class Channel:
                     return
                 spins += 1
                 if spins > 100:
-                    time.sleep(min(2e-3, 2e-6 * spins))
+                    time.sleep(min(1e-4, 2e-6 * spins))
                     if time.monotonic() > deadline:
                         raise JoinTimeout(self._unjoined(), processor=None)
         except BaseException:

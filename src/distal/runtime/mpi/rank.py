@@ -33,7 +33,7 @@ from distal.plan.ir import (
     Reduce,
     SendFinal,
 )
-from distal.plan.region import Entries, Region, content, index_words, shape
+from distal.plan.region import Entries, Region, as_slice, content, index_words, shape
 from distal.plan.region import words as region_words
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
@@ -52,6 +52,43 @@ STAT_FIELDS = (
     "index_words_received",
     "index_words_sent",
 )
+
+
+#: plans whose leaves are kept (the most recently used), as the local runtime keeps its
+#: prepared plans: a rank reruns the same program (the kernel keeps it), and preparing the
+#: leaves of a 5 M-entry SpMV (segments, index arrays) cost 40 ms a run
+LEAVES_KEPT = 16
+_LEAVES: dict[int, tuple[Plan, Any, dict[int, EntryLeaves]]] = {}
+
+
+def _leaves(plan: Plan, p: int, dtype: Any) -> dict[int, EntryLeaves]:
+    """The leaves over stored entries of ``plan``'s Computes on rank ``p``, by the Compute's
+    identity (made once per plan and output dtype)."""
+    got = _LEAVES.get(id(plan))
+    if got is not None and got[0] is plan and got[1] == dtype:
+        return got[2]
+    leaves = {
+        id(op): EntryLeaves(op.work, dtype)
+        for op in plan.ops(p)
+        if isinstance(op, Compute) and op.work is not None
+    }
+    while len(_LEAVES) >= LEAVES_KEPT:
+        _LEAVES.pop(next(iter(_LEAVES)))
+    _LEAVES[id(plan)] = (plan, dtype, leaves)
+    return leaves
+
+
+class _At:
+    """Where a rank is: step ``s``, instruction ``op``, as text only when an error reports
+    it (an instruction's text costs more to make than a small run's leaf)."""
+
+    def __init__(self, s: int, op: Any) -> None:
+        self.s, self.op = s, op
+
+    def __str__(self) -> str:
+        return f"step {self.s}: {self.op}"
+
+    __repr__ = __str__
 
 
 class Rank(Store):
@@ -82,12 +119,9 @@ class Rank(Store):
         self.types: dict[tuple, Any] = {}
         self.mpitypes: dict[str, Any] = {}
         self.compute_seconds = 0.0
-        self.where = "setup"
+        self.where: str | _At = "setup"
         self.trace = Recorder()
-        self.leaves: dict[int, EntryLeaves] = {}  # leaves over stored entries, per Compute
-        for op in plan.ops(self.p):
-            if isinstance(op, Compute) and op.work is not None:
-                self.leaves[id(op)] = EntryLeaves(op.work, self.out_dtype)
+        self.leaves = _leaves(plan, self.p, self.out_dtype)  # over stored entries, per Compute
         self.keep: list[Any] = []  # gathered messages, alive until their sends complete
         self._region_tensor: dict[int, str] = {}
         self._piece_cache: dict = {}
@@ -229,7 +263,8 @@ class Rank(Store):
                 self.owned[name] = (np.zeros(shape(own), self.dtypes[name]), own)
                 continue
             vals = np.asarray(self.data[name].vals, dtype=self.dtypes[name])
-            self.owned[name] = (np.ascontiguousarray(vals[own.positions]), own)
+            # a run of positions is a view (an input is never written); others a gather
+            self.owned[name] = (np.ascontiguousarray(vals[as_slice(own.positions)]), own)
         for name, pl in plan.placements.items():
             box = pl.owned_box(plan.coord_in(pl, self.p))
             if box is None:
@@ -269,7 +304,7 @@ class Rank(Store):
                     self.inbox.append((arr, op.box))
             for op in steps[s]:
                 if not isinstance(op, Fetch | Reduce | Combine | Forward):
-                    self.where = f"step {s}: {op}"
+                    self.where = _At(s, op)  # (its text made only if it is read)
                     t = self.trace.now()
                     self._exec(op)
                     kind = COMPUTE if isinstance(op, Compute) else FLUSH
