@@ -70,9 +70,7 @@ def stats_rows(gx: int, gy: int, routings: tuple[str, ...]) -> list[str]:
             return dl.compile(s, routing=routing).stats()
 
         wall, cpu, _ = _timed(both, repeat=1)
-        rows.append(
-            f"compile+stats P={gx * gy:<6} {routing:<9} {wall:7.3f} s  (cpu {cpu:6.3f})"
-        )
+        rows.append(f"compile+stats P={gx * gy:<6} {routing:<9} {wall:7.3f} s  (cpu {cpu:6.3f})")
     return rows
 
 

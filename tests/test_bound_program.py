@@ -191,8 +191,8 @@ def test_program_is_the_plans_part_for_that_processor(name: str) -> None:
         same(prog, whole.restrict(p), f"program({p})")
         assert sum(m.words for m in prog.messages if m.dst == p) == st.words_received[p]
         assert sum(m.words for m in prog.messages if m.src == p) == st.words_sent[p]
-        assert sum(m.index_words for m in prog.messages if m.dst == p) == (
-            st.index_words_received[p]
+        assert (
+            sum(m.index_words for m in prog.messages if m.dst == p) == (st.index_words_received[p])
         )
     # once the whole plan exists, program(p) is its part (the same objects)
     assert bound.program(1).messages == whole.restrict(1).messages

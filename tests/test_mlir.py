@@ -526,6 +526,7 @@ def _iree() -> None:
     if os.environ.get("CI"):
         import iree.compiler
         import iree.runtime  # noqa: F401
+
         return
     pytest.importorskip("iree.compiler", reason="IREE leaves need iree-base-compiler")
     pytest.importorskip("iree.runtime", reason="IREE leaves need iree-base-runtime")

@@ -68,8 +68,19 @@ def test_format_names_round_trip() -> None:
     assert dl.Format("cdc").describe() == "Format('cdc')"
 
 
-@pytest.mark.parametrize(("name", "n"), [("csr", 3), ("csc", 1), ("dcsr", 3), ("dcsc", 4),
-                                         ("dss", 2), ("dds", 4), ("coo", 0), ("csf", 0)])
+@pytest.mark.parametrize(
+    ("name", "n"),
+    [
+        ("csr", 3),
+        ("csc", 1),
+        ("dcsr", 3),
+        ("dcsc", 4),
+        ("dss", 2),
+        ("dds", 4),
+        ("coo", 0),
+        ("csf", 0),
+    ],
+)
 def test_named_format_of_the_wrong_order(name: str, n: int) -> None:
     with pytest.raises(dl.NotationError, match=name):
         named_format(name, n, "Tq")
