@@ -99,6 +99,11 @@ def check(name: str, kernel: dl.Kernel, inputs: dict, expected: np.ndarray, **op
     traced = {e.proc for e in res.trace if e.kind == "compute"}
     assert traced == computing, f"{name}: compute events from {traced}, expected {computing}"
     assert all(e.end >= e.start for e in res.trace), f"{name}: event ends before it starts"
+    # trace=False: no events gathered, the same stats and value
+    quiet = kernel.run(inputs, runtime="mpi", trace=False, **opts)
+    assert quiet.trace == [], f"{name}: trace=False gathered {len(quiet.trace)} events"
+    same_stats(f"{name} (trace=False)", quiet.stats, predicted)
+    assert np.array_equal(np.asarray(quiet.value), value), f"{name}: trace=False changed the value"
     passed(name, res.stats, steps=kernel.plan.nsteps)
 
 
@@ -176,12 +181,14 @@ def sparse() -> None:
     lo, hi = none.extra["owned"][0]
     assert np.allclose(none.extra["block"], expected[lo:hi], rtol=1e-12), "owned block"
     try:
-        bound.run(inputs, runtime="mpi", trace=True)
+        bound.run(inputs, runtime="mpi", progress=True)  # the local runtime's, not MPI's
     except dl.InputError as e:
         message = str(e)
     else:
         raise AssertionError("an unknown option was taken")
-    assert "unknown option(s) ['trace']" in message, message
+    assert "unknown option(s) ['progress']" in message, message
+    quiet = bound.run(inputs, runtime="mpi", trace=False)
+    assert quiet.trace == [] and quiet.stats == bound.stats(), "trace=False"
     report(case="gather modes and options", ok=True)
 
 

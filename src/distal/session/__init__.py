@@ -101,7 +101,7 @@ class Held:
 
 #: the options a session passes to every run, by runtime, beyond those the runtime itself
 #: checks (see :func:`check_options`); names starting with ``_`` are the runtimes' test hooks
-MPI_OPTIONS = ("comm",)
+MPI_OPTIONS = ("comm", "trace")
 
 
 def check_options(runtime: str, options: Mapping[str, Any]) -> None:
@@ -837,11 +837,11 @@ class Session:
         return res
 
     def _run_options(self, kernel: Any = None, names: Mapping[str, str] = {}) -> dict[str, Any]:
-        """The options of every ``kernel.run``: the session's, and on the local runtime no
-        trace unless asked for (``trace=True``, or ``DISTAL_TRACE=1``); on Dask the
+        """The options of every ``kernel.run``: the session's, and on the local and MPI
+        runtimes no trace unless asked for (``trace=True``, or ``DISTAL_TRACE=1``); on Dask the
         session's pool and, for ``kernel``'s inputs held in this process, the caches of the
         blocks placed from them (``Held.placed``)."""
-        if self.runtime == "local" and "trace" not in self.options:
+        if self.runtime in ("local", "mpi") and "trace" not in self.options:
             return {**self.options, "trace": os.environ.get("DISTAL_TRACE", "0") == "1"}
         if self.runtime == "dask":
             _ = self.client  # the pool, started once

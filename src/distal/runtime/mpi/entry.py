@@ -12,6 +12,7 @@ makes the others raise :class:`~.channel.JoinTimeout` at the join deadline and e
 
 from __future__ import annotations
 
+import os
 import time
 import zlib
 from typing import Any
@@ -112,6 +113,7 @@ def run(
     *,
     gather: str = "all",
     comm: Any = None,
+    trace: bool | None = None,
     _fail_on_rank: int | None = None,
     _fail_at_step: int = 0,
     **unknown: Any,
@@ -128,6 +130,9 @@ def run(
             writers of :class:`~distal.data.DistributedResult`).
         comm: the communicator to run on (default ``MPI.COMM_WORLD``); its size must equal
             the machine's, and rank ``p`` plays processor ``p``.
+        trace: gather every rank's trace events into ``Result.trace`` (default: unless
+            ``DISTAL_TRACE=0``, as on the local runtime); ``False`` leaves it empty and
+            saves the run a collective (a session's runs pass ``False`` unless asked).
         _fail_on_rank, _fail_at_step: testing only -- raise on that rank at that step.
     """
     t_start = time.perf_counter()
@@ -146,7 +151,7 @@ def run(
         if unknown:
             raise InputError(
                 f"unknown option(s) {sorted(unknown)} for the mpi runtime; valid options are "
-                "['comm', 'gather']"
+                "['comm', 'gather', 'trace']"
             )
         if gather not in GATHER_MODES:
             raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
@@ -174,10 +179,18 @@ def run(
         value = me.gather(gather)
         gather_seconds = time.perf_counter() - t_gather
         me.where = "collecting the stats"
+        if trace is None:
+            trace = os.environ.get("DISTAL_TRACE", "1") != "0"
         row = [me.counts[f] for f in STAT_FIELDS]
-        row += [exec_seconds, me.compute_seconds, gather_seconds, *me.level_words]
+        # the trace's event count rides with the stats: one collective fewer
+        row += [exec_seconds, me.compute_seconds, gather_seconds, len(me.trace.events)]
+        row += me.level_words
         table = chan.allgather(np.array(row, np.float64))
-        trace = _gather_trace(chan, me.trace.events)
+        events = (
+            _gather_trace(chan, me.trace.events, int(table[:, len(STAT_FIELDS) + 3].max()))
+            if trace
+            else []
+        )
     except PeerFailure:
         if me is not None:
             me.abandon()
@@ -191,7 +204,7 @@ def run(
         raise RuntimeFailure(f"{chan.name(rank)} failed: {text}", processor=rank) from e
     me.free_types()
     nf = len(STAT_FIELDS)
-    levels = [[int(x) for x in table[:, c]] for c in range(nf + 3, table.shape[1])]
+    levels = [[int(x) for x in table[:, c]] for c in range(nf + 4, table.shape[1])]
     stats = Stats(*([int(x) for x in table[:, f]] for f in range(nf)), level_words_received=levels)
     extra = {
         "execute_seconds": float(table[:, nf].max()),
@@ -206,7 +219,7 @@ def run(
     common = {
         "value": value,
         "stats": stats,
-        "trace": trace,
+        "trace": events,
         "seconds": time.perf_counter() - t_start,
         "extra": extra,
         "rank": rank,
@@ -232,10 +245,10 @@ def run(
 _KINDS = (FETCH, COMPUTE, FLUSH, REDUCE, FINAL, WAIT)  # FETCH, FINAL: the plan's words
 
 
-def _gather_trace(chan: Channel, events: list[Event]) -> list[Event]:
+def _gather_trace(chan: Channel, events: list[Event], n: int) -> list[Event]:
     """Every rank's trace events on every rank (times from each rank's own start, which the
-    collective before execution lines up to within a message latency)."""
-    n = int(chan.allgather(np.array([len(events)], np.float64)).max())
+    collective before execution lines up to within a message latency); ``n``: the most
+    events any rank has."""
     rows = np.zeros((max(n, 1), 6), np.float64)
     for r, e in enumerate(events):
         rows[r] = (e.proc, _KINDS.index(e.kind), e.step, e.start, e.end, e.words)
