@@ -188,7 +188,8 @@ def sparse() -> None:
         raise AssertionError("an unknown option was taken")
     assert "unknown option(s) ['progress']" in message, message
     quiet = bound.run(inputs, runtime="mpi", trace=False)
-    assert quiet.trace == [] and quiet.stats == bound.stats(), "trace=False"
+    assert quiet.trace == [], "trace=False gathered events"
+    assert quiet.stats == bound.stats(), "trace=False stats"
     report(case="gather modes and options", ok=True)
 
 
