@@ -286,9 +286,11 @@ class Program:
     def _epilogue(self, node: Node, later: list[Node]) -> list[Node]:
         """The full reductions pending in ``later`` (or under them) that read ``node``, a
         sparse matrix-vector product, and can run as its kernel's epilogue: each reads the
-        product and values of its shape as a fused set does (``p @ q`` after ``q = A @ p``),
-        and no other pending array of that shape. Empty where there are none (or ``node`` is
-        no such product, or the session does not fuse)."""
+        product, values of its shape and element-wise arrays over them (computed in the
+        set), as a fused set does (``p @ q`` after ``q = A @ p``). They run at the product's
+        place in the flush, before the arrays after it (they read nothing those make).
+        Empty where there are none (or ``node`` is no such product, or the session does not
+        fuse)."""
         if (
             not self._fusing
             or not later
