@@ -294,3 +294,29 @@ def test_what_numpy_refuses_is_a_clear_error(args, error, match) -> None:
         np.einsum(*args)
     with pytest.raises(error, match=match):
         dl.einsum(*args, machine=dl.Machine(2))
+
+
+def test_a_repeated_einsum_searches_and_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loop calling dl.einsum on arrays of the same shapes reuses the first call's kernel
+    (the schedule search and the compile ran once); new values give numpy's answers, and
+    another shape or dtype is a new kernel."""
+    from distal.cost import einsum_auto
+
+    calls = []
+    real = einsum_auto.search
+    monkeypatch.setattr(einsum_auto, "search", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(einsum_auto, "_KERNELS", {})
+    rng = np.random.default_rng(3)
+    m = dl.Machine(2)
+    for _ in range(3):
+        b, c = rng.random((6, 5, 4)), rng.random(4)
+        np.testing.assert_allclose(
+            dl.einsum("ijk,k->ij", b, c, machine=m), np.einsum("ijk,k->ij", b, c)
+        )
+    assert len(calls) == 1
+    b32, c32 = b.astype(np.float32), c.astype(np.float32)
+    got = dl.einsum("ijk,k->ij", b32, c32, machine=m)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, np.einsum("ijk,k->ij", b32, c32), rtol=1e-5)
+    dl.einsum("ijk,k->ij", rng.random((7, 5, 4)), c, machine=m)
+    assert len(calls) == 3
