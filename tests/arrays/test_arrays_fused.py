@@ -292,3 +292,22 @@ def test_a_sparse_product_epilogue_on_dask_matches_local(dask_client: Any) -> No
     pytest.importorskip("distributed")
     sess: Any = dl.Session("dask", client=dask_client, machine=2)
     assert spmv_epilogue(sess, 6) == spmv_epilogue(dl.Session("local", machine=2), 6)
+
+
+@pytest.mark.parametrize("procs", [1, 2, 3])
+def test_a_dense_matrix_vector_product_takes_its_reductions_as_an_epilogue(procs: int) -> None:
+    m, a = rand(9, 9, seed=26), rand(9, seed=27)
+    counts = []
+    for fuse in (True, False):
+        sess = dl.Session("local", machine=procs, fuse=fuse)
+        A, p = sess.asarray(m), sess.asarray(a)
+        float(p @ p)  # placed, before the count
+        before, moved = sess.kernels_run, sess.moved_words
+        q = A @ p
+        pq = p @ q
+        np.testing.assert_allclose(float(pq), a @ (m @ a), rtol=1e-12)
+        np.testing.assert_allclose(q.get(), m @ a, rtol=1e-12)
+        counts.append((sess.kernels_run - before, sess.moved_words - moved))
+    assert counts[0][0] == 1, counts  # q with p @ q as its epilogue
+    assert counts[1][0] == 2, counts
+    assert counts[0][1] == counts[1][1], counts  # the epilogue moved nothing more

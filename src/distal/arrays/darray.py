@@ -59,9 +59,11 @@ class DArray:
     # -- reading it ------------------------------------------------------------------------
 
     def get(self) -> Any:
-        """The value, gathered: a numpy array, or a ``dl.SparseArray`` for a sparse one."""
-        self.program.flush()  # this handle is live: it is among what the flush computes
-        return self.session._get_value(self.program.name_of(self.node))
+        """The value, gathered: a numpy array, or a ``dl.SparseArray`` for a sparse one (on
+        Dask a lost scheduler is ``PoolLost``, as for ``sess.get``)."""
+        with self.session._pool_errors():
+            self.program.flush()  # this handle is live: it is among what the flush computes
+            return self.session._get_value(self.program.name_of(self.node))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         v = np.asarray(self.get())

@@ -285,7 +285,8 @@ class Program:
 
     def _epilogue(self, node: Node, later: list[Node]) -> list[Node]:
         """The full reductions pending in ``later`` (or under them) that read ``node``, a
-        sparse matrix-vector product, and can run as its kernel's epilogue: each reads the
+        matrix-vector product (a sparse or a dense matrix), and can run as its kernel's
+        epilogue: each reads the
         product, values of its shape and element-wise arrays over them (computed in the
         set), as a fused set does (``p @ q`` after ``q = A @ p``). They run at the product's
         place in the flush, before the arrays after it (they read nothing those make).
@@ -295,7 +296,9 @@ class Program:
             not self._fusing
             or not later
             or type(node) is not Contract
-            or not is_spmv(node.ins, node.out, node.operands)
+            or node.ins != ("ab", "b")
+            or node.out != "a"
+            or (type(node.operands[1]) is Value and node.operands[1].sparse is not None)
         ):
             return []
         ids = {id(node)}
@@ -323,7 +326,7 @@ class Program:
         every element-wise member, and each reduction's partial sums over the blocks are added
         in processor order into its replicated 0-d value.
 
-        With ``product`` (a sparse matrix-vector product the members reduce, see
+        With ``product`` (a matrix-vector product the members reduce, see
         :meth:`_epilogue`) the set is that product's kernel's epilogue: the kernel runs, and
         the set over the blocks of its result as they lie, as one kernel run."""
         ids = {id(m) for m in members}

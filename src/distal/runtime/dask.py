@@ -46,6 +46,7 @@ from typing import Any
 
 import dask.config
 from distributed import Client, LocalCluster, as_completed, get_worker
+from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 
 from distal.errors import InputError, RuntimeFailure
@@ -214,16 +215,26 @@ def pool_errors(client: Any) -> Iterator[None]:
     except (CommClosedError, OSError, TimeoutError) as e:
         if not isinstance(e, CommClosedError | ConnectionError) and _connected(client):
             raise  # a file's error, say: not the pool's
-        try:
-            where = str(client.scheduler.address)
-        except Exception:  # pragma: no cover - a client too broken to say
-            where = "(unknown address)"
-        raise PoolLost(
-            f"lost the connection to the Dask scheduler at {where} "
-            f"({type(e).__name__}: {e}); the values and results the pool held are gone: "
-            "with checkpoint=, run the session again on a live pool to resume from its "
-            "last saved iteration"
-        ) from e
+        raise _lost(client, e) from e
+    except FutureCancelledError as e:
+        # distal never cancels a future it still reads (it releases what it drops), so a
+        # cancelled one is the pool's doing: the client cancels every future it holds when
+        # its scheduler goes away (its reason "scheduler-connection-lost", or "unknown"
+        # when the client was already reconnecting)
+        raise _lost(client, e) from e
+
+
+def _lost(client: Any, e: BaseException) -> PoolLost:
+    try:
+        where = str(client.scheduler.address)
+    except Exception:  # pragma: no cover - a client too broken to say
+        where = "(unknown address)"
+    return PoolLost(
+        f"lost the connection to the Dask scheduler at {where} "
+        f"({type(e).__name__}: {e}); the values and results the pool held are gone: "
+        "with checkpoint=, run the session again on a live pool to resume from its "
+        "last saved iteration"
+    )
 
 
 def _connected(client: Any) -> bool:
