@@ -34,27 +34,11 @@ import numpy as np
 import distal as dl
 from distal.runtime.dask import decompose
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from elastic_hetero import gemm  # the same over-decomposed GEMM
+
 CGROOT = Path("/sys/fs/cgroup/cpu")
 PERIOD_US = 100_000
-
-
-def gemm(n: int, g: int) -> dl.Kernel:
-    M = dl.Machine(g, g)
-    i, j, k = dl.index_vars("i j k")
-    A = dl.Tensor("A", (n, n), dist="xy -> xy", machine=M)
-    B = dl.Tensor("B", (n, n), dist="xy -> xy", machine=M)
-    C = dl.Tensor("C", (n, n), dist="xy -> xy", machine=M)
-    A[i, j] = B[i, k] * C[k, j]
-    io, jo, ii, ji, ko, ki = dl.index_vars("io jo ii ji ko ki")
-    s = (
-        dl.schedule(A)
-        .distribute([i, j], [io, jo], [ii, ji], M)
-        .divide(k, ko, ki, g)
-        .reorder([ko, ii, ji])
-        .communicate(A, jo)
-        .communicate([B, C], ko)
-    )
-    return dl.compile(s)
 
 
 def cgroups_unavailable() -> str | None:

@@ -187,23 +187,33 @@ def target_lines(rows: Sequence[peers.Row]) -> list[str]:
     return out
 
 
+def _mpiexec() -> str | None:
+    """The venv's ``mpiexec`` (the mpich wheel's), else one on the PATH."""
+    return shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
+
+
+def _mpi_job(mpiexec: str, P: int, args: list[str], lines: list[str]) -> list[dict[str, Any]]:
+    """This script on ``P`` ranks with ``args``: rank 0's ``RESULT`` lines (none, and a line
+    in ``lines`` saying why, when the job failed)."""
+    cmd = [mpiexec, "-n", str(P), sys.executable, __file__, *args]
+    env = {**os.environ, "DISTAL_PROGRESS": "0"}
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
+    got = [json.loads(x[7:]) for x in res.stdout.splitlines() if x.startswith("RESULT ")]
+    if res.returncode or not got:
+        lines.append(f"  {P} ranks: failed ({res.returncode}): {res.stderr[-400:]}")
+        return []
+    return got
+
+
 def mpi_rows(quick: bool, repeat: int) -> list[str]:
     """SpMV and SpMM on R-MAT at 2 and 4 ranks, timed by rank 0 of an mpiexec job."""
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which(
-        "mpiexec"
-    )
+    mpiexec = _mpiexec()
     if mpiexec is None:
         return ["MPI: skipped (no mpiexec: pip install 'distal[mpi]')"]
     lines = ["MPI (R-MAT, non-zero split; ms, best of the timed runs):"]
     for P in (2, 4):
-        cmd = [mpiexec, "-n", str(P), sys.executable, __file__, "--mpi-worker",
-               "--repeat", str(repeat)] + (["--quick"] if quick else [])  # fmt: skip
-        env = {**os.environ, "DISTAL_PROGRESS": "0"}
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
-        got = [json.loads(x[7:]) for x in res.stdout.splitlines() if x.startswith("RESULT ")]
-        if res.returncode or not got:
-            lines.append(f"  {P} ranks: failed ({res.returncode}): {res.stderr[-400:]}")
-            continue
+        args = ["--mpi-worker", "--repeat", str(repeat)] + (["--quick"] if quick else [])
+        got = _mpi_job(mpiexec, P, args, lines)
         for r in got:
             lines.append(
                 f"  {r['kernel']:6s} {P} ranks {r['ms']:9.2f} ms  (local runtime with {P} "
@@ -241,20 +251,14 @@ def mpi_cg_rows(grid: int, iters: int, repeat: int) -> list[str]:
     """``dl.apps.cg`` on MPI ranks (1 and 2), per iteration as ``peers.cg_lines`` times the
     local runtime (the one-iteration solve, which binds, subtracted): next to PETSc's
     ``KSPCG`` on the same rank count."""
-    mpiexec = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which(
-        "mpiexec"
-    )
+    mpiexec = _mpiexec()
     if mpiexec is None:
         return ["MPI CG: skipped (no mpiexec: pip install 'distal[mpi]')"]
     lines = [f"CG on MPI ranks ({grid} x {grid} Laplacian, {iters} iterations, ms per iteration):"]
     for P in (1, 2):
-        cmd = [mpiexec, "-n", str(P), sys.executable, __file__, "--mpi-cg-worker", "--repeat",
-               str(repeat), "--cg-grid", str(grid), "--cg-iters", str(iters)]  # fmt: skip
-        env = {**os.environ, "DISTAL_PROGRESS": "0"}
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, env=env)
-        got = [json.loads(x[7:]) for x in res.stdout.splitlines() if x.startswith("RESULT ")]
-        if res.returncode or not got:
-            lines.append(f"  {P} ranks: failed ({res.returncode}): {res.stderr[-400:]}")
+        args = ["--mpi-cg-worker", "--repeat", str(repeat), "--cg-grid", str(grid)]
+        got = _mpi_job(mpiexec, P, [*args, "--cg-iters", str(iters)], lines)
+        if not got:
             continue
         r = got[0]
         lines.append(
