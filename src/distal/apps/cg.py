@@ -62,8 +62,8 @@ def cg(
             keeping ``cg_x``, ``cg_r``, ``cg_p``, ``cg_rr``) and a restarted call resumes.
         maxiter: iterations at most (default ``10 * n``).
         schedule: ``"auto"``; ``"owner"`` (dense ``A``: the owner-computes schedules of the
-            module docstring); ``"rows"`` or ``"nonzeros"`` (sparse ``A``; auto picks
-            ``"nonzeros"``, balanced whatever the row lengths).
+            module docstring); ``"rows"`` or ``"nonzeros"`` (sparse ``A``; auto lets the
+            session's cost model cut it: :func:`distal.arrays.lower.choose_split`).
 
     Returns:
         ``(x, iterations)``: the solution and the number of iterations run in total.
@@ -81,7 +81,7 @@ def cg(
     maxiter = 10 * n if maxiter is None else int(maxiter)
     sess = session_for(session)
     M = machine_for(sess, machine)
-    A_ = sess.asarray(a, SPLITS.get(split), machine=M)
+    A_ = sess.asarray(a, None if schedule == "auto" else SPLITS.get(split), machine=M)
     b_ = sess.asarray(bv, machine=M)
     bnorm = float(sqrt(b_ @ b_))
     sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = b_ * 0.0, b_, b_, b_ @ b_

@@ -68,7 +68,8 @@ def pagerank(
             (loop ``"pagerank"``, keeping ``pr_x``) and a restarted call resumes.
         maxiter: iterations at most.
         schedule: ``"auto"``; ``"owner"`` (dense ``A``: the schedules above); ``"rows"`` or
-            ``"nonzeros"`` (sparse ``A``; auto picks ``"nonzeros"``).
+            ``"nonzeros"`` (sparse ``A``; auto lets the session's cost model cut it:
+            :func:`distal.arrays.lower.choose_split`).
 
     Returns:
         The PageRank vector (sums to 1).
@@ -101,7 +102,7 @@ def pagerank(
         dangling = rows == 0
         inv = np.divide(1.0, rows, out=np.zeros(n), where=~dangling)
         G = SparseArray.from_scipy((sp.multiply(inv[:, None])).T.tocsr(), "csr")
-        G_ = sess.asarray(G, SPLITS[split], machine=M)
+        G_ = sess.asarray(G, None if schedule == "auto" else SPLITS[split], machine=M)
         mask = sess.asarray(dangling.astype(np.float64), machine=M)
     sess["pr_x"] = np.full(n, 1.0 / n)
     bound = d / (1 - d) * np.sqrt(n)

@@ -47,6 +47,22 @@ class DArray:
     def size(self) -> int:
         return int(np.prod(self.node.shape, dtype=np.int64))
 
+    @property
+    def dist(self) -> str | None:
+        """Where the array lies, once it has a place: a sparse matrix's cut (``"xy -> x"``
+        by rows, ``"xy -> (xy)"`` by stored entries: as given to ``sess.asarray``, else as
+        the session's cost model chose it), a computed or placed dense value's distribution
+        over the machine; None for an array not computed yet or not placed yet (the first
+        kernel that reads it places it)."""
+        node = self.node
+        if not isinstance(node, g.Value):
+            return None
+        if node.sparse is not None:
+            return "xy -> x" if node.sparse.endswith("/rows") else "xy -> (xy)"
+        held = self.session.values.get(node.name)
+        layout = getattr(held, "layout", None)
+        return None if layout is None else layout.dist
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d DArray")

@@ -10,16 +10,17 @@ index variable's extent, each slot's shape, dtype and format, the result's dtype
 machine. Equal keys make equal kernels, so the program compiles a key once and a loop's
 second iteration compiles nothing; :func:`build` makes the kernel from the key alone.
 
-Placement (the one rule, here): over a line of ``P`` processors, a group is computed
-owner-computes by its first output index (its first summed index when the result is 0-d),
-except that a contraction whose largest operand is larger than its result and has a
-summed index along its first axis is owner-computes by that index, its partial sums
-reduced onto the result's blocks of its first axis (so the large operand stays where it
-is held); the result, and every operand whose same axis that index runs over, is cut into
-blocks along it (a held value's own layout is blocks along its first axis, so element-wise chains
-over equal shapes move nothing); an operand not indexed by it is read replicated; a 0-d
-result is replicated, where every later group reads it. A sparse matrix times a vector is
-SpDISTAL's SpMV, cut by stored entries (balanced whatever the row lengths) with the
+Placement (the one rule, here), chosen by the cost model: over a line of ``P`` processors,
+an element-wise group is computed owner-computes by its first index (a held value's own
+layout is blocks along its first axis, so element-wise chains over equal shapes move
+nothing); a contraction by whichever of its indices :func:`owner_costs` models cheapest
+with every operand and the result where held values lie, the result's first index unless
+another is strictly cheaper (a summed index leaves a large operand in place and reduces
+partial sums onto the result's blocks instead). The result, and every operand whose same
+axis that index runs over, is cut into blocks along it; an operand not indexed by it is
+read replicated; a 0-d result is replicated, where every later group reads it. A sparse
+matrix times a vector is SpDISTAL's SpMV, cut by rows or by stored entries as the user
+said, else as :func:`choose_split` models cheaper for the matrix's own pattern, with the
 vectors in blocks.
 """
 
@@ -31,13 +32,20 @@ from typing import Any
 import numpy as np
 
 from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is_spmv, numpy_op
+from distal.costmodel.seconds import (
+    Cost,
+    MachineParams,
+    flops_per_iteration,
+    load_params,
+    stats_cost,
+)
 from distal.distribution.machine import Machine
 from distal.errors import InternalError
 from distal.kernel import Kernel, compile
 from distal.kernels import blas
 from distal.kernels import fused as fused_kernels
 from distal.kernels.recycle import Recycler
-from distal.lang.concrete import expand
+from distal.lang.concrete import concretize, expand
 from distal.lang.nodes import Expr, IndexVar, Literal, Tensor, index_vars
 from distal.schedule.api import schedule as default_schedule
 
@@ -211,30 +219,86 @@ def _uses(e: tuple, out: dict[int, list[tuple[int, ...]]]) -> None:
             _uses(sub, out)
 
 
-def _owner_var(key: tuple) -> int | None:
-    """The index a group is owner-computes by: its result's first index (its first summed
-    index for a 0-d result), unless a contraction's largest operand, larger than its
-    result, runs a summed index along its first axis: then that index. The large operand
-    is then read where it is held (blocks of its first axis) and only the result's partial
-    sums move, instead of the operand being redistributed along another axis: an MTTKRP
-    over a tensor's second mode, a Gram matrix ``F.T @ F``, ``x @ A``."""
-    body, extents, descs = key[0], key[1], key[2]
+def _default_owner(key: tuple) -> int | None:
+    """The owner index when nothing is searched: the result's first index (its first
+    summed index for a 0-d result); blocks along it are where every held value lies."""
+    body = key[0]
     outs, summed = body[1], body[2] if body[0] == "contract" else ()
-    default = outs[0] if outs else (summed[0] if summed else None)
-    if not summed:
-        return default
-    uses: dict[int, list[tuple[int, ...]]] = {}
-    for e in body[3]:
-        _uses(e, uses)
-    sizes = {k: int(np.prod(descs[k][0], dtype=np.int64)) for k in uses}
-    big = max(sizes, key=lambda k: (sizes[k], -k))  # the first of the largest
-    result = int(np.prod([extents[v] for v in outs], dtype=np.int64))
-    firsts = {acc[0] if acc else None for acc in uses[big]}
-    if sizes[big] > result and len(firsts) == 1:
-        (v,) = firsts
-        if v in summed and extents[v] > 1:
-            return v
-    return default
+    return outs[0] if outs else (summed[0] if summed else None)
+
+
+#: owner indices chosen, by group key (the search compiles one small plan per candidate)
+_OWNERS: dict[tuple, int | None] = {}
+_OWNERS_KEPT = 1024
+
+
+def _owner_var(key: tuple) -> int | None:
+    """The index a group is owner-computes by: for a contraction on more than one
+    processor, the candidate of :func:`owner_costs` the cost model says is cheapest (the
+    default, :func:`_default_owner`, unless another is strictly cheaper); for an
+    element-wise group the default (every operand then lies where it is read)."""
+    got = _OWNERS.get(key, -1)
+    if got != -1:
+        return got
+    best = _default_owner(key)
+    if key[0][0] == "contract" and key[4] > 1:
+        costs = owner_costs(key)
+        for v, c in costs.items():
+            if best not in costs or c.seconds < costs[best].seconds * (1 - 1e-9):
+                best = v
+    if len(_OWNERS) >= _OWNERS_KEPT:
+        _OWNERS.clear()
+    _OWNERS[key] = best
+    return best
+
+
+def owner_costs(key: tuple, params: MachineParams | None = None) -> dict[int, Cost]:
+    """The modelled cost of running contraction ``key`` owner-computes by each of its
+    indices (outputs first, then summed; those with at least one index per processor),
+    every operand and the result laid out where a held value lies (blocks of its first
+    axis, 0-d replicated).
+
+    Each candidate is compiled with those layouts and costed from its plan's exact stats
+    (:func:`~distal.costmodel.seconds.stats_cost`), so what its plan fetches is what the
+    session's redistribution would move to the layout the chosen kernel reads, and an
+    index whose operand is large pays for moving it while a summed one pays for its
+    partial sums: ``x @ A``, an MTTKRP over a tensor's second mode and a Gram matrix
+    ``F.T @ F`` are computed by their summed index, leaving the large operand in place.
+    """
+    body, extents, descs, dtype, nprocs, _ = key
+    outs, summed = body[1], body[2]
+    vs = _vars(extents)
+    machine = Machine(nprocs)
+    slots = [
+        Tensor(
+            slot_name(k),
+            shape,
+            dist=held_dist(len(shape)),
+            machine=machine,
+            dtype=np.dtype(dt),
+            format="dense" if sparse is None else sparse.split("/")[0],
+        )
+        for k, (shape, dt, sparse) in enumerate(descs)
+    ]
+    result = Tensor(
+        OUT,
+        tuple(extents[v] for v in outs),
+        dist=held_dist(len(outs)),
+        machine=machine,
+        dtype=np.dtype(dtype),
+    )
+    result[tuple(vs[v] for v in outs)] = _product(body[3], slots, vs)
+    params = params if params is not None else load_params()
+    flops = flops_per_iteration(concretize(result.assignment))
+    itemsize = max(np.dtype(d[1]).itemsize for d in descs)
+    po, pi = index_vars("po pi")
+    costs: dict[int, Cost] = {}
+    for v in (*outs, *summed):
+        if extents[v] < nprocs:
+            continue
+        s = default_schedule(result).distribute([vs[v]], [po], [pi], machine)
+        costs[v] = stats_cost(compile(s).stats(), flops, params, itemsize)
+    return costs
 
 
 def _dist(ndim: int, accesses: list[tuple[int, ...]], owner: int | None) -> str:
@@ -436,7 +500,33 @@ def spmv_kernel(
 ) -> Kernel:
     """``out[i] = mat[i, j] * vec[j]`` with ``mat`` sparse, cut by rows (``"rows"``) or by
     stored entries (``"nonzeros"``); the vectors in blocks (each processor gathers exactly
-    the entries of ``vec`` its columns use)."""
+    the entries of ``vec`` its columns use). Kernels are kept by their arguments (the same
+    object for the same arguments: its binding to a pattern is made once)."""
+    key = (out, mat, vec, n, m, machine.levels, split, tuple(np.dtype(d).str for d in dtypes), fmt)
+    kernel = _SPMV_KERNELS.get(key)
+    if kernel is None:
+        if len(_SPMV_KERNELS) >= _SPMV_KEPT:
+            _SPMV_KERNELS.clear()
+        kernel = _SPMV_KERNELS[key] = _spmv_kernel(out, mat, vec, n, m, machine, split, dtypes, fmt)
+    return kernel
+
+
+#: SpMV kernels by their arguments (each holds its binding to the last pattern it ran on)
+_SPMV_KERNELS: dict[tuple, Kernel] = {}
+_SPMV_KEPT = 64
+
+
+def _spmv_kernel(
+    out: str,
+    mat: str,
+    vec: str,
+    n: int,
+    m: int,
+    machine: Machine,
+    split: str,
+    dtypes: tuple[Any, Any, Any],
+    fmt: str,
+) -> Kernel:
     i, j, io, ii, f, fp, fo, fi = index_vars("i j io ii f fp fo fi")
     dist = "xy -> x" if split == "rows" else "xy -> (xy)"
     A = Tensor(mat, (n, m), format=fmt, dist=dist, machine=machine, dtype=dtypes[0])
@@ -450,6 +540,59 @@ def spmv_kernel(
         s = s.fuse(i, j, f).pos(f, fp, A).distribute([fp], [fo], [fi], machine)
         s = s.communicate([y, A, x], fo)
     return compile(s)
+
+
+#: the cuts of a sparse matrix ``A @ x`` chooses between (see :func:`split_costs`)
+SPLITS = ("rows", "nonzeros")
+
+
+def split_costs(
+    matrix: Any, nprocs: int, fmt: str = "csr", params: MachineParams | None = None
+) -> dict[str, Cost]:
+    """The modelled cost of ``matrix @ x`` (``matrix`` a 2-D ``dl.SparseArray``) cut by
+    rows and by stored entries on a line of ``nprocs`` processors: each cut's SpMV plan
+    bound to the matrix's pattern, costed from the bound plan's exact stats with each
+    stored entry streaming its value and column index from memory (an SpMV is
+    memory-bound: at the flop rate alone a cut that gives one processor most of the
+    entries would look free). Rows win on a matrix whose rows are even (no partial sums
+    of split rows); stored entries where a few rows hold most of them (R-MAT, Zipf)."""
+    n, m = matrix.shape
+    dtypes = (matrix.dtype, np.dtype(np.float64), np.dtype(np.float64))
+    index = max((c.dtype.itemsize for c in matrix.crd if c is not None), default=8)
+    params = params if params is not None else load_params()
+    costs = {}
+    for split in SPLITS:
+        kernel = spmv_kernel(
+            OUT, slot_name(0), slot_name(1), n, m, Machine(nprocs), split, dtypes=dtypes, fmt=fmt
+        )
+        stats = kernel.bind({slot_name(0): matrix}).stats()
+        costs[split] = stats_cost(stats, 2, params, 8, bytes_per_iter=matrix.dtype.itemsize + index)
+    return costs
+
+
+#: splits chosen, by pattern fingerprint, processors and format (a matrix solved again
+#: in a new session is not bound twice more)
+_SPLITS_CHOSEN: dict[tuple, str] = {}
+_SPLITS_KEPT = 256
+
+
+def choose_split(matrix: Any, nprocs: int, fmt: str = "csr") -> str:
+    """The cut of :func:`split_costs` with the least modelled time (stored entries on a
+    tie, and on one processor, where there is nothing to cut). The chosen cut's plan is
+    the one the product then runs (:func:`spmv_kernel` keeps its kernels, and a kernel its
+    binding), so the search costs one binding more than running does."""
+    if nprocs <= 1:
+        return "nonzeros"
+    key = (matrix.pattern_fingerprint(), matrix.dtype.str, int(nprocs), fmt)
+    got = _SPLITS_CHOSEN.get(key)
+    if got is None:
+        costs = split_costs(matrix, nprocs, fmt)
+        cheaper = costs["rows"].seconds < costs["nonzeros"].seconds * (1 - 1e-9)
+        got = "rows" if cheaper else "nonzeros"
+        if len(_SPLITS_CHOSEN) >= _SPLITS_KEPT:
+            _SPLITS_CHOSEN.clear()
+        _SPLITS_CHOSEN[key] = got
+    return got
 
 
 # -- fused sets: several element-wise groups and the reductions they feed, one pass -------------

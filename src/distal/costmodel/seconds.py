@@ -49,9 +49,14 @@ class CostModelError(DistalUserError):
 
 @dataclass(frozen=True)
 class MachineParams:
-    """Seconds per message (``alpha``), per word moved (``beta``) and per flop (``gamma``).
+    """Seconds per message (``alpha``), per word moved (``beta``), per flop (``gamma``) and
+    per byte a leaf streams from memory (``mu``).
 
-    A word is one tensor element; ``word_bytes`` converts bandwidth (8: float64).
+    A word is one tensor element; ``word_bytes`` converts bandwidth (8: float64). ``mu``
+    prices leaves that do a flop or two per entry they read (a sparse matrix's stored
+    entries: SpMV streams each value and column index once), which run at the memory's
+    bandwidth, not the flop rate; a point of the iteration space costs the larger of its
+    flops and its streamed bytes (a roofline).
     """
 
     alpha: float = 1.5e-6
@@ -59,20 +64,26 @@ class MachineParams:
     gamma: float = 1 / 2e12
     word_bytes: int = 8
     source: str = "default: InfiniBand HDR cluster"
+    mu: float = 1 / 300e9
 
     def __post_init__(self) -> None:
-        for name in ("alpha", "beta", "gamma"):
+        for name in ("alpha", "beta", "gamma", "mu"):
             x = getattr(self, name)
             if isinstance(x, bool) or not isinstance(x, int | float) or x < 0:
                 raise CostModelError(f"MachineParams.{name} must be a number >= 0, got {x!r}")
 
 
-#: Typical clusters, one processor = one node (MPI latency, link bandwidth, node DGEMM rate).
-#: EDR: 100 Gb/s links (12.5 GB/s), ~2 us MPI latency, ~1 TFLOP/s per node (2x20-core
-#: Skylake). HDR: 200 Gb/s (25 GB/s), ~1.5 us, ~2 TFLOP/s per node (2x64-core EPYC).
+#: Typical clusters, one processor = one node (MPI latency, link bandwidth, node DGEMM rate,
+#: node memory bandwidth). EDR: 100 Gb/s links (12.5 GB/s), ~2 us MPI latency, ~1 TFLOP/s
+#: and ~200 GB/s per node (2x20-core Skylake). HDR: 200 Gb/s (25 GB/s), ~1.5 us, ~2 TFLOP/s
+#: and ~300 GB/s per node (2x64-core EPYC).
 CLUSTERS: dict[str, MachineParams] = {
-    "edr": MachineParams(2.0e-6, 8 / 12.5e9, 1 / 1e12, 8, "default: InfiniBand EDR cluster"),
-    "hdr": MachineParams(1.5e-6, 8 / 25e9, 1 / 2e12, 8, "default: InfiniBand HDR cluster"),
+    "edr": MachineParams(
+        2.0e-6, 8 / 12.5e9, 1 / 1e12, 8, "default: InfiniBand EDR cluster", 1 / 200e9
+    ),
+    "hdr": MachineParams(
+        1.5e-6, 8 / 25e9, 1 / 2e12, 8, "default: InfiniBand HDR cluster", 1 / 300e9
+    ),
 }
 
 
@@ -110,6 +121,7 @@ def load_params(path: str | os.PathLike | None = None) -> MachineParams:
             float(data["gamma"]),
             int(data.get("word_bytes", 8)),
             f"calibrated: {p}",
+            float(data.get("mu", DEFAULT_PARAMS.mu)),
         )
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise CostModelError(f"machine parameter file {str(p)!r} is unreadable: {e}") from e
@@ -154,8 +166,18 @@ class Cost:
     peak_bytes: int
 
 
-def stats_cost(stats: Any, flops_per_iter: int, params: MachineParams, itemsize: int = 8) -> Cost:
+def stats_cost(
+    stats: Any,
+    flops_per_iter: int,
+    params: MachineParams,
+    itemsize: int = 8,
+    bytes_per_iter: float = 0.0,
+) -> Cost:
     """The model applied to a ``Stats`` (exact, from a plan or a run).
+
+    ``bytes_per_iter``: what the leaf streams from memory per point of the iteration space
+    (a sparse leaf's value and index per stored entry; 0 for dense leaves, whose blocked
+    kernels reuse what they read), priced at ``params.mu`` against the flops at ``gamma``.
 
     Evaluated with arrays (the same float operations in the same order as per processor):
     ``compile`` costs every routing of a plan, and a Python loop over a million processors
@@ -166,7 +188,8 @@ def stats_cost(stats: Any, flops_per_iter: int, params: MachineParams, itemsize:
     msgs = np.maximum(stats.messages_received, stats.messages_sent).astype(np.float64)
     words = np.maximum(stats.words_received, stats.words_sent).astype(np.float64)
     comm = params.alpha * msgs + params.beta * words
-    comp = params.gamma * flops_per_iter * np.asarray(stats.iterations, np.float64)
+    point = max(params.gamma * flops_per_iter, params.mu * bytes_per_iter)
+    comp = point * np.asarray(stats.iterations, np.float64)
     per = comm + comp
     worst = int(np.argmax(per))  # the first slowest processor
     peak = int(np.max(stats.peak_words))
@@ -255,13 +278,21 @@ def calibrate(quick: bool = False) -> tuple[MachineParams, dict[str, Any]]:
         a @ b
         best = min(best, time.perf_counter() - t0)
     gamma = best / (2.0 * n**3)
+    stream = np.ones((1 << 22) if quick else (1 << 25))  # read once per sum, past the caches
+    read = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        stream.sum()
+        read = min(read, time.perf_counter() - t0)
+    mu = read / stream.nbytes
     raw = {
         "latency_s": lat,
         "bandwidth_bytes_per_s": big / bw_time,
         "message_bytes": big,
         "gemm_n": n,
         "gemm_gflops": 2.0 * n**3 / best / 1e9,
+        "read_bytes_per_s": stream.nbytes / read,
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "method": "multiprocessing pipe ping-pong; numpy float64 GEMM",
+        "method": "multiprocessing pipe ping-pong; numpy float64 GEMM; numpy sum of an array",
     }
-    return MachineParams(lat, beta, gamma, 8, "calibrated: this computer"), raw
+    return MachineParams(lat, beta, gamma, 8, "calibrated: this computer", mu), raw

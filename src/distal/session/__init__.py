@@ -47,7 +47,7 @@ import numpy as np
 
 from distal.arrays.darray import DArray
 from distal.arrays.graph import Value
-from distal.arrays.lower import held_dist
+from distal.arrays.lower import choose_split, held_dist
 from distal.arrays.program import Program
 from distal.casting import check_cast
 from distal.distribution.machine import Machine
@@ -97,6 +97,8 @@ class Held:
     transposed: Any = None
     #: dask: the input blocks made from this value on the workers, kept for the next kernels
     placed: dict = field(default_factory=dict)
+    #: a sparse value: how ``A @ x`` cuts it when no one said, by processor count
+    splits: dict = field(default_factory=dict)
 
 
 #: the options a session passes to every run, by runtime, beyond those the runtime itself
@@ -376,7 +378,7 @@ class Session:
         that machine's processors."""
         self.flush()
         program = self._program_for(self.machine if machine is None else machine)
-        return DArray(self, self._hidden_value(self._held(name)), program)
+        return DArray(self, self._hidden_value(self._held(name), None, program.nprocs), program)
 
     def __setitem__(self, name: str, value: Any) -> None:
         """Bind ``name`` to a value: a ``DArray`` (computed now, with whatever is pending),
@@ -411,9 +413,9 @@ class Session:
         split = None
         if _is_sparse(held.data):
             split = _sparse_split(dist)
-        elif dist is not None:
+        elif dist is not None and dist != "auto":
             self._place(name, held, dist, program.nprocs)
-        return DArray(self, self._hidden_value(held, split), program)
+        return DArray(self, self._hidden_value(held, split, program.nprocs), program)
 
     def _map_blocks(
         self,
@@ -643,15 +645,31 @@ class Session:
             t = held.transposed = Held(tuple(reversed(held.shape)), held.dtype, None, t)
         return self._hidden_value(t, node.sparse.split("/")[1])
 
-    def _hidden_value(self, held: Held, split: str | None = None) -> Any:
+    def _hidden_value(self, held: Held, split: str | None = None, nprocs: int = 1) -> Any:
         """A program node reading ``held`` under a name of its own, dropped with the node
-        (a sparse one cut as ``split`` says, by stored entries by default)."""
+        (a sparse one cut as ``split`` says; without one, as the cost model chooses for
+        ``nprocs`` processors: :func:`distal.arrays.lower.choose_split`, once per value)."""
         name = f"_v{next(self._hidden)}"
         self.values[name] = held
-        sparse = f"csr/{split or 'nonzeros'}" if _is_sparse(held.data) else None
+        sparse = None
+        if _is_sparse(held.data):
+            sparse = f"csr/{split or self._chosen_split(held, nprocs)}"
         node = Value(tuple(held.shape), np.dtype(held.dtype), name, sparse)
         node.drop = self.values  # the value goes with the node
         return node
+
+    def _chosen_split(self, held: Held, nprocs: int) -> str:
+        """How ``A @ x`` cuts the sparse value ``held`` when no one said: the cost model's
+        choice over the matrix's own pattern (stored entries for anything but a matrix)."""
+        from distal.sparse.array import as_sparse
+
+        got = held.splits.get(nprocs)
+        if got is None:
+            got = "nonzeros"
+            if len(held.shape) == 2:
+                got = choose_split(as_sparse(held.data, "csr", label="the sparse array"), nprocs)
+            held.splits[nprocs] = got
+        return got
 
     def _place(self, name: str, held: Held, dist: str, nprocs: int) -> None:
         """Give a value just put the layout ``dist`` over a line of ``nprocs`` processors
@@ -1038,10 +1056,10 @@ def session_machine(sess: Session, machine: Any) -> Machine:
     return Machine(p)
 
 
-def _sparse_split(dist: str | None) -> str:
-    """How ``A @ x`` cuts a sparse matrix, from its distribution string."""
-    if dist is None:
-        return "nonzeros"
+def _sparse_split(dist: str | None) -> str | None:
+    """How ``A @ x`` cuts a sparse matrix, from its distribution string (None: not said)."""
+    if dist is None or dist == "auto":
+        return None  # the cost model chooses, at the first use
     key = "".join(str(dist).split())
     if key in ("xy->x", "ij->i"):
         return "rows"
