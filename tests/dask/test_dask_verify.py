@@ -716,3 +716,40 @@ def test_a_verified_session_computes_0d_operations_on_the_driver(pool: Any) -> N
             words[verify] = s.driver_words
         assert np.allclose(got, (v @ v) / (v @ w) * v, rtol=1e-13, atol=0)
     assert words["check"] - words[1] == 2
+
+
+def test_a_lying_worker_is_caught_on_element_wise_maps(liar_pool: Any) -> None:
+    """``dl.sqrt``, ``dl.abs`` and a division are maps (numpy over each block, no plan):
+    under ``verify="check"`` each block is computed on one worker and again on another,
+    and a third decides where they disagree. The liar (q=0.5; the hook perturbs map
+    blocks too) is caught and excluded, and every result equals numpy's bit for bit."""
+    liar = _liar(liar_pool)
+    rng = np.random.default_rng(11)
+    with dl.Session("dask", client=liar_pool, machine=4, progress=False, verify="check") as s:
+        for _ in range(6):
+            v, w = rng.standard_normal(2000), rng.random(2000) + 0.5
+            x, y = s.asarray(v), s.asarray(w)
+            got = (dl.sqrt(dl.abs(x) + 1.0) / y).get()
+            assert np.array_equal(got, np.sqrt(np.abs(v) + 1.0) / w)
+        assert s.maps_checked >= 6 * 4
+        assert s.excluded_workers == {liar}
+
+
+def test_map_results_agree_to_a_few_ulp_and_no_further() -> None:
+    """The rule a map check applies: equal bits, or ``nan`` / infinities in the same
+    places and finite values within ``MAP_ULPS`` ulp; a perturbation of 1.0 (the fault
+    hook's) or a flipped sign is a disagreement."""
+    from distal.runtime.elastic.held import MAP_ULPS, same_map_result
+
+    a = np.array([1.0, -2.5, np.inf, np.nan, 0.0, 1e300])
+    b = a.copy()
+    b[0] = np.nextafter(1.0, 2.0)
+    b[5] = a[5] * (1 + (MAP_ULPS - 1) * np.finfo(float).eps)
+    assert same_map_result(a, b)
+    for k, bad in [(0, 2.0), (1, 2.5), (2, -np.inf), (3, 0.0), (4, 1e-300)]:
+        c = a.copy()
+        c[k] = bad
+        assert not same_map_result(a, c), k
+    assert not same_map_result(a[:2], a[:2].astype(np.float32))
+    assert same_map_result(np.arange(4), np.arange(4))
+    assert not same_map_result(np.arange(4), np.arange(1, 5))

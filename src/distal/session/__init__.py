@@ -214,6 +214,8 @@ class Session:
         self.kernels_run = 0
         #: of those, the maps (numpy over each process's blocks: no plan, no prediction)
         self.maps_run = 0
+        #: dask with ``verify=``: map blocks computed twice on different workers and compared
+        self.maps_checked = 0
         #: with ``check_stats=True``: runs whose measured stats were compared with their
         #: kernel's prediction, and the kernels of those that differed
         self.check_stats = bool(check_stats)
@@ -601,11 +603,72 @@ class Session:
 
         blocks: dict[Box, Any] = {}
         client = self.client
-        for box, p in target.blocks:  # each distinct non-empty block, its first processor
+        if self.options.get("verify", 1) != 1:
+            blocks = self._verified_map(fn, layouts, data, dtype, target)
+        for box, p in () if blocks else target.blocks:  # each distinct block, its first processor
             parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
             blocks[box] = client.submit(map_block, fn, parts, box_shape(box), dtype, pure=False)
         value = WorkerValue(shape, dtype, blocks, client, self._count_driver)
         self.values[out] = Held(shape, dtype, target, value)
+
+    def _verified_map(
+        self,
+        fn: Any,
+        layouts: Sequence[Layout],
+        data: list[Any],
+        dtype: np.dtype,
+        target: Layout,
+    ) -> dict[Box, Any]:
+        """:meth:`_map_on_workers` under ``verify=``: each block computed on one trusted
+        worker and computed again and compared on another
+        (:func:`~distal.runtime.elastic.held.check_map_block`; a map reads as many words as
+        it does operations, so nothing checks it for less); where the two disagree a third
+        computes it and decides, the worker it contradicts is excluded from the session's
+        later work (``excluded_workers``), and the block is the agreeing one. Only the
+        verdicts (one boolean per block) come to the driver."""
+        from distal.runtime.elastic.held import agree, check_map_block, map_block
+        from distal.runtime.elastic.tasks import VerificationFailed
+
+        client = self.client
+        pool = sorted(set(client.scheduler_info()["workers"]) - self.excluded_workers)
+        if len(pool) < 2:
+            raise VerificationFailed(
+                f"verify={self.options['verify']!r}: an element-wise map is checked on a "
+                f"second worker, and {len(pool)} trusted worker(s) are left"
+            )
+
+        def on(w: str) -> dict[str, Any]:
+            return {"workers": [w], "allow_other_workers": False, "pure": False}
+
+        runs = []
+        for n, (box, p) in enumerate(target.blocks):
+            parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
+            a, b = pool[n % len(pool)], pool[(n + 1) % len(pool)]
+            fa = client.submit(map_block, fn, parts, box_shape(box), dtype, **on(a))
+            ok = client.submit(check_map_block, fn, parts, box_shape(box), dtype, fa, **on(b))
+            runs.append((box, parts, a, b, fa, ok))
+        blocks: dict[Box, Any] = {}
+        verdicts = client.gather([r[-1] for r in runs])
+        for (box, parts, a, b, fa, _), good in zip(runs, verdicts, strict=True):
+            if good:
+                blocks[box] = fa
+                continue
+            judges = [w for w in pool if w not in (a, b) and w not in self.excluded_workers]
+            if not judges:
+                raise VerificationFailed(
+                    f"map block {box}: workers {a} and {b} disagree and no third trusted "
+                    "worker is left to decide"
+                )
+            c = judges[0]
+            fc = client.submit(map_block, fn, parts, box_shape(box), dtype, **on(c))
+            if client.submit(agree, fa, fc, **on(c)).result():
+                self.excluded_workers.add(b)  # its check contradicted a correct block
+                blocks[box] = fa
+            else:
+                self.excluded_workers.add(a)
+                blocks[box] = fc
+        self.maps_checked += len(runs)
+        return blocks
 
     def _host_op(
         self, fn: Any, args: Sequence[tuple[bool, Any]], out: str, dtype: np.dtype

@@ -26,7 +26,7 @@ import numpy as np
 
 from distal.errors import InternalError
 from distal.runtime.checkpoint_auth import content_digest
-from distal.runtime.elastic.tasks import input_block
+from distal.runtime.elastic.tasks import _fault, input_block
 from distal.typing import Box, box_index, box_intersect, box_is_empty, box_shape, box_volume
 
 
@@ -57,7 +57,52 @@ def map_block(
     """``fn`` over one processor's operand blocks, as a block of ``shape`` (run on a worker;
     the element-wise maps of the arrays front)."""
     value = np.asarray(fn(list(arrays)), dtype=dtype)
-    return np.broadcast_to(value, shape).copy() if value.shape != tuple(shape) else value
+    value = np.broadcast_to(value, shape).copy() if value.shape != tuple(shape) else value
+    return _fault(value)  # a test hook, off unless its variable is set
+
+
+#: how far two workers' results of one map may differ, in units in the last place: numpy
+#: picks its element-wise loops by the processor's instruction set, and its SIMD
+#: transcendental functions (``exp``) differ from the scalar ones by up to a few ulp, so
+#: unequal machines disagree in the last bits where neither is wrong
+MAP_ULPS = 8
+
+
+def same_map_result(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether two computations of one map block agree: same shape and dtype; integers
+    and booleans equal; floating point with ``nan`` and infinities where the other has
+    them and every finite pair within :data:`MAP_ULPS` ulp of the larger magnitude."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.kind not in "fc":
+        return bool(np.array_equal(a, b))
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not np.array_equal(a[~finite], b[~finite], equal_nan=True):
+        return False
+    x, y = a[finite], b[finite]
+    eps = np.finfo(a.dtype).eps
+    with np.errstate(over="ignore", invalid="ignore"):
+        bound = MAP_ULPS * eps * np.maximum(np.abs(x), np.abs(y))
+        return bool(np.all(np.abs(x - y) <= bound))
+
+
+def check_map_block(
+    fn: Callable[[list[np.ndarray]], Any],
+    arrays: list[np.ndarray],
+    shape: Any,
+    dtype: Any,
+    claimed: np.ndarray,
+) -> bool:
+    """Whether another worker's block ``claimed`` is :func:`map_block` of the same operands,
+    computed again here (run on a worker other than the one that computed it: a map does
+    one operation per element it reads, so no check is cheaper than doing it again)."""
+    return same_map_result(map_block(fn, arrays, shape, dtype), claimed)
+
+
+def agree(a: np.ndarray, b: np.ndarray) -> bool:
+    """:func:`same_map_result` of two blocks (run on the worker that arbitrates)."""
+    return same_map_result(a, b)
 
 
 def fused_block(

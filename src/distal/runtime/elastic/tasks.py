@@ -84,8 +84,8 @@ class CheckFailed(RuntimeFailure):
 
 FAULT_ENV = "DISTAL_FAULT_CORRUPT"
 """Test hook: a worker process whose environment sets this to ``q`` perturbs each unit
-result and each reduction (summed block) it returns with probability ``q`` (adds 1.0 to
-one random element)."""
+result, each reduction (summed block) and each block of an element-wise map it returns
+with probability ``q`` (adds 1.0 to one random element)."""
 
 _fault_rng: list[np.random.Generator] = []
 
