@@ -753,3 +753,22 @@ def test_map_results_agree_to_a_few_ulp_and_no_further() -> None:
     assert not same_map_result(a[:2], a[:2].astype(np.float32))
     assert same_map_result(np.arange(4), np.arange(4))
     assert not same_map_result(np.arange(4), np.arange(1, 5))
+
+
+def test_a_lying_worker_is_caught_cutting_held_blocks(liar_pool: Any) -> None:
+    """A dense ``A @ x`` reads ``x`` whole on every processor: cuts of its held blocks,
+    made on the workers. Under ``verify="check"`` each cut is made twice on different
+    workers and compared (a unit's check would read the same wrong input and pass), so the
+    liar, which perturbs cuts too, is caught and every product is numpy's to rounding."""
+    liar = _liar(liar_pool)
+    rng = np.random.default_rng(12)
+    A = rng.standard_normal((64, 64))
+    with dl.Session("dask", client=liar_pool, machine=4, progress=False, verify="check") as s:
+        a = s.asarray(A)
+        for _ in range(6):
+            v = rng.standard_normal(64)
+            x = s.asarray(v) * 2.0  # computed: held in blocks of its rows, on the workers
+            got = (a @ x).get()
+            np.testing.assert_allclose(got, A @ (2.0 * v), rtol=1e-12, atol=1e-12)
+        assert s.cuts_checked >= 6
+        assert s.excluded_workers == {liar}

@@ -214,8 +214,10 @@ class Session:
         self.kernels_run = 0
         #: of those, the maps (numpy over each process's blocks: no plan, no prediction)
         self.maps_run = 0
-        #: dask with ``verify=``: map blocks computed twice on different workers and compared
+        #: dask with ``verify=``: map blocks, and cuts of held values (a kernel reading other
+        #: boxes than a value is held in), computed twice on different workers and compared
         self.maps_checked = 0
+        self.cuts_checked = 0
         #: with ``check_stats=True``: runs whose measured stats were compared with their
         #: kernel's prediction, and the kernels of those that differed
         self.check_stats = bool(check_stats)
@@ -608,7 +610,7 @@ class Session:
         for box, p in () if blocks else target.blocks:  # each distinct block, its first processor
             parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
             blocks[box] = client.submit(map_block, fn, parts, box_shape(box), dtype, pure=False)
-        value = WorkerValue(shape, dtype, blocks, client, self._count_driver)
+        value = WorkerValue(shape, dtype, blocks, client, self._count_driver, self._cut_checker())
         self.values[out] = Held(shape, dtype, target, value)
 
     def _verified_map(
@@ -619,56 +621,79 @@ class Session:
         dtype: np.dtype,
         target: Layout,
     ) -> dict[Box, Any]:
-        """:meth:`_map_on_workers` under ``verify=``: each block computed on one trusted
-        worker and computed again and compared on another
-        (:func:`~distal.runtime.elastic.held.check_map_block`; a map reads as many words as
-        it does operations, so nothing checks it for less); where the two disagree a third
+        """:meth:`_map_on_workers` under ``verify=``: every block by :meth:`_twice`."""
+        from distal.runtime.elastic.held import map_block
+
+        jobs, boxes = [], []
+        for box, p in target.blocks:
+            parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
+            jobs.append((map_block, (fn, parts, box_shape(box), dtype)))
+            boxes.append(box)
+        self.maps_checked += len(jobs)
+        return dict(zip(boxes, self._twice(jobs), strict=True))
+
+    def _cut_checker(self) -> Any:
+        """``WorkerValue.checked`` for this session's held values: :meth:`_checked_cut`
+        under ``verify=``, else None (cuts are plain tasks)."""
+        return self._checked_cut if self.options.get("verify", 1) != 1 else None
+
+    def _checked_cut(self, func: Any, args: tuple) -> Any:
+        """How a held value's cut is made under ``verify=`` (``WorkerValue.checked``)."""
+        self.cuts_checked += 1
+        return self._twice([(func, args)])[0]
+
+    def _twice(self, jobs: Sequence[tuple[Any, tuple]]) -> list[Any]:
+        """Each job ``func(*args)`` (a map block, a cut of held blocks) computed on one
+        trusted worker and computed again and compared on another
+        (:func:`~distal.runtime.elastic.held.recompute_agrees`: these do one operation per
+        word they read, so nothing checks them for less); where the two disagree a third
         computes it and decides, the worker it contradicts is excluded from the session's
-        later work (``excluded_workers``), and the block is the agreeing one. Only the
-        verdicts (one boolean per block) come to the driver."""
-        from distal.runtime.elastic.held import agree, check_map_block, map_block
+        later work (``excluded_workers``), and the result is the agreeing one. Only the
+        verdicts (one boolean per job) come to the driver; the results stay on the
+        workers, as futures."""
+        from distal.runtime.elastic.held import agree, recompute_agrees
         from distal.runtime.elastic.tasks import VerificationFailed
 
         client = self.client
         pool = sorted(set(client.scheduler_info()["workers"]) - self.excluded_workers)
         if len(pool) < 2:
             raise VerificationFailed(
-                f"verify={self.options['verify']!r}: an element-wise map is checked on a "
-                f"second worker, and {len(pool)} trusted worker(s) are left"
+                f"verify={self.options['verify']!r}: element-wise maps and cuts of held "
+                f"values are checked on a second worker, and {len(pool)} trusted worker(s) "
+                "are left"
             )
 
         def on(w: str) -> dict[str, Any]:
             return {"workers": [w], "allow_other_workers": False, "pure": False}
 
         runs = []
-        for n, (box, p) in enumerate(target.blocks):
-            parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
+        for n, (func, args) in enumerate(jobs):
             a, b = pool[n % len(pool)], pool[(n + 1) % len(pool)]
-            fa = client.submit(map_block, fn, parts, box_shape(box), dtype, **on(a))
-            ok = client.submit(check_map_block, fn, parts, box_shape(box), dtype, fa, **on(b))
-            runs.append((box, parts, a, b, fa, ok))
-        blocks: dict[Box, Any] = {}
+            fa = client.submit(func, *args, **on(a))
+            runs.append(
+                (func, args, a, b, fa, client.submit(recompute_agrees, func, args, fa, **on(b)))
+            )
+        out = []
         verdicts = client.gather([r[-1] for r in runs])
-        for (box, parts, a, b, fa, _), good in zip(runs, verdicts, strict=True):
+        for (func, args, a, b, fa, _), good in zip(runs, verdicts, strict=True):
             if good:
-                blocks[box] = fa
+                out.append(fa)
                 continue
             judges = [w for w in pool if w not in (a, b) and w not in self.excluded_workers]
             if not judges:
                 raise VerificationFailed(
-                    f"map block {box}: workers {a} and {b} disagree and no third trusted "
-                    "worker is left to decide"
+                    f"workers {a} and {b} disagree on a block ({getattr(func, '__name__', func)}) "
+                    "and no third trusted worker is left to decide"
                 )
             c = judges[0]
-            fc = client.submit(map_block, fn, parts, box_shape(box), dtype, **on(c))
+            fc = client.submit(func, *args, **on(c))
             if client.submit(agree, fa, fc, **on(c)).result():
-                self.excluded_workers.add(b)  # its check contradicted a correct block
-                blocks[box] = fa
+                self.excluded_workers.add(b)  # its check contradicted a correct result
+                out.append(fa)
             else:
                 self.excluded_workers.add(a)
-                blocks[box] = fc
-        self.maps_checked += len(runs)
-        return blocks
+                out.append(fc)
+        return out
 
     def _host_op(
         self, fn: Any, args: Sequence[tuple[bool, Any]], out: str, dtype: np.dtype
@@ -899,6 +924,7 @@ class Session:
             self.excluded_workers.update(res.extra["summary"].excluded_workers)
             held_value = res.value
             held_value.meter = self._count_driver
+            held_value.checked = self._cut_checker()
             t = st.output
             lay = layout_of(kernel, st.output.name)
             self.values[out] = Held(t.shape, np.dtype(t.dtype), lay, held_value)
@@ -970,6 +996,7 @@ class Session:
 
             boxes = (held.layout or target).boxes
             held.data = WorkerValue.place(self.client, held.data, boxes, self._count_driver)
+            held.data.checked = self._cut_checker()
         if held.layout is None:  # as put: the kernel reads its blocks, which is not traffic
             if self.runtime == "mpi":
                 data = held.data

@@ -43,12 +43,12 @@ def cut(box: Box, dtype: np.dtype, pieces: Sequence[tuple[Box, np.ndarray]]) -> 
     """``box`` of a value, as ``dtype``, from held blocks ``(block box, array)`` that cover it
     (run on a worker)."""
     if len(pieces) == 1 and pieces[0][0] == box:
-        return np.array(pieces[0][1], dtype=dtype)
+        return _fault(np.array(pieces[0][1], dtype=dtype))
     out = np.empty(box_shape(box), dtype)
     for b, arr in pieces:
         inter = box_intersect(b, box) if box else box
         out[box_index(inter, box)] = arr[box_index(inter, b)]
-    return out
+    return _fault(out)  # a test hook, off unless its variable is set
 
 
 def map_block(
@@ -87,17 +87,11 @@ def same_map_result(a: np.ndarray, b: np.ndarray) -> bool:
         return bool(np.all(np.abs(x - y) <= bound))
 
 
-def check_map_block(
-    fn: Callable[[list[np.ndarray]], Any],
-    arrays: list[np.ndarray],
-    shape: Any,
-    dtype: Any,
-    claimed: np.ndarray,
-) -> bool:
-    """Whether another worker's block ``claimed`` is :func:`map_block` of the same operands,
-    computed again here (run on a worker other than the one that computed it: a map does
-    one operation per element it reads, so no check is cheaper than doing it again)."""
-    return same_map_result(map_block(fn, arrays, shape, dtype), claimed)
+def recompute_agrees(func: Callable[..., np.ndarray], args: tuple, claimed: np.ndarray) -> bool:
+    """Whether another worker's ``claimed`` is ``func(*args)`` computed again here (run on a
+    worker other than the one that computed it): the check of a map block (one operation
+    per element it reads, so no check is cheaper than doing it again) and of a cut."""
+    return same_map_result(func(*args), claimed)
 
 
 def agree(a: np.ndarray, b: np.ndarray) -> bool:
@@ -174,6 +168,9 @@ class WorkerValue:
     blocks: dict[Box, Any]
     client: Any
     meter: Callable[[int], None] | None = None
+    #: how a cut is made under ``verify=`` (a session's): ``checked(func, args)`` returns the
+    #: future of ``func(*args)`` computed on one trusted worker and checked on another
+    checked: Callable[[Callable[..., Any], tuple], Any] | None = None
     #: the cuts made of it, by (box, dtype): every kernel reading the same box shares one
     _cuts: dict[tuple[Box, str], Any] = field(default_factory=dict, repr=False)
 
@@ -219,14 +216,18 @@ class WorkerValue:
             pieces = list(self.blocks.items())
         if not pieces:
             raise InternalError(f"a held value of shape {self.shape} has no block for {box}")
-        f = self._cuts[(box, dtype.str)] = self.client.submit(cut, box, dtype, pieces, pure=False)
+        if self.checked is not None:
+            f = self.checked(cut, (box, dtype, pieces))
+        else:
+            f = self.client.submit(cut, box, dtype, pieces, pure=False)
+        self._cuts[(box, dtype.str)] = f
         return f
 
     def recut(self, boxes: Iterable[Box]) -> WorkerValue:
         """The value held as the distinct ``boxes`` (another layout's blocks), cut on the
         workers."""
         blocks = {b: self.part(b) for b in _tiling(boxes, self.shape)}
-        return WorkerValue(self.shape, self.dtype, blocks, self.client, self.meter)
+        return WorkerValue(self.shape, self.dtype, blocks, self.client, self.meter, self.checked)
 
     def read_block(self, box: Box) -> np.ndarray:
         """``box`` fetched to this process (counted by ``meter``)."""
