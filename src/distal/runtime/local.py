@@ -523,8 +523,9 @@ class LocalRuntime:
                 self._exec(q, op, procs, stats)
         for block, sl in scatter:
             result[sl] = block
-        if pattern is not None:  # a sparse output: its values in the bound pattern
-            result = pattern.with_values(result)
+        if pattern is not None:  # a sparse output: its values in the bound pattern (the
+            # buffer itself, read-only: the recycler reuses it only once the array is gone)
+            result = pattern.with_values(result, copy=False)
         seconds = time.perf_counter() - start
         self.borrowed, self.caller = {}, {}
         if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:

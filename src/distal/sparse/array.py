@@ -446,9 +446,17 @@ class SparseArray:
         out.offset = self.offset
         return out
 
-    def with_values(self, vals: Any) -> SparseArray:
-        """The same pattern (sharing its arrays and cached queries) with other values."""
-        v = _numeric(np.array(vals), "vals").ravel()
+    def with_values(self, vals: Any, copy: bool = True) -> SparseArray:
+        """The same pattern (sharing its arrays and cached queries) with other values.
+
+        ``copy=False`` (a runtime's result buffer): ``vals``, a 1-D numpy array, is held
+        through a read-only view instead of copied; whoever keeps the buffer must not write
+        it while the array lives (the local runtime's recycler hands a buffer out again
+        only once nothing else holds it, the view included)."""
+        if not copy and isinstance(vals, np.ndarray) and vals.ndim == 1:
+            v = _numeric(vals, "vals").view()
+        else:
+            v = _numeric(np.array(vals), "vals").ravel()
         if len(v) != self.nnz:
             raise InputError(f"vals has {len(v)} entries; the pattern has {self.nnz} positions")
         out = SparseArray._make(self.shape, self.format, self.levels, v, self.offset)
