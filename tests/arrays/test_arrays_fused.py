@@ -13,6 +13,7 @@ import pytest
 from test_arrays import laplacian, rand
 
 import distal as dl
+from distal.kernels import fused
 
 
 def fused_set(sess: Any, n: int) -> list[float]:
@@ -164,7 +165,6 @@ def test_a_large_fused_set_takes_one_loop_and_reuses_only_what_nothing_holds() -
     as numpy's, bit for bit) whose outputs are recycled once the session dropped them; an
     old value still held by a handle, or by a numpy view of it, is never written over."""
     pytest.importorskip("numba")
-    from distal.kernels import fused
 
     n = fused.MIN_SIZE + 7
     xv, pv, rv, qv = (rand(n, seed=s) for s in (30, 31, 32, 33))
@@ -197,7 +197,6 @@ def test_a_large_array_alone_runs_as_a_fused_set_of_one() -> None:
     """A float64 element-wise array of ``MIN_SIZE`` elements or more that fuses with nothing
     still takes the fused path (one pass, recycled outputs), not a kernel; a lone reduction
     and a small array are index-notation kernels as before."""
-    from distal.kernels import fused
 
     n = fused.MIN_SIZE
     a, b = rand(n, seed=40), rand(n, seed=41)
@@ -311,3 +310,20 @@ def test_a_dense_matrix_vector_product_takes_its_reductions_as_an_epilogue(procs
     assert counts[0][0] == 1, counts  # q with p @ q as its epilogue
     assert counts[1][0] == 2, counts
     assert counts[0][1] == counts[1][1], counts  # the epilogue moved nothing more
+
+
+@pytest.mark.parametrize("n", [fused.MIN_SIZE, fused.MIN_SIZE + 3, 5 * fused.MIN_SIZE + 1])
+def test_a_reductions_dot_product_is_numpys_to_rounding(n: int) -> None:
+    """The compiled dot of a fused set's partial sums (numpy's BLAS threads would spin
+    into the next leaves) against numpy's, with the summation bound ``n u sum|a b|``;
+    small, strided or other-dtype operands are numpy's own."""
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal(n), rng.standard_normal(n)
+    got = fused.dot(a, b)
+    bound = n * np.finfo(float).eps * float(np.abs(a) @ np.abs(b))
+    assert abs(got - np.dot(a, b)) <= bound
+    assert got == fused.dot(a.copy(), b.copy())  # one fixed order
+    assert fused.dot(a[:100], b[:100]) == np.dot(a[:100], b[:100])
+    assert fused.dot(a[::2], b[::2]) == np.dot(a[::2], b[::2])
+    f32 = a.astype(np.float32), b.astype(np.float32)
+    assert fused.dot(*f32) == np.dot(*f32)

@@ -633,7 +633,8 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
     Element-wise members are computed as numpy computes them (as a map): by numpy, or, for
     large float64 blocks, by one generated loop over each cut that computes them all at
     each element (:mod:`distal.kernels.fused`, the same values bit for bit). A reduction of
-    two operands is ``numpy.dot`` of each cut (numpy's ``p @ q``), of one ``numpy.sum``."""
+    two operands is :func:`distal.kernels.fused.dot` of each cut (a compiled loop for large
+    float64 cuts, numpy's ``p @ q`` otherwise), of one ``numpy.sum``."""
     fns = tuple((kind, tuple(evaluator(e) for e in exprs), slot) for kind, exprs, slot in steps)
     maps = tuple(exprs[0] for kind, exprs, _ in steps if kind == "map")
     member_slots = tuple(slot for kind, _, slot in steps if kind == "map")
@@ -656,7 +657,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
             if len(xs) == 1:
                 out.append(np.sum(xs[0]))
             else:
-                out.append(np.dot(xs[0].reshape(-1), xs[1].reshape(-1)))
+                out.append(fused_kernels.dot(xs[0].reshape(-1), xs[1].reshape(-1)))
         return out
 
     def run(
