@@ -902,6 +902,13 @@ def _prepare(fn: System, kernel: str, data: Data) -> tuple[Callable[[], Any], Ca
     return prepared, lambda r: r
 
 
+#: seconds each system waits before it is timed: OpenBLAS's threads spin for about 0.1 s
+#: after a call before they sleep, and on 2 cores a spinning thread halves the speed of
+#: whatever runs next on two threads (an SpMV after a numpy dot of 4 M elements: 5.4 ->
+#: 8.4 ms); every system gets the same pause
+SETTLE_S = 0.3
+
+
 def time_one(run: Callable[[], Any], repeat: int) -> tuple[Any, list[float]]:
     """The warm-up's result and the times of ``repeat`` further runs."""
     result = run()
@@ -926,6 +933,7 @@ def _measure(fn: System, kernel: str, data: Data, name: str, want: Any, repeat: 
     except Unsupported as e:
         return Row(kernel, data.name, name, None, [], f"n/a: {e}")
     try:
+        time.sleep(SETTLE_S)  # the previous system's idle BLAS / OpenMP threads stop spinning
         result, times = time_one(run, repeat)
         ib = INDEX_BYTES.get(name)
         if isinstance(result, Timed):
