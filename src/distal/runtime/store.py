@@ -50,9 +50,11 @@ def where(sub: Region, holder: Region) -> Any:
     gathered from an owned block), kept per pair: a plan's regions recur every run."""
     if isinstance(sub, tuple) and isinstance(holder, tuple):
         return box_index(sub, holder) if sub else (Ellipsis,)
-    key = (id(sub), id(holder))
+    # a box holder is keyed by its value: a rank's owned box is a new tuple every run
+    boxed = isinstance(holder, tuple)
+    key = (id(sub), holder if boxed else id(holder))
     got = _WHERE.get(key)
-    if got is not None and got[0] is sub and got[1] is holder:
+    if got is not None and got[0] is sub and (got[1] is holder or (boxed and got[1] == holder)):
         return got[2]
     loc = locate(sub, holder)
     ix = loc.index if loc.perm is None and not loc.rowless else loc
