@@ -340,3 +340,31 @@ def test_kernels_release_the_gil() -> None:
         jitted = sparse_leaf._jit(name)
         assert jitted.targetoptions["nogil"] is True
         assert jitted._cache.__class__.__name__ != "NullCache"  # cache=True
+
+
+@pytest.mark.parametrize(
+    ("rows", "consecutive"),
+    [([2, 2, 3, 4, 4, 4, 5], True), ([0, 1, 1, 3, 4], False), ([6, 6, 6], True)],
+    ids=["a row block", "a row missing", "one row"],
+)
+def test_spmv_over_consecutive_rows_is_csr_and_the_same_bits(rows: list[int], consecutive: bool):
+    """Segments that are consecutive output rows take the CSR loop (no per-row index),
+    with the same bits as the segment loop on the same entries; a gap keeps the latter."""
+    rng = np.random.default_rng(5)
+    o = np.array(rows)
+    idx = [rng.integers(0, 5, len(o))]
+    leaf = TermLeaf(o, idx, [""], "", 7, EXTENTS)
+    assert leaf.path == "csr-spmv"
+    assert (leaf._row0 is not None) == consecutive
+    v, x = rng.standard_normal(len(o)), rng.standard_normal(5)
+    out = rng.standard_normal(7)
+    want = out.copy()
+    seg = np.zeros(7)  # the segment loop's order: each row's entries in turn, then one add
+    for r in sorted(set(rows)):
+        a = 0.0
+        for e in np.flatnonzero(o == r):
+            a += v[e] * x[idx[0][e]]
+        seg[r] = a
+    want += seg
+    leaf(out, v, [x])
+    assert np.array_equal(out, want)

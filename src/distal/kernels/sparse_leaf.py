@@ -98,6 +98,23 @@ def _spmv_kernel(
         out[seg_row[s]] += a
 
 
+def _spmv_rows_kernel(
+    seg_ptr: np.ndarray,
+    idx: np.ndarray,
+    v: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    zero: complex,
+) -> None:
+    # _spmv_kernel where segment s is output row s of ``out`` (consecutive rows, ``out``
+    # the view from the first): CSR itself, without the per-row index read
+    for s in range(out.shape[0]):
+        a = zero
+        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+            a += v[e] * x[idx[e]]
+        out[s] += a
+
+
 def _spmm_kernel(
     seg_ptr: np.ndarray,
     seg_row: np.ndarray,
@@ -179,6 +196,7 @@ def _sddmm_kernel(
 _KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
     "segsum": (_segsum_kernel, {}),
     "spmv": (_spmv_kernel, {}),
+    "spmv_rows": (_spmv_rows_kernel, {}),
     "spmm": (_spmm_kernel, {}),
     "mttkrp": (_mttkrp_kernel, {}),
     "sddmm": (_sddmm_kernel, {"fastmath": {"reassoc"}}),
@@ -310,6 +328,11 @@ class TermLeaf:
         seg_ptr, seg_row = _segments(o_sorted)
         self._seg_ptr, self._seg_row = seg_ptr.astype(np.uint64), seg_row.astype(itype)
         unique = self._seg_row.shape[0] == n
+        #: the first output row when the segments are consecutive rows (a CSR row block:
+        #: a row cut, or stored entries that split no row), else None
+        self._row0: int | None = None
+        if len(seg_row) and int(seg_row[-1]) - int(seg_row[0]) == len(seg_row) - 1:
+            self._row0 = int(seg_row[0])
 
         distinct = all(len(set(s)) == len(s) for s in subs)
         if not subs:
@@ -437,7 +460,12 @@ class TermLeaf:
             _jit("segsum")(ptr, rows, v, out.reshape(self._out_rows, w), zero)
         elif path == "csr-spmv":
             x = xs[0].reshape(xs[0].shape[0])
-            _jit("spmv")(ptr, rows, self._idx[0], v, x, out.reshape(self._out_rows), zero)
+            flat = out.reshape(self._out_rows)
+            if self._row0 is not None:
+                block = flat[self._row0 : self._row0 + len(rows)]
+                _jit("spmv_rows")(ptr, self._idx[0], v, x, block, zero)
+            else:
+                _jit("spmv")(ptr, rows, self._idx[0], v, x, flat, zero)
         elif path == "csr-spmm":
             x = xs[0].reshape(xs[0].shape[0], w)
             acc = np.empty(w, out.dtype)
