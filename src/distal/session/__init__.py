@@ -651,7 +651,7 @@ class Session:
         later work (``excluded_workers``), and the result is the agreeing one. Only the
         verdicts (one boolean per job) come to the driver; the results stay on the
         workers, as futures."""
-        from distal.runtime.elastic.held import agree, recompute_agrees
+        from distal.runtime.elastic.held import recompute_agrees, same_map_result
         from distal.runtime.elastic.tasks import VerificationFailed
 
         client = self.client
@@ -687,7 +687,7 @@ class Session:
                 )
             c = judges[0]
             fc = client.submit(func, *args, **on(c))
-            if client.submit(agree, fa, fc, **on(c)).result():
+            if client.submit(same_map_result, fa, fc, **on(c)).result():
                 self.excluded_workers.add(b)  # its check contradicted a correct result
                 out.append(fa)
             else:

@@ -94,11 +94,6 @@ def recompute_agrees(func: Callable[..., np.ndarray], args: tuple, claimed: np.n
     return same_map_result(func(*args), claimed)
 
 
-def agree(a: np.ndarray, b: np.ndarray) -> bool:
-    """:func:`same_map_result` of two blocks (run on the worker that arbitrates)."""
-    return same_map_result(a, b)
-
-
 def fused_block(
     fn: Callable[..., tuple[list, list]],
     nslots: int,
