@@ -13,7 +13,10 @@ split, at P = 64, 256 and 1024:
   end, on a kernel whose whole plan has not been written (what an MPI rank does; the
   message count is the middle processor's);
 * ``plan``: ``bound.plan``, every processor's program (what the local runtime executes);
-* ``stats``: ``bound.stats()`` once the plan exists (counted from it).
+* ``stats``: ``bound.stats()`` once the plan exists (counted from it);
+* ``memory``: the peak bytes Python allocated (``tracemalloc``, in a separate pass after the
+  timed ones) while the middle processor's ``program(p)`` was built, and while the whole
+  plan was, each after the bind (the bound pattern itself is shared, not copied).
 
 Each figure is the best of ``--repeat`` runs (CPU seconds of this process; wall seconds
 beside them), so read them with the load average printed at the top: the machine may be
@@ -26,6 +29,7 @@ import argparse
 import gc
 import os
 import time
+import tracemalloc
 
 import distal as dl
 from distal.sparse.generate import uniform
@@ -65,6 +69,16 @@ def measure(B, P: int, split: str, repeat: int) -> dict[str, tuple[float, float]
         cpu, wall, _ = _clock(lambda b=bound: b.stats())
         keep("stats", cpu, wall)
         del bound, plan, prog
+    kernel._bound = None
+    gc.collect()
+    bound = kernel.bind({"B": B})
+    for name, fn in (("program", lambda: bound.program(P // 2)), ("plan", lambda: bound.plan)):
+        gc.collect()
+        tracemalloc.start()
+        out = fn()
+        best[f"{name} peak MB"] = (tracemalloc.get_traced_memory()[1] / 1e6, 0.0)
+        tracemalloc.stop()
+        del out
     return best
 
 
@@ -84,7 +98,9 @@ def main() -> None:
             )
             print(
                 f"P={P:<5} {split:<9} {stages}  messages: program "
-                f"{r['program messages'][0]:.0f}, plan {r['plan messages'][0]:.0f}"
+                f"{r['program messages'][0]:.0f}, plan {r['plan messages'][0]:.0f}  "
+                f"memory: program peak {r['program peak MB'][0]:.1f} MB, "
+                f"plan peak {r['plan peak MB'][0]:.0f} MB"
             )
 
 
