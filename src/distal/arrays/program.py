@@ -162,6 +162,10 @@ class Program:
         if len(todo) > 1:
             todo.sort(key=_seq)
         i = 0
+        if len(todo) == 1 and not self._large_alone(todo[0]):
+            # one pending array (a loop's statement bound to a name): no set, no epilogue
+            self.materialize(todo[0])
+            i = 1
         while i < len(todo):
             members, used = self._fused_set(todo, i)
             if len(members) > 1 or (members and self._large_alone(members[0])):
@@ -379,7 +383,9 @@ class Program:
             return have
         if isinstance(node, Const):
             raise InternalError("a constant reached materialize")
-        if 0 in node.shape or any(0 in x.shape for x in node.args()):
+        if 0 in node.shape or (
+            type(node) is not Map and any(0 in x.shape for x in node.args())
+        ):  # (an element-wise operand with an empty axis makes the result empty too)
             # an empty array, or sums over an empty axis: nothing to distribute (a tensor
             # has positive extents), numpy's own answer is zeros of the result's shape
             out = name or f"_a{next(self._counter)}"
@@ -418,10 +424,11 @@ class Program:
         numpy's, or the statement would have too many terms — the root's own operands),
         and for a kernel its :func:`~distal.arrays.lower.signature` when it is already
         final (``None``: worked out when it runs)."""
-        if isinstance(root, Contract) and is_spmv(root.ins, root.out, root.operands):
+        contract = isinstance(root, Contract)
+        if contract and is_spmv(root.ins, root.out, root.operands):
             # the sparse lowering fuses nothing: its vector is a value first
             return "kernel", [x for x in root.operands if not self.is_value(x)], None
-        if root.ndim == 0 and not isinstance(root, Contract):  # computed with numpy
+        if not root.shape and not contract:  # 0-d: computed with numpy
             return "host", [x for x in root.args() if not isinstance(x, Const)], None
         fused = root.fused if type(root) is Map else None
         if fused is not None and fused[4] == values_made():

@@ -465,8 +465,16 @@ class Session:
         """A map's machine, and its operands ``(value name, distribution)`` placed or
         redistributed to their layouts (what moves is counted in ``moved_words``)."""
         machine = self._machine_of(nprocs)
-        layouts = [layout_for(v, self.values[v].shape, d, machine) for v, d in operands]
-        data = [self._input(v, lay) for (v, _), lay in zip(operands, layouts, strict=True)]
+        values = self.values
+        fast = self.runtime != "dask"  # (there a held array may still have to be placed)
+        layouts = []
+        data = []
+        for v, d in operands:
+            held = values[v]
+            lay = layout_for(v, held.shape, d, machine)
+            layouts.append(lay)
+            # an operand already in its layout (the common case in a loop) is read as it is
+            data.append(held.data if fast and held.layout is lay else self._input(v, lay))
         return machine, layouts, data
 
     def _fused_blocks(
