@@ -464,7 +464,9 @@ class Session:
     ) -> tuple[Machine, list[Layout], list[Any]]:
         """A map's machine, and its operands ``(value name, distribution)`` placed or
         redistributed to their layouts (what moves is counted in ``moved_words``)."""
-        machine = self._machine_of(nprocs)
+        machine = self._machines.get(nprocs)
+        if machine is None:
+            machine = self._machine_of(nprocs)
         values = self.values
         fast = self.runtime != "dask"  # (there a held array may still have to be placed)
         layouts = []

@@ -143,7 +143,10 @@ def layout_for(name: str, shape: tuple[int, ...], dist: Any, machine: Machine) -
     Raises:
         NotationError: a bad distribution string (naming it).
     """
-    key = (tuple(shape), _dist_key(dist), machine.levels)
+    if type(shape) is tuple and type(dist) is str:  # (the common case: no key to normalize)
+        key = (shape, dist, machine.levels)
+    else:
+        key = (tuple(shape), _dist_key(dist), machine.levels)
     lay = _LAYOUTS.get(key)
     if lay is None:
         lay = Layout(tuple(shape), _dist_key(dist), machine)
