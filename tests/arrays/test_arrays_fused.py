@@ -193,6 +193,45 @@ def test_a_large_fused_set_takes_one_loop_and_reuses_only_what_nothing_holds() -
     assert sess.kernels_run == 6
 
 
+@pytest.mark.parametrize("procs", [1, 2, 3])
+def test_the_loop_adds_the_reductions_in_dots_order(procs: int) -> None:
+    """Where every processor's block takes dot's compiled loop (``MIN_SIZE`` elements or
+    more), the fused pass adds the two-operand reductions up as it computes the members:
+    the same bits as :func:`distal.kernels.fused.dot` of each block, added in processor
+    order, and the members numpy's bit for bit; a one-operand sum stays numpy's."""
+    pytest.importorskip("numba")
+
+    n = procs * fused.MIN_SIZE + 5
+    xv, pv, rv, qv = (rand(n, seed=s) for s in (40, 41, 42, 43))
+    sess = dl.Session("local", machine=procs)
+    x, p, r, q = (sess.asarray(v) for v in (xv, pv, rv, qv))
+    for _ in range(2):
+        x = x + 0.5 * p
+        r = r - 0.5 * q
+        rs = r @ r  # a member with itself
+        pr = p @ (r * 3.0)  # a slot with an expression of a member
+        total = x.sum()  # one operand: numpy's sum
+        float(rs)
+        xv, rv = xv + 0.5 * pv, rv - 0.5 * qv
+        np.testing.assert_array_equal(x.get(), xv)
+        np.testing.assert_array_equal(r.get(), rv)
+        size = -(-n // procs)
+        cuts = [(k * size, min(n, (k + 1) * size)) for k in range(procs)]
+
+        def by_blocks(a: np.ndarray, b: np.ndarray, cuts: list = cuts) -> float:
+            out = fused.dot(a[: cuts[0][1]], b[: cuts[0][1]])
+            for lo, hi in cuts[1:]:
+                out = out + fused.dot(a[lo:hi], b[lo:hi])
+            return float(out)
+
+        assert float(rs) == by_blocks(rv, rv)
+        assert float(pr) == by_blocks(pv, rv * 3.0)
+        parts = [np.sum(xv[lo:hi]) for lo, hi in cuts]
+        assert float(total) == float(sum(parts[1:], parts[0]))
+    # (and the reductions were the loop's: a pass adding two was compiled)
+    assert any(len(key[3]) == 2 and run is not None for key, run in fused._PASSES.items())
+
+
 def test_a_large_array_alone_runs_as_a_fused_set_of_one() -> None:
     """A float64 element-wise array of ``MIN_SIZE`` elements or more that fuses with nothing
     still takes the fused path (one pass, recycled outputs), not a kernel; a lone reduction

@@ -634,24 +634,39 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
     large float64 blocks, by one generated loop over each cut that computes them all at
     each element (:mod:`distal.kernels.fused`, the same values bit for bit). A reduction of
     two operands is :func:`distal.kernels.fused.dot` of each cut (a compiled loop for large
-    float64 cuts, numpy's ``p @ q`` otherwise), of one ``numpy.sum``."""
+    float64 cuts, numpy's ``p @ q`` otherwise), of one ``numpy.sum``. Where the generated
+    loop runs and every cut is large enough for dot's compiled loop, the loop adds the
+    two-operand reductions up itself, in dot's order (the same bits, without reading the
+    members back)."""
     fns = tuple((kind, tuple(evaluator(e) for e in exprs), slot) for kind, exprs, slot in steps)
     maps = tuple(exprs[0] for kind, exprs, _ in steps if kind == "map")
     member_slots = tuple(slot for kind, _, slot in steps if kind == "map")
-    nsums = len(fns) - len(maps)
-    passes: dict[tuple[bool, ...], Any] = {}
+    sums = [exprs for kind, exprs, _ in steps if kind != "map"]
+    nsums = len(sums)
+    #: the reductions of two operands (their places among the reductions, their operands)
+    two_at = tuple(j for j, exprs in enumerate(sums) if len(exprs) == 2)
+    two = tuple((sums[j][0], sums[j][1]) for j in two_at)
+    #: by (slots that are scalars, whether the loop adds the reductions): the loop, and the
+    #: reductions' places it adds (empty where it could not spell them)
+    passes: dict[tuple[tuple[bool, ...], bool], tuple[Any, tuple[int, ...]]] = {}
     made = Recycler(2 * len(maps))  # this call's outputs and the last call's
 
-    def partials(a: list[Any], shape: tuple[int, ...], lo: int, hi: int) -> list[Any]:
+    def partials(
+        a: list[Any], shape: tuple[int, ...], lo: int, hi: int, done: Any = ()
+    ) -> list[Any]:
         """The reductions' partial sums over rows ``lo`` to ``hi`` (every slot of one or more
-        dimensions has the set's shape: it is cut to those rows)."""
+        dimensions has the set's shape: it is cut to those rows); the loop's ``done`` ones
+        are in its result, and None here."""
         if not nsums:
             return []
         cut = [x[lo:hi] if x is not None and x.ndim else x for x in a]
         rows = (hi - lo, *shape[1:])
-        out = []
+        out: list[Any] = []
         for kind, fs, _ in fns:
             if kind == "map":
+                continue
+            if len(out) in done:
+                out.append(None)
                 continue
             xs = [np.broadcast_to(np.asarray(f(cut)), rows) for f in fs]
             if len(xs) == 1:
@@ -670,12 +685,24 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
         size = int(np.prod(shape, dtype=np.int64))
         if each is None or size < fused_kernels.MIN_SIZE:
             each = _serial  # handing small cuts to threads costs more than it saves
-        loop = None
+        loop, done = None, ()
+        row = size // shape[0] if shape[0] else 0
         if maps and fused_kernels.fits(a, size):
             scalars = tuple(x is None or x.ndim == 0 for x in a)  # None: a member, read as itself
-            loop = passes.get(scalars, False)
-            if loop is False:
-                loop = passes[scalars] = fused_kernels.elementwise_pass(maps, member_slots, scalars)
+            # the loop adds the reductions where each cut's dot would be the compiled one
+            adds = bool(two) and all((hi - lo) * row >= fused_kernels.MIN_SIZE for lo, hi in cuts)
+            got = passes.get((scalars, adds))
+            if got is None:
+                f = (
+                    fused_kernels.elementwise_pass(maps, member_slots, scalars, two)
+                    if adds
+                    else None
+                )
+                got = (f, two_at) if f is not None else None
+                if got is None:  # no reduction added (or one the loop does not spell)
+                    got = (fused_kernels.elementwise_pass(maps, member_slots, scalars), ())
+                passes[(scalars, adds)] = got
+            loop, done = got
         if loop is not None:
             if each is not _serial:
                 elems = [made.take(shape, np.float64) for _ in maps]
@@ -683,15 +710,17 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
                 elems = [np.empty(shape) for _ in maps]
             flat_out = [e.reshape(-1) for e in elems]
             flat_in = [0.0 if x is None else (x[()] if x.ndim == 0 else x.reshape(-1)) for x in a]
-            row = size // shape[0] if shape[0] else 0
             for e, slot in zip(elems, member_slots, strict=True):
                 if slot is not None:
                     a[slot] = e
 
             def part(cut: tuple[int, int]) -> list[Any]:
                 lo, hi = cut
-                loop(flat_out, flat_in, lo * row, hi * row)
-                return partials(a, shape, lo, hi)
+                added = loop(flat_out, flat_in, lo * row, hi * row)
+                out = partials(a, shape, lo, hi, done)
+                for j, v in zip(done, added, strict=True):
+                    out[j] = np.float64(v)
+                return out
 
             per_cut = each(part if each is _serial else _one_blas_thread(part), cuts)
         else:
@@ -709,8 +738,13 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
             def numpy_part(cut: tuple[int, int]) -> list[Any]:
                 return partials(a, shape, *cut)
 
-            # in this thread: numpy's sums are fast next to a hand-over to another thread
-            per_cut = [numpy_part(c) for c in cuts]
+            # small cuts in this thread (numpy's sums are fast next to a hand-over to another
+            # thread); large ones side by side, as the loop's (a reduction-only epilogue,
+            # CG's p @ q: one compiled dot per processor's block, each on its own core)
+            if each is _serial or not nsums:
+                per_cut = [numpy_part(c) for c in cuts]
+            else:
+                per_cut = each(_one_blas_thread(numpy_part), cuts)
         return elems, [[pc[j] for pc in per_cut] for j in range(nsums)]
 
     return run

@@ -62,28 +62,41 @@ def _text(e: tuple, ref: Callable[[int], str]) -> str | None:
 
 
 def elementwise_pass(
-    exprs: tuple[tuple, ...], member_slots: tuple[int | None, ...], scalars: tuple[bool, ...]
-) -> Callable[..., None] | None:
+    exprs: tuple[tuple, ...],
+    member_slots: tuple[int | None, ...],
+    scalars: tuple[bool, ...],
+    dots: tuple[tuple[tuple, tuple], ...] = (),
+) -> Callable[..., tuple] | None:
     """The compiled loop computing ``exprs`` (the element-wise members, in order) over
     rows ``lo`` to ``hi`` of flattened blocks: ``f(outs, slots, lo, hi)`` writes member ``j``
     into ``outs[j]``, reading slot ``k`` as ``slots[k]`` (a 1-D float64 array, or a float
     where ``scalars[k]``); a member read by a later one (``member_slots[j]`` not None) is
     read from its value at the same element. None where an expression has an operation or
-    constant the loop does not spell, or numba is not installed."""
-    key = (exprs, member_slots, scalars)
+    constant the loop does not spell, or numba is not installed.
+
+    ``dots``: reductions ``sum(a * b)`` of two expressions over the same slots and members,
+    accumulated in the same pass (CG's ``r @ r`` right after ``r = r - alpha * q``: the
+    values are not read back from memory); the loop returns their sums over the rows, each
+    added in :func:`dot`'s order (four interleaved partial sums over the elements, then
+    ``(s0 + s1) + (s2 + s3)``), so they are :func:`dot`'s bits on the same ``hi - lo`` rows
+    of :data:`MIN_SIZE` elements or more."""
+    key = (exprs, member_slots, scalars, dots)
     got = _PASSES.get(key, False)
     if got is not False:
         return got
     with _LOCK:
         got = _PASSES.get(key, False)
         if got is False:
-            got = _PASSES[key] = _build(exprs, member_slots, scalars)
+            got = _PASSES[key] = _build(exprs, member_slots, scalars, dots)
     return got
 
 
 def _build(
-    exprs: tuple[tuple, ...], member_slots: tuple[int | None, ...], scalars: tuple[bool, ...]
-) -> Callable[..., None] | None:
+    exprs: tuple[tuple, ...],
+    member_slots: tuple[int | None, ...],
+    scalars: tuple[bool, ...],
+    dots: tuple[tuple[tuple, tuple], ...],
+) -> Callable[..., tuple] | None:
     try:
         import numba
     except ImportError:
@@ -95,26 +108,52 @@ def _build(
             return local[k]
         return f"s{k}" if scalars[k] else f"v{k}[i]"
 
-    lines = []
+    body = []
     for j, e in enumerate(exprs):
         t = _text(e, ref)
         if t is None:
             return None
-        lines.append(f"        m{j} = {t}\n        o{j}[i] = m{j}\n")
+        body.append(f"m{j} = {t}")
+        body.append(f"o{j}[i] = m{j}")
+    terms = []
+    for a, b in dots:
+        ta, tb = _text(a, ref), _text(b, ref)
+        if ta is None or tb is None:
+            return None
+        terms.append(f"({ta}) * ({tb})")
     outs = ", ".join(f"o{j}" for j in range(len(exprs)))
     ins = ", ".join(f"s{k}" for k in range(len(scalars)))
     # the rows cut first, so the loop's index runs from 0 and every access is provably in
     # range and non-negative (no wraparound test per access: the loop vectorizes)
-    cuts = "".join(f"    o{j} = o{j}[lo:hi]\n" for j in range(len(exprs)))
-    cuts += "".join(f"    v{k} = s{k}[lo:hi]\n" for k in range(len(scalars)) if not scalars[k])
-    head = f"def _pass({outs}, {ins}, lo, hi):\n{cuts}    for i in range(hi - lo):\n"
-    src = head + "".join(lines)
+    src = f"def _pass({outs}, {ins}, lo, hi):\n"
+    src += "".join(f"    o{j} = o{j}[lo:hi]\n" for j in range(len(exprs)))
+    src += "".join(f"    v{k} = s{k}[lo:hi]\n" for k in range(len(scalars)) if not scalars[k])
+    if not terms:
+        src += "    for i in range(hi - lo):\n"
+        src += "".join(f"        {line}\n" for line in body)
+        src += "    return ()\n"
+    else:
+        # dot's order: element i into partial sum i % 4 over the first n - n % 4 elements,
+        # the rest into the first, the four added pairwise at the end
+        src += "    n = hi - lo\n    m = n - n % 4\n"
+        for d in range(len(terms)):
+            src += f"    a{d}_0 = a{d}_1 = a{d}_2 = a{d}_3 = 0.0\n"
+        src += "    for i4 in range(0, m, 4):\n"
+        for q in range(4):
+            src += f"        i = i4 + {q}\n"
+            src += "".join(f"        {line}\n" for line in body)
+            src += "".join(f"        a{d}_{q} += {t}\n" for d, t in enumerate(terms))
+        src += "    for i in range(m, n):\n"
+        src += "".join(f"        {line}\n" for line in body)
+        src += "".join(f"        a{d}_0 += {t}\n" for d, t in enumerate(terms))
+        sums = ", ".join(f"(a{d}_0 + a{d}_1) + (a{d}_2 + a{d}_3)" for d in range(len(terms)))
+        src += f"    return ({sums},)\n"
     namespace: dict[str, Any] = {"np": np}
     exec(compile(src, "<distal fused pass>", "exec"), namespace)
     jitted = numba.njit(nogil=True, error_model="numpy")(namespace["_pass"])
 
-    def run(out_arrays: list[np.ndarray], slots: list[Any], lo: int, hi: int) -> None:
-        jitted(*out_arrays, *slots, lo, hi)
+    def run(out_arrays: list[np.ndarray], slots: list[Any], lo: int, hi: int) -> tuple:
+        return jitted(*out_arrays, *slots, lo, hi)
 
     return run
 
