@@ -316,6 +316,61 @@ def test_a_sparse_product_and_the_reductions_of_its_result_are_one_kernel(
     assert sess.moved_words == apart.moved_words
 
 
+@pytest.mark.parametrize("procs", [1, 2])
+def test_a_power_iteration_is_two_kernels(procs: int) -> None:
+    """PageRank's step, ``x_new = 0.85 * (PT @ x) + (0.85 * (d @ x) + 0.15) / n`` and
+    ``abs(x_new - x).sum()``: the product first, with ``d @ x`` (values only) as its
+    epilogue, then ``x_new`` and the sum as one fused set over its result (``abs`` spelled
+    by the loop) — two kernels an iteration, where ``x_new`` was an index-notation kernel
+    of its own; ``x_new`` is numpy's bit for bit from the same product and scalar."""
+    pytest.importorskip("numba")
+    sps = pytest.importorskip("scipy.sparse")
+
+    n = 2 * fused.MIN_SIZE + 3
+    rng = np.random.default_rng(50)
+    PT = sps.random(n, n, density=4.0 / n, format="csr", random_state=rng)
+    dv = (rng.random(n) < 0.1).astype(np.float64)
+    sess = dl.Session("local", machine=procs)
+    A, d = sess.asarray(PT), sess.asarray(dv)
+    x, xv = d * 0.0 + 1.0 / n, np.full(n, 1.0 / n)
+    for it in range(3):
+        before = sess.kernels_run
+        q = A @ x
+        x_new = 0.85 * q + (0.85 * (d @ x) + 0.15) / n
+        delta = dl.abs(x_new - x).sum()
+        got = float(delta)
+        if it:  # (the first iteration places the operands)
+            assert sess.kernels_run - before == 2, sess.kernels_run - before
+        qv, c = q.get(), (0.85 * float(np.dot(dv, xv)) + 0.15) / n
+        np.testing.assert_allclose(qv, PT @ xv, rtol=1e-12, atol=1e-300)
+        want = 0.85 * qv + c
+        np.testing.assert_allclose(x_new.get(), want, rtol=1e-12)
+        assert got == pytest.approx(float(np.abs(want - xv).sum()), rel=1e-12)
+        x, xv = x_new, x_new.get()
+
+
+def test_abs_and_sqrt_in_the_loop_are_numpys_bit_for_bit() -> None:
+    """``abs`` and ``sqrt`` in a large fused set take the generated loop: numpy's values,
+    negative zeros and infinities bit for bit, NaN where numpy has NaN."""
+    pytest.importorskip("numba")
+
+    n = fused.MIN_SIZE + 11
+    v = rand(n, seed=60) - 0.5
+    v[:6] = [-0.0, 0.0, -np.inf, np.inf, np.nan, -np.nan]
+    w = rand(n, seed=61) + 0.25
+    sess = dl.Session("local", machine=2)
+    x, y = sess.asarray(v), sess.asarray(w)
+    with np.errstate(invalid="ignore"):
+        a = dl.abs(x) * 2.0 + x
+        b = dl.sqrt(y) - x
+        np.testing.assert_array_equal(a.get(), np.abs(v) * 2.0 + v)
+        np.testing.assert_array_equal(b.get(), np.sqrt(w) - v)
+        num = ~np.isnan(v)  # (a NaN's sign bit, which IEEE leaves open, is not compared)
+        want_sign = np.signbit(np.abs(v) * 2.0 + v)[num]
+        np.testing.assert_array_equal(np.signbit(a.get())[num], want_sign)
+    assert any(run is not None and "abs" in repr(key[0]) for key, run in fused._PASSES.items())
+
+
 def test_a_product_without_reductions_after_it_is_a_kernel_alone() -> None:
     sess = dl.Session("local", machine=2)
     A, a = laplacian(4), rand(16, seed=25)

@@ -167,6 +167,10 @@ class Program:
             self.materialize(todo[0])
             i = 1
         while i < len(todo):
+            deps = self._products_first(todo[i])
+            if deps:  # x_new = 0.85 * (A @ x) + c: the product first, then the set
+                todo[i:i] = deps
+                continue
             members, used = self._fused_set(todo, i)
             if len(members) > 1 or (members and self._large_alone(members[0])):
                 self._run_fused(members)
@@ -210,6 +214,35 @@ class Program:
             ids.add(id(node))
             j += 1
         return members, j - i
+
+    def _products_first(self, node: Node) -> list[Node]:
+        """The pending contractions (one or more dimensions) that keep a large element-wise
+        ``node`` out of a fused set, where they are all that does: the flush computes them
+        first, each as the kernel it is (with its own epilogue), so ``node`` and what
+        follows it form a set over their values instead of ``node`` becoming an
+        index-notation kernel that computes the product and the sums in two passes. Empty
+        where ``node`` is no such array (small, not float64, or blocked by anything else)."""
+        if (
+            not self._fusing
+            or type(node) is not Map
+            or node.dtype != np.float64
+            or not node.shape
+            or math.prod(node.shape) < LARGE
+        ):
+            return []
+        found: dict[int, Node] = {}
+        stack = list(node.operands)
+        while stack:
+            n = stack.pop()
+            if isinstance(n, Const) or self.is_value(n) or not n.shape:
+                continue  # (0-d operands are made values by the set itself)
+            if type(n) is Map:
+                stack.extend(n.operands)
+            elif type(n) is Contract and n.shape == node.shape:
+                found[id(n)] = n
+            else:
+                return []
+        return sorted(found.values(), key=_seq)
 
     def _large_alone(self, node: Node) -> bool:
         """Whether ``node``, in no set with others, still runs as a fused set of one: a large
@@ -288,12 +321,13 @@ class Program:
         return False
 
     def _epilogue(self, node: Node, later: list[Node]) -> list[Node]:
-        """The full reductions pending in ``later`` (or under them) that read ``node``, a
-        matrix-vector product (a sparse or a dense matrix), and can run as its kernel's
-        epilogue: each reads the
-        product, values of its shape and element-wise arrays over them (computed in the
-        set), as a fused set does (``p @ q`` after ``q = A @ p``). They run at the product's
-        place in the flush, before the arrays after it (they read nothing those make).
+        """The full reductions pending in ``later`` (or under them) that can run as the
+        epilogue of ``node``'s kernel, a matrix-vector product (a sparse or a dense matrix):
+        each reads the product (with values of its shape and element-wise arrays over them,
+        as a fused set does: ``p @ q`` after ``q = A @ p``), or only values of its shape
+        (PageRank's ``dangling @ x`` beside ``A @ x``). They run at the
+        product's place in the flush, before the arrays after it (they read nothing those
+        make).
         Empty where there are none (or ``node`` is no such product, or the session does not
         fuse)."""
         if (
@@ -317,7 +351,9 @@ class Program:
             if (
                 type(n) is Contract
                 and not n.ndim
-                and any(x is node for x in n.operands)
+                and (
+                    any(x is node for x in n.operands) or all(self.is_value(x) for x in n.operands)
+                )
                 and self._fusible(n, ids, node.shape) is not None
             ):
                 found[id(n)] = n

@@ -11,7 +11,10 @@ own rows of the same arrays).
 The loop evaluates each member's expression as numpy does, one IEEE operation at a time in
 the same order with every operand float64 (numba compiles without ``fastmath``, so nothing
 is contracted into a fused multiply-add or reassociated): the members come out bit for bit
-as numpy's. Expressions with any other operation, or any other dtype, are left to numpy.
+as numpy's (a NaN's sign bit aside, which IEEE leaves to the hardware's operand order).
+Besides the arithmetic operators it spells ``abs`` and ``sqrt``, whose results IEEE
+arithmetic fixes exactly. Expressions with any other operation, or any other dtype, are
+left to numpy.
 """
 
 from __future__ import annotations
@@ -34,6 +37,9 @@ _SPELL = {
     "div": "({} / {})",
     "neg": "(-{})",
     "pos": "(+{})",
+    # exact in both (the sign bit cleared; IEEE's correctly rounded square root)
+    "abs": "abs({})",
+    "sqrt": "np.sqrt({})",
 }
 
 _F64 = np.dtype(np.float64)
