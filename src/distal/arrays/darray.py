@@ -118,16 +118,8 @@ class DArray:
         return self._wrap(g.map_node(op, *xs), new=True)
 
     def _binary(self, op: str, o: Any) -> DArray:
-        """``self op o``: :meth:`_map` for the arithmetic operators, without its lists and
-        keyword (a handle of this program or a Python float taken as they are)."""
-        program = self.program
-        if type(o) is DArray and o.program is program:  # (one program: one session)
-            other = o.node
-        elif type(o) is float:
-            other = g.const(o)
-        else:
-            other = operand(self, o)
-        return _handle(self.session, g.binary(op, self.node, other), program)
+        """``self op o`` (what the arithmetic operators are, see :func:`_operator`)."""
+        return _OPERATORS[op](self, o)
 
     def _rbinary(self, op: str, o: Any) -> DArray:
         """``o op self`` (numpy's reflected operators)."""
@@ -135,7 +127,7 @@ class DArray:
         return _handle(self.session, g.binary(op, other, self.node), self.program)
 
     def __add__(self, o: Any) -> DArray:
-        return self._binary("add", o)
+        return self._binary("add", o)  # (replaced below by the operator itself)
 
     def __radd__(self, o: Any) -> DArray:
         return self._rbinary("add", o)
@@ -267,6 +259,33 @@ class DArray:
         return self @ o
 
 
+def _operator(op: str) -> Any:
+    """``DArray.__add__`` and its kind for ``op``: ``self op o`` recorded in one Python
+    frame besides the node's own (a handle of this program or a Python float taken as they
+    are; anything else through :func:`operand`), since recording is most of a small fused
+    kernel's dispatch."""
+    binary, const, new = g.binary, g.const, _new
+
+    def method(self: DArray, o: Any) -> DArray:
+        program = self.program
+        if type(o) is DArray and o.program is program:  # (one program: one session)
+            other = o.node
+        elif type(o) is float:
+            other = const(o)
+        else:
+            other = operand(self, o)
+        a = new(DArray)
+        a.session = self.session
+        a.program = program
+        a.node = binary(op, self.node, other)
+        program.track_new(a)
+        return a
+
+    method.__name__ = method.__qualname__ = f"__{op}__"
+    method.__doc__ = f"``self {g._SYMBOL[op]} o``, as numpy's."
+    return method
+
+
 def _handle(session: Any, node: g.Node, program: Any) -> DArray:
     """``DArray(session, node, program, new=True)`` without its defaults: a handle on a node
     just made (so no value yet), tracked by ``program``."""
@@ -376,3 +395,9 @@ def einsum_arrays(subscripts: str, operands: tuple[Any, ...]) -> DArray:
     nodes = tuple(operand(first, x) for x in operands)
     ins, out = parse_einsum(subscripts, [n.ndim for n in nodes])
     return first._wrap(g.contract(tuple(ins), out, nodes, f"einsum {subscripts!r}"))
+
+
+_OPERATORS = {op: _operator(op) for op in ("add", "sub", "mul")}
+DArray.__add__ = _OPERATORS["add"]  # type: ignore[method-assign]
+DArray.__sub__ = _OPERATORS["sub"]  # type: ignore[method-assign]
+DArray.__mul__ = _OPERATORS["mul"]  # type: ignore[method-assign]
