@@ -115,6 +115,9 @@ class Store:
         self.flushed = False
         self.fresh = False  # the partial buffer is still all zeros (leaf kernels may store)
         self.own_fresh = True  # the owned output block is still all zeros
+        #: the owned output block is a view of a result not zeroed yet: zeroed at first use
+        #: (:meth:`own_output`), in the thread of the processor that owns it
+        self.own_dirty = False
         self.inbox: list[Held] = []  # partial sums received this step, for the owned block
         self.combined: list[Held] = []  # children's partial sums this step (routing)
 
@@ -151,11 +154,19 @@ class Store:
             total += self.partial[0].size
         return total + sum(a.size for a, _ in self.inbox) + sum(a.size for a, _ in self.combined)
 
+    def own_output(self) -> Held:
+        """The owned output block, zeroed first where it is still dirty."""
+        held = self.owned[self.output]
+        if self.own_dirty:
+            held[0].fill(0)
+            self.own_dirty = False
+        return held
+
     def open_output(self, op: OpenOutput) -> None:
         """Start accumulating ``op.box``: into the owned block, or a zeroed buffer."""
         self.open_box = op.box if op.direct else None
         if op.direct:
-            self.partial, self.direct, self.fresh = self.owned[self.output], True, self.own_fresh
+            self.partial, self.direct, self.fresh = self.own_output(), True, self.own_fresh
         else:
             arr = np.zeros(shape(op.box), self.out_dtype)
             self.partial, self.direct, self.fresh = (arr, op.box), False, True
@@ -202,7 +213,7 @@ class Store:
         """Add ``op.local`` pieces into the owned block; returns the buffer to send from."""
         arr, origin = self.partial  # type: ignore[misc]
         for box in op.local:
-            own, oorigin = self.owned[self.output]
+            own, oorigin = self.own_output()
             add_at(own, where(box, oorigin), read(arr, where(box, origin)))
             self.own_fresh = False
         self.flushed = True
@@ -212,7 +223,7 @@ class Store:
         """Add the partial sums received this step into the owned block; returns words."""
         if not self.inbox:
             return 0
-        own, origin = self.owned[self.output]
+        own, origin = self.own_output()
         for arr, box in self.inbox:
             add_at(own, where(box, origin), arr)
         self.own_fresh = False
