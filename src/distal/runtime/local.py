@@ -544,7 +544,8 @@ class LocalRuntime:
             for op in prep.finals[q.p]:
                 self._exec(q, op, procs, stats)
         for q in procs:
-            q.own_output()  # (a block nothing wrote into is zero all the same)
+            if q.own_dirty:
+                q.own_output()  # (a block nothing wrote into is zero all the same)
         for block, sl in scatter:
             result[sl] = block
         if pattern is not None:  # a sparse output: its values in the bound pattern (the
