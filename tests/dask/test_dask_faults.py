@@ -101,11 +101,14 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
     s = res.extra["summary"]
     print(s)
     # The kills cut work short; finished work was checkpointed, so at most what ran on the
-    # victims at the kill is redone (none of it when a speculative copy of the cut unit, made
-    # in the tail, finished it first).
+    # victims at the kill is redone: none of it when a speculative copy of the cut unit, made
+    # in the tail, finished it first, or when the victim had written the unit's entry just
+    # before the kill and its result never reached the driver (the resubmitted unit loads
+    # that entry: the run's checkpoint was empty when it began, so a reused entry can only
+    # be such a one)
     assert s.lost_seconds > 0, str(s)
     assert s.recomputed <= len(victims), str(s)
-    assert s.recomputed >= 1 or s.speculative_won >= 1, str(s)
+    assert s.recomputed >= 1 or s.speculative_won >= 1 or s.tasks_reused >= 1, str(s)
     assert set(victims) <= set(s.workers_lost)
     assert res.tasks_executed + res.tasks_reused == s.tasks_total
     # recomputed tasks count their delivery once, loaded ones nothing; a fresh checkpoint
