@@ -18,6 +18,7 @@ This runtime is the correctness oracle the other runtimes are compared with.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -232,6 +233,18 @@ def _in_caller_array(region: Any) -> tuple | None:
     return (slice(int(r[0]), int(r[-1]) + 1), *box_index(region.box, _ORIGIN[len(region.box)]))
 
 
+def _gathered_rows(region: Any, shape: tuple[int, ...]) -> np.ndarray | None:
+    """The rows of the first dimension of a tensor of ``shape`` that a fetched ``region``
+    gathers, where it is such rows times the whole of every other dimension (SpMV's ``x``
+    entries, SpMM's rows of ``C``); None for any other region."""
+    rows = getattr(region, "rows", None)
+    if rows is None or region.sdims != (0,) or region.ddims != tuple(range(1, len(shape))):
+        return None
+    if tuple(region.box) != tuple((0, n) for n in shape[1:]):
+        return None
+    return np.ascontiguousarray(rows[:, 0] if rows.ndim == 2 else rows, dtype=np.int64)
+
+
 class Prepared:
     """What runs of one plan share, derived once from the plan.
 
@@ -329,6 +342,7 @@ class Prepared:
                 n > 1
                 and any(isinstance(op, Compute) and op.work is not None for w in ws for op in w)
             )
+        self._read_whole(dtypes)
         self.finals = [
             [op for op in by_step[p][nsteps] if isinstance(op, RecvFinal)] for p in range(n)
         ]
@@ -350,6 +364,55 @@ class Prepared:
             all(all(isinstance(x, slice) for x in sl) for _, sl in out_blocks)
             and sum(math.prod(shape(box)) for box, _ in out_blocks) == size
         )
+
+    def _read_whole(self, dtypes: dict[str, Any]) -> None:
+        """Leaves over stored entries that read a gathered input where the caller's whole
+        array holds it: in a one-step plan, a processor's fetch of rows of a dense input
+        (times the whole of its other dimensions) is read by its leaves alone; given the
+        input whole, those leaves read it there by global rows (the rows each entry reads in
+        the buffer, mapped through the gathered rows), and nothing is copied. The message
+        is still counted, as for any fetch read in place (``borrow``, ``inplace``).
+
+        ``whole[p]``: ``{tensor: words of the buffer it stands for}`` (empty: none);
+        ``whole_leaves[id(op)]``: the leaves of Compute ``op`` reading them so."""
+        plan = self.plan
+        self.whole: list[dict[str, int]] = [{} for _ in range(plan.nprocs)]
+        self.whole_leaves: dict[int, EntryLeaves] = {}
+        if plan.nsteps != 1:
+            return  # (a buffer may be read over several steps)
+        for p in range(plan.nprocs):
+            rows: dict[str, np.ndarray] = {}
+            for item in self.fetches[0][p]:
+                op, what, tensor = item[0], item[1], item[2]
+                pl = plan.placements.get(tensor)
+                if what != _BUFFER or tensor == plan.output or pl is None or item[9] is not None:
+                    continue  # (a run of rows is read in place already: ``inplace``)
+                got = _gathered_rows(op.box, tuple(pl.shape))
+                if got is not None and all(pc[5] is None for pc in item[6]):
+                    rows[tensor] = got
+            if not rows:
+                continue
+            computes = [op for op in self.work[0][p] if isinstance(op, Compute)]
+            if any(op.work is None or any(t in rows for t, _ in op.work.views) for op in computes):
+                continue  # a dense leaf, or a view of the buffer: it stays a buffer
+            for op in computes:
+                w = op.work
+                terms = tuple(
+                    dataclasses.replace(
+                        t,
+                        dense=tuple(
+                            (name, rows[name][np.asarray(r)] if name in rows else r, letters)
+                            for name, r, letters in t.dense
+                        ),
+                    )
+                    for t in w.terms
+                )
+                self.whole_leaves[id(op)] = EntryLeaves(
+                    dataclasses.replace(w, terms=terms), dtypes[plan.output]
+                )
+            self.whole[p] = {
+                item[2]: words(item[3]) for item in self.fetches[0][p] if item[2] in rows
+            }
 
     def result(self, shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, bool]:
         """An array for a run's result, and whether it is zeroed. A small one is zeroed
@@ -477,6 +540,11 @@ class LocalRuntime:
         self.bufs = _Buffers()
         self.borrowed: dict[int, np.ndarray] = {}  # fetched inputs' blocks read in place
         self.caller: dict[str, np.ndarray] = {}  # the inputs given whole, by name
+        #: this run's processors whose leaves read gathered inputs in the caller's arrays
+        #: (see Prepared._read_whole), and those arrays' views standing for the buffers, by
+        #: id, with the words of the buffer each stands for (what the memory model counts)
+        self.whole_now: set[int] = set()
+        self.stand_in: dict[int, tuple[np.ndarray, int]] = {}
 
     def run(self, inputs: dict[str, Any]) -> tuple[Any, Stats, float]:
         """Scatter the inputs, execute every step, gather the output."""
@@ -520,6 +588,11 @@ class LocalRuntime:
             if isinstance(data, np.ndarray) and data.dtype == self.dtypes.get(name)
             and name != plan.output
         }  # fmt: skip
+        self.whole_now = {
+            p
+            for p, ts in enumerate(prep.whole)
+            if ts and all(t in self.caller and self.caller[t].flags.c_contiguous for t in ts)
+        }
         start = time.perf_counter()
         self.trace = Recorder()
         if plan.nsteps:
@@ -552,7 +625,7 @@ class LocalRuntime:
             # buffer itself, read-only: the recycler reuses it only once the array is gone)
             result = pattern.with_values(result, copy=False)
         seconds = time.perf_counter() - start
-        self.borrowed, self.caller = {}, {}
+        self.borrowed, self.caller, self.whole_now, self.stand_in = {}, {}, set(), {}
         if self.bufs.nbytes <= SPARE_BYTES and not prep.spare:
             for q in procs:
                 self._release(q, q.buffers)
@@ -612,11 +685,18 @@ class LocalRuntime:
         """``q.held_words()`` with the owned blocks' size known in advance."""
         total = self.prep.owned_words[q.p]
         borrowed = self.borrowed  # counted as the copies they stand for
+        stand_in = self.stand_in
         for a, _ in q.buffers.values():
-            if a.base is None or id(a) in borrowed:
+            if id(a) in stand_in:
+                total += stand_in[id(a)][1]
+            elif a.base is None or id(a) in borrowed:
                 total += a.size
         for b in q.next.values():
-            if b is not None and (b[0].base is None or id(b[0]) in borrowed):
+            if b is None:
+                continue
+            if id(b[0]) in stand_in:
+                total += stand_in[id(b[0])][1]
+            elif b[0].base is None or id(b[0]) in borrowed:
                 total += b[0].size
         if q.partial is not None and not q.direct:
             total += q.partial[0].size
@@ -656,13 +736,23 @@ class LocalRuntime:
         ``jobs``, the copies are left there and the trace events in ``events``."""
         p = q.p
         tracing = self.tracing and events is None
+        whole_here = self.prep.whole[p] if p in self.whole_now else {}
         for item in self.prep.fetches[s][p]:
             op, what, tensor, box, shape, own_sl, pieces, whole, borrow, inplace = item
             caller = self.caller.get(tensor) if inplace is not None else None
             t = self.trace.now() if tracing else 0.0
             words = 0
             try:
-                if what == _NOTHING:
+                if tensor in whole_here:  # its leaves read the caller's array by global rows
+                    view = self.caller[tensor].view()
+                    view.flags.writeable = False
+                    self.stand_in[id(view)] = (view, whole_here[tensor])
+                    for src, _, _, w, level, _, piece in pieces:
+                        if src != p:
+                            stats.record(src, p, w, level, index_words(piece))
+                            words += w
+                    q.next[tensor] = (view, box)
+                elif what == _NOTHING:
                     q.next[tensor] = None
                 elif what == _VIEW:
                     q.next[tensor] = (read(q.owned[tensor][0], own_sl), box)
@@ -718,7 +808,12 @@ class LocalRuntime:
         words = 0
         try:
             if isinstance(op, Compute):
-                stats.iterations[q.p] += q.compute(op, self.kernels, self.prep.leaves.get(id(op)))
+                leaves = (
+                    self.prep.whole_leaves.get(id(op))
+                    if q.p in self.whole_now
+                    else self.prep.leaves.get(id(op))
+                )
+                stats.iterations[q.p] += q.compute(op, self.kernels, leaves)
             elif isinstance(op, OpenOutput):
                 q.open_output(op)
             elif isinstance(op, Flush):
