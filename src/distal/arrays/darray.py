@@ -7,6 +7,7 @@ at once) and returns a new handle; nothing runs until a value is read (see
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -117,29 +118,21 @@ class DArray:
             xs.reverse()
         return self._wrap(g.map_node(op, *xs), new=True)
 
-    def _binary(self, op: str, o: Any) -> DArray:
-        """``self op o`` (what the arithmetic operators are, see :func:`_operator`)."""
-        return _OPERATORS[op](self, o)
-
     def _rbinary(self, op: str, o: Any) -> DArray:
         """``o op self`` (numpy's reflected operators)."""
         other = g.const(o) if type(o) is float else operand(self, o)
         return _handle(self.session, g.binary(op, other, self.node), self.program)
 
-    def __add__(self, o: Any) -> DArray:
-        return self._binary("add", o)  # (replaced below by the operator itself)
+    # ``a + b``, ``a - b``, ``a * b``: set after the class (see :func:`_operator`)
+    __add__: Callable[[DArray, Any], DArray]
+    __sub__: Callable[[DArray, Any], DArray]
+    __mul__: Callable[[DArray, Any], DArray]
 
     def __radd__(self, o: Any) -> DArray:
         return self._rbinary("add", o)
 
-    def __sub__(self, o: Any) -> DArray:
-        return self._binary("sub", o)
-
     def __rsub__(self, o: Any) -> DArray:
         return self._rbinary("sub", o)
-
-    def __mul__(self, o: Any) -> DArray:
-        return self._binary("mul", o)
 
     def __rmul__(self, o: Any) -> DArray:
         return self._rbinary("mul", o)
@@ -397,7 +390,7 @@ def einsum_arrays(subscripts: str, operands: tuple[Any, ...]) -> DArray:
     return first._wrap(g.contract(tuple(ins), out, nodes, f"einsum {subscripts!r}"))
 
 
-_OPERATORS = {op: _operator(op) for op in ("add", "sub", "mul")}
-DArray.__add__ = _OPERATORS["add"]  # type: ignore[method-assign]
-DArray.__sub__ = _OPERATORS["sub"]  # type: ignore[method-assign]
-DArray.__mul__ = _OPERATORS["mul"]  # type: ignore[method-assign]
+# ``a + b``, ``a - b``, ``a * b`` (their reflected forms are DArray._rbinary)
+DArray.__add__ = _operator("add")
+DArray.__sub__ = _operator("sub")
+DArray.__mul__ = _operator("mul")

@@ -698,10 +698,12 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
                     if adds
                     else None
                 )
-                got = (f, two_at) if f is not None else None
-                if got is None:  # no reduction added (or one the loop does not spell)
-                    got = (fused_kernels.elementwise_pass(maps, member_slots, scalars), ())
-                passes[(scalars, adds)] = got
+                # (without them where the loop does not spell a reduction)
+                got = passes[(scalars, adds)] = (
+                    (f, two_at)
+                    if f is not None
+                    else (fused_kernels.elementwise_pass(maps, member_slots, scalars), ())
+                )
             loop, done = got
         if loop is not None:
             if each is not _serial:

@@ -162,8 +162,9 @@ class Program:
         if len(todo) > 1:
             todo.sort(key=_seq)
         i = 0
-        if len(todo) == 1 and not self._large_alone(todo[0]):
-            # one pending array (a loop's statement bound to a name): no set, no epilogue
+        if len(todo) == 1 and math.prod(todo[0].shape) < LARGE:
+            # one small pending array (a loop's statement bound to a name): no set, no
+            # epilogue, no products first (those are for large arrays), so no search for them
             self.materialize(todo[0])
             i = 1
         while i < len(todo):
