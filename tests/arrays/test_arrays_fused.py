@@ -148,16 +148,22 @@ def test_a_fused_set_on_dask_matches_local(dask_client: Any) -> None:
     assert sess.driver_words - before <= 3 + 2 * 37 + 4
 
 
-def test_a_dask_session_that_verifies_runs_each_group_by_itself(dask_client: Any) -> None:
-    """Under ``verify=`` every kernel's result is checked; a fused set is a map, which the
-    checks do not cover, so such a session does not fuse."""
+def test_a_dask_session_that_verifies_fuses_and_checks_each_fused_block(
+    dask_client: Any,
+) -> None:
+    """Under ``verify=`` a fused set still runs as one pass per block: each block is
+    computed on one worker and again on another, and its partial sums come to the driver
+    from the check (so the reduction's result is a checked one)."""
     pytest.importorskip("distributed")
     sess: Any = dl.Session("dask", client=dask_client, machine=2, verify="check")
-    x = sess.asarray(rand(12, seed=10))
+    xv = rand(12, seed=10)
+    x = sess.asarray(xv)
     y = x * 2.0
     s = y @ y
-    np.testing.assert_allclose(float(s), (rand(12, seed=10) * 2.0) @ (rand(12, seed=10) * 2.0))
-    assert sess.kernels_run == 2
+    np.testing.assert_allclose(float(s), (xv * 2.0) @ (xv * 2.0))
+    np.testing.assert_allclose(y.get(), xv * 2.0)
+    assert sess.kernels_run == 1  # the map and the dot as one fused set
+    assert sess.maps_checked == 2  # its two processors' blocks, each computed twice
 
 
 def test_a_large_fused_set_takes_one_loop_and_reuses_only_what_nothing_holds() -> None:

@@ -101,8 +101,8 @@ def test_a_session_keeps_its_workers_trust_from_run_to_run(client: Any) -> None:
         assert t.unchecked > 0
         assert all(n >= tr.WARMUP for n in t.streaks.values())
         assert len(t.streaks) == 2
-    # a verified session runs every group by itself (no fused sets): so does the reference
-    with dl.Session("local", machine=2, fuse=False) as local:
+    # a verified session fuses as any other does: so does the reference
+    with dl.Session("local", machine=2) as local:
         want, _ = dl.apps.cg(A, b, session=local, maxiter=25, tol=0.0)
     assert np.array_equal(x, want)
 

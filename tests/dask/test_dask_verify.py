@@ -690,8 +690,8 @@ def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, ve
         x, its = dl.apps.cg(A, b, session=sess, maxiter=12, tol=0.0)
         assert sess.excluded_workers == {liar}
         assert "excluded workers: " + liar in sess.summary()
-    # a verified session runs every group by itself (no fused sets): so does the honest one
-    with dl.Session("dask", client=pool, machine=4, progress=False, fuse=False) as honest:
+    # a verified session fuses as an unverified one does (each fused block computed twice)
+    with dl.Session("dask", client=pool, machine=4, progress=False) as honest:
         want, _ = dl.apps.cg(A, b, session=honest, maxiter=12, tol=0.0)
         assert honest.excluded_workers == set()
     assert its == 12
@@ -731,6 +731,28 @@ def test_a_lying_worker_is_caught_on_element_wise_maps(liar_pool: Any) -> None:
             x, y = s.asarray(v), s.asarray(w)
             got = (dl.sqrt(dl.abs(x) + 1.0) / y).get()
             assert np.array_equal(got, np.sqrt(np.abs(v) + 1.0) / w)
+        assert s.maps_checked >= 6 * 4
+        assert s.excluded_workers == {liar}
+
+
+def test_a_lying_worker_is_caught_in_fused_sets_and_their_sums(liar_pool: Any) -> None:
+    """A fused set (``y = 2 v + w`` with ``v . y`` and ``y . y`` added in the same pass) on a
+    verified session: each block is computed on one worker and again on another, the
+    partial sums of both are compared and added on the driver. The liar (q=0.5; the hook
+    perturbs fused members and partial sums too, by 1.0) is caught and excluded; the
+    member is numpy's bit for bit and the sums numpy's to rounding."""
+    liar = _liar(liar_pool)
+    rng = np.random.default_rng(13)
+    with dl.Session("dask", client=liar_pool, machine=4, progress=False, verify="check") as s:
+        for _ in range(6):
+            v, w = rng.standard_normal(3000), rng.standard_normal(3000)
+            x, z = s.asarray(v), s.asarray(w)
+            y = 2.0 * x + z
+            vy, yy = x @ y, y @ y
+            got_vy, got_yy = float(vy), float(yy)
+            assert np.array_equal(y.get(), 2.0 * v + w)
+            want = 2.0 * v + w
+            np.testing.assert_allclose([got_vy, got_yy], [v @ want, want @ want], rtol=1e-12)
         assert s.maps_checked >= 6 * 4
         assert s.excluded_workers == {liar}
 

@@ -57,11 +57,11 @@ from distal.arrays.lower import (
     MAX_TERMS,
     OUT,
     build,
-    evaluator,
-    fused_evaluator,
+    fused_function,
     fused_signature,
     held_dist,
     map_dist,
+    map_function,
     map_signature,
     signature,
     slot_name,
@@ -106,12 +106,9 @@ class Program:
         self.kernels: dict[tuple, Any] = {}
         self._fused_fns: dict[tuple, Any] = {}
         #: whether a flush runs fused sets (see :meth:`_fused_set`): not where the session
-        #: says ``fuse=False``, nor on a Dask session with ``verify=`` (each kernel's result
-        #: is verified; a map's would not be)
-        self._fusing = getattr(session, "fuse", True) and not (
-            getattr(session, "runtime", None) == "dask"
-            and getattr(session, "options", {}).get("verify", 1) != 1
-        )
+        #: says ``fuse=False`` (on a Dask session with ``verify=`` each fused block is
+        #: computed twice, as a map's blocks are: ``Session._twice``)
+        self._fusing = getattr(session, "fuse", True)
         self._covers: dict[tuple, bool] = {}
         self.compiles = 0
         self.kernels_run = 0
@@ -386,7 +383,7 @@ class Program:
             self.materialize(product)
         fn = self._fused_fns.get(steps)
         if fn is None:
-            fn = self._fused_fns[steps] = fused_evaluator(steps)
+            fn = self._fused_fns[steps] = fused_function(steps)
         first = members[0]
         shape = first.operands[0].shape if isinstance(first, Contract) else first.shape
         operands = [
@@ -565,7 +562,13 @@ class Program:
         shape = root.shape
         operands = [(self.name_of(x), _map_dist(shape, x.shape)) for x in slots]
         self.sess._map_blocks(
-            evaluator(expr), operands, out, shape, root.dtype, _held_dist(len(shape)), self.nprocs
+            map_function(expr),
+            operands,
+            out,
+            shape,
+            root.dtype,
+            _held_dist(len(shape)),
+            self.nprocs,
         )
 
     def _host(self, node: Node, out: str) -> None:

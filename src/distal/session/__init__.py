@@ -573,15 +573,33 @@ class Session:
         where = [k for k, _, _ in operands]
         dtypes = [d for _, d in elems]
         results: dict[Box, Any] = {}
+        jobs = []
         for box, p in target.blocks:
             parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
-            results[box] = client.submit(
-                fused_block, fn, nslots, where, parts, box_shape(box), dtypes, pure=False
-            )
+            jobs.append((box, (fn, nslots, where, parts, box_shape(box), dtypes)))
+        checked: list[list[Any]] | None = None
+        if self.options.get("verify", 1) != 1:
+            # each block computed on one trusted worker and again on another; the partial
+            # sums come here from the checking worker, as a verified 0-d operation's
+            # operands do (a single worker's sum would go unchecked)
+            self.maps_checked += len(jobs)
+            futures, checked = self._twice([(fused_block, a) for _, a in jobs], partials=True)
+            results = {box: f for (box, _), f in zip(jobs, futures, strict=True)}
+        else:
+            for box, args in jobs:
+                results[box] = client.submit(fused_block, *args, pure=False)
         for j, (o, d) in enumerate(elems):
             blocks = {b: client.submit(fused_elem, r, j, pure=False) for b, r in results.items()}
             value = WorkerValue(shape, d, blocks, client, self._count_driver)
             self.values[o] = Held(shape, d, target, value)
+        if checked is not None:
+            for j, (o, d) in enumerate(sums):
+                total = checked[0][j]
+                for part in checked[1:]:
+                    total = total + part[j]
+                self._count_driver(len(checked))
+                self.values[o] = Held((), d, None, np.asarray(total, dtype=d))
+            return
         ordered = (
             [client.submit(fused_partials, r, pure=False) for r in results.values()] if sums else []
         )
@@ -652,16 +670,22 @@ class Session:
         self.cuts_checked += 1
         return self._twice([(func, args)])[0]
 
-    def _twice(self, jobs: Sequence[tuple[Any, tuple]]) -> list[Any]:
-        """Each job ``func(*args)`` (a map block, a cut of held blocks) computed on one
-        trusted worker and computed again and compared on another
+    def _twice(self, jobs: Sequence[tuple[Any, tuple]], partials: bool = False) -> Any:
+        """Each job ``func(*args)`` (a map block, a cut of held blocks, a fused set's block)
+        computed on one trusted worker and computed again and compared on another
         (:func:`~distal.runtime.elastic.held.recompute_agrees`: these do one operation per
         word they read, so nothing checks them for less); where the two disagree a third
         computes it and decides, the worker it contradicts is excluded from the session's
         later work (``excluded_workers``), and the result is the agreeing one. Only the
         verdicts (one boolean per job) come to the driver; the results stay on the
-        workers, as futures."""
-        from distal.runtime.elastic.held import recompute_agrees, same_map_result
+        workers, as futures. ``partials``: the jobs are fused sets' blocks, and each one's
+        checked partial sums come to the driver too (``(futures, partials)``)."""
+        from distal.runtime.elastic.held import (
+            fused_partials,
+            recompute_agrees,
+            recompute_partials,
+            same_result,
+        )
         from distal.runtime.elastic.tasks import VerificationFailed
 
         client = self.client
@@ -677,17 +701,29 @@ class Session:
             return {"workers": [w], "allow_other_workers": False, "pure": False}
 
         runs = []
+        check = recompute_partials if partials else recompute_agrees
         for n, (func, args) in enumerate(jobs):
             a, b = pool[n % len(pool)], pool[(n + 1) % len(pool)]
             fa = client.submit(func, *args, **on(a))
-            runs.append(
-                (func, args, a, b, fa, client.submit(recompute_agrees, func, args, fa, **on(b)))
-            )
-        out = []
-        verdicts = client.gather([r[-1] for r in runs])
-        for (func, args, a, b, fa, _), good in zip(runs, verdicts, strict=True):
+            runs.append((func, args, a, b, fa, client.submit(check, func, args, fa, **on(b))))
+        out: list[Any] = []
+        sums: list[Any] = []
+        # with partials, each block's partial sums from both workers: the checker's are
+        # used only where they are the computing worker's too (a lying checker could
+        # otherwise vouch for a correct block and hand in wrong sums of its own)
+        claimed = (
+            [client.submit(fused_partials, r[4], **on(r[2])) for r in runs] if partials else []
+        )
+        got_all = client.gather([r[-1] for r in runs] + claimed)
+        verdicts, theirs = got_all[: len(runs)], got_all[len(runs) :]
+        for n, ((func, args, a, b, fa, _), got) in enumerate(zip(runs, verdicts, strict=True)):
+            good = got
+            if partials:
+                good = got[0] and same_result(([], list(theirs[n])), ([], got[1]))
             if good:
                 out.append(fa)
+                if partials:
+                    sums.append(got[1])
                 continue
             judges = [w for w in pool if w not in (a, b) and w not in self.excluded_workers]
             if not judges:
@@ -697,13 +733,15 @@ class Session:
                 )
             c = judges[0]
             fc = client.submit(func, *args, **on(c))
-            if client.submit(same_map_result, fa, fc, **on(c)).result():
+            if client.submit(same_result, fa, fc, **on(c)).result():
                 self.excluded_workers.add(b)  # its check contradicted a correct result
                 out.append(fa)
             else:
                 self.excluded_workers.add(a)
                 out.append(fc)
-        return out
+            if partials:  # the judge's own partials (it agreed with the result kept)
+                sums.append(list(client.submit(fused_partials, fc, **on(c)).result()))
+        return (out, sums) if partials else out
 
     def _host_op(
         self, fn: Any, args: Sequence[tuple[bool, Any]], out: str, dtype: np.dtype

@@ -87,11 +87,34 @@ def same_map_result(a: np.ndarray, b: np.ndarray) -> bool:
         return bool(np.all(np.abs(x - y) <= bound))
 
 
-def recompute_agrees(func: Callable[..., np.ndarray], args: tuple, claimed: np.ndarray) -> bool:
+def recompute_agrees(func: Callable[..., Any], args: tuple, claimed: Any) -> bool:
     """Whether another worker's ``claimed`` is ``func(*args)`` computed again here (run on a
     worker other than the one that computed it): the check of a map block (one operation
-    per element it reads, so no check is cheaper than doing it again) and of a cut."""
-    return same_map_result(func(*args), claimed)
+    per element it reads, so no check is cheaper than doing it again), of a cut, and of a
+    fused set's block (:func:`same_result`)."""
+    return same_result(func(*args), claimed)
+
+
+def recompute_partials(func: Callable[..., Any], args: tuple, claimed: Any) -> tuple[bool, list]:
+    """:func:`recompute_agrees` of a :func:`fused_block`, and the partial sums this
+    worker computed: where the two workers agree these are the checked partials, which
+    the driver adds up itself (a 0-d value a single worker summed would go unchecked)."""
+    mine = func(*args)
+    return same_result(mine, claimed), list(mine[1])
+
+
+def same_result(a: Any, b: Any) -> bool:
+    """:func:`same_map_result` of two results of one job: an array, or a
+    :func:`fused_block`'s (member blocks, partial sums), compared member by member."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        if not (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 2):
+            return False
+        (ea, pa), (eb, pb) = a, b
+        if len(ea) != len(eb) or len(pa) != len(pb):
+            return False
+        pairs = [*zip(ea, eb, strict=True), *zip(pa, pb, strict=True)]
+        return all(same_map_result(np.asarray(x), np.asarray(y)) for x, y in pairs)
+    return same_map_result(a, b)
 
 
 def fused_block(
@@ -110,9 +133,16 @@ def fused_block(
         slots[k] = a
     shape = tuple(shape)
     elems, sums = fn(slots, [(0, shape[0])], shape)
-    return [np.asarray(e, dtype=d) for e, d in zip(elems, dtypes, strict=True)], [
-        s[0] for s in sums
-    ]
+    # the fault hook (off unless its variable is set) perturbs members and partial sums
+    out = [_fault(np.asarray(e, dtype=d)) for e, d in zip(elems, dtypes, strict=True)]
+    return out, [_fault_scalar(s[0]) for s in sums]
+
+
+def _fault_scalar(x: Any) -> Any:
+    """:func:`_fault` of one partial sum (a numpy scalar stays one)."""
+    arr = np.asarray(x)
+    got = _fault(arr)
+    return x if got is arr else got[()]
 
 
 def fused_elem(result: tuple[list[np.ndarray], list[Any]], j: int) -> np.ndarray:
