@@ -107,6 +107,30 @@ def test_a_session_keeps_its_workers_trust_from_run_to_run(client: Any) -> None:
     assert np.array_equal(x, want)
 
 
+def test_adaptive_checks_fused_blocks_less_often_as_their_workers_earn_trust(
+    client: Any,
+) -> None:
+    """A fused set's blocks under ``verify="adaptive"``: every block in a worker's warm-up
+    is computed twice, then fewer; the unchecked ones' partial sums are the computing
+    worker's, and every result is numpy's."""
+    rng = np.random.default_rng(5)
+    rounds = 40
+    with dl.Session("dask", client=client, machine=2, progress=False, verify="adaptive") as s:
+        for _ in range(rounds):
+            v, w = rng.standard_normal(500), rng.standard_normal(500)
+            y = 2.0 * s.asarray(v) + s.asarray(w)
+            yy = y @ y
+            want = 2.0 * v + w
+            assert np.array_equal(y.get(), want)
+            np.testing.assert_allclose(float(yy), want @ want, rtol=1e-12)
+        t = s.trust
+        assert t.failures == 0
+        assert all(n >= tr.WARMUP for n in t.streaks.values())
+        # two blocks a round: the warm-ups' all checked, then some left unchecked
+        assert 2 * tr.WARMUP <= s.maps_checked < 2 * rounds
+        assert t.checked + t.unchecked >= 2 * rounds
+
+
 def test_adaptive_is_a_dask_option_only_where_verify_is() -> None:
     k, x = gemm(n=8, grid=(2, 2)), gemm_inputs(8)
     with pytest.raises(dl.InputError, match="verify"):

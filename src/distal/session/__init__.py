@@ -582,7 +582,6 @@ class Session:
             # each block computed on one trusted worker and again on another; the partial
             # sums come here from the checking worker, as a verified 0-d operation's
             # operands do (a single worker's sum would go unchecked)
-            self.maps_checked += len(jobs)
             futures, checked = self._twice([(fused_block, a) for _, a in jobs], partials=True)
             results = {box: f for (box, _), f in zip(jobs, futures, strict=True)}
         else:
@@ -657,7 +656,6 @@ class Session:
             parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
             jobs.append((map_block, (fn, parts, box_shape(box), dtype)))
             boxes.append(box)
-        self.maps_checked += len(jobs)
         return dict(zip(boxes, self._twice(jobs), strict=True))
 
     def _cut_checker(self) -> Any:
@@ -667,10 +665,11 @@ class Session:
 
     def _checked_cut(self, func: Any, args: tuple) -> Any:
         """How a held value's cut is made under ``verify=`` (``WorkerValue.checked``)."""
-        self.cuts_checked += 1
-        return self._twice([(func, args)])[0]
+        return self._twice([(func, args)], cuts=True)[0]
 
-    def _twice(self, jobs: Sequence[tuple[Any, tuple]], partials: bool = False) -> Any:
+    def _twice(
+        self, jobs: Sequence[tuple[Any, tuple]], partials: bool = False, cuts: bool = False
+    ) -> Any:
         """Each job ``func(*args)`` (a map block, a cut of held blocks, a fused set's block)
         computed on one trusted worker and computed again and compared on another
         (:func:`~distal.runtime.elastic.held.recompute_agrees`: these do one operation per
@@ -679,7 +678,11 @@ class Session:
         later work (``excluded_workers``), and the result is the agreeing one. Only the
         verdicts (one boolean per job) come to the driver; the results stay on the
         workers, as futures. ``partials``: the jobs are fused sets' blocks, and each one's
-        checked partial sums come to the driver too (``(futures, partials)``)."""
+        checked partial sums come to the driver too (``(futures, partials)``). Under
+        ``verify="adaptive"`` a job goes to its second worker as the session's
+        :class:`~distal.runtime.elastic.trust.Trust` draws for the computing worker, and
+        each check lengthens or resets that worker's streak; the checked jobs are counted
+        in ``maps_checked`` (``cuts_checked`` with ``cuts``)."""
         from distal.runtime.elastic.held import (
             fused_partials,
             recompute_agrees,
@@ -702,25 +705,43 @@ class Session:
 
         runs = []
         check = recompute_partials if partials else recompute_agrees
+        trust = self.trust  # verify="adaptive": a trusted worker's block is checked sometimes
         for n, (func, args) in enumerate(jobs):
             a, b = pool[n % len(pool)], pool[(n + 1) % len(pool)]
             fa = client.submit(func, *args, **on(a))
-            runs.append((func, args, a, b, fa, client.submit(check, func, args, fa, **on(b))))
+            checked = trust is None or trust.should_check(a)
+            fb = client.submit(check, func, args, fa, **on(b)) if checked else None
+            runs.append((func, args, a, b, fa, fb))
+        done = sum(fb is not None for *_, fb in runs)
+        if cuts:
+            self.cuts_checked += done
+        else:
+            self.maps_checked += done
         out: list[Any] = []
         sums: list[Any] = []
         # with partials, each block's partial sums from both workers: the checker's are
         # used only where they are the computing worker's too (a lying checker could
-        # otherwise vouch for a correct block and hand in wrong sums of its own)
+        # otherwise vouch for a correct block and hand in wrong sums of its own); a block
+        # left unchecked (adaptive) has only the computing worker's
         claimed = (
             [client.submit(fused_partials, r[4], **on(r[2])) for r in runs] if partials else []
         )
-        got_all = client.gather([r[-1] for r in runs] + claimed)
-        verdicts, theirs = got_all[: len(runs)], got_all[len(runs) :]
-        for n, ((func, args, a, b, fa, _), got) in enumerate(zip(runs, verdicts, strict=True)):
+        asked = [r[-1] for r in runs if r[-1] is not None]
+        got_all = client.gather(asked + claimed)
+        given, theirs = iter(got_all[: len(asked)]), got_all[len(asked) :]
+        for n, (func, args, a, b, fa, fb) in enumerate(runs):
+            if fb is None:
+                out.append(fa)
+                if partials:
+                    sums.append(list(theirs[n]))
+                continue
+            got = next(given)
             good = got
             if partials:
                 good = got[0] and same_result(([], list(theirs[n])), ([], got[1]))
             if good:
+                if trust is not None:
+                    trust.passed(a)
                 out.append(fa)
                 if partials:
                     sums.append(got[1])
@@ -734,11 +755,14 @@ class Session:
             c = judges[0]
             fc = client.submit(func, *args, **on(c))
             if client.submit(same_result, fa, fc, **on(c)).result():
-                self.excluded_workers.add(b)  # its check contradicted a correct result
+                liar = b  # its check contradicted a correct result
                 out.append(fa)
             else:
-                self.excluded_workers.add(a)
+                liar = a
                 out.append(fc)
+            self.excluded_workers.add(liar)
+            if trust is not None:
+                trust.failed(liar)
             if partials:  # the judge's own partials (it agreed with the result kept)
                 sums.append(list(client.submit(fused_partials, fc, **on(c)).result()))
         return (out, sums) if partials else out
