@@ -104,7 +104,6 @@ class Program:
         self.live: dict[weakref.ref[Any], None] = {}
         self._untrack = self.live.pop
         self.kernels: dict[tuple, Any] = {}
-        self._fused_fns: dict[tuple, Any] = {}
         #: whether a flush runs fused sets (see :meth:`_fused_set`): not where the session
         #: says ``fuse=False`` (on a Dask session with ``verify=`` each fused block is
         #: computed twice, as a map's blocks are: ``Session._twice``)
@@ -381,9 +380,7 @@ class Program:
                 self.materialize(x)
         if product is not None:
             self.materialize(product)
-        fn = self._fused_fns.get(steps)
-        if fn is None:
-            fn = self._fused_fns[steps] = fused_function(steps)
+        fn = fused_function(steps)  # made once per process (``lower.remade``)
         first = members[0]
         shape = first.operands[0].shape if isinstance(first, Contract) else first.shape
         operands = [

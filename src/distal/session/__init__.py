@@ -579,9 +579,9 @@ class Session:
             jobs.append((box, (fn, nslots, where, parts, box_shape(box), dtypes)))
         checked: list[list[Any]] | None = None
         if self.options.get("verify", 1) != 1:
-            # each block computed on one trusted worker and again on another; the partial
-            # sums come here from the checking worker, as a verified 0-d operation's
-            # operands do (a single worker's sum would go unchecked)
+            # each block computed on one trusted worker and again on another (under
+            # "adaptive", as the trust draw says); the partial sums come here, checked
+            # where the block was, and are added here as a verified 0-d operation is
             futures, checked = self._twice([(fused_block, a) for _, a in jobs], partials=True)
             results = {box: f for (box, _), f in zip(jobs, futures, strict=True)}
         else:
