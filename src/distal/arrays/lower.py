@@ -755,10 +755,9 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
                 )
             loop, done = got
         if loop is not None:
-            if each is not _serial:
-                elems = [made.take(shape, np.float64) for _ in maps]
-            else:
-                elems = [np.empty(shape) for _ in maps]
+            # outputs of the call before last that nothing holds any more are written again:
+            # a fresh block of this size costs a page fault per page on its first write
+            elems = [made.take(shape, np.float64) for _ in maps]
             flat_out = [e.reshape(-1) for e in elems]
             flat_in = [0.0 if x is None else (x[()] if x.ndim == 0 else x.reshape(-1)) for x in a]
             for e, slot in zip(elems, member_slots, strict=True):

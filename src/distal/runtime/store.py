@@ -141,9 +141,13 @@ class Store:
             own, origin = self.owned[op.tensor]
             self.next[op.tensor] = (read(own, where(op.box, origin)), op.box)
             return None
-        buf = np.empty(shape(op.box), dtype)
+        buf = self._new_buffer(shape(op.box), dtype)
         self.next[op.tensor] = (buf, op.box)
         return buf
+
+    def _new_buffer(self, box_shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        """An uninitialized fetch buffer (a runtime may hand out one an earlier run let go)."""
+        return np.empty(box_shape, dtype)
 
     def held_words(self) -> int:
         """Elements held now, by the plan's memory model (views of own blocks are free)."""

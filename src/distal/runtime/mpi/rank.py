@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 from mpi4py.util.dtlib import from_numpy_dtype
 
+from distal.kernels.recycle import Recycler
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import (
     FETCH,
@@ -54,19 +55,27 @@ STAT_FIELDS = (
 )
 
 
-#: plans whose leaves are kept (the most recently used), as the local runtime keeps its
-#: prepared plans: a rank reruns the same program (the kernel keeps it), and preparing the
-#: leaves of a 5 M-entry SpMV (segments, index arrays) cost 40 ms a run
+#: plans whose leaves and arrays are kept (the most recently used), as the local runtime
+#: keeps its prepared plans: a rank reruns the same program (the kernel keeps it), and
+#: preparing the leaves of a 5 M-entry SpMV (segments, index arrays) cost 40 ms a run
 LEAVES_KEPT = 16
-_LEAVES: dict[int, tuple[Plan, Any, dict[int, EntryLeaves]]] = {}
+#: arrays a plan's runs hand out again per rank (its output blocks and fetch buffers): a
+#: session loop's runs drop the blocks of the run before last
+ARRAYS_KEPT = 8
+_LEAVES: dict[int, tuple[Plan, Any, dict[int, EntryLeaves], Recycler]] = {}
 
 
-def _leaves(plan: Plan, p: int, dtype: Any) -> dict[int, EntryLeaves]:
+def _prepared(plan: Plan, p: int, dtype: Any) -> tuple[dict[int, EntryLeaves], Recycler]:
     """The leaves over stored entries of ``plan``'s Computes on rank ``p``, by the Compute's
-    identity (made once per plan and output dtype)."""
+    identity, and the plan's recycler of arrays (made once per plan and output dtype).
+
+    The recycler hands out an array only when nothing else holds it (a result block a
+    session still holds, a buffer a pending request or a failed run's graveyard refers to,
+    is never written again): a fresh output block of a large SpMV costs a page fault per
+    page inside its leaf, about 1 ms a run on 10^6 rows."""
     got = _LEAVES.get(id(plan))
     if got is not None and got[0] is plan and got[1] == dtype:
-        return got[2]
+        return got[2], got[3]
     leaves = {
         id(op): EntryLeaves(op.work, dtype)
         for op in plan.ops(p)
@@ -74,8 +83,9 @@ def _leaves(plan: Plan, p: int, dtype: Any) -> dict[int, EntryLeaves]:
     }
     while len(_LEAVES) >= LEAVES_KEPT:
         _LEAVES.pop(next(iter(_LEAVES)))
-    _LEAVES[id(plan)] = (plan, dtype, leaves)
-    return leaves
+    recycler = Recycler(ARRAYS_KEPT)
+    _LEAVES[id(plan)] = (plan, dtype, leaves, recycler)
+    return leaves, recycler
 
 
 class _At:
@@ -121,7 +131,8 @@ class Rank(Store):
         self.compute_seconds = 0.0
         self.where: str | _At = "setup"
         self.trace = Recorder()
-        self.leaves = _leaves(plan, self.p, self.out_dtype)  # over stored entries, per Compute
+        # the leaves over stored entries, per Compute, and the arrays earlier runs let go of
+        self.leaves, self.spare = _prepared(plan, self.p, self.out_dtype)
         self.keep: list[Any] = []  # gathered messages, alive until their sends complete
         self._region_tensor: dict[int, str] = {}
         self._piece_cache: dict = {}
@@ -260,7 +271,7 @@ class Rank(Store):
             if own is None:
                 continue
             if name == plan.output:
-                self.owned[name] = (np.zeros(shape(own), self.dtypes[name]), own)
+                self.owned[name] = (self.spare.take(shape(own), self.dtypes[name], True), own)
                 continue
             vals = np.asarray(self.data[name].vals, dtype=self.dtypes[name])
             # a run of positions is a view (an input is never written); others a gather
@@ -271,9 +282,12 @@ class Rank(Store):
                 continue
             self.where = f"reading the owned block {box} of {name!r}"
             if name == plan.output:
-                self.owned[name] = (np.zeros(box_shape(box), self.dtypes[name]), box)
+                self.owned[name] = (self.spare.take(box_shape(box), self.dtypes[name], True), box)
             else:
-                self.owned[name] = (read_block(name, self.data[name], box, self.dtypes[name]), box)
+                # a block already of its dtype is read where it lies (read-only: no run
+                # writes into an input's owned block; a write would raise, not corrupt)
+                block = read_block(name, self.data[name], box, self.dtypes[name], view=True)
+                self.owned[name] = (block, box)
         self._peak()
 
     def execute(self, steps: list[list[Any]], fail_at: int | None) -> None:
@@ -377,6 +391,9 @@ class Rank(Store):
             self.forwarder = Forwarder(self.chan.data, todo)
             if self.threaded:
                 self.forwarder.start()
+
+    def _new_buffer(self, box_shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        return self.spare.take(box_shape, dtype)
 
     def _fetch(self, op: Fetch) -> None:
         buf = self.fetch_buffer(op, self.dtypes[op.tensor])
