@@ -56,6 +56,13 @@ EXIT_GRACE = _seconds("DISTAL_MPI_GRACE", 5.0)
 JOIN_TIMEOUT = _seconds("DISTAL_MPI_JOIN", 60.0)
 # how long a rank ending the job waits between printing why and calling MPI_Abort
 ABORT_PAUSE = 0.2
+#: a wait first polls this many times back to back, then yields its core for up to
+#: ``YIELD_S`` seconds (``sched_yield``: back at once when no other process wants the core),
+#: then sleeps in short naps. Yielding before sleeping keeps an oversubscribed job's
+#: collectives from a ping-pong of naps (4 ranks on 2 cores: a polled allgather took 510 us
+#: with naps after the spins, 45 us yielding first); a rank alone on its core loses nothing
+SPINS = 32
+YIELD_S = 1e-3
 # how long a rank that sees another's script end waits for that rank's run error, sent before
 END_SETTLE = 0.5
 
@@ -304,9 +311,10 @@ class Channel:
     """Private duplicates of the user's communicator: one for data, one for errors.
 
     Waits never block inside MPI: they poll the requests and the error channels (this one's
-    and the job's), backing off to short sleeps so that oversubscribed ranks leave the cores
-    to those computing. The duplicates are made with ``Idup`` and polled the same way, so a
-    rank that fails before its first run cannot leave the others waiting in a ``Dup``.
+    and the job's), then yield the core, then back off to short sleeps, so that
+    oversubscribed ranks leave the cores to those computing (``SPINS``, ``YIELD_S``). The
+    duplicates are made with ``Idup`` and polled the same way, so a rank that fails before
+    its first run cannot leave the others waiting in a ``Dup``.
     ``broken`` is set once a run on it failed: its data communicator may still hold that
     run's messages and collectives, so it is never used again.
     """
@@ -413,6 +421,7 @@ class Channel:
             return
         spins = 0
         deadline = time.monotonic() + JOIN_TIMEOUT if join else math.inf
+        since = 0.0  # when the spins ran out
         try:
             while not MPI.Request.Testall(list(reqs)):
                 try:
@@ -421,9 +430,14 @@ class Channel:
                     self._settle(reqs, failure)
                     return
                 spins += 1
-                if spins > 100:
-                    time.sleep(min(1e-4, 2e-6 * spins))
-                    if time.monotonic() > deadline:
+                if spins > SPINS:
+                    now = time.monotonic()
+                    since = since or now
+                    if now - since < YIELD_S:
+                        os.sched_yield()
+                    else:
+                        time.sleep(min(1e-4, 2e-6 * spins))
+                    if now > deadline:
                         raise JoinTimeout(self._unjoined(), processor=None)
         except BaseException:
             for r in cancel:
