@@ -65,3 +65,26 @@ def test_a_copy_of_the_matrix_binds_to_the_same_pattern() -> None:
     kernel = _kernel(n)
     bound = kernel.bind({"B": a, "c": x})
     assert kernel.bind({"B": a.copy(), "c": x}) is bound  # other arrays, equal pattern
+
+
+@pytest.mark.parametrize("where", ["first half", "second half"])
+def test_a_change_in_either_half_of_a_large_matrix_is_seen(
+    where: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A large matrix's index arrays are hashed in two halves side by side: an index changed
+    in place in either half is still another pattern."""
+    import distal.sparse.array as arr
+
+    monkeypatch.setattr(arr, "PARALLEL_DIGEST_BYTES", 64)  # this small matrix is "large"
+    n = 64
+    rng = np.random.default_rng(4)
+    # one entry a row: moving an entry to another column keeps the rows sorted
+    a = sp.csr_matrix((rng.standard_normal(n), (np.arange(n), rng.permutation(n))), (n, n))
+    x = rng.standard_normal(n)
+    assert a.indices.nbytes >= 2 * arr.PARALLEL_DIGEST_BYTES
+    bound = _kernel(n).bind({"B": a, "c": x})
+    np.testing.assert_allclose(bound.run({"B": a, "c": x}).value, a @ x, rtol=1e-12)
+    k = n // 4 if where == "first half" else 3 * n // 4
+    a.indices[k] = (a.indices[k] + 1) % n
+    with pytest.raises(InputError, match="another pattern"):
+        bound.run({"B": a, "c": x})

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import numbers
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -812,17 +813,46 @@ def _known_pattern(m: Any, shape: tuple[int, ...], fmt: Format) -> tuple[list[Le
     return levels, cache
 
 
+#: index bytes from which the digest hashes the second half of ``indices`` on a helper
+#: thread while this one hashes the first (xxhash lets go of the GIL): a 5 M-entry matrix's
+#: 24 MB took 0.82 ms on one thread, 0.46 on two
+PARALLEL_DIGEST_BYTES = 1 << 22
+_DIGEST_POOL: list[Any] = []
+
+
+def _xxh3(data: Any) -> bytes:
+    import xxhash
+
+    return xxhash.xxh3_128(data).digest()
+
+
 def _index_digest(m: Any) -> bytes | None:
     """XXH3-128 of a scipy matrix's index arrays as they are stored (int32 or int64), or
-    None without ``xxhash`` (the arrays are then compared with the kept copies)."""
+    None without ``xxhash`` (the arrays are then compared with the kept copies). Read on
+    every run a matrix is given to (scipy arrays can change in place), so a large one is
+    hashed in two halves side by side, and the digest is that of the halves' digests: a
+    value compared only within this process."""
     try:
         import xxhash
     except ImportError:
         return None
+    ptr = memoryview(np.ascontiguousarray(m.indptr)).cast("B")
+    crd = memoryview(np.ascontiguousarray(m.indices)).cast("B")
     h = xxhash.xxh3_128()
-    for a in (m.indptr, m.indices):
-        h.update(a.dtype.str.encode())
-        h.update(memoryview(np.ascontiguousarray(a)).cast("B"))
+    h.update(f"{m.indptr.dtype.str}{m.indices.dtype.str}{len(ptr)},{len(crd)}".encode())
+    if len(crd) < PARALLEL_DIGEST_BYTES or (os.cpu_count() or 1) < 2:
+        h.update(ptr)
+        h.update(crd)
+        return h.digest()
+    if not _DIGEST_POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _DIGEST_POOL.append(ThreadPoolExecutor(1, "distal-digest"))
+    half = len(crd) // 2
+    second = _DIGEST_POOL[0].submit(_xxh3, crd[half:])
+    h.update(_xxh3(ptr))
+    h.update(_xxh3(crd[:half]))
+    h.update(second.result())
     return h.digest()
 
 
