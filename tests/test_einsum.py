@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import distal as dl
+from distal.errors import InputError
 
 CASES = [
     ("ij,jk->ik", [(4, 5), (5, 3)]),
@@ -320,3 +321,15 @@ def test_a_repeated_einsum_searches_and_compiles_once(monkeypatch: pytest.Monkey
     np.testing.assert_allclose(got, np.einsum("ijk,k->ij", b32, c32), rtol=1e-5)
     dl.einsum("ijk,k->ij", rng.random((7, 5, 4)), c, machine=m)
     assert len(calls) == 3
+
+
+def test_a_sparse_operand_is_named_not_read_as_an_object_array() -> None:
+    """np.asarray of a scipy matrix is a 0-d object array: dl.einsum names the sparse
+    operand and what to do instead, rather than a confusing dtype error."""
+    sp = pytest.importorskip("scipy.sparse")
+    a = sp.random(6, 6, density=0.5, format="csr", random_state=0)
+    x = np.ones(6)
+    for operand in (a, dl.SparseArray.from_scipy(a)):
+        with pytest.raises(InputError, match=r"einsum operand 0 is a sparse array .*toarray"):
+            dl.einsum("ij,j->i", operand, x)
+    np.testing.assert_allclose(dl.einsum("ij,j->i", a.toarray(), x), a @ x)

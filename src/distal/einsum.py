@@ -31,6 +31,7 @@ from distal.lang.einsum import einsum_vars, interleaved_subscripts, parse_einsum
 from distal.lang.nodes import Expr, IndexVar, Tensor
 from distal.schedule.api import Schedule
 from distal.schedule.api import schedule as default_nest
+from distal.sparse.array import SparseArray, is_pydata_sparse, is_scipy_sparse
 
 
 def default_machine() -> Machine:
@@ -115,6 +116,15 @@ def einsum(
                 "schedule="
             )
         return einsum_arrays(subscripts, tuple(operands))
+    for n, x in enumerate(operands):
+        if isinstance(x, SparseArray) or is_scipy_sparse(x) or is_pydata_sparse(x):
+            raise InputError(
+                f"einsum operand {n} is a sparse array ({type(x).__module__}."
+                f"{type(x).__name__}): dl.einsum evaluates dense operands; for a sparse one "
+                "use a session's arrays (sess.asarray(A) @ sess.asarray(x)) or compile the "
+                "kernel with a sparse format (dl.Tensor(..., format='csr'), dl.compile), or "
+                "pass A.toarray() to compute it densely"
+            )
     try:
         arrays = [np.asarray(x) for x in operands]
     except Exception as e:
