@@ -16,6 +16,7 @@ import datetime
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -504,23 +505,26 @@ def test_rechecks_keep_a_sound_entry_and_rewrite_a_wrong_one(tmp_path: Path) -> 
         assert np.array_equal(store.load(name)[0], block)
 
 
-def test_spmv_is_checked_by_recomputing_within_the_rounding_bound() -> None:
-    """One product per entry: no projection is cheaper than the SpMV, so the check computes
-    it again; a result summed in another order passes, an error of 1e-9 does not."""
+def test_spmv_is_checked_against_its_kept_checksum_within_the_rounding_bound() -> None:
+    """One product per entry: no fresh projection is cheaper than the SpMV, so the check
+    keeps the unit's checksum ``c = r^T A`` (made on its first check) and tests ``r . y ==
+    c . x``: a result summed in another order passes, an error of 1e-9 in one element does
+    not, and every check after the first reuses the checksum."""
     rng = np.random.default_rng(2)
     for split in ("row", "nz"):
         p = spmv_problem(split)
         for u, blocks, ctx, _, y in entry_calls(p.bound, p.inputs):
             products, words, _, _ = tasks._costs(ctx, u, blocks)
             assert check.recompute_cheaper(products, words)
+            before = Counter(tasks.checksum_counts)
             v = tasks.verdict(ctx, u, blocks, y, 1, None)
             assert v.ok, v.describe()
-            assert v.exact
+            assert not v.exact
             # the same sums in another order differ in the last bits: within the bound
             other = y * (1 + 4 * np.finfo(float).eps * rng.uniform(-1, 1, y.shape))
             v = tasks.verdict(ctx, u, blocks, other, 1, None)
             assert v.ok, v.describe()
-            assert 0 < v.diff <= v.tol
+            assert v.diff <= v.tol
             for _ in range(3):
                 bad = y.copy()
                 e = rng.integers(bad.size)
@@ -530,6 +534,28 @@ def test_spmv_is_checked_by_recomputing_within_the_rounding_bound() -> None:
             bad[0] = np.nan
             assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok
             assert not tasks.verdict(ctx, u, blocks, y[:-1], 1, None).ok
+            got = Counter(tasks.checksum_counts)
+            got.subtract(before)
+            assert got["made"] <= 1, got
+            assert got["reused"] >= 5, got
+
+
+def test_spmv_with_a_non_finite_vector_is_checked_by_recomputing() -> None:
+    """An ``inf`` in the vector makes the checksum's magnitude bound meaningless: the unit is
+    computed again, and then the bits must agree."""
+    p = spmv_problem("row")
+    inputs = dict(p.inputs)
+    c = np.array(inputs["c"], dtype=float)
+    c[3] = np.inf
+    inputs["c"] = c
+    for u, blocks, ctx, _, y in entry_calls(p.bound, inputs):
+        v = tasks.verdict(ctx, u, blocks, y, 1, None)
+        assert v.ok, v.describe()
+        if not np.all(np.isfinite(y)):
+            assert v.exact
+            bad = y.copy()
+            bad[np.isfinite(bad)] += 1.0
+            assert not tasks.verdict(ctx, u, blocks, bad, 1, None).ok
 
 
 def test_a_wide_spmm_is_checked_by_projection() -> None:
@@ -698,6 +724,32 @@ def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, ve
     assert np.array_equal(x, want)
     ref, _ = spla.cg(A, b, x0=np.zeros(144), rtol=0, atol=0, maxiter=12)
     assert np.allclose(x, ref, rtol=1e-10, atol=1e-12)
+
+
+def test_a_cg_session_checks_its_spmv_against_checksums_made_once(pool: Any) -> None:
+    """In a CG session the matrix is the same every iteration: each SpMV unit's checksum
+    ``c = r^T A`` is made on its first check and reused by the later ones, whose cost is
+    then the unit's rows and columns; the solution is exact."""
+    import scipy.sparse as sp
+    import scipy.sparse.linalg as spla
+
+    t = sp.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(12, 12))
+    A = (sp.kron(sp.eye(12), t) + sp.kron(t, sp.eye(12))).tocsr()
+    b = np.ones(144)
+    before = Counter(tasks.checksum_counts)
+    with dl.Session("dask", client=pool, machine=4, progress=False, verify="check") as sess:
+        x, its = dl.apps.cg(A, b, session=sess, maxiter=10, tol=0.0)
+        assert sess.excluded_workers == set()
+    got = Counter(tasks.checksum_counts)
+    got.subtract(before)
+    # 4 SpMV units, 10 products: made at most once per unit and process (the pool's
+    # workers share this test's process; an earlier test on the same matrix may have made
+    # them already), reused by every later check
+    assert got["made"] <= 4, got
+    assert got["reused"] >= 4 * 10 - got["made"], got
+    assert its == 10
+    ref, _ = spla.cg(A, b, x0=np.zeros(144), rtol=0, atol=0, maxiter=10)
+    np.testing.assert_allclose(x, ref, rtol=1e-10, atol=1e-12)
 
 
 def test_a_verified_session_computes_0d_operations_on_the_driver(pool: Any) -> None:

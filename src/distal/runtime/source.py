@@ -29,9 +29,7 @@ def check_source(name: str, src: Any, shape: tuple[int, ...]) -> Any:
     return src
 
 
-def read_block(
-    name: str, data: Any, box: Box, dtype: np.dtype, view: bool = False
-) -> np.ndarray:
+def read_block(name: str, data: Any, box: Box, dtype: np.dtype, view: bool = False) -> np.ndarray:
     """A fresh array holding ``box`` of input ``data`` (an array or a block source); a
     source's block is converted to ``dtype`` by the input rule of
     :func:`~distal.casting.check_cast` (floats for an integer tensor are refused).

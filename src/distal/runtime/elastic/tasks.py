@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import math
 import os
+import secrets
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +42,10 @@ from distal.runtime.checkpoint import (
 from distal.runtime.checkpoint_auth import content_digest
 from distal.runtime.elastic.check import (
     Call,
+    EntryChecksum,
     Verdict,
+    checksum_verdict,
+    entry_checksum,
     entry_costs,
     project,
     project_entries,
@@ -316,15 +321,20 @@ def _by_tensor(blocks: Blocks) -> dict[str, list[tuple[Box, np.ndarray]]]:
     return by_tensor
 
 
-def _steps(ctx: Ctx, unit: Unit, blocks: Blocks, absolute: bool = False) -> Any:
+def _steps(
+    ctx: Ctx, unit: Unit, blocks: Blocks, absolute: bool = False, skip: frozenset = frozenset()
+) -> Any:
     """Per step of the unit: its operands ``{tensor: (buffer, box or Gather)}``, compute boxes
-    and leaves over stored entries (``absolute``: every operand by absolute value)."""
+    and leaves over stored entries (``absolute``: every operand by absolute value; ``skip``:
+    tensors whose buffers are not made)."""
     by_tensor = _by_tensor(blocks)
     dtypes = {t: arr.dtype for t, _, arr in blocks}
     cache: dict[tuple[str, int], tuple[np.ndarray, Any]] = {}
     for bufs, boxes, works in unit.steps:
         operands = {}
         for t, b in bufs:
+            if t in skip:
+                continue
             key = (t, id(b))
             if key not in cache:
                 dtype = dtypes.get(t, ctx.out_dtype)
@@ -413,10 +423,15 @@ def verdict(
     ctx: Ctx, unit: Unit, blocks: Blocks, claimed: np.ndarray, seed: int, reps: int | None
 ) -> Verdict:
     """The check of ``claimed`` as the unit's result (see :mod:`.check`): by the randomized
-    projection, or by computing it again where that costs no more (one product per entry:
-    SpMV) or where an operand holds ``inf`` or ``nan``."""
+    projection, or where that costs no more than computing it again (one product per entry:
+    SpMV), by the unit's kept checksum ``c = r^T A`` (:func:`_checksum_verdict`), else by
+    computing it again; also again where an operand holds ``inf`` or ``nan``."""
     products, words, K, p = _costs(ctx, unit, blocks)
-    if not recompute_cheaper(products, words):
+    if recompute_cheaper(products, words):
+        v = _checksum_verdict(ctx, unit, blocks, claimed, reps)
+        if v is not None:
+            return v
+    else:
         out_shape = shape(unit.out_box)
         entry = [
             (w, {t: a for t, (a, _) in ops.items()})
@@ -432,6 +447,83 @@ def verdict(
     want, _, _ = _compute(ctx, unit, blocks)
     mag, _, _ = _compute(ctx, unit, blocks, absolute=True)
     return recompute_verdict(claimed, want, mag, K, p, ctx.out_dtype)
+
+
+#: this process's own secret: the checksums' random vectors derive from it and never leave
+#: the process, so a worker checked by this one cannot know them (see :mod:`.check`)
+_SECRET = secrets.token_bytes(16)
+#: the checksums this process keeps (the most recently used), by unit structure and values
+CHECKSUMS_KEPT = 64
+_CHECKSUMS: OrderedDict[bytes, EntryChecksum] = OrderedDict()
+_CHECKSUMS_LOCK = threading.Lock()
+#: checksums made and reused by this process (what tests and benchmarks read)
+checksum_counts: Counter[str] = Counter()
+
+
+def _checksum_key(unit: Unit, blocks: Blocks, sparse: frozenset, reps: int | None) -> bytes:
+    """What decides a unit's checksum: its output box and steps (the entries' rows, columns
+    and gathers, hashed in their pickle's buffers) and the values of its sparse operands'
+    blocks. Hashed at memory speed: no arithmetic per entry."""
+    import pickle
+
+    try:
+        import xxhash
+
+        h: Any = xxhash.xxh3_128()
+    except ImportError:
+        h = hashlib.blake2b(digest_size=16)
+    buffers: list[Any] = []
+    h.update(pickle.dumps((reps, unit.out_box, unit.steps), 5, buffer_callback=buffers.append))
+    for b in buffers:
+        h.update(b.raw())
+    for t, box, arr in blocks:
+        if t in sparse:
+            a = np.ascontiguousarray(arr)
+            h.update(f"{t}{box!r}{a.dtype.str}{a.shape}".encode())
+            h.update(memoryview(a).cast("B"))
+    return h.digest()
+
+
+def _checksum_verdict(
+    ctx: Ctx, unit: Unit, blocks: Blocks, claimed: np.ndarray, reps: int | None
+) -> Verdict | None:
+    """The check of an SpMV-shaped unit against its checksum ``c = r^T A``, made on this
+    process's first check of the unit with these values and kept for the next ones (a
+    session loop's matrix is fixed): then the check costs the unit's rows and columns, not
+    its entries. None where the unit has another shape or an operand is not finite."""
+    out_shape = shape(unit.out_box)
+    if len(out_shape) != 1 or any(boxes for _, boxes, _ in unit.steps):
+        return None
+    sparse = frozenset(
+        n for _, _, works in unit.steps for w in works for t in w.terms for n, _ in t.sparse
+    )
+    if not sparse:
+        return None
+    key = _checksum_key(unit, blocks, sparse, reps)
+    with _CHECKSUMS_LOCK:
+        cs = _CHECKSUMS.get(key)
+        if cs is not None:
+            _CHECKSUMS.move_to_end(key)
+    if cs is None:
+        steps = [(i, ops, works) for i, (ops, _, works) in enumerate(_steps(ctx, unit, blocks))]
+        seed = int.from_bytes(hashlib.blake2b(_SECRET + key, digest_size=8).digest(), "little")
+        calls = [(i, w, {t: a for t, (a, _) in ops.items()}) for i, ops, ws in steps for w in ws]
+        cs = entry_checksum(calls, out_shape[0], seed, reps)
+        if cs is None:
+            return None
+        with _CHECKSUMS_LOCK:
+            _CHECKSUMS[key] = cs
+            while len(_CHECKSUMS) > CHECKSUMS_KEPT:
+                _CHECKSUMS.popitem(last=False)
+        checksum_counts["made"] += 1
+        xs = {i: {t: a for t, (a, _) in ops.items()} for i, ops, _ in steps}
+    else:
+        checksum_counts["reused"] += 1
+        xs = {
+            i: {t: a for t, (a, _) in ops.items()}
+            for i, (ops, _, _) in enumerate(_steps(ctx, unit, blocks, skip=sparse))
+        }
+    return checksum_verdict(cs, claimed, xs, ctx.out_dtype)
 
 
 def unit_task(
