@@ -12,7 +12,8 @@ scale, edge_factor)``, 2^18 rows and ~3.9 M non-zeros by default, bound once and
 single-threaded workers (one BLAS thread each; ``--processes`` for worker processes), in
 interleaved groups: no verification, ``verify="check"`` (each unit's result tested on the
 other worker by the randomized projection check of ``distal.runtime.elastic.check``; an
-SpMV unit is checked by computing it again there, see its ``recompute_cheaper``) and
+SpMV unit against its checksum ``c = r^T A``, made on the checker's first check of it and
+kept, see its ``entry_checksum``) and
 ``verify=2`` (every unit computed twice, on both workers). The order within each group
 rotates, so slow drifts of the shared machine's load fall on every variant alike. The
 report gives each variant's overhead against no verification as the ratio of medians, of

@@ -540,6 +540,25 @@ def test_spmv_is_checked_against_its_kept_checksum_within_the_rounding_bound() -
             assert got["reused"] >= 5, got
 
 
+@pytest.mark.parametrize("n", [1, 2, 3, 63, 64, 65, 1000, 4097])
+def test_the_checksums_blocked_sum_is_within_its_stated_additions(n: int) -> None:
+    """The checksum's sums add each summand at most ``depth`` times: the rounding bound it
+    states, against the exact sum (``math.fsum``)."""
+    import math
+
+    rng = np.random.default_rng(n)
+    p = rng.standard_normal((2, n)) * 10.0 ** rng.integers(-3, 4, (2, n))
+    got, depth = check._blocked_sum(p)
+    want_depth = (7 + math.ceil(math.log2(math.ceil(n / 8)))) if n >= 64 else math.ceil(
+        math.log2(n)
+    )
+    assert depth == want_depth
+    for q in range(2):
+        exact = math.fsum(p[q])
+        bound = check._gamma(depth, check.U64) * float(np.abs(p[q]).sum())
+        assert abs(got[q] - exact) <= bound
+
+
 def test_spmv_with_a_non_finite_vector_is_checked_by_recomputing() -> None:
     """An ``inf`` in the vector makes the checksum's magnitude bound meaningless: the unit is
     computed again, and then the bits must agree."""
