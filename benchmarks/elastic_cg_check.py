@@ -7,8 +7,9 @@
 ``dl.Session("dask")`` over two single-threaded worker processes: without verification,
 with ``verify="check"`` (every unit's result tested on the other worker; an SpMV unit
 against its checksum ``c = r^T A``, made on the first check and kept, ``check.
-entry_checksum``; vector kernels by the randomized projection) and with ``verify="adaptive"`` (a worker's results checked with a
-probability that falls, down to 1/20, with its run of verified results). Each variant's
+entry_checksum``; vector kernels by the randomized projection) and with
+``verify="adaptive"`` (a worker's results checked with a probability that falls, down to
+1/20, with its run of verified results). Each variant's
 session first solves ``--warm`` iterations (compiling, placing, and earning trust), then
 times a 1- and an ``iters``-iteration solve; groups rotate the order of the variants.
 Printed: ms per iteration (the median over groups of iterations 2..iters), each overhead as

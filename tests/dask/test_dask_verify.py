@@ -559,6 +559,29 @@ def test_the_checksums_blocked_sum_is_within_its_stated_additions(n: int) -> Non
         assert abs(got[q] - exact) <= bound
 
 
+def test_without_checksums_an_spmv_unit_is_recomputed_at_every_check() -> None:
+    """``verify_checksums=False``: the check computes the unit again (each element to its
+    own rounding), so an error far below the checksum's bound is still caught."""
+    import dataclasses
+
+    p = sparse_problem("spmv", "row", 7, n=4000, procs=2, density=0.002)
+    for u, blocks, ctx, _, y in entry_calls(p.bound, p.inputs):
+        plain = dataclasses.replace(ctx, checksums=False)
+        v = tasks.verdict(plain, u, blocks, y, 1, None)
+        assert v.ok, v.describe()
+        assert v.exact
+        kept = tasks.verdict(ctx, u, blocks, y, 1, None)
+        assert kept.ok, kept.describe()
+        assert not kept.exact
+        # an error between the two bounds: inside the checksum's, far outside each element's
+        k = int(np.argmax(np.abs(y)))
+        bad = y.copy()
+        bad[k] += kept.tol / 4
+        assert 1e-12 * abs(y[k]) < kept.tol / 4
+        assert tasks.verdict(ctx, u, blocks, bad, 1, None).ok
+        assert not tasks.verdict(plain, u, blocks, bad, 1, None).ok
+
+
 def test_spmv_with_a_non_finite_vector_is_checked_by_recomputing() -> None:
     """An ``inf`` in the vector makes the checksum's magnitude bound meaningless: the unit is
     computed again, and then the bits must agree."""

@@ -455,6 +455,7 @@ class Driver:
             slow=dict(opts._slow),
             trace=opts._trace,
             lie=frozenset(opts._lie),
+            checksums=opts.verify_checksums,
         )
         workers_before = set(workers(client))
         bar = Progress(total, enabled=opts.progress, label="tasks")

@@ -24,6 +24,9 @@ class Options:
     verify_repeats: int | None = None
     verify_rtol: float = 1e-9
     verify_atol: float = 0.0
+    #: an SpMV unit's check against its kept checksum (``check.entry_checksum``); False
+    #: recomputes it at every check (sensitive to each element's own rounding)
+    verify_checksums: bool = True
     progress: bool | None = None
     n_workers: int = 2
     processes: bool = True
@@ -79,6 +82,8 @@ class Options:
             raise InputError(f"verify_repeats must be a positive integer or None, got {r!r}")
         if o.window is not None and (not isinstance(o.window, int) or o.window < 1):
             raise InputError(f"window must be a positive integer or None, got {o.window!r}")
+        if not isinstance(o.verify_checksums, bool):
+            raise InputError(f"verify_checksums must be True or False, got {o.verify_checksums!r}")
         if not isinstance(o.speculate, bool):
             raise InputError(f"speculate must be True or False, got {o.speculate!r}")
         if o.n_workers < 1:
