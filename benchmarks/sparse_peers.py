@@ -218,6 +218,9 @@ def matrix_data(name: str, a: SparseArray, describe: str, seed: int = 1) -> Data
     n = a.shape[0]
     rng = np.random.default_rng(seed)
     m = a.to_scipy()
+    if max(m.shape) < 2**31 and m.nnz < 2**31:  # 32-bit indices, as scipy makes them
+        m = sp.csr_array((m.data, m.indices.astype(np.int32), m.indptr.astype(np.int32)),
+                         shape=m.shape)  # fmt: skip
     ops = {
         "csr": m,
         "c": _dense(rng, n),

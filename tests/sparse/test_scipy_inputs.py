@@ -88,3 +88,47 @@ def test_a_change_in_either_half_of_a_large_matrix_is_seen(
     a.indices[k] = (a.indices[k] + 1) % n
     with pytest.raises(InputError, match="another pattern"):
         bound.run({"B": a, "c": x})
+
+
+def test_a_gathering_spmv_streams_the_callers_own_column_indices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An SpMV whose processors gather scattered rows of the vector reads it by global
+    rows; given a scipy matrix with 32-bit indices, its leaves stream the matrix's own
+    ``indices`` instead of their copy, with the same bits as from distal's own array."""
+    from distal.kernels import sparse_leaf
+
+    used: list[bool] = []
+    orig = sparse_leaf.TermLeaf._own_crd
+
+    def spy(self: object, crd: np.ndarray) -> object:
+        got = orig(self, crd)  # type: ignore[arg-type]
+        used.append(got is not None)
+        return got
+
+    monkeypatch.setattr(sparse_leaf.TermLeaf, "_own_crd", spy)
+    n = 300
+    a = sp.random(n, n, density=0.004, format="csr", random_state=5)  # scattered columns
+    assert a.indices.dtype == np.int32
+    x = np.random.default_rng(5).standard_normal(n)
+    bound = _kernel(n).bind({"B": a, "c": x})
+    got = bound.run({"B": a, "c": x}).value
+    assert used, "the leaves were not offered the caller's indices"
+    assert all(used)
+    mine = bound.run({"B": dl.SparseArray.from_scipy(a), "c": x}).value
+    np.testing.assert_array_equal(got, mine)
+    np.testing.assert_allclose(got, a @ x, rtol=1e-12)
+
+
+def test_a_leaf_refuses_indices_that_are_not_its_own() -> None:
+    """The leaf compares the caller's indices with its copy on first use: others (here
+    shifted by one column) are never streamed in their place."""
+    from distal.kernels.sparse_leaf import TermLeaf
+
+    o = np.repeat(np.arange(4), 2)
+    cols = np.array([0, 1, 1, 2, 2, 3, 0, 3])
+    leaf = TermLeaf(o, [cols], [""], "", 4, {})
+    assert leaf._own_crd(cols.astype(np.int32)) is not None
+    other = TermLeaf(o, [cols], [""], "", 4, {})
+    assert other._own_crd(((cols + 1) % 4).astype(np.int32)) is None
+    assert other._own_crd(cols.astype(np.int32)) is None  # refused once: refused for good

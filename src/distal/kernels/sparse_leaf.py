@@ -331,6 +331,9 @@ class TermLeaf:
         #: the first output row when the segments are consecutive rows (a CSR row block:
         #: a row cut, or stored entries that split no row), else None
         self._row0: int | None = None
+        #: whether a caller's 32-bit index array handed to a run equals ``_idx[0]`` (None:
+        #: not seen yet; see ``__call__``)
+        self._crd_ok: bool | None = None
         if len(seg_row) and int(seg_row[-1]) - int(seg_row[0]) == len(seg_row) - 1:
             self._row0 = int(seg_row[0])
 
@@ -425,8 +428,21 @@ class TermLeaf:
                 raise InputError(f"{name} is {a.dtype}, which out ({dt}) cannot hold")
         return dt
 
-    def __call__(self, out: np.ndarray, v: np.ndarray, xs: Sequence[np.ndarray]) -> None:
-        """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place."""
+    def __call__(
+        self,
+        out: np.ndarray,
+        v: np.ndarray,
+        xs: Sequence[np.ndarray],
+        crd: np.ndarray | None = None,
+    ) -> None:
+        """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place.
+
+        ``crd``: for an SpMV whose entries' columns (rows of ``xs[0]``) are these very
+        32-bit indices, an array of the caller's holding them (a scipy matrix's
+        ``indices``, whose pattern the caller's run just found to be the bound one): the
+        loop streams it instead of this leaf's own copy, which a run that has just hashed
+        the caller's arrays would otherwise read cold. Checked equal to the copy on first
+        use (then the pattern check of each run vouches for it); ignored where not."""
         v = np.asarray(v)
         xs = [np.asarray(x) for x in xs]
         dt = self._check(out, v, xs)
@@ -446,14 +462,30 @@ class TermLeaf:
         if self._path == "einsum":
             self._run_einsum(out, v, xs)
             return
+        idx = self._own_crd(crd) if crd is not None else None
         if out.flags.c_contiguous:
-            self._run_numba(out, v, xs)
+            self._run_numba(out, v, xs, idx)
         else:  # the kernels write through a flat view: give them one, then add
             tmp = np.zeros(out.shape, dt)
-            self._run_numba(tmp, v, xs)
+            self._run_numba(tmp, v, xs, idx)
             out += tmp
 
-    def _run_numba(self, out: np.ndarray, v: np.ndarray, xs: list[np.ndarray]) -> None:
+    def _own_crd(self, crd: np.ndarray) -> np.ndarray | None:
+        """``crd`` as this leaf's column indices (unsigned, as the kernels read them), or
+        None where it cannot stand for them."""
+        if self._path != "csr-spmv" or self._perm is not None or self._itype != np.uint32:
+            return None
+        if crd.dtype != np.int32 or crd.shape != self._idx[0].shape:
+            return None
+        if not crd.flags.c_contiguous:
+            return None
+        if self._crd_ok is None:  # once: the mapping of entries is this leaf's own
+            self._crd_ok = bool(np.array_equal(crd, self._idx[0]))
+        return crd.view(np.uint32) if self._crd_ok else None
+
+    def _run_numba(
+        self, out: np.ndarray, v: np.ndarray, xs: list[np.ndarray], crd: np.ndarray | None = None
+    ) -> None:
         path, ptr, rows, w = self._path, self._seg_ptr, self._seg_row, self._width
         zero = out.dtype.type(0)
         if path == "numba-segsum":
@@ -461,11 +493,12 @@ class TermLeaf:
         elif path == "csr-spmv":
             x = xs[0].reshape(xs[0].shape[0])
             flat = out.reshape(self._out_rows)
+            idx = self._idx[0] if crd is None else crd
             if self._row0 is not None:
                 block = flat[self._row0 : self._row0 + len(rows)]
-                _jit("spmv_rows")(ptr, self._idx[0], v, x, block, zero)
+                _jit("spmv_rows")(ptr, idx, v, x, block, zero)
             else:
-                _jit("spmv")(ptr, rows, self._idx[0], v, x, flat, zero)
+                _jit("spmv")(ptr, rows, idx, v, x, flat, zero)
         elif path == "csr-spmm":
             x = xs[0].reshape(xs[0].shape[0], w)
             acc = np.empty(w, out.dtype)
@@ -504,12 +537,20 @@ class EntryLeaves:
         ]
         self._union: dict[tuple[bool, ...], int] = {}
 
-    def __call__(self, out: np.ndarray, buffers: Mapping[str, Any]) -> int:
+    def __call__(
+        self, out: np.ndarray, buffers: Mapping[str, Any], crd: Mapping[str, np.ndarray] = {}
+    ) -> int:
+        """``crd``: a sparse tensor's column indices of the entries, in an array of the
+        caller's (see :meth:`TermLeaf.__call__`), for a term reading that tensor's values
+        in order."""
         ran = []
         for t, leaf in zip(self.work.terms, self.leaves, strict=True):
             if leaf.entries == 0:
                 ran.append(False)
                 continue
+            own = None
+            if crd and len(t.sparse) == 1 and t.sparse[0][1] is None:
+                own = crd.get(t.sparse[0][0])
             v = None
             for name, idx in t.sparse:
                 vals = buffers[name][0]
@@ -518,7 +559,7 @@ class EntryLeaves:
             if t.coeff != 1:
                 v = v * t.coeff
             leaf(out, np.ascontiguousarray(v, dtype=self.dtype),
-                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense])  # fmt: skip
+                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense], own)  # fmt: skip
             ran.append(True)
         return self._visited(tuple(ran)) * self.work.width
 

@@ -118,6 +118,9 @@ class Store:
         #: the owned output block is a view of a result not zeroed yet: zeroed at first use
         #: (:meth:`own_output`), in the thread of the processor that owns it
         self.own_dirty = False
+        #: a sparse input's column indices of this processor's entries, in the caller's own
+        #: array, by tensor: a leaf over stored entries may stream them instead of its copy
+        self.crd: dict[str, np.ndarray] = {}
         self.inbox: list[Held] = []  # partial sums received this step, for the owned block
         self.combined: list[Held] = []  # children's partial sums this step (routing)
 
@@ -195,7 +198,7 @@ class Store:
                 for name, v in w.views:
                     arr, region = bufs[name]
                     bufs[name] = (read(arr, where(v, region)), v)
-            done = leaves(out, bufs)
+            done = leaves(out, bufs, self.crd)
             self.fresh = False
             self.own_fresh = self.own_fresh and not self.direct
             return done

@@ -158,7 +158,7 @@ class SparseArray:
             level given an array it does not have).
     """
 
-    __slots__ = ("_cache", "format", "levels", "offset", "shape", "vals")
+    __slots__ = ("_cache", "_crd32", "format", "levels", "offset", "shape", "vals")
 
     shape: tuple[int, ...]
     format: Format
@@ -250,6 +250,9 @@ class SparseArray:
         self.vals = vals
         self.offset = offset
         self._cache: dict[Any, Any] = {}
+        #: ``from_scipy(copy=False)``: the caller's own 32-bit index array of the last
+        #: level, read-only, for a leaf that streams it in place of its copy (one run's use)
+        self._crd32: np.ndarray | None = None
 
     @classmethod
     def _make(
@@ -372,12 +375,16 @@ class SparseArray:
                 levels, cache = known
                 out = cls._make(shp, fmt, levels, vals)
                 out._cache = cache
-                return out
-            pos = np.array(m.indptr, dtype=np.int64)
-            crd = np.array(m.indices, dtype=np.int64)
-            top = Level("d", shp[fmt.order[0]])
-            out = cls._make(shp, fmt, [top, Level("c", shp[fmt.order[1]], pos, crd)], vals)
-            _remember_pattern(m, out)
+            else:
+                pos = np.array(m.indptr, dtype=np.int64)
+                crd = np.array(m.indices, dtype=np.int64)
+                top = Level("d", shp[fmt.order[0]])
+                out = cls._make(shp, fmt, [top, Level("c", shp[fmt.order[1]], pos, crd)], vals)
+                _remember_pattern(m, out)
+            if not copy and m is matrix and m.indices.dtype == np.int32:
+                crd32 = np.asarray(m.indices).view()
+                crd32.flags.writeable = False  # the view's flag: the caller's array is untouched
+                out._crd32 = crd32
             return out
         coo = matrix.tocoo()
         coords = coo.coords if hasattr(coo, "coords") else (coo.row, coo.col)
