@@ -90,25 +90,29 @@ def test_a_change_in_either_half_of_a_large_matrix_is_seen(
         bound.run({"B": a, "c": x})
 
 
-def test_a_gathering_spmv_streams_the_callers_own_column_indices(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize("band", [False, True])
+def test_an_spmv_streams_the_callers_own_column_indices(
+    band: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """An SpMV whose processors gather scattered rows of the vector reads it by global
-    rows; given a scipy matrix with 32-bit indices, its leaves stream the matrix's own
-    ``indices`` instead of their copy, with the same bits as from distal's own array."""
+    """Given a scipy matrix with 32-bit indices and the vector whole, an SpMV's leaves
+    stream the matrix's own ``indices`` over the whole vector instead of their copy over
+    their buffer -- whether the processors gather scattered rows of the vector or read one
+    run of them (a band) -- with the same bits as from distal's own array."""
     from distal.kernels import sparse_leaf
 
     used: list[bool] = []
     orig = sparse_leaf.TermLeaf._own_crd
 
-    def spy(self: object, crd: np.ndarray) -> object:
-        got = orig(self, crd)  # type: ignore[arg-type]
+    def spy(self: object, crd: np.ndarray, lo: int = 0) -> object:
+        got = orig(self, crd, lo)  # type: ignore[arg-type]
         used.append(got is not None)
         return got
 
     monkeypatch.setattr(sparse_leaf.TermLeaf, "_own_crd", spy)
     n = 300
     a = sp.random(n, n, density=0.004, format="csr", random_state=5)  # scattered columns
+    if band:  # each processor reads one run of the vector's rows (a box)
+        a = sp.diags([1.0, -2.0, 1.5], [-1, 0, 2], shape=(n, n), format="csr")
     assert a.indices.dtype == np.int32
     x = np.random.default_rng(5).standard_normal(n)
     bound = _kernel(n).bind({"B": a, "c": x})
@@ -129,6 +133,8 @@ def test_a_leaf_refuses_indices_that_are_not_its_own() -> None:
     cols = np.array([0, 1, 1, 2, 2, 3, 0, 3])
     leaf = TermLeaf(o, [cols], [""], "", 4, {})
     assert leaf._own_crd(cols.astype(np.int32)) is not None
+    assert leaf._own_crd((cols + 5).astype(np.int32), 5) is not None  # a box from row 5
     other = TermLeaf(o, [cols], [""], "", 4, {})
     assert other._own_crd(((cols + 1) % 4).astype(np.int32)) is None
     assert other._own_crd(cols.astype(np.int32)) is None  # refused once: refused for good
+    assert other._own_crd((cols + 1).astype(np.int32), 0) is None  # off by one row

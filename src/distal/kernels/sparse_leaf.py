@@ -331,9 +331,9 @@ class TermLeaf:
         #: the first output row when the segments are consecutive rows (a CSR row block:
         #: a row cut, or stored entries that split no row), else None
         self._row0: int | None = None
-        #: whether a caller's 32-bit index array handed to a run equals ``_idx[0]`` (None:
-        #: not seen yet; see ``__call__``)
-        self._crd_ok: bool | None = None
+        #: (offset, whether a caller's 32-bit index array handed to a run at that offset
+        #: equals ``_idx[0]``), None before the first (see ``__call__``)
+        self._crd_ok: tuple[int, bool] | None = None
         if len(seg_row) and int(seg_row[-1]) - int(seg_row[0]) == len(seg_row) - 1:
             self._row0 = int(seg_row[0])
 
@@ -437,12 +437,15 @@ class TermLeaf:
     ) -> None:
         """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place.
 
-        ``crd``: for an SpMV whose entries' columns (rows of ``xs[0]``) are these very
-        32-bit indices, an array of the caller's holding them (a scipy matrix's
-        ``indices``, whose pattern the caller's run just found to be the bound one): the
-        loop streams it instead of this leaf's own copy, which a run that has just hashed
-        the caller's arrays would otherwise read cold. Checked equal to the copy on first
-        use (then the pattern check of each run vouches for it); ignored where not."""
+        ``crd``: for an SpMV, ``(cols, whole, lo)``: ``cols`` the entries' global columns
+        in an array of the caller's (a scipy matrix's 32-bit ``indices``, whose pattern
+        the caller's run just found to be the bound one), ``whole`` the vector as the
+        caller gave it whole and ``lo`` the first row of ``xs[0]`` in it (``whole`` None:
+        ``xs[0]`` is read by global rows already). Where ``cols - lo`` are this leaf's
+        own columns the loop streams ``cols`` over ``whole`` instead of its copy over the
+        buffer (the same values in the same order: the same bits), which a run that has
+        just hashed the caller's arrays would otherwise read cold. Checked on first use
+        (then each run's pattern check vouches for it); ignored where not."""
         v = np.asarray(v)
         xs = [np.asarray(x) for x in xs]
         dt = self._check(out, v, xs)
@@ -462,7 +465,12 @@ class TermLeaf:
         if self._path == "einsum":
             self._run_einsum(out, v, xs)
             return
-        idx = self._own_crd(crd) if crd is not None else None
+        idx = None
+        if crd is not None:
+            cols, whole, lo = crd
+            idx = self._own_crd(cols, lo)
+            if idx is not None and whole is not None:
+                xs = [np.ascontiguousarray(whole, dtype=dt)]
         if out.flags.c_contiguous:
             self._run_numba(out, v, xs, idx)
         else:  # the kernels write through a flat view: give them one, then add
@@ -470,18 +478,19 @@ class TermLeaf:
             self._run_numba(tmp, v, xs, idx)
             out += tmp
 
-    def _own_crd(self, crd: np.ndarray) -> np.ndarray | None:
-        """``crd`` as this leaf's column indices (unsigned, as the kernels read them), or
-        None where it cannot stand for them."""
+    def _own_crd(self, crd: np.ndarray, lo: int = 0) -> np.ndarray | None:
+        """``crd`` (global columns) as the kernels read columns (unsigned), where ``crd -
+        lo`` are this leaf's own columns; None where it cannot stand for them."""
         if self._path != "csr-spmv" or self._perm is not None or self._itype != np.uint32:
             return None
         if crd.dtype != np.int32 or crd.shape != self._idx[0].shape:
             return None
         if not crd.flags.c_contiguous:
             return None
-        if self._crd_ok is None:  # once: the mapping of entries is this leaf's own
-            self._crd_ok = bool(np.array_equal(crd, self._idx[0]))
-        return crd.view(np.uint32) if self._crd_ok else None
+        if self._crd_ok is None or self._crd_ok[0] != lo:  # the mapping of entries is ours
+            same = np.array_equal(crd, self._idx[0].astype(np.int64) + lo)
+            self._crd_ok = (lo, bool(same))
+        return crd.view(np.uint32) if self._crd_ok[1] else None
 
     def _run_numba(
         self, out: np.ndarray, v: np.ndarray, xs: list[np.ndarray], crd: np.ndarray | None = None
@@ -515,6 +524,19 @@ class TermLeaf:
             _jit("sddmm")(ptr, rows, i1, i2, v, x, y, out.reshape(self._out_rows), zero)
 
 
+def _first_row(region: Any) -> int:
+    """Where a buffer's rows start in its tensor: a box's first row, a run of gathered
+    rows' first; 0 for scattered rows (which a leaf reads by global rows, if at all)."""
+    if isinstance(region, tuple):
+        return int(region[0][0]) if region else 0
+    rows = getattr(region, "rows", None)
+    if isinstance(rows, np.ndarray) and rows.ndim == 2 and rows.shape[1] == 1 and len(rows):
+        first, last = int(rows[0, 0]), int(rows[-1, 0])
+        if last - first == len(rows) - 1 and getattr(region, "box", ()) == ():
+            return first
+    return 0
+
+
 class EntryLeaves:
     """A processor's leaf over stored entries (a Compute's ``EntryWork``), with every term's
     index structure prepared once per plan; calling it with the processor's fetched values
@@ -538,19 +560,26 @@ class EntryLeaves:
         self._union: dict[tuple[bool, ...], int] = {}
 
     def __call__(
-        self, out: np.ndarray, buffers: Mapping[str, Any], crd: Mapping[str, np.ndarray] = {}
+        self,
+        out: np.ndarray,
+        buffers: Mapping[str, Any],
+        crd: Mapping[str, np.ndarray] = {},
+        whole: Mapping[str, np.ndarray] = {},
     ) -> int:
         """``crd``: a sparse tensor's column indices of the entries, in an array of the
-        caller's (see :meth:`TermLeaf.__call__`), for a term reading that tensor's values
-        in order."""
+        caller's, for a term reading that tensor's values in order; ``whole``: dense
+        inputs as the caller gave them whole (see :meth:`TermLeaf.__call__`)."""
         ran = []
         for t, leaf in zip(self.work.terms, self.leaves, strict=True):
             if leaf.entries == 0:
                 ran.append(False)
                 continue
-            own = None
-            if crd and len(t.sparse) == 1 and t.sparse[0][1] is None:
-                own = crd.get(t.sparse[0][0])
+            own: Any = None
+            if crd and len(t.sparse) == 1 and t.sparse[0][1] is None and len(t.dense) == 1:
+                got = crd.get(t.sparse[0][0])
+                name = t.dense[0][0]
+                if got is not None and name in whole:
+                    own = (got, whole[name], _first_row(buffers[name][1]))
             v = None
             for name, idx in t.sparse:
                 vals = buffers[name][0]

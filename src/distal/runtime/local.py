@@ -593,17 +593,17 @@ class LocalRuntime:
             for p, ts in enumerate(prep.whole)
             if ts and all(t in self.caller and self.caller[t].flags.c_contiguous for t in ts)
         }
-        # whole leaves read global columns: a scipy matrix's own 32-bit column indices of
-        # the processor's entries may stand for theirs (``TermLeaf.__call__``)
+        # a scipy matrix's own 32-bit column indices of a processor's entries may stand for
+        # its leaves' copy, over the vector given whole (``TermLeaf.__call__``)
         for q in procs:
-            if q.p not in self.whole_now:
-                continue
             for name, box, sl, role in prep.blocks[q.p]:
                 crd32 = getattr(inputs.get(name), "_crd32", None)
                 if role == _INPUT and crd32 is not None and isinstance(box, Entries):
                     cut = sl[0] if isinstance(sl, tuple) and len(sl) == 1 else sl
                     if isinstance(cut, slice):
                         q.crd[name] = crd32[cut]
+            if q.crd:
+                q.whole = {t: a for t, a in self.caller.items() if a.flags.c_contiguous}
         start = time.perf_counter()
         self.trace = Recorder()
         if plan.nsteps:

@@ -121,6 +121,8 @@ class Store:
         #: a sparse input's column indices of this processor's entries, in the caller's own
         #: array, by tensor: a leaf over stored entries may stream them instead of its copy
         self.crd: dict[str, np.ndarray] = {}
+        #: dense inputs the caller gave whole (C-contiguous, of their dtype), by tensor
+        self.whole: dict[str, np.ndarray] = {}
         self.inbox: list[Held] = []  # partial sums received this step, for the owned block
         self.combined: list[Held] = []  # children's partial sums this step (routing)
 
@@ -198,7 +200,7 @@ class Store:
                 for name, v in w.views:
                     arr, region = bufs[name]
                     bufs[name] = (read(arr, where(v, region)), v)
-            done = leaves(out, bufs, self.crd)
+            done = leaves(out, bufs, self.crd, self.whole)
             self.fresh = False
             self.own_fresh = self.own_fresh and not self.direct
             return done
