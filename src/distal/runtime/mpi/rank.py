@@ -61,7 +61,10 @@ STAT_FIELDS = (
 LEAVES_KEPT = 16
 #: arrays a plan's runs hand out again per rank (its output blocks and fetch buffers): a
 #: session loop's runs drop the blocks of the run before last
-ARRAYS_KEPT = 8
+ARRAYS_KEPT = 4
+#: fetch buffers larger than this are not kept between runs (as the local runtime's
+#: ``SPARE_BYTES``): a large kernel run once would otherwise hold them after it
+SPARE_BUFFER_BYTES = 1 << 23
 _LEAVES: dict[int, tuple[Plan, Any, dict[int, EntryLeaves], Recycler]] = {}
 
 
@@ -393,6 +396,8 @@ class Rank(Store):
                 self.forwarder.start()
 
     def _new_buffer(self, box_shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+        if int(np.prod(box_shape, dtype=np.int64)) * np.dtype(dtype).itemsize > SPARE_BUFFER_BYTES:
+            return np.empty(box_shape, dtype)
         return self.spare.take(box_shape, dtype)
 
     def _fetch(self, op: Fetch) -> None:
