@@ -433,7 +433,7 @@ class TermLeaf:
         out: np.ndarray,
         v: np.ndarray,
         xs: Sequence[np.ndarray],
-        crd: np.ndarray | None = None,
+        crd: tuple[np.ndarray, np.ndarray | None, int] | None = None,
     ) -> None:
         """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place.
 
@@ -468,9 +468,11 @@ class TermLeaf:
         idx = None
         if crd is not None:
             cols, whole, lo = crd
-            idx = self._own_crd(cols, lo)
+            # the whole vector only as it is (a cast or copy of it would cost a pass a run)
+            usable = whole is None or (whole.dtype == dt and whole.flags.c_contiguous)
+            idx = self._own_crd(cols, lo) if usable else None
             if idx is not None and whole is not None:
-                xs = [np.ascontiguousarray(whole, dtype=dt)]
+                xs = [whole]
         if out.flags.c_contiguous:
             self._run_numba(out, v, xs, idx)
         else:  # the kernels write through a flat view: give them one, then add

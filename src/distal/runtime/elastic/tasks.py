@@ -32,7 +32,7 @@ from distal.errors import RuntimeFailure
 from distal.kernels.leaf import TermKernel, run_leaf, term_calls
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.region import Location, shape
-from distal.runtime import checkpoint
+from distal.runtime import checkpoint, checkpoint_hash
 from distal.runtime.checkpoint import (
     CORRUPT,
     UNAUTHENTICATED,
@@ -467,12 +467,7 @@ def _checksum_key(unit: Unit, blocks: Blocks, sparse: frozenset, reps: int | Non
     blocks. Hashed at memory speed: no arithmetic per entry."""
     import pickle
 
-    try:
-        import xxhash
-
-        h: Any = xxhash.xxh3_128()
-    except ImportError:
-        h = hashlib.blake2b(digest_size=16)
+    h = checkpoint_hash.hasher()  # XXH3-128, or BLAKE2b-128 without xxhash
     buffers: list[Any] = []
     h.update(pickle.dumps((reps, unit.out_box, unit.steps), 5, buffer_callback=buffers.append))
     for b in buffers:
