@@ -881,6 +881,8 @@ def reduce_task(
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0)
             return _fault(saved)
     block, traffic = _sum_block(ctx, box, contribs)
+    if w.name in ctx.lie:  # a lying worker is wrong on its reductions as on its units
+        block = block + 1
     block = _fault(block)
     seconds = time.perf_counter() - t0
     if replica is not None:
