@@ -117,9 +117,11 @@ def main() -> None:
     c, a, f, k = (sum(r[i] for r in rows) for i in range(4))
     print(f"{'all units':>22} {A.nnz:>10,} {c * 1e3:8.2f} {a * 1e3:10.2f} {f * 1e3:8.2f} "
           f"{k * 1e3:8.2f} {k / c:12.2f}")  # fmt: skip
-    print(f"a kept checksum's check costs {k / a:.2f}x a recomputing one and {k / c:.2f}x the "
-          "SpMV itself; an element 4x the tolerance off rejected in every unit; the smallest "
-          f"error in one element a kept checksum sees: {max(seen):.1e} of the median |y|")
+    print(
+        f"a kept checksum's check costs {k / a:.2f}x a recomputing one and {k / c:.2f}x the "
+        "SpMV itself; an element 4x the tolerance off rejected in every unit; the smallest "
+        f"error in one element a kept checksum sees: {max(seen):.1e} of the median |y|"
+    )
 
 
 if __name__ == "__main__":

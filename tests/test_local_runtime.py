@@ -131,3 +131,41 @@ def test_a_large_result_is_reused_only_once_nothing_holds_it() -> None:
     np.testing.assert_allclose(view, (runs[1][0] @ runs[1][1])[::2], rtol=1e-12, atol=1e-10)
     np.testing.assert_allclose(last, runs[3][0] @ runs[3][1], rtol=1e-12, atol=1e-10)
     assert last.nbytes > local.TOUCH_MAX
+
+
+@pytest.mark.parametrize("empty_row", [False, True], ids=["every row", "an empty row"])
+def test_an_spmv_rerun_writes_over_the_result_it_dropped(
+    empty_row: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun SpMV gets the result an earlier run dropped (large results are recycled,
+    not zeroed; a first run's is not zeroed either). Where a processor's rows all have
+    entries its leaf stores every row and its block is never zeroed; where one row has
+    none, that processor's block is zeroed first. Each run is
+    exact against scipy either way, with other vectors, over the old result's values."""
+    sp = pytest.importorskip("scipy.sparse")
+    from distal.kernels import sparse_leaf
+
+    stores: list[bool] = []
+    orig = sparse_leaf.EntryLeaves.__call__
+
+    def spy(self: Any, out: Any, buffers: Any, crd: Any, whole: Any, store: bool = False) -> Any:
+        stores.append(store)
+        return orig(self, out, buffers, crd, whole, store)
+
+    monkeypatch.setattr(sparse_leaf.EntryLeaves, "__call__", spy)
+    n = (local.TOUCH_MAX // 8) + 1000  # a result over TOUCH_MAX: recycled when dropped
+    a = sp.diags([1.0, -2.0, 0.5], [-1, 0, 1], shape=(n, n), format="lil")
+    if empty_row:
+        a[n - 5, :] = 0  # in the last processor's rows
+    a = sp.csr_matrix(a)
+    a.eliminate_zeros()
+    kernel = dl.compile(dl.algorithms.spmv((n, n), machine=dl.Machine(2)).schedule)
+    rng = np.random.default_rng(3)
+    bound = kernel.bind({"B": a, "c": np.ones(n)})
+    for _ in range(3):
+        x = rng.standard_normal(n)
+        got = bound.run({"B": a, "c": x}).value
+        np.testing.assert_allclose(got, a @ x, rtol=1e-13, atol=1e-13)
+        del got
+    # two processors, three runs; the second processor's rows hold the empty one
+    assert stores == [True, not empty_row] * 3

@@ -549,8 +549,8 @@ def test_the_checksums_blocked_sum_is_within_its_stated_additions(n: int) -> Non
     rng = np.random.default_rng(n)
     p = rng.standard_normal((2, n)) * 10.0 ** rng.integers(-3, 4, (2, n))
     got, depth = check._blocked_sum(p)
-    want_depth = (7 + math.ceil(math.log2(math.ceil(n / 8)))) if n >= 64 else math.ceil(
-        math.log2(n)
+    want_depth = (
+        (7 + math.ceil(math.log2(math.ceil(n / 8)))) if n >= 64 else math.ceil(math.log2(n))
     )
     assert depth == want_depth
     for q in range(2):

@@ -368,3 +368,36 @@ def test_spmv_over_consecutive_rows_is_csr_and_the_same_bits(rows: list[int], co
     want += seg
     leaf(out, v, [x])
     assert np.array_equal(out, want)
+
+
+@pytest.mark.parametrize(
+    ("rows", "out_rows", "covers"),
+    [
+        ([0, 0, 1, 2, 3, 3], 4, True),
+        ([0, 1, 3], 4, False),
+        ([1, 2, 3], 4, False),
+        ([0, 1], 4, False),
+    ],
+    ids=["every row", "a row missing", "the first row missing", "the last rows missing"],
+)
+def test_spmv_covering_its_rows_stores_into_an_unzeroed_block(
+    rows: list[int], out_rows: int, covers: bool
+) -> None:
+    """A CSR block with an entry in every row of ``out`` writes each row: given ``store``
+    it needs no zeroed ``out`` (here full of NaN) and gives the bits of adding into zeros,
+    -0.0 rows included (``0.0 + -0.0`` is ``+0.0``). A leaf that does not cover ``out``
+    says so, and one told to store all the same zeroes ``out`` first."""
+    rng = np.random.default_rng(11)
+    o = np.array(rows)
+    idx = [rng.integers(0, 5, len(o))]
+    leaf = TermLeaf(o, idx, [""], "", out_rows, EXTENTS)
+    v, x = rng.standard_normal(len(o)), rng.standard_normal(5)
+    v[o == o[-1]] = -0.0  # the last row's sum is -0.0
+    assert leaf.covers(np.empty(out_rows)) == covers
+    assert not leaf.covers(np.empty(out_rows + 1))
+    want = np.zeros(out_rows)
+    leaf(want, v, [x])
+    assert np.signbit(want[o[-1]]) == np.signbit(0.0 + -0.0)
+    out = np.full(out_rows, np.nan)
+    leaf(out, v, [x], store=True)
+    assert out.tobytes() == want.tobytes()

@@ -105,9 +105,19 @@ def _spmv_rows_kernel(
     x: np.ndarray,
     out: np.ndarray,
     zero: complex,
+    store: bool,
 ) -> None:
     # _spmv_kernel where segment s is output row s of ``out`` (consecutive rows, ``out``
-    # the view from the first): CSR itself, without the per-row index read
+    # the view from the first): CSR itself, without the per-row index read. ``store``:
+    # ``out`` holds nothing yet (not even zeros) and every row is written as ``zero + a``,
+    # the bits adding into zeros gives (-0.0 included), without the zeroing pass
+    if store:
+        for s in range(out.shape[0]):
+            a = zero
+            for e in range(seg_ptr[s], seg_ptr[s + 1]):
+                a += v[e] * x[idx[e]]
+            out[s] = zero + a
+        return
     for s in range(out.shape[0]):
         a = zero
         for e in range(seg_ptr[s], seg_ptr[s + 1]):
@@ -434,8 +444,10 @@ class TermLeaf:
         v: np.ndarray,
         xs: Sequence[np.ndarray],
         crd: tuple[np.ndarray, np.ndarray | None, int] | None = None,
+        store: bool = False,
     ) -> None:
-        """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place.
+        """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place
+        (``store``, where :meth:`covers` says so: write it, ``out`` not zeroed first).
 
         ``crd``: for an SpMV, ``(cols, whole, lo)``: ``cols`` the entries' global columns
         in an array of the caller's (a scipy matrix's 32-bit ``indices``, whose pattern
@@ -449,6 +461,9 @@ class TermLeaf:
         v = np.asarray(v)
         xs = [np.asarray(x) for x in xs]
         dt = self._check(out, v, xs)
+        if store and not self.covers(out):  # (a caller's mistake: zero, then add)
+            out.fill(0)
+            store = False
         if self._n == 0 or out.size == 0:
             return
         v = np.ascontiguousarray(v, dtype=dt)
@@ -474,11 +489,22 @@ class TermLeaf:
             if idx is not None and whole is not None:
                 xs = [whole]
         if out.flags.c_contiguous:
-            self._run_numba(out, v, xs, idx)
+            self._run_numba(out, v, xs, idx, store)
         else:  # the kernels write through a flat view: give them one, then add
             tmp = np.zeros(out.shape, dt)
             self._run_numba(tmp, v, xs, idx)
             out += tmp
+
+    def covers(self, out: np.ndarray) -> bool:
+        """Whether a call writes every element of ``out``: a CSR block of consecutive
+        rows from ``out``'s first to its last, each with an entry, into a C-contiguous
+        ``out``. Such a call may store rather than add, and ``out`` need not be zeroed."""
+        return (
+            self._path == "csr-spmv"
+            and self._row0 == 0
+            and len(self._seg_row) == self._out_rows == out.size
+            and out.flags.c_contiguous
+        )
 
     def _own_crd(self, crd: np.ndarray, lo: int = 0) -> np.ndarray | None:
         """``crd`` (global columns) as the kernels read columns (unsigned), where ``crd -
@@ -495,7 +521,12 @@ class TermLeaf:
         return crd.view(np.uint32) if self._crd_ok[1] else None
 
     def _run_numba(
-        self, out: np.ndarray, v: np.ndarray, xs: list[np.ndarray], crd: np.ndarray | None = None
+        self,
+        out: np.ndarray,
+        v: np.ndarray,
+        xs: list[np.ndarray],
+        crd: np.ndarray | None = None,
+        store: bool = False,
     ) -> None:
         path, ptr, rows, w = self._path, self._seg_ptr, self._seg_row, self._width
         zero = out.dtype.type(0)
@@ -507,7 +538,7 @@ class TermLeaf:
             idx = self._idx[0] if crd is None else crd
             if self._row0 is not None:
                 block = flat[self._row0 : self._row0 + len(rows)]
-                _jit("spmv_rows")(ptr, idx, v, x, block, zero)
+                _jit("spmv_rows")(ptr, idx, v, x, block, zero, store)
             else:
                 _jit("spmv")(ptr, rows, idx, v, x, flat, zero)
         elif path == "csr-spmm":
@@ -567,10 +598,13 @@ class EntryLeaves:
         buffers: Mapping[str, Any],
         crd: Mapping[str, np.ndarray] = {},
         whole: Mapping[str, np.ndarray] = {},
+        store: bool = False,
     ) -> int:
         """``crd``: a sparse tensor's column indices of the entries, in an array of the
         caller's, for a term reading that tensor's values in order; ``whole``: dense
-        inputs as the caller gave them whole (see :meth:`TermLeaf.__call__`)."""
+        inputs as the caller gave them whole (see :meth:`TermLeaf.__call__`). ``store``
+        (only where :meth:`covers` said so): ``out`` holds nothing yet, and the one term
+        writes every element of it."""
         ran = []
         for t, leaf in zip(self.work.terms, self.leaves, strict=True):
             if leaf.entries == 0:
@@ -590,9 +624,16 @@ class EntryLeaves:
             if t.coeff != 1:
                 v = v * t.coeff
             leaf(out, np.ascontiguousarray(v, dtype=self.dtype),
-                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense], own)  # fmt: skip
+                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense], own,
+                 store)  # fmt: skip
             ran.append(True)
         return self._visited(tuple(ran)) * self.work.width
+
+    def covers(self, out: np.ndarray) -> bool:
+        """Whether one call writes every element of ``out`` (one term with entries, whose
+        leaf :meth:`~TermLeaf.covers` it): the caller may then skip zeroing ``out``."""
+        live = [leaf for leaf in self.leaves if leaf.entries]
+        return len(live) == 1 and live[0].covers(out)
 
     def _visited(self, ran: tuple[bool, ...]) -> int:
         """Distinct entries the terms that ran cover."""

@@ -419,10 +419,11 @@ class Prepared:
         here; a large one (over :data:`TOUCH_MAX` bytes) is an earlier run's result that
         nothing holds any more where there is one (a loop reruns the kernel and drops the
         result it read: CG's ``q``), zeroed here only where the processors' own blocks do
-        not cover it: otherwise each processor zeroes its block in its own thread as it
-        opens it (:meth:`~distal.runtime.store.Store.own_output`), side by side with the
-        others and just before its leaves write there (one pass over the result on one
-        core was a fifth of a 2-processor SpMV of 5 M entries)."""
+        not cover it: otherwise each processor zeroes its block in its own thread where it
+        first writes it (:meth:`~distal.runtime.store.Store.own_output`), side by side with
+        the others and just before its leaves write there, or not at all where its leaf
+        writes every element (an SpMV's block of rows, each with an entry); one pass over
+        the result on one core was a fifth of a 2-processor SpMV of 5 M entries."""
         dt = np.dtype(dtype)
         if math.prod(shape) * dt.itemsize <= TOUCH_MAX:
             return _zeros(shape, dt), True
@@ -865,11 +866,11 @@ class LocalRuntime:
         if not self.pending_partial:
             return
         for _, src, dst, box, relay in sorted(self.pending_partial, key=lambda x: (-x[0], x[1])):
-            arr, origin = procs[src].partial  # type: ignore[misc]
+            arr, origin = procs[src].clean_partial()
             piece = np.array(read(arr, where(box, origin)))
             self._count(stats, src, dst, box)
             if relay:
-                parr, porigin = procs[dst].partial  # type: ignore[misc]
+                parr, porigin = procs[dst].clean_partial()
                 add_at(parr, where(box, porigin), piece)
                 procs[dst].combined.append((piece, box))
             else:

@@ -171,11 +171,20 @@ class Store:
             self.own_dirty = False
         return held
 
+    def clean_partial(self) -> Held:
+        """The partial buffer, zeroed first where it is the owned block still dirty."""
+        if self.direct:
+            self.own_output()
+        return self.partial  # type: ignore[return-value]
+
     def open_output(self, op: OpenOutput) -> None:
         """Start accumulating ``op.box``: into the owned block, or a zeroed buffer."""
         self.open_box = op.box if op.direct else None
         if op.direct:
-            self.partial, self.direct, self.fresh = self.own_output(), True, self.own_fresh
+            # a dirty owned block is zeroed by the first thing that writes into it, or not
+            # at all where that is a leaf writing every element of it (:meth:`compute`)
+            held = self.owned[self.output]
+            self.partial, self.direct, self.fresh = held, True, self.own_fresh
         else:
             arr = np.zeros(shape(op.box), self.out_dtype)
             self.partial, self.direct, self.fresh = (arr, op.box), False, True
@@ -200,10 +209,19 @@ class Store:
                 for name, v in w.views:
                     arr, region = bufs[name]
                     bufs[name] = (read(arr, where(v, region)), v)
-            done = leaves(out, bufs, self.crd, self.whole)
+            store = False
+            if self.direct and self.own_dirty:
+                store = out.size == self.partial[0].size and leaves.covers(out)
+                if store:
+                    self.own_dirty = False
+                else:
+                    self.own_output()
+            done = leaves(out, bufs, self.crd, self.whole, store)
             self.fresh = False
             self.own_fresh = self.own_fresh and not self.direct
             return done
+        if self.direct:
+            self.own_output()  # zeroed if still dirty
         done = 0
         for box in op.boxes:
             run_leaf(kernels, box, self.buffers, out, origin, self.fresh)
@@ -214,13 +232,13 @@ class Store:
 
     def combine(self) -> None:
         """Add the children's partial sums (received for this step) into the buffer."""
-        arr, origin = self.partial  # type: ignore[misc]
+        arr, origin = self.clean_partial()
         for part, box in self.combined:
             add_at(arr, where(box, origin), part)
 
     def flush_local(self, op: Flush) -> Held:
         """Add ``op.local`` pieces into the owned block; returns the buffer to send from."""
-        arr, origin = self.partial  # type: ignore[misc]
+        arr, origin = self.clean_partial()
         for box in op.local:
             own, oorigin = self.own_output()
             add_at(own, where(box, oorigin), read(arr, where(box, origin)))
