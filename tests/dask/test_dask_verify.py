@@ -42,6 +42,7 @@ from elastic_helpers import (
 )
 
 import distal as dl
+from distal.arrays.program import LARGE
 from distal.runtime.checkpoint import CheckpointStore
 from distal.runtime.dask import decompose
 from distal.runtime.elastic import check, tasks, units
@@ -888,3 +889,41 @@ def test_a_lying_worker_is_caught_cutting_held_blocks(liar_pool: Any) -> None:
             np.testing.assert_allclose(got, A @ (2.0 * v), rtol=1e-12, atol=1e-12)
         assert s.cuts_checked >= 6
         assert s.excluded_workers == {liar}
+
+
+def test_a_map_check_read_after_the_kernel_reading_it_repairs_and_reruns_that_kernel(
+    pool: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An element-wise block's check is not waited for: the next kernel run reads the
+    block where it lies, and the verdict is read once that run has finished. Worker 0
+    (in-process here) returns a wrong fused block; its check fails after the SpMV read it,
+    a third worker decides, worker 0 is excluded, the block is replaced in its value and
+    the SpMV is made again (``runs_redone``): the product is scipy's."""
+    import distributed
+    import scipy.sparse as sp
+
+    from distal.runtime.elastic import held
+
+    liar = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
+    honest = held.fused_block
+
+    def lying_block(*args: Any) -> Any:
+        members, sums = honest(*args)
+        if distributed.get_worker().name == 0:
+            members = [m + 1.0 for m in members]
+        return members, sums
+
+    monkeypatch.setattr(held, "fused_block", lying_block)
+    rng = np.random.default_rng(21)
+    n = LARGE  # an element-wise array this large runs as a fused set even alone
+    A = sp.diags([1.0, 3.0, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    v = rng.standard_normal(n)
+    with dl.Session("dask", client=pool, machine=4, progress=False, verify="check") as s:
+        a = s.asarray(A, "xy -> x")
+        y = a @ s.asarray(v)  # held on the workers, in blocks of rows
+        s["x"] = y + 2.0 * y  # a fused set with no sum: its checks are left running
+        got = (a @ s["x"]).get()
+        assert s.excluded_workers == {liar}
+        assert s.runs_redone == 1
+    want = A @ (3.0 * (A @ v))
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -83,6 +83,18 @@ class HeldBlock:
         return self.array[box_index(box, self.box)]
 
 
+@dataclass(frozen=True)
+class Inline:
+    """A 0-d value held in this process, handed to a map's or fused set's tasks inside
+    their arguments (a word) rather than placed on a worker first (a task of its own):
+    ``part`` is the value, whatever the box."""
+
+    array: np.ndarray
+
+    def part(self, box: Box) -> np.ndarray:
+        return self.array
+
+
 @dataclass
 class Held:
     """A value in the session: its layout (``None``: as ``put`` gave it, not placed yet)
@@ -237,6 +249,13 @@ class Session:
         #: dask: the workers a check or a majority caught in any run of the session; later
         #: runs give them no task
         self.excluded_workers: set[str] = set()
+        #: dask with ``verify=``: the checks of element-wise blocks whose verdicts are read
+        #: at the session's next operation (:meth:`_settle`), not before this one returns
+        self._unsettled: list[Unsettled] = []
+        self._pool_seen: tuple[float, set[str]] | None = None  # (when, workers): _pool_now
+        #: dask with ``verify=``: kernel runs made again because a block they read failed
+        #: its check after they started (the check was read once they had finished)
+        self.runs_redone = 0
         if runtime == "dask" and self.options.get("verify") == "adaptive":
             from distal.runtime.elastic.trust import Trust
 
@@ -263,6 +282,7 @@ class Session:
         """Drop every value and close what the session started (a Dask pool without
         ``client=``); a pool given as ``client=`` stays open."""
         self.values.clear()
+        self._unsettled = []
         if self._closer is not None:
             self._closer()
         self._pool = None
@@ -282,6 +302,7 @@ class Session:
         from distal.runtime.elastic.held import WorkerValue
 
         self.flush()
+        self._settle()
         data = self._held(name).data
         return data.holders() if isinstance(data, WorkerValue) else {}
 
@@ -439,6 +460,7 @@ class Session:
         every rank maps the blocks it holds, and on ``"local"`` and ``"dask"`` (values held
         whole in this process) the whole arrays are mapped at once.
         """
+        self._settle()  # (a map reads its operands' blocks: they must have passed)
         machine, layouts, data = self._map_operands(operands, nprocs)
         target = layout_for(out, shape, dist, machine)
         if self.runtime == "dask":
@@ -475,6 +497,10 @@ class Session:
             held = values[v]
             lay = layout_for(v, held.shape, d, machine)
             layouts.append(lay)
+            if not fast and type(held.data) is np.ndarray and not held.shape:
+                # a 0-d value here (a verified session's alpha): in the tasks' arguments
+                data.append(Inline(held.data))
+                continue
             # an operand already in its layout (the common case in a loop) is read as it is
             data.append(held.data if fast and held.layout is lay else self._input(v, lay))
         return machine, layouts, data
@@ -502,6 +528,7 @@ class Session:
         ``epilogue``: the set reduces the result of the kernel run just before it, over that
         result's blocks where they lie, as part of that kernel's run (counted there).
         """
+        self._settle()
         machine, layouts, data = self._map_operands([(v, d) for _, v, d in operands], nprocs)
         target = layout_for(outs[0][0], shape, held_dist(len(shape)), machine)
         elems = [(o, d) for o, s, d in outs if s]
@@ -581,16 +608,32 @@ class Session:
         if self.options.get("verify", 1) != 1:
             # each block computed on one trusted worker and again on another (under
             # "adaptive", as the trust draw says); the partial sums come here, checked
-            # where the block was, and are added here as a verified 0-d operation is
-            futures, checked = self._twice([(fused_block, a) for _, a in jobs], partials=True)
+            # where the block was, and are added here as a verified 0-d operation is. A
+            # set without sums is not waited for: its verdicts are read at the next
+            # operation (see _settle)
+            futures, checked = self._twice(
+                [(fused_block, a) for _, a in jobs], partials=True, defer=not sums
+            )
             results = {box: f for (box, _), f in zip(jobs, futures, strict=True)}
         else:
             for box, args in jobs:
                 results[box] = client.submit(fused_block, *args, pure=False)
+        values = []
         for j, (o, d) in enumerate(elems):
             blocks = {b: client.submit(fused_elem, r, j, pure=False) for b, r in results.items()}
             value = WorkerValue(shape, d, blocks, client, self._count_driver)
+            values.append(value)
             self.values[o] = Held(shape, d, target, value)
+        if checked is None and self._unsettled and self._unsettled[-1].repair is None:
+            boxes = list(results)
+
+            def repair(n: int, good: Any) -> None:
+                for j, value in enumerate(values):
+                    value.blocks[boxes[n]] = client.submit(fused_elem, good, j, pure=False)
+                    value._cuts.clear()
+
+            self._unsettled[-1].repair = repair
+            return
         if checked is not None:
             for j, (o, d) in enumerate(sums):
                 total = checked[0][j]
@@ -639,6 +682,14 @@ class Session:
             blocks[box] = client.submit(map_block, fn, parts, box_shape(box), dtype, pure=False)
         value = WorkerValue(shape, dtype, blocks, client, self._count_driver, self._cut_checker())
         self.values[out] = Held(shape, dtype, target, value)
+        if self._unsettled and self._unsettled[-1].repair is None:  # (_verified_map's)
+            boxes = list(blocks)
+
+            def repair(n: int, good: Any) -> None:
+                value.blocks[boxes[n]] = good
+                value._cuts.clear()
+
+            self._unsettled[-1].repair = repair
 
     def _verified_map(
         self,
@@ -656,7 +707,7 @@ class Session:
             parts = [x.part(lay.boxes[p]) for x, lay in zip(data, layouts, strict=True)]
             jobs.append((map_block, (fn, parts, box_shape(box), dtype)))
             boxes.append(box)
-        return dict(zip(boxes, self._twice(jobs), strict=True))
+        return dict(zip(boxes, self._twice(jobs, defer=True), strict=True))
 
     def _cut_checker(self) -> Any:
         """``WorkerValue.checked`` for this session's held values: :meth:`_checked_cut`
@@ -668,7 +719,11 @@ class Session:
         return self._twice([(func, args)], cuts=True)[0]
 
     def _twice(
-        self, jobs: Sequence[tuple[Any, tuple]], partials: bool = False, cuts: bool = False
+        self,
+        jobs: Sequence[tuple[Any, tuple]],
+        partials: bool = False,
+        cuts: bool = False,
+        defer: bool = False,
     ) -> Any:
         """Each job ``func(*args)`` (a map block, a cut of held blocks, a fused set's block)
         computed on one trusted worker and computed again and compared on another
@@ -682,9 +737,18 @@ class Session:
         ``verify="adaptive"`` a job goes to its second worker as the session's
         :class:`~distal.runtime.elastic.trust.Trust` draws for the computing worker, and
         each check lengthens or resets that worker's streak; the checked jobs are counted
-        in ``maps_checked`` (``cuts_checked`` with ``cuts``)."""
+        in ``maps_checked`` (``cuts_checked`` with ``cuts``).
+
+        ``defer`` (jobs with no partial sums): the verdicts are not waited for here. The
+        checks are left running (:class:`Unsettled`, whose ``repair`` the caller sets) and
+        read by :meth:`_settle` at the session's next operation, before anything reads the
+        results -- or, for a kernel run reading them where they lie, as soon as it has
+        finished, which is then made again if one failed. A map's check thus runs beside
+        the work that follows it instead of holding it up."""
         from distal.runtime.elastic.held import (
+            check_many,
             fused_partials,
+            partials_many,
             recompute_agrees,
             recompute_partials,
             same_result,
@@ -692,50 +756,72 @@ class Session:
         from distal.runtime.elastic.tasks import VerificationFailed
 
         client = self.client
-        pool = sorted(set(client.scheduler_info()["workers"]) - self.excluded_workers)
+        pool = sorted(self._pool_now() - self.excluded_workers)
         if len(pool) < 2:
             raise VerificationFailed(
                 f"verify={self.options['verify']!r}: element-wise maps and cuts of held "
                 f"values are checked on a second worker, and {len(pool)} trusted worker(s) "
                 "are left"
             )
-
-        def on(w: str) -> dict[str, Any]:
-            return {"workers": [w], "allow_other_workers": False, "pure": False}
-
-        runs = []
+        runs: list[tuple] = []
         check = recompute_partials if partials else recompute_agrees
         trust = self.trust  # verify="adaptive": a trusted worker's block is checked sometimes
+        pairs: dict[tuple[str, str], list[int]] = {}  # the checked jobs, by (a, b)
         for n, (func, args) in enumerate(jobs):
             a, b = pool[n % len(pool)], pool[(n + 1) % len(pool)]
-            fa = client.submit(func, *args, **on(a))
-            checked = trust is None or trust.should_check(a)
-            fb = client.submit(check, func, args, fa, **on(b)) if checked else None
-            runs.append((func, args, a, b, fa, fb))
-        done = sum(fb is not None for *_, fb in runs)
+            fa = client.submit(func, *args, **_on(a))
+            if trust is None or trust.should_check(a):
+                pairs.setdefault((a, b), []).append(n)
+            runs.append((func, args, a, b, fa, None))
+        # the checks worker b makes of worker a's blocks: one task (per-task costs in the
+        # scheduler and workers were most of what checking cost); job n's verdict is
+        # item i of its pair's list
+        for (_, b), ns in pairs.items():
+            items = [(runs[n][0], runs[n][1], runs[n][4]) for n in ns]
+            fb = client.submit(check_many, check, items, **_on(b))
+            for i, n in enumerate(ns):
+                runs[n] = (*runs[n][:5], (fb, i))
+        done = sum(len(ns) for ns in pairs.values())
         if cuts:
             self.cuts_checked += done
         else:
             self.maps_checked += done
+        if defer:
+            if done:
+                self._unsettled.append(Unsettled(runs, pool, partials))
+            futures = [r[4] for r in runs]
+            return (futures, None) if partials else futures
         out: list[Any] = []
         sums: list[Any] = []
         # with partials, each block's partial sums from both workers: the checker's are
         # used only where they are the computing worker's too (a lying checker could
         # otherwise vouch for a correct block and hand in wrong sums of its own); a block
-        # left unchecked (adaptive) has only the computing worker's
+        # left unchecked (adaptive) has only the computing worker's. One task per worker
+        # holding blocks, as for the checks.
+        held_by: dict[str, list[int]] = {}
+        for n, r in enumerate(runs):
+            held_by.setdefault(r[2], []).append(n)
         claimed = (
-            [client.submit(fused_partials, r[4], **on(r[2])) for r in runs] if partials else []
-        )
-        asked = [r[-1] for r in runs if r[-1] is not None]
-        got_all = client.gather(asked + claimed)
-        given, theirs = iter(got_all[: len(asked)]), got_all[len(asked) :]
-        for n, (func, args, a, b, fa, fb) in enumerate(runs):
+            [client.submit(partials_many, [runs[n][4] for n in ns], **_on(a))
+             for a, ns in held_by.items()]
+            if partials else []
+        )  # fmt: skip
+        verdicts = _verdict_futures(runs)
+        got_all = client.gather(verdicts + claimed)
+        got_verdicts = dict(zip((f.key for f in verdicts), got_all[: len(verdicts)], strict=True))
+        theirs: list[Any] = [None] * len(runs)
+        if partials:
+            for ns, part in zip(held_by.values(), got_all[len(verdicts) :], strict=True):
+                for n, sums_n in zip(ns, part, strict=True):
+                    theirs[n] = sums_n
+        for n, run in enumerate(runs):
+            a, fa, fb = run[2], run[4], run[5]
             if fb is None:
                 out.append(fa)
                 if partials:
                     sums.append(list(theirs[n]))
                 continue
-            got = next(given)
+            got = got_verdicts[fb[0].key][fb[1]]
             good = got
             if partials:
                 good = got[0] and same_result(([], list(theirs[n])), ([], got[1]))
@@ -746,26 +832,77 @@ class Session:
                 if partials:
                     sums.append(got[1])
                 continue
-            judges = [w for w in pool if w not in (a, b) and w not in self.excluded_workers]
-            if not judges:
-                raise VerificationFailed(
-                    f"workers {a} and {b} disagree on a block ({getattr(func, '__name__', func)}) "
-                    "and no third trusted worker is left to decide"
-                )
-            c = judges[0]
-            fc = client.submit(func, *args, **on(c))
-            if client.submit(same_result, fa, fc, **on(c)).result():
-                liar = b  # its check contradicted a correct result
-                out.append(fa)
-            else:
-                liar = a
-                out.append(fc)
-            self.excluded_workers.add(liar)
-            if trust is not None:
-                trust.failed(liar)
+            kept, fc, c = self._decide(run, pool)
+            out.append(kept)
             if partials:  # the judge's own partials (it agreed with the result kept)
-                sums.append(list(client.submit(fused_partials, fc, **on(c)).result()))
+                sums.append(list(client.submit(fused_partials, fc, **_on(c)).result()))
         return (out, sums) if partials else out
+
+    def _pool_now(self) -> set[str]:
+        """The pool's workers as the scheduler listed them at most ``POOL_FRESH`` seconds
+        ago (asked of it directly: the client's cached copy may list none while it is being
+        refreshed)."""
+        from distal.runtime.elastic.driver import POOL_FRESH, workers
+
+        now = time.monotonic()
+        if self._pool_seen is None or now - self._pool_seen[0] > POOL_FRESH:
+            self._pool_seen = (now, set(workers(self.client)))
+        return self._pool_seen[1]
+
+    def _decide(self, run: tuple, pool: Sequence[str]) -> tuple[Any, Any, str]:
+        """Workers ``a`` and ``b`` of ``run`` disagree: a third trusted one computes the job
+        and sides with one of them; the other is excluded. Returns the future of the result
+        kept (``a``'s, or the judge's), the judge's own, and the judge."""
+        from distal.runtime.elastic.held import same_result
+        from distal.runtime.elastic.tasks import VerificationFailed
+
+        func, args, a, b, fa, _ = run
+        client = self.client
+        judges = [w for w in pool if w not in (a, b) and w not in self.excluded_workers]
+        if not judges:
+            raise VerificationFailed(
+                f"workers {a} and {b} disagree on a block ({getattr(func, '__name__', func)}) "
+                "and no third trusted worker is left to decide"
+            )
+        c = judges[0]
+        fc = client.submit(func, *args, **_on(c))
+        if client.submit(same_result, fa, fc, **_on(c)).result():
+            liar, kept = b, fa  # its check contradicted a correct result
+        else:
+            liar, kept = a, fc
+        self.excluded_workers.add(liar)
+        if self.trust is not None:
+            self.trust.failed(liar)
+        return kept, fc, c
+
+    def _settle(self) -> bool:
+        """Read the verdicts of the checks :meth:`_twice` left running (``defer``). Where
+        one failed a third worker decides (:meth:`_decide`), and a wrong block is replaced
+        in the values made of it (``Unsettled.repair``). Returns whether a block was
+        replaced: whatever read it since read a wrong block."""
+        if not self._unsettled:
+            return False
+        pending, self._unsettled = self._unsettled, []
+        asked = [f for u in pending for f in _verdict_futures(u.runs)]
+        got = dict(zip((f.key for f in asked), self.client.gather(asked), strict=True))
+        replaced = False
+        for u in pending:
+            for n, run in enumerate(u.runs):
+                if run[5] is None:
+                    continue
+                verdict = got[run[5][0].key][run[5][1]]
+                if u.partials:
+                    verdict = verdict[0]
+                if verdict:
+                    if self.trust is not None:
+                        self.trust.passed(run[2])
+                    continue
+                kept, _, _ = self._decide(run, u.pool)
+                if kept is not run[4]:
+                    assert u.repair is not None
+                    u.repair(n, kept)
+                    replaced = True
+        return replaced
 
     def _host_op(
         self, fn: Any, args: Sequence[tuple[bool, Any]], out: str, dtype: np.dtype
@@ -852,6 +989,7 @@ class Session:
     def _get_value(self, name: str) -> Any:
         from distal.runtime.elastic.held import WorkerValue
 
+        self._settle()  # nothing leaves the workers before its check has passed
         held = self._held(name)
         if _is_sparse(held.data):
             return held.data
@@ -933,6 +1071,12 @@ class Session:
         session value ``names.get(t, t)``: the arrays program's kernels are compiled once
         with their own tensor names and run on whichever values the program gives them."""
         st = kernel.schedule.statement
+        # checks left running (_twice's defer) are read once the run has finished where it
+        # reads their values' blocks where they lie (a repaired block changes in place, and
+        # the run is made again); before it otherwise (a cut or move would copy them)
+        later = bool(self._unsettled) and self._reads_held_blocks(kernel, names, inputs or {})
+        if not later:
+            self._settle()
         given = dict(inputs or {})
         data: dict[str, Any] = {}
         for t in _inputs_of(kernel):
@@ -994,6 +1138,10 @@ class Session:
             opts = self._run_options(kernel, names)
             res = kernel.run(data, runtime="dask", _hold=True, **opts)
             self.excluded_workers.update(res.extra["summary"].excluded_workers)
+            if later and self._settle():  # it read a block that failed its check: again
+                self.runs_redone += 1
+                self.kernels_run -= 1
+                return self._execute(kernel, names, inputs, gather=gather)
             held_value = res.value
             held_value.meter = self._count_driver
             held_value.checked = self._cut_checker()
@@ -1011,6 +1159,26 @@ class Session:
         else:
             res.value = np.array(value)
         return res
+
+    def _reads_held_blocks(
+        self, kernel: Any, names: Mapping[str, str], given: Mapping[str, Any]
+    ) -> bool:
+        """Whether a Dask run of ``kernel`` reads every session value it reads as the blocks
+        the value is held in (no placing, no move) and keeps a dense result."""
+        from distal.runtime.elastic.held import WorkerValue
+
+        st = kernel.schedule.statement
+        if self.runtime != "dask" or not st.output.format.is_dense:
+            return False
+        for t in _inputs_of(kernel):
+            if t.name in given or not t.format.is_dense:
+                continue
+            held = self.values.get(names.get(t.name, t.name))
+            if held is None or not isinstance(held.data, WorkerValue) or held.layout is None:
+                return False
+            if not held.layout.agrees(layout_of(kernel, t.name)):
+                return False
+        return True
 
     def _run_options(self, kernel: Any = None, names: Mapping[str, str] = {}) -> dict[str, Any]:
         """The options of every ``kernel.run``: the session's, and on the local and MPI
@@ -1130,6 +1298,7 @@ class Session:
         """What the session did, in a few lines: its runtime and values, the words its
         redistributions moved, where its last loop resumed, and every saved iteration that
         was found damaged and not used (``discarded``)."""
+        self._settle()  # (checks still running may yet exclude a worker)
         lines = [
             f"session on runtime {self.runtime!r}: values {self.names()}",
             f"moved words (redistribution): {self.moved_words}",
@@ -1157,6 +1326,35 @@ class Session:
 _INTERNAL = re.compile(r"_[acv]\d+")
 
 _KERNEL_INPUTS: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()
+
+
+def _on(worker: str) -> dict[str, Any]:
+    """Submit keywords pinning a task to ``worker``."""
+    return {"workers": [worker], "allow_other_workers": False, "pure": False}
+
+
+def _verdict_futures(runs: Sequence[tuple]) -> list[Any]:
+    """The distinct check tasks of :meth:`Session._twice`'s ``runs``, in order."""
+    seen: dict[str, Any] = {}
+    for r in runs:
+        if r[5] is not None:
+            seen.setdefault(r[5][0].key, r[5][0])
+    return list(seen.values())
+
+
+@dataclass
+class Unsettled:
+    """Checks :meth:`Session._twice` left running (``defer``): ``runs`` are its jobs
+    ``(func, args, computing worker, checking worker, result future, (check task, item))``
+    (the item of the check task's list that is this job's verdict; None: not checked),
+    ``pool`` the trusted workers then, ``partials`` whether a verdict comes with partial
+    sums; ``repair(n, future)`` puts the result kept for job ``n`` where the wrong one was
+    (set by the operation that made values of the results)."""
+
+    runs: list[tuple]
+    pool: list[str]
+    partials: bool
+    repair: Any = None
 
 
 def _gather_partials(

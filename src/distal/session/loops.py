@@ -183,6 +183,7 @@ class Loop:
         except the loop's last, which is saved when the loop ends.
         """
         self.sess.flush()  # pending array operations are part of the iteration
+        self.sess._settle()  # and their checks: only checked blocks are saved
         snap = self._snapshot(it)
         sess = self.sess
         if self.latest and not self.mpi:

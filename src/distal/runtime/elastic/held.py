@@ -103,6 +103,20 @@ def recompute_partials(func: Callable[..., Any], args: tuple, claimed: Any) -> t
     return same_result(mine, claimed), list(mine[1])
 
 
+def check_many(
+    check: Callable[..., Any], items: list[tuple[Callable[..., Any], tuple, Any]]
+) -> list:
+    """``check(func, args, claimed)`` for each item, in one task: the checks one worker
+    makes of the blocks another computed in one operation (a task each would cost the
+    scheduler and the workers more than the checks themselves)."""
+    return [check(func, args, claimed) for func, args, claimed in items]
+
+
+def partials_many(results: list[tuple[list[np.ndarray], list[Any]]]) -> list[list[Any]]:
+    """:func:`fused_partials` of several results held by one worker, in one task."""
+    return [fused_partials(r) for r in results]
+
+
 def same_result(a: Any, b: Any) -> bool:
     """:func:`same_map_result` of two results of one job: an array, or a
     :func:`fused_block`'s (member blocks, partial sums), compared member by member."""
