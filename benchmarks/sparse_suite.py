@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import shutil
+import gc
 import subprocess
 import sys
 import time
@@ -107,6 +108,19 @@ def distal_system(split: str, nprocs: int = P_LOCAL, scipy_in: bool = False) -> 
         return (lambda: bound.run(inputs).value), _convert
 
     return system
+
+
+def _memory() -> str:
+    """This process's resident memory now and at its peak (Linux), in GiB."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+    try:
+        with open("/proc/self/statm") as f:
+            now = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+    except OSError:
+        return f"peak {peak:.2f} GiB"
+    return f"{now:.2f} GiB resident, peak {peak:.2f} GiB"
 
 
 def _best(fn: Any, repeat: int) -> float:
@@ -353,6 +367,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if data.kind == "matrix":
             extra += gather_table(data)
         data.cache.clear()
+        del data
+        gc.collect()
+        print(f"  memory after it: {_memory()}", flush=True)
     print(peers.measure_triad())
     print()
     print(peers.table(rows))

@@ -124,7 +124,7 @@ def test_a_large_result_is_reused_only_once_nothing_holds_it() -> None:
     first = kernel.run({"B": runs[0][0], "C": runs[0][1]}).value
     view = kernel.run({"B": runs[1][0], "C": runs[1][1]}).value[::2]
     kernel.run({"B": runs[2][0], "C": runs[2][1]})  # dropped at once: free for the next
-    kept = {id(x) for x in local._PREPARED[id(kernel.plan)].results.kept}  # alive: ids distinct
+    kept = {id(x) for x in local._PREPARED.get(kernel.plan).results.kept}  # alive: ids distinct
     last = kernel.run({"B": runs[3][0], "C": runs[3][1]}).value
     assert id(last) in kept  # the dropped result, reused
     np.testing.assert_allclose(first, runs[0][0] @ runs[0][1], rtol=1e-12, atol=1e-10)
@@ -169,3 +169,33 @@ def test_an_spmv_rerun_writes_over_the_result_it_dropped(
         del got
     # two processors, three runs; the second processor's rows hold the empty one
     assert stores == [True, not empty_row] * 3
+
+
+def test_what_runs_prepared_goes_with_the_plan() -> None:
+    """What the local runtime prepares for a plan (leaves, index arrays, recycled results)
+    and where its regions lie in buffers are kept while the plan lives, and dropped with it:
+    a kernel nobody holds takes them along (it held gigabytes once, for plans long gone)."""
+    import gc
+    import weakref
+
+    sp = pytest.importorskip("scipy.sparse")
+    from distal.runtime import store
+
+    n = 2000
+    a = sp.random(n, n, density=0.01, format="csr", random_state=4)
+    kernel = dl.compile(dl.algorithms.spmv((n, n), machine=dl.Machine(2)).schedule)
+    x = np.ones(n)
+    bound = kernel.bind({"B": a, "c": x})
+    np.testing.assert_allclose(bound.run({"B": a, "c": x}).value, a @ x, rtol=1e-12)
+    prepared = local._PREPARED.get(bound.plan)
+    assert prepared is not None
+    assert local._PREPARED.get(bound.plan) is prepared  # kept for the next run
+    before = len(local._PREPARED)
+    where_before = len(store._WHERE)
+    plan = weakref.ref(bound.plan)
+    del bound, kernel, prepared
+    gc.collect()
+    assert plan() is None
+    assert len(local._PREPARED) == before - 1
+    assert where_before > 0  # the SpMV's regions were located in its buffers
+    assert len(store._WHERE) < where_before

@@ -18,6 +18,7 @@ over stored entries (:class:`EntryWork`); the runtimes execute both with one exe
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 
 from distal.distribution.machine import Machine
@@ -202,7 +203,12 @@ class RecvFinal:
 Op = Fetch | Forward | Compute | OpenOutput | Combine | Flush | Reduce | SendFinal | RecvFinal
 
 
-@dataclass(frozen=True, slots=True)
+#: a plan can be weakly referenced (Python 3.11+): what runtimes derive from it is dropped
+#: with it (:mod:`distal.runtime.weakcache`)
+_WEAK = {"weakref_slot": True} if sys.version_info >= (3, 11) else {}
+
+
+@dataclass(frozen=True, slots=True, **_WEAK)
 class Plan:
     """An exact, per-processor plan for one compiled computation.
 

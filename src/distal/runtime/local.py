@@ -22,15 +22,15 @@ import dataclasses
 import math
 import os
 import sys
-import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
 import numpy as np
 
-from distal.errors import RuntimeFailure
+from distal.errors import InternalError, RuntimeFailure
 from distal.kernels.leaf import TermKernel, cores
 from distal.kernels.recycle import Recycler
 from distal.kernels.sparse_leaf import EntryLeaves
@@ -54,6 +54,7 @@ from distal.progress import Progress
 from distal.progress import _wanted as progress_wanted
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, add_at, box_index, copy_into, read, where
+from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box
 
@@ -267,7 +268,10 @@ class Prepared:
     """
 
     def __init__(self, plan: Plan, dtypes: dict[str, Any]) -> None:
-        self.plan = plan
+        try:  # held weakly: kept by plan (_PREPARED), this must not keep the plan alive
+            self._plan: Any = weakref.ref(plan)
+        except TypeError:  # (Python 3.10: a slotted plan has no weak references)
+            self._plan = lambda: plan
         n, nsteps = plan.nprocs, plan.nsteps
         self.levels: dict[tuple[int, int], int] = {}
         owned_box: list[dict[str, Any]] = [{} for _ in range(n)]
@@ -489,6 +493,14 @@ class Prepared:
             copies = self._copies[key] = {content(x): x for _, x in op.pieces}
         return where(copies[content(piece)], op.box)
 
+    @property
+    def plan(self) -> Plan:
+        """The plan (alive while a run of it holds it)."""
+        plan = self._plan()
+        if plan is None:
+            raise InternalError("a prepared plan was used after its plan was dropped")
+        return plan
+
     def _owner_box(self, tensor: str, p: int) -> Any:
         for name, box, _, _ in self.blocks[p]:
             if name == tensor:
@@ -498,20 +510,17 @@ class Prepared:
 
 PREPARED_PLANS = 16  # plans whose prepared runs are kept (the most recently prepared): an
 # iterative program runs several kernels per iteration (CG: 7, with the copy kernels more)
-_PREPARED: dict[int, Prepared] = {}
-_PREPARED_LOCK = threading.Lock()
+#: by plan, each dropped with its plan (its leaves, index arrays and recycled results)
+_PREPARED = WeakCache(PREPARED_PLANS)
 
 
 def prepared(plan: Plan, dtypes: dict[str, Any]) -> Prepared:
     """The run-independent part of executing ``plan`` here (made once, then reused)."""
-    e = _PREPARED.get(id(plan))
-    if e is not None and e.plan is plan:
+    e = _PREPARED.get(plan)
+    if e is not None:
         return e
     e = Prepared(plan, dtypes)
-    with _PREPARED_LOCK:
-        while len(_PREPARED) >= PREPARED_PLANS:
-            _PREPARED.pop(next(iter(_PREPARED)))
-        _PREPARED[id(plan)] = e
+    _PREPARED.put(plan, e)
     return e
 
 

@@ -9,6 +9,7 @@ partial sums received this step (``inbox``) and children's sums combined on a ro
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ from distal.kernels.leaf import TermKernel, run_leaf
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
 from distal.plan.region import Location, Region, locate, shape
+from distal.runtime.weakcache import WeakCache
 from distal.typing import Box, box_volume
 from distal.typing import box_index as _box_index
 
@@ -41,7 +43,9 @@ def box_index(box: Box, origin: Box) -> tuple[Any, ...]:
     return ix
 
 
-_WHERE: dict[tuple[int, int], tuple[Region, Region, Any]] = {}
+#: by region ``sub``, dropped with it: ``{holder (a box) or its id: (None or a weak
+#: reference to the holder region, index)}``
+_WHERE = WeakCache(INDEXES)
 
 
 def where(sub: Region, holder: Region) -> Any:
@@ -52,15 +56,22 @@ def where(sub: Region, holder: Region) -> Any:
         return box_index(sub, holder) if sub else (Ellipsis,)
     # a box holder is keyed by its value: a rank's owned box is a new tuple every run
     boxed = isinstance(holder, tuple)
-    key = (id(sub), holder if boxed else id(holder))
-    got = _WHERE.get(key)
-    if got is not None and got[0] is sub and (got[1] is holder or (boxed and got[1] == holder)):
-        return got[2]
+    key = holder if boxed else id(holder)
+    per = _WHERE.get(sub)
+    if per is not None:
+        got = per.get(key)
+        if got is not None and (boxed or got[0]() is holder):
+            return got[1]
     loc = locate(sub, holder)
     ix = loc.index if loc.perm is None and not loc.rowless else loc
-    if len(_WHERE) >= INDEXES:
-        _WHERE.clear()
-    _WHERE[key] = (sub, holder, ix)
+    try:
+        ref = None if boxed else weakref.ref(holder)
+    except TypeError:  # (not kept)
+        return ix
+    if per is None:
+        per = {}
+        _WHERE.put(sub, per)
+    per[key] = (ref, ix)
     return ix
 
 

@@ -40,6 +40,7 @@ from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
 from distal.runtime.store import Store, box_index, read, where
+from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
 from distal.typing import Box, box_shape, box_volume
 
@@ -65,7 +66,8 @@ ARRAYS_KEPT = 4
 #: fetch buffers larger than this are not kept between runs (as the local runtime's
 #: ``SPARE_BYTES``): a large kernel run once would otherwise hold them after it
 SPARE_BUFFER_BYTES = 1 << 23
-_LEAVES: dict[int, tuple[Plan, Any, dict[int, EntryLeaves], Recycler]] = {}
+#: by plan, each dropped with its plan: ``(output dtype, leaves, recycler)``
+_LEAVES = WeakCache(LEAVES_KEPT)
 
 
 def _prepared(plan: Plan, p: int, dtype: Any) -> tuple[dict[int, EntryLeaves], Recycler]:
@@ -76,18 +78,16 @@ def _prepared(plan: Plan, p: int, dtype: Any) -> tuple[dict[int, EntryLeaves], R
     session still holds, a buffer a pending request or a failed run's graveyard refers to,
     is never written again): a fresh output block of a large SpMV costs a page fault per
     page inside its leaf, about 1 ms a run on 10^6 rows."""
-    got = _LEAVES.get(id(plan))
-    if got is not None and got[0] is plan and got[1] == dtype:
-        return got[2], got[3]
+    got = _LEAVES.get(plan)
+    if got is not None and got[0] == dtype:
+        return got[1], got[2]
     leaves = {
         id(op): EntryLeaves(op.work, dtype)
         for op in plan.ops(p)
         if isinstance(op, Compute) and op.work is not None
     }
-    while len(_LEAVES) >= LEAVES_KEPT:
-        _LEAVES.pop(next(iter(_LEAVES)))
     recycler = Recycler(ARRAYS_KEPT)
-    _LEAVES[id(plan)] = (plan, dtype, leaves, recycler)
+    _LEAVES.put(plan, (dtype, leaves, recycler))
     return leaves, recycler
 
 
