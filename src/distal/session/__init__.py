@@ -882,8 +882,10 @@ class Session:
         replaced: whatever read it since read a wrong block."""
         if not self._unsettled:
             return False
-        pending, self._unsettled = self._unsettled, []
+        pending = self._unsettled
         asked = [f for u in pending for f in _verdict_futures(u.runs)]
+        # (if reading or deciding fails, they stay unsettled: the next operation tries
+        # again, and nothing made of their blocks leaves the workers meanwhile)
         got = dict(zip((f.key for f in asked), self.client.gather(asked), strict=True))
         replaced = False
         for u in pending:
@@ -902,6 +904,7 @@ class Session:
                     assert u.repair is not None
                     u.repair(n, kept)
                     replaced = True
+        self._unsettled = []
         return replaced
 
     def _host_op(
