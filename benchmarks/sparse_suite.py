@@ -28,10 +28,10 @@ PETSc joins as ``petsc-seq`` / ``petsc-mpi2`` once ``benchmarks/setup_petsc.sh``
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
-import gc
 import subprocess
 import sys
 import time
