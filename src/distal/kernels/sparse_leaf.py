@@ -111,18 +111,11 @@ def _spmv_rows_kernel(
     # the view from the first): CSR itself, without the per-row index read. ``store``:
     # ``out`` holds nothing yet (not even zeros) and every row is written as ``zero + a``,
     # the bits adding into zeros gives (-0.0 included), without the zeroing pass
-    if store:
-        for s in range(out.shape[0]):
-            a = zero
-            for e in range(seg_ptr[s], seg_ptr[s + 1]):
-                a += v[e] * x[idx[e]]
-            out[s] = zero + a
-        return
     for s in range(out.shape[0]):
         a = zero
         for e in range(seg_ptr[s], seg_ptr[s + 1]):
             a += v[e] * x[idx[e]]
-        out[s] += a
+        out[s] = (zero if store else out[s]) + a
 
 
 def _spmm_kernel(

@@ -59,10 +59,6 @@ class WeakCache:
                     break
             items[key] = (ref, value)
 
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
     def __len__(self) -> int:
         return len(self._items)
 
