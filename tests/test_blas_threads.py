@@ -75,3 +75,127 @@ def test_packed_operands_go_in_chunks_exactly(monkeypatch: Any) -> None:
     alg = al.contraction_4d(6, 5, 7, 4, 3, 5, machine=dl.Machine(2, 2))
     inputs = alg.inputs(0)
     np.testing.assert_allclose(alg.compile().run(inputs).value, alg.reference(inputs), rtol=1e-10)
+
+
+_SPIN_PROBE = """
+import ctypes, json, os
+import numpy as np
+a = np.random.default_rng(0).standard_normal((300, 300))
+before = a @ a.T  # numpy's BLAS threads started, as in a user's program
+import distal
+from distal.kernels import blas
+f = ctypes.CDLL(blas._LIB.path).openblas_thread_timeout
+f.restype = ctypes.c_int
+after = a @ a.T  # the threads start again, with the new timeout
+print(json.dumps({
+    "timeout": f(), "note": blas.spin(), "env": "OPENBLAS_THREAD_TIMEOUT" in os.environ,
+    "same": bool(np.array_equal(before, after)),
+    "close": bool(np.allclose(after, np.einsum("ij,kj->ik", a, a), rtol=1e-12, atol=1e-9)),
+}))
+"""
+
+
+def _spin_probe(**env: str) -> dict[str, Any]:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_THREAD_TIMEOUT",)}
+    base.pop(blas.SPIN_ENV, None)
+    out = subprocess.run(
+        [sys.executable, "-c", _SPIN_PROBE], env={**base, **env}, capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _need_openblas_server() -> None:
+    import ctypes
+
+    import pytest
+
+    if not blas.available():
+        pytest.skip(f"no BLAS binding: {blas.unbound_reason()}")
+    lib = ctypes.CDLL(blas._LIB.path)
+    if (
+        getattr(lib, "openblas_read_env", None) is None
+        or getattr(lib, "blas_thread_shutdown_", None) is None
+    ):
+        pytest.skip("numpy's BLAS is not OpenBLAS's threads server: distal leaves it alone")
+
+
+def test_importing_distal_shortens_openblas_idle_polling() -> None:
+    """OpenBLAS's idle threads poll ~0.1 s after each call, stealing the cores distal's
+    slab threads stream memory on: distal gives them 2^20 cycles, and numpy's BLAS works
+    (the same bits) after its threads restart, without the variable left in the
+    environment of child processes."""
+    _need_openblas_server()
+    got = _spin_probe()
+    assert got["timeout"] == blas.SPIN_LOG2
+    assert "set by distal" in got["note"]
+    assert not got["env"]
+    assert got["same"]
+    assert got["close"]
+
+
+def test_the_users_openblas_timeout_and_the_opt_out_are_kept() -> None:
+    _need_openblas_server()
+    mine = _spin_probe(OPENBLAS_THREAD_TIMEOUT="7")
+    assert mine["timeout"] == 7
+    assert "the environment's" in mine["note"]
+    kept = _spin_probe(**{blas.SPIN_ENV: "0"})
+    assert kept["timeout"] == 0
+    assert "left as OpenBLAS set it" in kept["note"]
+    assert kept["same"]
+    assert kept["close"]
+
+
+def test_a_bad_spin_setting_is_refused_by_name() -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, blas.SPIN_ENV: "fast"}
+    out = subprocess.run(
+        [sys.executable, "-c", "import distal"], env=env, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert out.returncode != 0
+    assert "InputError" in out.stderr
+    assert blas.SPIN_ENV in out.stderr
+
+
+def test_a_tall_thin_gemm_goes_in_row_slices_with_the_same_bits(monkeypatch: Any) -> None:
+    """A tall ``a`` against a thin ``b`` that stays in cache runs in ~2 MiB row slices of
+    ``a`` (faster in OpenBLAS, the same bits as one call); a ``b`` too large for the cache
+    (read again by every slice) keeps one call."""
+    from distal.kernels import leaf
+
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((4096, 512)), rng.standard_normal((512, 24))
+    whole = np.zeros((4096, 24))
+    assert leaf._tall_rows(a, b, whole) == 512  # 2 MiB of a's 512-element rows
+    calls: list[int] = []
+    real = blas.gemm
+
+    def count(x: np.ndarray, y: np.ndarray, z: np.ndarray, alpha: float, beta: float) -> bool:
+        calls.append(x.shape[0])
+        return real(x, y, z, alpha, beta)
+
+    if blas.available():
+        assert real(a, b, whole, 1.0, 0.0)  # one call: the reference bits
+    else:
+        np.matmul(a, b, out=whole)
+    monkeypatch.setattr(blas, "gemm", count)
+    sliced = np.zeros_like(whole)
+    leaf._gemm(a, b, sliced, 1.0, 0)
+    if blas.available():
+        assert calls == [512] * 8
+    np.testing.assert_array_equal(sliced, whole)
+    np.testing.assert_allclose(sliced, a @ b, rtol=1e-12, atol=1e-10)
+    long_a, out = np.empty((256, 8192)), np.empty((256, 24))  # 32-row slices ...
+    assert leaf._tall_rows(long_a, np.empty((8192, 4)), out[:, :4]) == 32
+    assert leaf._tall_rows(long_a, np.empty((8192, 24)), out) == 0  # ... but b is 1.5 MiB
+    assert leaf._tall_rows(a, rng.standard_normal((512, 200)), np.zeros((4096, 200))) == 0

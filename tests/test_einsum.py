@@ -323,6 +323,58 @@ def test_a_repeated_einsum_searches_and_compiles_once(monkeypatch: pytest.Monkey
     assert len(calls) == 3
 
 
+def test_a_repeated_three_operand_einsum_chooses_its_order_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The choice between one fused kernel and a pairwise order is kept with the kernels:
+    a loop's later calls neither cost the fused kernel nor search the orders again."""
+    from distal.cost import einsum_auto
+
+    calls = []
+    real = einsum_auto.plan_pairs
+    monkeypatch.setattr(einsum_auto, "plan_pairs", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(einsum_auto, "_PATHS", {})
+    rng = np.random.default_rng(4)
+    m = dl.Machine(2)
+    for _ in range(3):
+        b, c, d = rng.random((6, 5, 4)), rng.random((5, 3)), rng.random((4, 3))
+        np.testing.assert_allclose(
+            dl.einsum("ijk,jl,kl->il", b, c, d, machine=m),
+            np.einsum("ijk,jl,kl->il", b, c, d),
+            rtol=1e-12,
+        )
+    assert len(calls) == 1
+
+
+def test_an_mttkrp_runs_as_one_khatri_rao_kernel() -> None:
+    """The leaf runs a three-factor MTTKRP term as a Khatri-Rao product and one GEMM (two
+    flops a point, not three), so the model prices the fused kernel below the pairwise
+    order, which writes and reads an ``ikl`` intermediate as large as the result x J."""
+    from distal.cost import einsum_auto
+    from distal.costmodel.seconds import flops_per_iteration
+    from distal.kernels.leaf import flops_per_point
+    from distal.lang.concrete import concretize
+
+    assert flops_per_point("ijk,jl,kl->il") == 2
+    assert flops_per_point("ij,jk,kl->il") == 3  # a chain: no Khatri-Rao form
+    assert flops_per_point("ik,kj->ij") == 2
+    i, j, k, r = (dl.IndexVar(c) for c in "ijkr")
+    B, C, D = dl.Tensor("B", (8, 6, 5)), dl.Tensor("C", (6, 4)), dl.Tensor("D", (5, 4))
+    A = dl.Tensor("A", (8, 4))
+    A[i, r] = B[i, j, k] * C[j, r] * D[k, r]
+    assert flops_per_iteration(concretize(A.assignment)) == 2
+    sB = dl.Tensor("S", (8, 6, 5), format="csf")
+    A[i, r] = sB[i, j, k] * C[j, r] * D[k, r]
+    assert flops_per_iteration(concretize(A.assignment)) == 3  # the leaf visits stored entries
+    ext = {"i": 512, "j": 512, "k": 512, "l": 32}
+    ins = ["ijk", "jl", "kl"]
+    ops = [einsum_auto.Operand(s, tuple(ext[c] for c in s), np.dtype(np.float64)) for s in ins]
+    params = einsum_auto.load_params()
+    fused = einsum_auto._kernel_seconds(ops, "il", ext, dl.Machine(2), params)
+    paired, _ = einsum_auto.plan_pairs(ins, "il", ext, dl.Machine(2), params)
+    assert fused <= paired
+
+
 def test_a_sparse_operand_is_named_not_read_as_an_object_array() -> None:
     """np.asarray of a scipy matrix is a 0-d object array: dl.einsum names the sparse
     operand and what to do instead, rather than a confusing dtype error."""

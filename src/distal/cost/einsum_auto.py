@@ -123,6 +123,9 @@ def plan_pairs(
 #: of a 384^3 TTV's 41, more than numpy's whole 19 ms)
 _KERNELS: dict[tuple, tuple[Any, tuple[str, ...], Operand]] = {}
 KERNELS_KEPT = 64
+#: the choice between one fused kernel (``[]``) and a pairwise order, by the same key: the
+#: costing searches both (15 ms for an MTTKRP), and a loop's later calls need neither
+_PATHS: dict[tuple, list[tuple[int, int, str]]] = {}
 
 
 def _run_kernel(
@@ -169,9 +172,16 @@ def einsum_auto(
     ops = [Operand(s, a.shape, a.dtype) for s, a in zip(ins, arrays, strict=True)]
     if len(ops) <= 2:
         return _run_kernel(ops, arrays, out, extent, machine, params)[0]
-    fused = _kernel_seconds(ops, out, extent, machine, params)
-    paired, path = plan_pairs(list(ins), out, extent, machine, params)
-    if fused <= paired:
+    key = (tuple(ops), out, machine, params)
+    path = _PATHS.get(key)
+    if path is None:
+        fused = _kernel_seconds(ops, out, extent, machine, params)
+        paired, path = plan_pairs(list(ins), out, extent, machine, params)
+        path = [] if fused <= paired else path
+        while len(_PATHS) >= KERNELS_KEPT:
+            _PATHS.pop(next(iter(_PATHS)))
+        _PATHS[key] = path
+    if not path:  # one fused kernel
         return _run_kernel(ops, arrays, out, extent, machine, params)[0]
     cur_ops, cur_arrays = list(ops), list(arrays)
     for i, j, res in path:

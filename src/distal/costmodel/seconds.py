@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import DistalUserError
+from distal.kernels.leaf import flops_per_point, term_specs
 
 __all__ = [
     "CLUSTERS",
@@ -145,11 +146,13 @@ def save_params(
 
 
 def flops_per_iteration(statement: Any) -> int:
-    """Flops per point of the iteration space: a term of ``f`` factors costs ``f``.
-
-    (``f - 1`` multiplications and one addition into the sum; a constant term 1.)
-    """
-    return sum(max(1, len(t.factors)) for t in statement.terms)
+    """Flops per point of the iteration space: a term of ``f`` factors costs ``f`` (``f - 1``
+    multiplications and one addition into the sum; a constant term 1), and a dense term the
+    leaf runs as a Khatri-Rao product and a GEMM 2 (:func:`distal.kernels.leaf.flops_per_point`).
+    A sparse statement's leaf visits stored entries: its terms cost ``f``."""
+    if any(not f.tensor.format.is_dense for t in statement.terms for f in t.factors):
+        return sum(max(1, len(t.factors)) for t in statement.terms)
+    return sum(flops_per_point(spec) for spec in term_specs(statement))
 
 
 @dataclass(frozen=True)

@@ -350,6 +350,67 @@ _LIB: _Blas | None = None
 _LIB = _load()
 
 
+#: log2 of the cycles OpenBLAS's idle threads keep polling (``sched_yield``) after a call
+#: before they sleep. OpenBLAS waits 2^28 cycles (about 0.1 s): a leaf streaming memory
+#: in distal's slab threads right after a numpy BLAS call shares both cores with the
+#: polling thread (a 512^3 TTV took 80 ms after ``np.tensordot`` against 42 ms alone).
+#: 2^20 cycles (under a millisecond) still catches back-to-back calls: numpy's GEMM at
+#: n = 64 .. 1024, alone or after idling, ran at the same speed.
+SPIN_LOG2 = 20
+SPIN_ENV = "DISTAL_OPENBLAS_THREAD_TIMEOUT"
+_spin_note = ""
+
+
+def _shorten_spin(blas: _Blas | None) -> str:
+    """Give numpy's OpenBLAS threads a short poll (:data:`SPIN_LOG2`); returns what was done.
+
+    OpenBLAS reads ``OPENBLAS_THREAD_TIMEOUT`` when it starts its threads, so the variable
+    is set for a moment, re-read (``openblas_read_env``) and the idle threads stopped
+    (``blas_thread_shutdown_``, as OpenBLAS's own fork handler does): its next parallel
+    call starts them again with the new timeout. Left alone: where the environment sets
+    ``OPENBLAS_THREAD_TIMEOUT`` (the user's choice), where ``DISTAL_OPENBLAS_THREAD_TIMEOUT``
+    is ``0``, where the library is not OpenBLAS's threads server, and where another Python
+    thread runs (it might be inside a BLAS call that the stop would break).
+    """
+    want = os.environ.get(SPIN_ENV, "").strip() or str(SPIN_LOG2)
+    if want != "0" and not (want.isdigit() and 4 <= int(want) <= 30):
+        from distal.errors import InputError
+
+        raise InputError(
+            f"{SPIN_ENV}={os.environ[SPIN_ENV]!r}: give log2 of the cycles, 4 to 30, "
+            "or 0 to leave OpenBLAS's idle threads as it set them"
+        )
+    if blas is None:
+        return "no BLAS binding: OpenBLAS's idle threads left as they are"
+    if "OPENBLAS_THREAD_TIMEOUT" in os.environ:
+        given = os.environ["OPENBLAS_THREAD_TIMEOUT"]
+        return f"OPENBLAS_THREAD_TIMEOUT={given} (the environment's): left as it is"
+    if want == "0":
+        return f"left as OpenBLAS set it ({SPIN_ENV}=0)"
+    lib = ctypes.CDLL(blas.path)
+    read_env = getattr(lib, "openblas_read_env", None)
+    stop = getattr(lib, "blas_thread_shutdown_", None)
+    if read_env is None or stop is None:
+        return "not OpenBLAS's threads server: left as it is"
+    if threading.active_count() > 1:
+        return "other threads ran when distal was imported: OpenBLAS's threads left as they are"
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = want
+    try:
+        read_env()
+    finally:
+        del os.environ["OPENBLAS_THREAD_TIMEOUT"]  # child processes see the caller's environment
+    stop()
+    return f"OpenBLAS's idle threads poll 2^{want} cycles, then sleep (set by distal)"
+
+
+_spin_note = _shorten_spin(_LIB)
+
+
+def spin() -> str:
+    """What distal did to OpenBLAS's idle threads when it was imported (for reports)."""
+    return _spin_note
+
+
 def unbound_reason() -> str | None:
     """Why there is no direct binding (None when there is one): switched off on purpose by
     ``DISTAL_BLAS=numpy``, or none found on this platform. A test that needs the binding

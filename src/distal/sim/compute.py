@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from distal.costmodel.seconds import flops_per_iteration as statement_flops
 from distal.kernels import blas
 from distal.kernels.leaf import run_leaf
 from distal.plan.ir import Plan
@@ -30,8 +31,8 @@ MAX_MEASURED_SHAPES = 6
 
 
 def flops_per_iteration(kernel: Any) -> int:
-    """Flops of one iteration: a term of ``f`` factors costs ``f`` (as ``distal.cost.model``)."""
-    return sum(max(1, len(tk.factors)) for tk in kernel.kernels)
+    """Flops of one iteration: the cost model's count for the kernel's statement."""
+    return statement_flops(kernel.schedule.statement)
 
 
 def _shrink(shape: Sequence[int], limit: int) -> tuple[int, ...]:
