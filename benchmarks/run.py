@@ -405,7 +405,7 @@ def main() -> None:
     before = load()
     machine = f"{os.cpu_count()} cores, numpy {np.__version__}"
     print(f"suite {args.suite}; load average {before:.2f}; {machine}")
-    print(f"BLAS: {blas_info()}; distal direct BLAS binding: {blas.available()}")
+    print(f"BLAS: {blas_info()}; distal direct BLAS binding: {blas.available()}; {blas.spin()}")
     if before >= 1.0:
         print("  note: load average >= 1.0, other work is running; re-run for clean figures")
     t0 = time.time()
