@@ -319,7 +319,9 @@ def test_numba_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InputError, match="numba"):
         TermLeaf(o, [], [], "", 3, {})(np.zeros(3), np.ones(3), [])  # numba-segsum
     out = np.zeros(3)
-    TermLeaf(np.arange(3), [], [], "", 3, {})(out, np.ones(3), [])  # direct
+    TermLeaf(np.arange(3), [], [], "", 3, {})(out, np.ones(3), [])  # direct, a run
+    TermLeaf(np.array([2, 0]), [], [], "", 3, {})(out, np.ones(2), [])  # direct, scattered
+    out -= [1.0, 0.0, 1.0]
     TermLeaf(o, [o], ["j"], "", 3, {"j": 2})(out, np.ones(3), [np.ones((2, 2))])  # einsum
     assert out.tolist() == [5.0, 3.0, 1.0]
 
@@ -401,3 +403,28 @@ def test_spmv_covering_its_rows_stores_into_an_unzeroed_block(
     out = np.full(out_rows, np.nan)
     leaf(out, v, [x], store=True)
     assert out.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("width", [1, 3])
+def test_a_direct_term_scatters_with_numpys_bits(
+    width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A term with no operands and distinct output rows (SpAdd's terms) adds each value
+    into its row in one compiled loop: the bits of numpy's ``out[o] += v`` (its fallback),
+    broadcast along the output's other letters."""
+    rng = np.random.default_rng(11)
+    o = rng.permutation(40)[:25]  # distinct, unsorted, not a run
+    v = rng.standard_normal(25)
+    out_subs, ext = ("", {}) if width == 1 else ("l", {"l": width})
+    start = rng.standard_normal((40,) if width == 1 else (40, width))
+    leaf = TermLeaf(o, [], [], out_subs, 40, ext)
+    assert leaf.path == "direct"
+    compiled = start.copy()
+    leaf(compiled, v, [])
+    monkeypatch.setattr(sparse_leaf, "_has_numba", lambda: False)
+    fallback = start.copy()
+    leaf(fallback, v, [])
+    np.testing.assert_array_equal(compiled, fallback)
+    want = start.copy()
+    want[o] += v if width == 1 else v[:, None]
+    np.testing.assert_allclose(compiled, want, rtol=1e-15)

@@ -14,7 +14,8 @@ built: it sorts the entries by output row (a stable permutation, kept, when ``o`
 already nondecreasing), cuts them into segments of equal output row, checks the index
 ranges, and picks an implementation from the shape of the term:
 
-* ``direct``: no operands and every output row met once: ``out[o] += v``.
+* ``direct``: no operands and every output row met once: ``out[o] += v`` (a numba loop
+  where ``out`` is contiguous, a slice where ``o`` is a run).
 * ``numba-segsum``: no operands, output rows repeated: a segment sum.
 * ``csr-spmv`` / ``csr-spmm``: one operand with the output's letters (SpMV, SpMM, SpTTV):
   a CSR row loop in numba, one accumulator row per output row. Against scipy's
@@ -78,6 +79,17 @@ def _segsum_kernel(
         for e in range(seg_ptr[s], seg_ptr[s + 1]):
             a += v[e]
         r = seg_row[s]
+        for k in range(w):
+            out[r, k] += a
+
+
+def _scatter_kernel(o: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
+    # out[o[e], :] += v[e] with distinct rows o (each entry its own output row): numpy's
+    # ``out[o] += v`` widens the indices and gathers, adds and scatters in three passes
+    w = out.shape[1]
+    for e in range(o.shape[0]):
+        r = o[e]
+        a = v[e]
         for k in range(w):
             out[r, k] += a
 
@@ -198,6 +210,7 @@ def _sddmm_kernel(
 #: name -> (function, extra numba options)
 _KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
     "segsum": (_segsum_kernel, {}),
+    "scatter": (_scatter_kernel, {}),
     "spmv": (_spmv_kernel, {}),
     "spmv_rows": (_spmv_rows_kernel, {}),
     "spmm": (_spmm_kernel, {}),
@@ -212,6 +225,15 @@ def _numba() -> Any:
     except ImportError as e:  # pragma: no cover - numba is in the sparse extra
         raise InputError(f"the sparse leaf kernels need numba: {_EXTRA}") from e
     return numba
+
+
+def _has_numba() -> bool:
+    """Whether numba imports (paths that can do without it ask first)."""
+    try:
+        _numba()
+    except InputError:
+        return False
+    return True
 
 
 def _jit(name: str) -> Any:
@@ -465,7 +487,9 @@ class TermLeaf:
             o, shape = self._o, (self._n,) + (1,) * (out.ndim - 1)
             if self._perm is None and self._n and int(o[-1]) - int(o[0]) == self._n - 1:
                 out[int(o[0]) : int(o[0]) + self._n] += v.reshape(shape)  # sorted, distinct: a run
-            else:
+            elif out.flags.c_contiguous and _has_numba():
+                _jit("scatter")(o, v, out.reshape(self._out_rows, self._width))
+            else:  # (numpy: three passes, but this path needs no numba)
                 out[o] += v.reshape(shape)
             return
         if self._perm is not None:
