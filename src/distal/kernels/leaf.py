@@ -412,7 +412,19 @@ def _parallel(fn: Callable[[int, int], None], n: int, calls_blas: bool = False) 
             fn(0, n)
             return
         cuts = [n * t // parts for t in range(parts + 1)]
-        futs = [_pool(parts).submit(fn, cuts[t], cuts[t + 1]) for t in range(parts)]
+        if calls_blas:  # every slab on a thread whose BLAS calls are single-threaded
+            futs = [_pool(parts).submit(fn, cuts[t], cuts[t + 1]) for t in range(parts)]
+            for f in futs:
+                f.result()
+            return
+        # no BLAS inside: the first slab here, one hand-over fewer (and one thread less
+        # contending for the cores while the others run)
+        futs = [_pool(parts).submit(fn, cuts[t], cuts[t + 1]) for t in range(1, parts)]
+        try:
+            fn(cuts[0], cuts[1])
+        finally:  # every slab finished (or failed) before anything is raised or returned
+            for f in futs:
+                f.exception()
         for f in futs:
             f.result()
 
