@@ -234,3 +234,29 @@ def test_memory_bound_slabs_run_the_first_on_the_calling_thread() -> None:
     with pytest.raises(ValueError, match="slab 0"):
         leaf._parallel(fail_first, 10)
     assert len(done) == len(seen) - 1  # the others ran to the end first
+
+
+def test_large_packs_are_copied_in_slabs_exactly(monkeypatch: Any) -> None:
+    """A large transposed operand is packed one slab per core: the same elements as one
+    ``np.copyto``, and the 4-D contraction that packs its operands still equals numpy."""
+    from distal.kernels import leaf
+
+    rng = np.random.default_rng(8)
+    src = rng.standard_normal((40, 30, 50, 20)).transpose(1, 3, 0, 2)
+    monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 1000)  # this small array is "large"
+    calls: list[int] = []
+    real = leaf._parallel
+    monkeypatch.setattr(
+        leaf,
+        "_parallel",
+        lambda fn, n, calls_blas=False: calls.append(n) or real(fn, n, calls_blas),
+    )
+    dst = np.empty(src.shape)
+    leaf._pack(dst, src)
+    assert calls == [30]
+    np.testing.assert_array_equal(dst, np.ascontiguousarray(src))
+    run = leaf.contraction("acik,cbkj->abij")
+    b, c = rng.standard_normal((6, 5, 7, 8)), rng.standard_normal((5, 4, 8, 9))
+    out = np.zeros((6, 4, 7, 9))
+    run([b, c], out, 1.0, True)
+    np.testing.assert_allclose(out, np.einsum("acik,cbkj->abij", b, c), rtol=1e-12)
