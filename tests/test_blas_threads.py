@@ -260,3 +260,30 @@ def test_large_packs_are_copied_in_slabs_exactly(monkeypatch: Any) -> None:
     out = np.zeros((6, 4, 7, 9))
     run([b, c], out, 1.0, True)
     np.testing.assert_allclose(out, np.einsum("acik,cbkj->abij", b, c), rtol=1e-12)
+
+
+def test_a_large_khatri_rao_product_is_formed_in_slabs_exactly(monkeypatch: Any) -> None:
+    """MTTKRP's ``W = C (.) D`` is formed one slab per core where large: the same bits as
+    formed whole, and numpy's MTTKRP."""
+    from distal.kernels import leaf
+
+    rng = np.random.default_rng(9)
+    b, c, d = (rng.standard_normal(s) for s in ((7, 20, 30), (20, 5), (30, 5)))
+    run = leaf.contraction("ijk,jl,kl->il")
+    assert run.kind == "khatri-rao"
+    whole = np.zeros((7, 5))
+    monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 1 << 40)
+    run([b, c, d], whole, 1.0, True)
+    monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 100)  # W (3000 elements) is "large"
+    calls: list[int] = []
+    real = leaf._parallel
+    monkeypatch.setattr(
+        leaf,
+        "_parallel",
+        lambda fn, n, calls_blas=False: calls.append(n) or real(fn, n, calls_blas),
+    )
+    sliced = np.zeros((7, 5))
+    run([b, c, d], sliced, 1.0, True)
+    assert 20 in calls  # W's 20 rows went in slabs
+    np.testing.assert_array_equal(sliced, whole)
+    np.testing.assert_allclose(sliced, np.einsum("ijk,jl,kl->il", b, c, d), rtol=1e-12)

@@ -555,7 +555,13 @@ def _khatri_rao(parts: list[str], out: str) -> Contraction | None:
             ga = ops[gi].T if tg else ops[gi]
             w = _buffer(gemm.tag + "/kr", (fa.shape[0], ga.shape[0], fa.shape[1]),
                         np.result_type(fa, ga))  # fmt: skip
-            np.multiply(fa[:, None, :], ga[None, :, :], out=w)
+            def rows(lo: int, hi: int) -> None:
+                np.multiply(fa[lo:hi, None, :], ga[None, :, :], out=w[lo:hi])
+
+            if w.size >= PACK_PARALLEL_MIN:  # memory-bound: one slab per core
+                _parallel(rows, w.shape[0])
+            else:
+                rows(0, w.shape[0])
             gemm([ops[b], w], dst, alpha, fresh)
 
         return run
