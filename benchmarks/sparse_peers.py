@@ -908,7 +908,9 @@ def _prepare(fn: System, kernel: str, data: Data) -> tuple[Callable[[], Any], Ca
 #: seconds each system waits before it is timed: OpenBLAS's threads spin for about 0.1 s
 #: after a call before they sleep, and on 2 cores a spinning thread halves the speed of
 #: whatever runs next on two threads (an SpMV after a numpy dot of 4 M elements: 5.4 ->
-#: 8.4 ms); every system gets the same pause
+#: 8.4 ms); importing distal shortens numpy's OpenBLAS spin to 2^20 cycles
+#: (``distal.kernels.blas.spin``), but graphblas's OpenMP threads and other BLAS libraries
+#: still spin: every system gets the same pause
 SETTLE_S = 0.3
 
 

@@ -414,7 +414,8 @@ def _pool(size: int) -> Any:
 
 def _parallel(fn: Callable[[int, int], None], n: int, calls_blas: bool = False) -> None:
     """``fn(lo, hi)`` over ``range(n)`` in one slab per BLAS thread (inline when one, when
-    already on a slab thread, or when BLAS calls can't be made single-threaded per thread)."""
+    already on a slab thread, or when BLAS calls can't be made single-threaded per thread).
+    Slabs that make no BLAS call (``calls_blas=False``) run the first on this thread."""
     parts = max(1, min(blas.threads(), n))
     nested = threading.current_thread().name.startswith("distal-leaf")
     if parts == 1 or nested:
