@@ -236,6 +236,20 @@ def test_memory_bound_slabs_run_the_first_on_the_calling_thread() -> None:
     assert len(done) == len(seen) - 1  # the others ran to the end first
 
 
+def _count_slabs(monkeypatch: Any) -> list[int]:
+    """The ``n`` of every ``leaf._parallel`` call from now on (the calls still run)."""
+    from distal.kernels import leaf
+
+    calls: list[int] = []
+    real = leaf._parallel
+    monkeypatch.setattr(
+        leaf,
+        "_parallel",
+        lambda fn, n, calls_blas=False: calls.append(n) or real(fn, n, calls_blas),
+    )
+    return calls
+
+
 def test_large_packs_are_copied_in_slabs_exactly(monkeypatch: Any) -> None:
     """A large transposed operand is packed one slab per core: the same elements as one
     ``np.copyto``, and the 4-D contraction that packs its operands still equals numpy."""
@@ -244,13 +258,7 @@ def test_large_packs_are_copied_in_slabs_exactly(monkeypatch: Any) -> None:
     rng = np.random.default_rng(8)
     src = rng.standard_normal((40, 30, 50, 20)).transpose(1, 3, 0, 2)
     monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 1000)  # this small array is "large"
-    calls: list[int] = []
-    real = leaf._parallel
-    monkeypatch.setattr(
-        leaf,
-        "_parallel",
-        lambda fn, n, calls_blas=False: calls.append(n) or real(fn, n, calls_blas),
-    )
+    calls = _count_slabs(monkeypatch)
     dst = np.empty(src.shape)
     leaf._pack(dst, src)
     assert calls == [30]
@@ -275,13 +283,7 @@ def test_a_large_khatri_rao_product_is_formed_in_slabs_exactly(monkeypatch: Any)
     monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 1 << 40)
     run([b, c, d], whole, 1.0, True)
     monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 100)  # W (3000 elements) is "large"
-    calls: list[int] = []
-    real = leaf._parallel
-    monkeypatch.setattr(
-        leaf,
-        "_parallel",
-        lambda fn, n, calls_blas=False: calls.append(n) or real(fn, n, calls_blas),
-    )
+    calls = _count_slabs(monkeypatch)
     sliced = np.zeros((7, 5))
     run([b, c, d], sliced, 1.0, True)
     assert 20 in calls  # W's 20 rows went in slabs
