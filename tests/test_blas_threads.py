@@ -35,7 +35,7 @@ def test_large_inner_products_split_over_threads_exactly() -> None:
     rng = np.random.default_rng(5)
     x = rng.random((80, 70, 60))[5:75, :, 3:57]  # strided, above the slab threshold
     y = rng.random((60, 70, 80))[3:57, :, 5:75]
-    assert x.size >= leaf._INNER_SLABS
+    assert x.size >= leaf.SLABS_MIN
     run = leaf.contraction("ijk,kji->")
     assert run.kind == "dot"
     dst = np.zeros(())
@@ -257,7 +257,7 @@ def test_large_packs_are_copied_in_slabs_exactly(monkeypatch: Any) -> None:
 
     rng = np.random.default_rng(8)
     src = rng.standard_normal((40, 30, 50, 20)).transpose(1, 3, 0, 2)
-    monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 1000)  # this small array is "large"
+    monkeypatch.setattr(leaf, "SLABS_MIN", 1000)  # this small array is "large"
     calls = _count_slabs(monkeypatch)
     dst = np.empty(src.shape)
     leaf._pack(dst, src)
@@ -280,9 +280,9 @@ def test_a_large_khatri_rao_product_is_formed_in_slabs_exactly(monkeypatch: Any)
     run = leaf.contraction("ijk,jl,kl->il")
     assert run.kind == "khatri-rao"
     whole = np.zeros((7, 5))
-    monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 1 << 40)
+    monkeypatch.setattr(leaf, "SLABS_MIN", 1 << 40)
     run([b, c, d], whole, 1.0, True)
-    monkeypatch.setattr(leaf, "PACK_PARALLEL_MIN", 100)  # W (3000 elements) is "large"
+    monkeypatch.setattr(leaf, "SLABS_MIN", 100)  # W (3000 elements) is "large"
     calls = _count_slabs(monkeypatch)
     sliced = np.zeros((7, 5))
     run([b, c, d], sliced, 1.0, True)

@@ -297,16 +297,23 @@ def test_what_numpy_refuses_is_a_clear_error(args, error, match) -> None:
         dl.einsum(*args, machine=dl.Machine(2))
 
 
+def _counted(monkeypatch: pytest.MonkeyPatch, name: str, cache: str) -> list[int]:
+    """Calls of ``distal.cost.einsum_auto.<name>`` from now on (they still run), with the
+    einsum cache ``cache`` emptied first."""
+    from distal.cost import einsum_auto
+
+    calls: list[int] = []
+    real = getattr(einsum_auto, name)
+    monkeypatch.setattr(einsum_auto, name, lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(einsum_auto, cache, {})
+    return calls
+
+
 def test_a_repeated_einsum_searches_and_compiles_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """A loop calling dl.einsum on arrays of the same shapes reuses the first call's kernel
     (the schedule search and the compile ran once); new values give numpy's answers, and
     another shape or dtype is a new kernel."""
-    from distal.cost import einsum_auto
-
-    calls = []
-    real = einsum_auto.search
-    monkeypatch.setattr(einsum_auto, "search", lambda *a, **k: calls.append(1) or real(*a, **k))
-    monkeypatch.setattr(einsum_auto, "_KERNELS", {})
+    calls = _counted(monkeypatch, "search", "_KERNELS")
     rng = np.random.default_rng(3)
     m = dl.Machine(2)
     for _ in range(3):
@@ -328,12 +335,7 @@ def test_a_repeated_three_operand_einsum_chooses_its_order_once(
 ) -> None:
     """The choice between one fused kernel and a pairwise order is kept with the kernels:
     a loop's later calls neither cost the fused kernel nor search the orders again."""
-    from distal.cost import einsum_auto
-
-    calls = []
-    real = einsum_auto.plan_pairs
-    monkeypatch.setattr(einsum_auto, "plan_pairs", lambda *a, **k: calls.append(1) or real(*a, **k))
-    monkeypatch.setattr(einsum_auto, "_PATHS", {})
+    calls = _counted(monkeypatch, "plan_pairs", "_PATHS")
     rng = np.random.default_rng(4)
     m = dl.Machine(2)
     for _ in range(3):

@@ -358,7 +358,6 @@ _LIB = _load()
 #: n = 64 .. 1024, alone or after idling, ran at the same speed.
 SPIN_LOG2 = 20
 SPIN_ENV = "DISTAL_OPENBLAS_THREAD_TIMEOUT"
-_spin_note = ""
 
 
 def _shorten_spin(blas: _Blas | None) -> str:

@@ -160,14 +160,16 @@ PACK_MIN_SIDE = 256  # ... each with at least this many GEMM rows / columns (BLA
 # the other operand for every call: many thin GEMMs would cost more than the memory saved)
 
 
-PACK_PARALLEL_MIN = 1 << 20  # elements: packs this large are copied one slab per core
+#: elements from which memory-bound work (an einsum pass, a pack, a Khatri-Rao product) goes
+#: one slab per core: below it one thread streams the blocks faster than a hand-over
+SLABS_MIN = 1 << 18
 
 
 def _pack(dst: np.ndarray, src: np.ndarray) -> None:
     """``dst[...] = src`` (a transposed view packed into a buffer, or back): one slab of
     the first axis per core where large. A strided copy runs at what one core streams; the
     4-D contraction's leaves spent 29 ms of a 152 ms run in them."""
-    if dst.size < PACK_PARALLEL_MIN or dst.ndim == 0 or dst.shape[0] < 2:
+    if dst.size < SLABS_MIN or dst.ndim == 0 or dst.shape[0] < 2:
         np.copyto(dst, src, casting="unsafe")
         return
     _parallel(lambda lo, hi: np.copyto(dst[lo:hi], src[lo:hi], casting="unsafe"), dst.shape[0])
@@ -473,13 +475,10 @@ def _slabs(
             else:
                 ds += r
 
-    if x.size < _INNER_SLABS:  # small: handing slabs to threads costs more than it saves
+    if x.size < SLABS_MIN:  # small: handing slabs to threads costs more than it saves
         one(0, n)
         return
     _parallel(one, n)
-
-
-_INNER_SLABS = 1 << 18  # elements: below this one thread streams the blocks faster
 
 
 def _inner(xa: str, ya: str) -> Contraction:
@@ -492,7 +491,7 @@ def _inner(xa: str, ya: str) -> Contraction:
 
     def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
         x, y = ops
-        if x.size < _INNER_SLABS or x.shape[0] < 2:
+        if x.size < SLABS_MIN or x.shape[0] < 2:
             r = np.einsum(spec, x, y)
         else:
             partial: dict[int, Any] = {}
@@ -556,10 +555,11 @@ def _khatri_rao(parts: list[str], out: str) -> Contraction | None:
             ga = ops[gi].T if tg else ops[gi]
             w = _buffer(gemm.tag + "/kr", (fa.shape[0], ga.shape[0], fa.shape[1]),
                         np.result_type(fa, ga))  # fmt: skip
+
             def rows(lo: int, hi: int) -> None:
                 np.multiply(fa[lo:hi, None, :], ga[None, :, :], out=w[lo:hi])
 
-            if w.size >= PACK_PARALLEL_MIN:  # memory-bound: one slab per core
+            if w.size >= SLABS_MIN:  # memory-bound: one slab per core
                 _parallel(rows, w.shape[0])
             else:
                 rows(0, w.shape[0])
