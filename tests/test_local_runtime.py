@@ -199,3 +199,44 @@ def test_what_runs_prepared_goes_with_the_plan() -> None:
     assert len(local._PREPARED) == before - 1
     assert where_before > 0  # the SpMV's regions were located in its buffers
     assert len(store._WHERE) < where_before
+
+
+@pytest.mark.parametrize(
+    ("spec", "shapes", "grid"),
+    [
+        ("ik,kj->ij", [(1024, 96), (96, 1100)], (2, 1)),  # one GEMM per processor
+        ("ijk,kl->ijl", [(128, 128, 48), (48, 40)], (2, 2)),  # TTM
+        ("ijk,k->ij", [(1100, 1024, 3), (3,)], (2, 1)),  # TTV
+        ("ijk,jr,kr->ir", [(6000, 12, 10), (12, 96), (10, 96)], (2, 1)),  # MTTKRP
+    ],
+    ids=["gemm", "ttm", "ttv", "mttkrp"],
+)
+def test_a_dense_rerun_writes_over_a_poisoned_result_without_zeroing_it(
+    spec: str, shapes: list, grid: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rerun dense kernel whose leaves store every element of their blocks
+    (:func:`distal.kernels.leaf.stores_all`) gets the dropped result back and writes over
+    it without a zeroing pass: exact against numpy over a result filled with NaN."""
+    from distal.runtime import store
+
+    zeroed: list[int] = []
+    orig = store.Store.own_output
+
+    def spy(self: Any) -> Any:
+        if self.own_dirty:
+            zeroed.append(self.p)
+        return orig(self)
+
+    monkeypatch.setattr(store.Store, "own_output", spy)
+    rng = np.random.default_rng(9)
+    machine = dl.Machine(*grid)
+    first = dl.einsum(spec, *[rng.standard_normal(s) for s in shapes], machine=machine)
+    assert first.nbytes > local.TOUCH_MAX  # large: recycled once dropped
+    assert first.base is None
+    first[...] = np.nan
+    del first
+    zeroed.clear()
+    ops = [rng.standard_normal(s) for s in shapes]
+    got = dl.einsum(spec, *ops, machine=machine)
+    np.testing.assert_allclose(got, np.einsum(spec, *ops), rtol=1e-12, atol=1e-10)
+    assert zeroed == []

@@ -220,3 +220,54 @@ def test_an_unaligned_operand_gets_the_same_bits_as_an_aligned_one() -> None:
     assert np.array_equal(gemm_unaligned, gemm_aligned)
     for y in runs:
         assert np.allclose(y, b + alpha * q, rtol=1e-15, atol=1e-15)
+
+
+def _bound() -> Any:
+    if blas.binding() is None:
+        pytest.skip(str(blas.unbound_reason()))
+    return blas._LIB
+
+
+def test_a_routine_reading_its_output_at_beta_zero_is_found_and_zeroed_for(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The load-time probe lists a routine that, given ``beta = 0``, scales its output
+    instead of storing it (``0 * NaN = NaN``: OpenBLAS's gemv in some versions); gemm and
+    gemv then zero the output first, so a block of NaN gives the bits a zeroed one does."""
+    lib = _bound()
+    real = blas.gemv
+
+    def scaling(a: Any, x: Any, y: Any, alpha: float, beta: float) -> bool:
+        with np.errstate(invalid="ignore"):  # 0 * inf, as such a routine computes it
+            y *= beta
+        y += alpha * (a @ x)
+        return True
+
+    monkeypatch.setattr(blas, "gemv", scaling)
+    assert blas._stores_at_beta_zero() == frozenset({"gemv"})
+    monkeypatch.setattr(blas, "gemv", real)
+    assert blas._stores_at_beta_zero() == lib.zero_first  # what loading found here
+    monkeypatch.setattr(lib, "zero_first", frozenset({"gemm", "gemv"}))
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((40, 30)), rng.standard_normal((30, 20))
+    for call, shape in (
+        (lambda c: blas.gemm(a, b, c, 1.0, 0.0), (40, 20)),
+        (lambda c: blas.gemv(a, b[:, 0], c, 1.0, 0.0), (40,)),
+        (lambda c: blas.gemm(a[:, :0], b[:0], c, 1.0, 0.0), (40, 20)),  # k = 0: zeros
+    ):
+        clean, dirty = np.zeros(shape), np.full(shape, np.nan)
+        assert call(clean)
+        assert call(dirty)
+        assert clean.tobytes() == dirty.tobytes()
+
+
+def test_an_empty_product_at_beta_zero_stores_zeros_over_nan() -> None:
+    """``k = 0``: ``c = beta * c``, and ``beta = 0`` stores zeros (not ``0 * NaN``)."""
+    _bound()
+    a, x = np.zeros((5, 0)), np.zeros(0)
+    c, y = np.full((5, 3), np.nan), np.full(5, np.nan)
+    assert blas.gemm(a, np.zeros((0, 3)), c, 1.0, 0.0)
+    assert blas.gemv(a, x, y, 1.0, 0.0)
+    assert not c.any()
+    assert not y.any()
+    assert not np.signbit(c).any()

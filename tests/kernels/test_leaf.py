@@ -134,3 +134,65 @@ def test_algorithms_match_reference(blas_mode: str, make: object) -> None:
     res = alg.compile().run(inputs)
     np.testing.assert_allclose(res.value, alg.reference(inputs), rtol=1e-10)
     assert (blas.binding() is not None) == (blas_mode == "direct")
+
+
+def _junk(shape: tuple[int, ...]) -> np.ndarray:
+    """A block as a recycled one may hold it: NaN, infinities, negative numbers."""
+    size = int(np.prod(shape))
+    return np.resize(np.array([np.nan, -np.inf, -1.0, np.inf, 2.5]), size).reshape(shape)
+
+
+#: paths CASES does not reach: GEMV both ways, a tall thin GEMM in row slices, TTV over rows
+#: that do not merge (einsum in slabs), a transposed output packed back, a term without
+#: operands
+STORE_CASES = [
+    *[(spec, shapes, None) for spec, shapes, _ in CASES],
+    ("ij,j->i", [(50, 40), (40,)], None),
+    ("j,ji->i", [(50,), (50, 40)], None),
+    ("ik,kj->ij", [(20000, 64), (64, 8)], None),
+    ("ijk,k->ij", [(9, 8, 7), (7,)], (1, 0, 2)),
+    ("ik,kj->ji", [(37, 29), (29, 23)], None),
+    ("->ij", [], None),
+]
+
+
+@pytest.mark.parametrize(
+    ("spec", "shapes", "perm"), STORE_CASES, ids=[f"{c[0]}-{n}" for n, c in enumerate(STORE_CASES)]
+)
+def test_a_fresh_routine_writes_over_whatever_its_destination_held(
+    blas_mode: str, spec: str, shapes: list, perm: tuple | None
+) -> None:
+    """``fresh`` lets a routine store every element without reading its destination
+    (what :func:`leaf.stores_all` promises the runtimes, which then skip zeroing a
+    recycled block): over NaN, infinities and negative numbers it gives the bits it gives
+    over zeros."""
+    rng = np.random.default_rng(6)
+    ops = [rng.standard_normal(s) for s in shapes]
+    if perm is not None:  # axes that do not merge into one matrix dimension
+        ops[0] = np.ascontiguousarray(ops[0].transpose(perm)).transpose(perm)
+    ins, out = spec.split("->")
+    parts = ins.split(",") if ins else []
+    sizes = {c: n for p, s in zip(parts, shapes, strict=True) for c, n in zip(p, s, strict=True)}
+    shape = tuple(sizes.get(c, 3) for c in out)
+    run = leaf.contraction(spec)
+    for alpha in (1.0, -1.5):
+        clean, dirty = np.zeros(shape), _junk(shape)
+        run(ops, clean, alpha, True)
+        run(ops, dirty, alpha, True)
+        assert np.isfinite(dirty).all()
+        assert clean.tobytes() == dirty.tobytes()
+
+
+def test_a_leaf_stores_all_only_where_its_first_term_covers_the_block() -> None:
+    """:func:`leaf.stores_all`: a default routine over the whole output block (True); a box
+    whose output part is a piece of the block, or an IREE-compiled term (False)."""
+    tk = leaf.TermKernel(1.0, "ik,kj->ij", (("B", (0, 2)), ("C", (2, 1))), (), (), (0, 1))
+    box = ((0, 8), (0, 6), (0, 4))
+    assert leaf.stores_all((tk,), box, ((0, 8), (0, 6)))
+    assert not leaf.stores_all((tk,), ((0, 4), (0, 6), (0, 4)), ((0, 8), (0, 6)))
+    iree = leaf.TermKernel(1.0, "ik,kj->ij", tk.factors, (), (), (0, 1), leaf="iree")
+    assert not leaf.stores_all((iree,), box, ((0, 8), (0, 6)))
+    # a term gated off this box (it runs only where k starts at 0) leaves the next to say
+    gated = leaf.TermKernel(1.0, "i->ij", (("d", (0,)),), (2,), (), (0, 1))
+    assert leaf.stores_all((gated, tk), ((0, 8), (0, 6), (4, 8)), ((0, 8), (0, 6)))
+    assert not leaf.stores_all((), box, ((0, 8), (0, 6)))

@@ -169,6 +169,9 @@ class _Blas:
         local = [f"{p}openblas_set_num_threads_local{x}", "openblas_set_num_threads_local"]
         self.set_local = _optional(lib, [*local, "MKL_Set_Num_Threads_Local"], [ci], ci)
         self.local_checked = False
+        #: routines ("gemm", "gemv") that, given ``beta = 0``, do not write ``c`` as if it
+        #: had been zero (:func:`_stores_at_beta_zero`): :func:`gemm` / :func:`gemv` zero it
+        self.zero_first: frozenset[str] = frozenset()
 
 
 OFF_REASON = (
@@ -202,6 +205,7 @@ def _load() -> _Blas | None:
         _LIB = blas
         try:
             ok = _self_test()
+            blas.zero_first = _stores_at_beta_zero()
         except Exception:
             ok = False
         _LIB = None
@@ -249,8 +253,17 @@ def _aligned(x: np.ndarray) -> np.ndarray:
     return x if x.flags.aligned else x.copy()
 
 
+def _scale(c: np.ndarray, beta: float) -> None:
+    """``c *= beta``, where ``beta = 0`` stores zeros (whatever ``c`` held: NaN too)."""
+    if beta == 0:
+        c.fill(0)
+    else:
+        c *= beta
+
+
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, beta: float) -> bool:
     """``c = alpha * a @ b + beta * c`` in place through BLAS; False when BLAS can't take it.
+    With ``beta = 0`` whatever ``c`` held is not read (BLAS's own contract, checked at load).
 
     Strided views are fine as long as each matrix has one unit stride; ``c`` may be
     row- or column-major (a column-major ``c`` is computed as ``c.T = b.T @ a.T``).
@@ -279,9 +292,10 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, beta: float)
         return True
     if max(m, n, k, la[1], lb[1], lc[1]) > blas.index_max:
         return False
-    if k == 0:
-        c *= beta
-        return True
+    if k == 0 or (beta == 0 and "gemm" in blas.zero_first):
+        _scale(c, beta)
+        if k == 0:
+            return True
     f(
         _ROW_MAJOR, la[0], lb[0], m, n, k, alpha,
         a.ctypes.data, la[1], b.ctypes.data, lb[1], beta, c.ctypes.data, lc[1],
@@ -290,7 +304,8 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray, alpha: float, beta: float)
 
 
 def gemv(a: np.ndarray, x: np.ndarray, y: np.ndarray, alpha: float, beta: float) -> bool:
-    """``y = alpha * a @ x + beta * y`` in place through BLAS; False when BLAS can't take it."""
+    """``y = alpha * a @ x + beta * y`` in place through BLAS; False when BLAS can't take it.
+    With ``beta = 0`` whatever ``y`` held is not read (as for :func:`gemm`)."""
     blas = _LIB
     if blas is None or not y.flags.writeable:
         return False
@@ -306,9 +321,10 @@ def gemv(a: np.ndarray, x: np.ndarray, y: np.ndarray, alpha: float, beta: float)
         return True
     if max(m, k, la[1], ix, iy) > blas.index_max:
         return False
-    if k == 0:
-        y *= beta
-        return True
+    if k == 0 or (beta == 0 and "gemv" in blas.zero_first):
+        _scale(y, beta)
+        if k == 0:
+            return True
     if la[0] == _NO_TRANS:
         f(_ROW_MAJOR, _NO_TRANS, m, k, alpha, a.ctypes.data, la[1],
           x.ctypes.data, ix, beta, y.ctypes.data, iy)  # fmt: skip
@@ -344,6 +360,37 @@ def _self_test() -> bool:
         ):
             return False
     return True
+
+
+def _stores_at_beta_zero() -> frozenset[str]:
+    """The routines that do not, given ``beta = 0``, write ``c`` as if it held zeros.
+
+    BLAS's reference says ``c`` "need not be set on input" then, and distal's leaves rely
+    on it to write a recycled block without zeroing it first; but OpenBLAS's gemv has
+    scaled ``y`` by ``beta`` in some versions (``0 * NaN = NaN``, ``0 * -1 = -0.0``). Each
+    routine runs, at a small and a blocked size, into a block of NaN, infinities and
+    negative numbers and into a zeroed one: any bit apart lists it."""
+    rng = np.random.default_rng(2)
+    bad = set()
+    for dt in (np.float64, np.float32):
+        for m, n, k in ((3, 4, 2), (96, 80, 64)):
+            a = rng.standard_normal((m, k)).astype(dt)
+            a[0] = -0.0  # a row of -0.0 products: the sign of each zero shows too
+            b = rng.standard_normal((k, n)).astype(dt)
+            xm = rng.standard_normal(m).astype(dt)
+            cases = (
+                ("gemm", gemm, a, b, (m, n)),
+                ("gemv", gemv, a, b[:, 0], (m,)),
+                ("gemv", gemv, a.T, xm, (k,)),
+            )
+            for name, routine, x, y, shape in cases:
+                clean = np.zeros(shape, dt)
+                junk = np.resize(np.array([np.nan, -np.inf, -1.0, np.inf], dt), clean.size)
+                dirty = junk.reshape(shape)
+                ran = routine(x, y, clean, 1.0, 0.0) and routine(x, y, dirty, 1.0, 0.0)
+                if not ran or clean.tobytes() != dirty.tobytes():
+                    bad.add(name)
+    return frozenset(bad)
 
 
 _LIB: _Blas | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from distal.kernels.leaf import TermKernel, run_leaf
+from distal.kernels.leaf import TermKernel, run_leaf, stores_all
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
 from distal.plan.region import Location, Region, locate, shape
@@ -232,7 +232,11 @@ class Store:
             self.own_fresh = self.own_fresh and not self.direct
             return done
         if self.direct:
-            self.own_output()  # zeroed if still dirty
+            one = len(op.boxes) == 1
+            if self.own_dirty and self.fresh and one and stores_all(kernels, op.boxes[0], origin):
+                self.own_dirty = False  # the leaf writes every element: no zeroing pass
+            else:
+                self.own_output()  # zeroed if still dirty
         done = 0
         for box in op.boxes:
             run_leaf(kernels, box, self.buffers, out, origin, self.fresh)
