@@ -13,9 +13,14 @@ data set     what
 ``zipf``     2**18 x 2**18, 4 M entries, row lengths ~ 1 / rank**1.2, heaviest first
 ``banded``   2**18 x 2**18, bandwidth 15 (every entry with ``|i - j| <= 7``)
 ``zipf3``    16384**3 3-tensor, 4 M entries, Zipf-like marginals (s = 1.1) on each mode
+``fem``      3-D Q1 stiffness pattern, 27**3 nodes x 3 unknowns (59 049 rows, 75 a row)
+``road``     road network, 1200**2 junctions numbered by 32**2 tiles (2.8 a row)
+``web``      web graph, 2**19 pages in sites, power-law degrees (7.4 a row)
 ===========  =====================================================================
 
-``--quick`` uses about 250 k entries (2**14 rows, 4096**3 tensors). Dense operands have
+The last three are the kinds of matrices users bring (SuiteSparse's audikw_1, roadNet-CA,
+web-Google are of these kinds). ``--quick`` uses about 250 k entries (2**14 rows, 4096**3
+tensors). Dense operands have
 width 32 and values in ``(0, 1]``, as the sparse values do, so no sum cancels and every
 result can be held to ``rtol = 1e-10`` against the float64 reference.
 
@@ -246,6 +251,13 @@ def tensor_data(name: str, shape: tuple[int, int, int], nnz: int, describe: str)
     return Data(name, "tensor", describe, a, ops)
 
 
+def _positive(a: SparseArray) -> SparseArray:
+    """``a``'s pattern with its values' magnitudes: every data set's values are positive,
+    so no sum cancels and each result is held to ``rtol = 1e-10`` (a stiffness matrix's
+    rows sum to about one from terms of about 40)."""
+    return a.with_values(np.abs(a.vals))
+
+
 def dataset_makers(quick: bool, names: Sequence[str] | None = None) -> list[Callable[[], Data]]:
     """A function making each data set (``--quick``: about 250 k entries each, else about
     4 M): a full run makes them one at a time, as all four with every peer's converted
@@ -254,6 +266,7 @@ def dataset_makers(quick: bool, names: Sequence[str] | None = None) -> list[Call
     n = 1 << scale
     nnz = 250_000 if quick else 4_000_000
     ext = 4096 if quick else 16384
+    fem, side = (10, 300) if quick else (27, 1200)  # about 250 k / 4 M entries, as the rest
     makers: dict[str, Callable[[], Data]] = {
         "rmat": lambda: matrix_data(
             "rmat", gen.rmat(scale, 16), f"R-MAT scale {scale}, edge factor 16, unpermuted"
@@ -262,6 +275,17 @@ def dataset_makers(quick: bool, names: Sequence[str] | None = None) -> list[Call
             "zipf", gen.zipf_rows(n, n, nnz, s=1.2), f"{n}^2, Zipf rows s=1.2, heaviest first"
         ),
         "banded": lambda: matrix_data("banded", gen.banded(n, 15), f"{n}^2, bandwidth 15"),
+        # the kinds users bring (SuiteSparse-like): a 3-D elasticity operator, a road
+        # network numbered by region, a web graph of sites and popular pages
+        "fem": lambda: matrix_data(
+            "fem", _positive(gen.fem_stiffness(fem)), f"Q1 stiffness, {fem}^3 nodes x 3 unknowns"
+        ),
+        "road": lambda: matrix_data(
+            "road", gen.road_network(side), f"road network, {side}^2 junctions in 32^2 tiles"
+        ),
+        "web": lambda: matrix_data(
+            "web", gen.web_graph(n * 2), f"web graph, {2 * n} pages, degree 8, 75% in-site"
+        ),
         "zipf3": lambda: tensor_data(
             "zipf3", (ext, ext, ext), nnz, f"{ext}^3, Zipf marginals s=1.1"
         ),

@@ -47,6 +47,8 @@ MATRICES = {
     "banded": lambda fmt, seed=0: gen.banded(300, 9, seed=seed, format=fmt),
     "uniform": lambda fmt, seed=0: gen.uniform(300, 200, 5_000, seed=seed, format=fmt),
     "skewed": lambda fmt, seed=0: gen.skewed(400, 3_000, 10_000, seed=seed, format=fmt),
+    "road_network": lambda fmt, seed=0: gen.road_network(40, tile=8, seed=seed, format=fmt),
+    "web_graph": lambda fmt, seed=0: gen.web_graph(3_000, seed=seed, format=fmt),
 }
 
 
@@ -203,3 +205,87 @@ def test_generated_matrix_matches_scipy_arithmetic() -> None:
     x = np.random.default_rng(0).random(200)
     np.testing.assert_allclose(m @ x, a.to_dense() @ x, rtol=1e-12)
     assert isinstance(m, sp.csr_array)
+
+
+def test_fem_stiffness_pattern_symmetry_and_definiteness() -> None:
+    """Every unknown of a node coupled with every unknown of the 3 x 3 x 3 nodes around
+    it (27 * dofs inside, fewer on the boundary), symmetric, positive definite; scipy's
+    CG converges on it; a round trip through every format keeps it."""
+    n, dofs = 5, 3
+    a = gen.fem_stiffness(n, dofs)
+    assert a.shape == (n**3 * dofs,) * 2
+    m = a.to_scipy().tocsr()
+    node = lambda u: np.unravel_index(u // dofs, (n, n, n))  # noqa: E731
+    rows = np.repeat(np.arange(m.shape[0]), np.diff(m.indptr))
+    near = np.max(np.abs(np.array(node(rows)) - np.array(node(m.indices))), axis=0)
+    assert near.max() == 1  # only the block around each node
+    interior = (1 * n + 1) * n + 1  # node (1, 1, 1): all 27 neighbours inside
+    assert np.diff(m.indptr)[interior * dofs] == 27 * dofs
+    corner_len = np.diff(m.indptr)[0]
+    assert corner_len == 8 * dofs
+    assert abs(m - m.T).max() == 0
+    dense = m.toarray()
+    assert np.linalg.eigvalsh(dense).min() > 0
+    assert np.all(np.diag(dense) > np.abs(dense).sum(axis=1) - np.abs(np.diag(dense)))
+    b = np.random.default_rng(0).standard_normal(m.shape[0])
+    x, info = sp.linalg.cg(m, b, rtol=1e-10, atol=0.0)
+    assert info == 0
+    np.testing.assert_allclose(m @ x, b, rtol=1e-8, atol=1e-8)
+    for fmt in MATRIX_FORMATS[1:]:
+        assert same(gen.fem_stiffness(n, dofs, format=fmt), a), fmt
+    assert same(gen.fem_stiffness(n, dofs), a)
+    assert not same(gen.fem_stiffness(n, dofs, seed=1), a)
+
+
+def test_road_network_is_a_symmetric_grid_graph_numbered_by_tiles() -> None:
+    """About ``4 * keep`` links a junction, symmetric, no self-loop, at most 4 a row, and
+    every entry between junctions of neighbouring tiles (numbered tile by tile)."""
+    side, tile = 64, 8
+    a = gen.road_network(side, keep=0.7, tile=tile)
+    m = a.to_scipy().tocsr()
+    assert m.shape == (side * side,) * 2
+    assert abs(m - m.T).max() == 0
+    assert not m.diagonal().any()
+    lengths = np.diff(m.indptr)
+    assert lengths.max() <= 4
+    assert 2.6 < lengths.mean() < 3.0
+    rows = np.repeat(np.arange(m.shape[0]), lengths)
+    per_tile = tile * tile  # junctions of one tile take consecutive numbers
+    tiles_apart = np.abs(rows // per_tile - m.indices // per_tile)
+    assert set(np.unique(tiles_apart)) <= {0, 1, side // tile}
+    full = gen.road_network(side, keep=1.0, tile=tile).to_scipy()
+    assert full.nnz == 2 * 2 * side * (side - 1)  # every street, both ways
+
+
+def test_web_graph_sites_and_popular_pages() -> None:
+    """Most links stay in their page's site (consecutive numbers); the links drawn are
+    ``n * degree`` before duplicates; in-degrees are heavy-tailed (a popular page
+    receives far more than the mean)."""
+    n, degree = 20_000, 8
+    a = gen.web_graph(n, degree=degree, local=0.75, site_pages=64)
+    m = a.to_scipy().tocsr()
+    assert m.shape == (n, n)
+    assert 0.7 * n * degree < m.nnz <= n * degree
+    assert abs(a.vals.sum() - n * degree / 2) < 0.05 * n * degree  # one (0, 1] per draw
+    indeg = np.bincount(m.indices, minlength=n)
+    assert indeg.max() > 20 * indeg.mean()
+    only_local = gen.web_graph(n, degree=degree, local=1.0, site_pages=64).to_scipy().tocsr()
+    rows = np.repeat(np.arange(n), np.diff(only_local.indptr))
+    assert np.median(np.abs(rows - only_local.indices)) < 64 * 8
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: gen.fem_stiffness(0), "n must be"),
+        (lambda: gen.fem_stiffness(3, dofs=0), "dofs must be"),
+        (lambda: gen.road_network(10, keep=1.5), "keep must be"),
+        (lambda: gen.road_network(10, tile=0), "tile must be"),
+        (lambda: gen.web_graph(100, local=-0.1), "local must be"),
+        (lambda: gen.web_graph(0), "n must be"),
+        (lambda: gen.web_graph(100, degree=-1), "degree must be"),
+    ],
+)
+def test_user_matrix_generators_refuse_bad_parameters(make: object, match: str) -> None:
+    with pytest.raises(InputError, match=match):
+        make()  # type: ignore[operator]

@@ -21,6 +21,11 @@ generator          structure                                       stored entrie
 ``uniform``        ``nnz`` distinct positions, uniform at random   exactly ``nnz``
 ``zipf_tensor``    3-tensor, Zipf-like marginals along each mode   exactly ``nnz``
 ``skewed``         empty rows plus one very dense row              exactly ``nnz``
+``fem_stiffness``  3-D Q1 stiffness pattern, ``dofs`` per node,    up to ``27 * dofs`` a
+                   symmetric positive definite                     row
+``road_network``   planar grid streets, numbered by region tiles   about 2.8 a row
+``web_graph``      sites of consecutive pages, power-law degrees   fewer than the links
+                                                                   drawn
 =================  ==============================================  =======================
 """
 
@@ -36,7 +41,17 @@ from distal.errors import InputError, ShapeError
 from distal.sparse.array import SparseArray
 from distal.sparse.formats import Format, parse_format
 
-__all__ = ["banded", "rmat", "skewed", "uniform", "zipf_rows", "zipf_tensor"]
+__all__ = [
+    "banded",
+    "fem_stiffness",
+    "rmat",
+    "road_network",
+    "skewed",
+    "uniform",
+    "web_graph",
+    "zipf_rows",
+    "zipf_tensor",
+]
 
 # rounds of extra draws when distinct coordinates are topped up to a requested count
 _MAX_ROUNDS = 64
@@ -495,3 +510,165 @@ def skewed(
         lengths[filled] = light
     pos, crd = _stratified_columns(rng, lengths, n_cols)
     return _csr(n_rows, n_cols, pos, crd, _values(rng, nnz), format)
+
+
+# -- matrices of the kinds users bring: a FEM operator, a road network, a web graph ----------
+
+
+def _pair_values(seed: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """A value in ``(0, 1]`` for each unordered pair ``(lo, hi)`` (``lo <= hi``), the same
+    wherever the pair appears: a symmetric pattern gets symmetric values without finding
+    each entry's transpose. A SplitMix64 finaliser of the pair and the seed."""
+    with np.errstate(over="ignore"):
+        z = lo.astype(np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        z ^= hi.astype(np.uint64) + np.uint64((seed * 0xD1B54A32D192ED03 + 1) % 2**64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return ((z >> np.uint64(11)).astype(np.float64) + 1.0) * 2.0**-53
+
+
+def _symmetric(
+    rows: np.ndarray, cols: np.ndarray, n: int, seed: int, format: str | Format
+) -> SparseArray:
+    """The ``n x n`` matrix of entries ``(rows, cols)`` and their transposes (duplicates
+    once), values in ``(0, 1]`` by pair (:func:`_pair_values`)."""
+    keys = np.unique(np.concatenate([rows * n + cols, cols * n + rows]))
+    r, c = keys // n, keys % n
+    vals = _pair_values(seed, np.minimum(r, c), np.maximum(r, c))
+    return _from_sorted_keys(keys, vals, (n, n), format)
+
+
+def fem_stiffness(
+    n: int, dofs: int = 3, seed: int = 0, format: str | Format = "csr"
+) -> SparseArray:
+    """The stiffness-matrix pattern of trilinear (Q1) hexahedra on an ``n x n x n`` grid of
+    nodes with ``dofs`` unknowns per node (3: elasticity), as SuiteSparse's 3-D structural
+    matrices (audikw_1, Serena: 70-80 entries a row) have it: every unknown of a node
+    coupled with every unknown of the 27 nodes of the 3 x 3 x 3 block around it, so up to
+    ``27 * dofs`` entries a row, fewer on the boundary; nodes in natural (lexicographic)
+    order, a node's unknowns consecutive.
+
+    The values make it symmetric positive definite, as a stiffness matrix is: off the
+    diagonal ``-u`` with ``u`` in ``(0, 1]`` the same for ``(i, j)`` and ``(j, i)``; on it
+    one more than the row's absolute off-diagonal sum (strict diagonal dominance). CG
+    converges on it.
+
+    Raises:
+        InputError: ``n`` or ``dofs`` below 1.
+    """
+    n, dofs = _count(n, "n", 1), _count(dofs, "dofs", 1)
+    parse_format(format, 2)
+    nodes = n**3
+    x, y, z = (a.reshape(-1) for a in np.indices((n, n, n), dtype=np.int64))
+    ids = np.arange(nodes, dtype=np.int64)
+    # each node's neighbours (itself included), in increasing node number: offsets in
+    # lexicographic order raise the number monotonically
+    nbr = np.full((nodes, 27), -1, dtype=np.int64)
+    k = 0
+    for dx in (-1, 0, 1):
+        for dy in (-1, 0, 1):
+            for dz in (-1, 0, 1):
+                ok = (
+                    (x + dx >= 0) & (x + dx < n) & (y + dy >= 0) & (y + dy < n)
+                    & (z + dz >= 0) & (z + dz < n)
+                )  # fmt: skip
+                nbr[ok, k] = ids[ok] + (dx * n + dy) * n + dz
+                k += 1
+    deg = (nbr >= 0).sum(axis=1)
+    node_cols = nbr[nbr >= 0]  # row-major: each node's neighbours, increasing
+    node_pos = np.zeros(nodes + 1, dtype=np.int64)
+    np.cumsum(deg, out=node_pos[1:])
+    # a node's block of columns: each neighbour's unknowns, in order; every unknown of the
+    # node (a row) has that same block
+    block = (node_cols[:, None] * dofs + np.arange(dofs, dtype=np.int64)).reshape(-1)
+    seg = np.repeat(node_pos[:-1] * dofs, dofs)
+    lengths = np.repeat(deg * dofs, dofs)
+    pos = np.zeros(nodes * dofs + 1, dtype=np.int64)
+    np.cumsum(lengths, out=pos[1:])
+    nnz = int(pos[-1])
+    crd = block[np.repeat(seg - pos[:-1], lengths) + np.arange(nnz, dtype=np.int64)]
+    rows = np.repeat(np.arange(nodes * dofs, dtype=np.int64), lengths)
+    vals = -_pair_values(seed, np.minimum(rows, crd), np.maximum(rows, crd))
+    diag = rows == crd
+    vals[diag] = 0.0
+    off = np.bincount(rows, -vals, nodes * dofs)
+    vals[diag] = off[rows[diag]] + 1.0
+    return _csr(nodes * dofs, nodes * dofs, pos, crd, vals, format)
+
+
+def road_network(
+    side: int, keep: float = 0.7, tile: int = 32, seed: int = 0, format: str | Format = "csr"
+) -> SparseArray:
+    """A road-network-like graph (SuiteSparse's roadNet-CA: 2.8 links a junction, planar,
+    numbered by region) as its symmetric ``side**2 x side**2`` adjacency matrix: junctions
+    on a ``side x side`` grid, each street to the right and downward kept with probability
+    ``keep`` (2.8 links a junction on average at 0.7; some junctions are left with none),
+    and the junctions numbered tile by tile (``tile x tile`` blocks in row-major order, in
+    random order inside a tile), as data sets cut by region number them: most entries lie
+    near the diagonal, the vector's rows a product reads are scattered within a tile's
+    range. No self-loops; values in ``(0, 1]``, symmetric.
+
+    Raises:
+        InputError: ``side`` or ``tile`` below 1, or ``keep`` outside ``[0, 1]``.
+    """
+    side, tile = _count(side, "side"), _count(tile, "tile", 1)
+    if not 0.0 <= keep <= 1.0:
+        raise InputError(f"keep must be in [0, 1], got {keep}")
+    parse_format(format, 2)
+    rng = np.random.default_rng(seed)
+    n = side * side
+    r, c = np.divmod(np.arange(n, dtype=np.int64), side)
+    tiles = -(-side // tile)
+    order = np.lexsort((rng.random(n), (r // tile) * tiles + c // tile))
+    number = np.empty(n, dtype=np.int64)
+    number[order] = np.arange(n, dtype=np.int64)
+    right = np.flatnonzero((c < side - 1) & (rng.random(n) < keep))
+    down = np.flatnonzero((r < side - 1) & (rng.random(n) < keep))
+    u = number[np.concatenate([right, down])]
+    v = number[np.concatenate([right + 1, down + side])]
+    return _symmetric(u, v, n, seed, format)
+
+
+def web_graph(
+    n: int,
+    degree: int = 8,
+    local: float = 0.75,
+    site_pages: int = 64,
+    seed: int = 0,
+    format: str | Format = "csr",
+) -> SparseArray:
+    """A web-like directed graph (SuiteSparse's web-Google, webbase: power-law degrees,
+    links mostly inside a site) as its ``n x n`` link matrix, row ``p`` the links of page
+    ``p``: pages in sites of consecutive numbers (as a crawl ordered by URL numbers them;
+    ``n / site_pages`` sites with sizes by a Zipf law, in random order), out-degrees by a
+    Zipf law averaging ``degree`` (about ``n * degree`` links drawn), each link inside its
+    page's site with probability ``local``, else to a page drawn by popularity (a Zipf law
+    over the pages in random order: a few pages receive a large share). Links drawn twice
+    are one entry, their values summed, so ``nnz`` is below the links drawn; values in
+    ``(0, 1]`` per draw.
+
+    Raises:
+        InputError: ``n`` or ``site_pages`` below 1, a negative ``degree``, or ``local``
+            outside ``[0, 1]``.
+    """
+    n, degree = _count(n, "n", 1), _count(degree, "degree")
+    site_pages = _count(site_pages, "site_pages", 1)
+    if not 0.0 <= local <= 1.0:
+        raise InputError(f"local must be in [0, 1], got {local}")
+    parse_format(format, 2)
+    rng = np.random.default_rng(seed)
+    sites = max(1, n // site_pages)
+    sizes = rng.permutation(_power_law_lengths(sites, n, 1.1, n))
+    start = np.zeros(sites + 1, dtype=np.int64)
+    np.cumsum(sizes, out=start[1:])
+    site = np.repeat(np.arange(sites, dtype=np.int64), sizes)
+    out_deg = rng.permutation(_power_law_lengths(n, n * degree, 0.7, min(n, 4096)))
+    src = np.repeat(np.arange(n, dtype=np.int64), out_deg)
+    m = len(src)
+    s = site[src]
+    inside = start[s] + (rng.random(m) * sizes[s]).astype(np.int64)
+    popular = rng.permutation(n)
+    rank = np.minimum((float(n) ** rng.random(m)).astype(np.int64) - 1, n - 1)
+    dst = np.where(rng.random(m) < local, np.minimum(inside, start[s + 1] - 1), popular[rank])
+    return _matrix_from_draws(rng, src * n + dst, n, n, format)
