@@ -25,8 +25,9 @@ code, so a test comparing it with ``kernel.stats(inputs)`` checks the plan again
   distinct rows of the dense operand its entries reference, or their hull, times the dense
   width; the stored entries it visits of the matrix), unless it owns all of it and it lies
   consecutively in what it owns (then it is read in place); the partial output buffer (the
-  distinct output rows its entries touch, times the width), unless those rows are exactly
-  its own output block; and the partial sums it receives. (The memory model of every plan,
+  distinct output rows its entries touch, times the width), unless those rows all lie in
+  its own output block (it writes them there, rows without entries skipped); and the
+  partial sums it receives. (The memory model of every plan,
   dense or sparse.)
 """
 
@@ -81,8 +82,8 @@ def buffer_words(needed: list[int], owned: list[int], width: int) -> int:
 
 def partial_buffer_words(rows: list[int], own_rows: list[int], width: int) -> int:
     """Words of the partial output buffer for the touched ``rows`` (sorted): none when they
-    are exactly the processor's own output rows (it adds into its own block)."""
-    return 0 if rows and rows == own_rows else len(rows) * width
+    all are the processor's own output rows (it adds into its own block)."""
+    return 0 if rows and set(rows) <= set(own_rows) else len(rows) * width
 
 
 def entries(B: sp.csr_array) -> list[Entry]:

@@ -376,18 +376,28 @@ def test_spmv_over_consecutive_rows_is_csr_and_the_same_bits(rows: list[int], co
     ("rows", "out_rows", "covers"),
     [
         ([0, 0, 1, 2, 3, 3], 4, True),
-        ([0, 1, 3], 4, False),
-        ([1, 2, 3], 4, False),
-        ([0, 1], 4, False),
+        ([0, 1, 3], 4, True),
+        ([1, 2, 3], 4, True),
+        ([0, 1], 4, True),
+        ([0, 9], 10, False),
+        ([4, 4, 5], 12, False),
     ],
-    ids=["every row", "a row missing", "the first row missing", "the last rows missing"],
+    ids=[
+        "every row",
+        "a row missing",
+        "the first row missing",
+        "the last rows missing",
+        "most rows missing",
+        "a block in the middle",
+    ],
 )
 def test_spmv_covering_its_rows_stores_into_an_unzeroed_block(
     rows: list[int], out_rows: int, covers: bool
 ) -> None:
-    """A CSR block with an entry in every row of ``out`` writes each row: given ``store``
-    it needs no zeroed ``out`` (here full of NaN) and gives the bits of adding into zeros,
-    -0.0 rows included (``0.0 + -0.0`` is ``+0.0``). A leaf that does not cover ``out``
+    """An SpMV's rows of ``out``, rows without entries included where they are at most
+    half, are each written: given ``store`` it needs no zeroed ``out`` (here full of NaN)
+    and gives the bits of adding into zeros, -0.0 rows included (``0.0 + -0.0`` is
+    ``+0.0``), empty rows zeros. A leaf that does not cover ``out`` (mostly empty rows)
     says so, and one told to store all the same zeroes ``out`` first."""
     rng = np.random.default_rng(11)
     o = np.array(rows)
@@ -403,6 +413,11 @@ def test_spmv_covering_its_rows_stores_into_an_unzeroed_block(
     out = np.full(out_rows, np.nan)
     leaf(out, v, [x], store=True)
     assert out.tobytes() == want.tobytes()
+    # adding into a block leaves a row without entries as it was (-0.0 included)
+    held = np.full(out_rows, -0.0)
+    leaf(held, v, [x])
+    empty = np.setdiff1d(np.arange(out_rows), o)
+    assert np.signbit(held[empty]).all()
 
 
 @pytest.mark.parametrize("width", [1, 3])

@@ -374,6 +374,20 @@ class TermLeaf:
         else:
             self._path = "einsum"
             self._prepare_einsum(subs, out_subs, o_sorted)
+        #: for a store (:meth:`covers`): the rows kernel's pointer over every row of ``out``
+        self._cover_ptr: np.ndarray | None = None
+        if self._path == "csr-spmv" and len(seg_row):
+            if self._row0 == 0 and len(seg_row) == out_rows:
+                self._cover_ptr = self._seg_ptr
+            elif out_rows <= 2 * len(seg_row):
+                # rows without entries (a road network's junctions with no street): written
+                # as zeros too, so a block need not be zeroed first; at most twice the
+                # segments' pointers (an add into a block keeps the segment loop, which
+                # leaves such rows as they are: -0.0 stays -0.0)
+                ptr = np.zeros(out_rows + 1, np.uint64)
+                ptr[seg_row + 1] = np.diff(seg_ptr)
+                np.cumsum(ptr, out=ptr)
+                self._cover_ptr = ptr
 
     @property
     def path(self) -> str:
@@ -513,13 +527,14 @@ class TermLeaf:
             out += tmp
 
     def covers(self, out: np.ndarray) -> bool:
-        """Whether a call writes every element of ``out``: a CSR block of consecutive
-        rows from ``out``'s first to its last, each with an entry, into a C-contiguous
-        ``out``. Such a call may store rather than add, and ``out`` need not be zeroed."""
+        """Whether a call writes every element of ``out``: an SpMV's rows from ``out``'s
+        first to its last (rows without entries written as zeros, where they are at most
+        half of them), into a C-contiguous ``out``. Such a call may store rather than add,
+        and ``out`` need not be zeroed."""
         return (
             self._path == "csr-spmv"
-            and self._row0 == 0
-            and len(self._seg_row) == self._out_rows == out.size
+            and self._cover_ptr is not None
+            and self._out_rows == out.size
             and out.flags.c_contiguous
         )
 
@@ -553,9 +568,11 @@ class TermLeaf:
             x = xs[0].reshape(xs[0].shape[0])
             flat = out.reshape(self._out_rows)
             idx = self._idx[0] if crd is None else crd
-            if self._row0 is not None:
+            if store and self._cover_ptr is not None:
+                _jit("spmv_rows")(self._cover_ptr, idx, v, x, flat, zero, True)
+            elif self._row0 is not None:
                 block = flat[self._row0 : self._row0 + len(rows)]
-                _jit("spmv_rows")(ptr, idx, v, x, block, zero, store)
+                _jit("spmv_rows")(ptr, idx, v, x, block, zero, False)
             else:
                 _jit("spmv")(ptr, rows, idx, v, x, flat, zero)
         elif path == "csr-spmm":
