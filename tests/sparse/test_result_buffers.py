@@ -59,7 +59,6 @@ def test_a_dropped_result_buffer_is_reused() -> None:
     np.testing.assert_allclose(second.to_dense(), _ttv(B, c), rtol=1e-12)
 
 
-
 @pytest.mark.parametrize("kernel", ["spmv", "spmm"])
 def test_a_row_block_with_empty_rows_is_written_in_place(
     kernel: str, monkeypatch: pytest.MonkeyPatch
