@@ -203,12 +203,13 @@ def test_spmv_block_is_the_hull_of_the_processors_entries_with_the_csr_encoding(
     k = al.spmv((6, 5), machine=M(2)).compile().bind({"B": dense})
     csr = "#sparse_tensor.encoding<{ map = (d0, d1) -> (d0 : dense, d1 : compressed) }>"
     # processor 0 owns rows 0..2 and touches rows 0, 1 (columns 1 and 3); processor 1 owns
-    # rows 3..5 and touches rows 4, 5 (columns 0 and 2)
-    sig = f"(%B: tensor<2x3xf64, {csr}>, %c: tensor<3xf64>, %a: tensor<2xf64>)"
+    # rows 3..5 and touches rows 4, 5 (columns 0 and 2); each writes its owned rows in
+    # place (a row without entries as a zero), so its output block is the row hull
+    sig = f"(%B: tensor<3x3xf64, {csr}>, %c: tensor<3xf64>, %a: tensor<3xf64>)"
     assert sig in k.to_mlir(0)
     assert sig in k.to_mlir(1)
-    assert "entries (2 B), all steps, over i[0,2) j[1,4)" in k.to_mlir(0)
-    assert "entries (2 B), all steps, over i[4,6) j[0,3)" in k.to_mlir(1)
+    assert "entries (2 B), all steps, over i[0,3) j[1,4)" in k.to_mlir(0)
+    assert "entries (2 B), all steps, over i[3,6) j[0,3)" in k.to_mlir(1)
 
 
 @pytest.mark.parametrize(
