@@ -1,6 +1,7 @@
 """A scipy matrix given to every run of a sparse kernel is read without copying what it
-holds: its pattern is recognised (the same index arrays, compared or hashed, never
-trusted), its values are read in place, and it is left as the caller gave it."""
+holds: its pattern is recognised (the same index arrays, compared or hashed; trusted
+only where the caller made them read-only), its values are read in place, and it is
+left as the caller gave it."""
 
 from __future__ import annotations
 
@@ -138,3 +139,40 @@ def test_a_leaf_refuses_indices_that_are_not_its_own() -> None:
     assert other._own_crd(((cols + 1) % 4).astype(np.int32)) is None
     assert other._own_crd(cols.astype(np.int32)) is None  # refused once: refused for good
     assert other._own_crd((cols + 1).astype(np.int32), 0) is None  # off by one row
+
+
+def test_read_only_index_arrays_are_trusted_without_a_hash(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Index arrays the caller made read-only are taken to keep their pattern: the runs
+    after the first hash nothing (writeable ones are hashed every run). Made writeable
+    again, they are hashed again, and a pattern changed meanwhile is refused."""
+    import distal.sparse.array as arr
+
+    digests: list[int] = []
+    real = arr._index_digest
+    monkeypatch.setattr(arr, "_index_digest", lambda m: digests.append(1) or real(m))
+    n = 40
+    a, x = _matrix(n, 5), np.random.default_rng(5).standard_normal(n)
+    a.indices.flags.writeable = False
+    a.indptr.flags.writeable = False
+    bound = _kernel(n).bind({"B": a, "c": x})
+    for _ in range(3):
+        x = np.random.default_rng(len(digests)).standard_normal(n)
+        np.testing.assert_allclose(bound.run({"B": a, "c": x}).value, a @ x, rtol=1e-12)
+    assert digests == []
+    a.data *= 2.0  # values are read in place as ever
+    np.testing.assert_allclose(bound.run({"B": a, "c": x}).value, a @ x, rtol=1e-12)
+    a.indices.flags.writeable = True  # the caller takes its word back
+    np.testing.assert_allclose(bound.run({"B": a, "c": x}).value, a @ x, rtol=1e-12)
+    assert digests  # hashed again
+    row = int(np.flatnonzero(np.diff(a.indptr) == 1)[0])
+    k = a.indptr[row]
+    a.indices[k] = (a.indices[k] + 1) % n
+    with pytest.raises(InputError, match="another pattern"):
+        bound.run({"B": a, "c": x})
+    writable, x = _matrix(n, 6), np.random.default_rng(6).standard_normal(n)
+    bound = _kernel(n).bind({"B": writable, "c": x})
+    digests.clear()
+    bound.run({"B": writable, "c": x})
+    assert digests  # a writeable matrix: hashed on every run
