@@ -115,17 +115,17 @@ def _direct_region(region: Region, own: Region | None) -> Region | None:
     return own if tuple(region.box) == tuple(own[1:]) else ((lo, hi), *region.box)
 
 
-def _out_rows(region: Region, direct: Region | None) -> np.ndarray | None:
+def _out_rows(region: Region, direct: Region | None) -> tuple[np.ndarray, int] | None:
     """Where each row of output ``region`` lies in the owned block the leaves write into
-    directly (``direct``), when that is not row for row (rows without entries missing);
-    None where it is, or where the leaves write a buffer of ``region``."""
+    directly (``direct``), and the block's rows, when that is not row for row (rows
+    without entries missing); None where it is, or where the leaves write a buffer."""
     if not isinstance(region, Rows) or not isinstance(direct, tuple):
         return None
     rows = region.rows[:, 0]
     lo, hi = direct[0]
     if len(rows) == hi - lo:
         return None
-    return (rows - lo).astype(np.int64)
+    return (rows - lo).astype(np.int64), hi - lo
 
 
 def _step_part(region: Region, box: dict, access: Access, ddims: tuple[int, ...]) -> Region:
@@ -153,11 +153,10 @@ def _work(
     pp: ProcPlan,
     views: tuple = (),
     out_view: Region | None = None,
-    out_rows: np.ndarray | None = None,
-    block_rows: int = 0,
+    placed: tuple[np.ndarray, int] | None = None,
 ) -> EntryWork:
-    """A processor's leaf work at one step; ``out_rows`` (with the ``block_rows`` of the
-    owned block): where the region's output rows lie in the block written directly."""
+    """A processor's leaf work at one step; ``placed`` (:func:`_out_rows`): where the output
+    region's rows lie in the owned block the leaves write directly, and its rows."""
     terms = []
     for t in pp.terms:
         if not t.active:
@@ -167,13 +166,13 @@ def _work(
             n = len(pp.needs[name].rows)
             in_order = len(idx) == n and (n == 0 or (int(idx[-1]) == n - 1 and _is_run(idx)))
             sparse.append((name, None if in_order else idx))
-        out = t.out if out_rows is None else out_rows[t.out]
+        out = t.out if placed is None else placed[0][t.out]
         terms.append(TermWork(t.coeff * t.scale, tuple(sparse), tuple(t.dense), out, t.entries))
     ext = tuple((chr(ord("a") + k), pp.box[v][1] - pp.box[v][0]) for k, v in enumerate(a.dvars))
     width = 1
     for _, e in ext:
         width *= e
-    rows = len(pp.out.rows) if out_rows is None else block_rows
+    rows = len(pp.out.rows) if placed is None else placed[1]
     return EntryWork(
         tuple(terms), pp.out_letters, rows, ext, len(pp.entries), width, views, out_view,
     )  # fmt: skip
@@ -406,12 +405,7 @@ class _Writer:
                 out_view = _step_part(open_region, pp.box, self.lhs, self.out_dd)
             assert out_region is not None
             placed = _out_rows(out_region, direct)
-            block = (
-                0
-                if direct is None or not isinstance(direct, tuple)
-                else direct[0][1] - direct[0][0]
-            )
-            ops.append(Compute(s, (), _work(a, pp, tuple(views), out_view, placed, block)))
+            ops.append(Compute(s, (), _work(a, pp, tuple(views), out_view, placed)))
             if direct is None and self.flushes(s):
                 assert out_region is not None
                 sends, local = [], []
