@@ -391,30 +391,34 @@ def test_spmv_over_consecutive_rows_is_csr_and_the_same_bits(rows: list[int], co
         "a block in the middle",
     ],
 )
+@pytest.mark.parametrize("width", [1, 5], ids=["spmv", "spmm"])
 def test_spmv_covering_its_rows_stores_into_an_unzeroed_block(
-    rows: list[int], out_rows: int, covers: bool
+    rows: list[int], out_rows: int, covers: bool, width: int
 ) -> None:
-    """An SpMV's rows of ``out``, rows without entries included where they are at most
-    half, are each written: given ``store`` it needs no zeroed ``out`` (here full of NaN)
-    and gives the bits of adding into zeros, -0.0 rows included (``0.0 + -0.0`` is
+    """An SpMV's (or SpMM's) rows of ``out``, rows without entries included where they are
+    at most half, are each written: given ``store`` it needs no zeroed ``out`` (here full
+    of NaN) and gives the bits of adding into zeros, -0.0 rows included (``0.0 + -0.0`` is
     ``+0.0``), empty rows zeros. A leaf that does not cover ``out`` (mostly empty rows)
     says so, and one told to store all the same zeroes ``out`` first."""
     rng = np.random.default_rng(11)
     o = np.array(rows)
     idx = [rng.integers(0, 5, len(o))]
-    leaf = TermLeaf(o, idx, [""], "", out_rows, EXTENTS)
-    v, x = rng.standard_normal(len(o)), rng.standard_normal(5)
-    v[o == o[-1]] = -0.0  # the last row's sum is -0.0
-    assert leaf.covers(np.empty(out_rows)) == covers
-    assert not leaf.covers(np.empty(out_rows + 1))
-    want = np.zeros(out_rows)
+    subs, out_subs = ("", "") if width == 1 else ("l", "l")
+    leaf = TermLeaf(o, idx, [subs], out_subs, out_rows, EXTENTS)
+    assert leaf.path == ("csr-spmv" if width == 1 else "csr-spmm")
+    shape = (out_rows,) if width == 1 else (out_rows, width)
+    v, x = rng.standard_normal(len(o)), rng.standard_normal((5, *shape[1:]))
+    v[o == o[-1]] = -0.0  # the last row's sums are -0.0
+    assert leaf.covers(np.empty(shape)) == covers
+    assert not leaf.covers(np.empty((out_rows + 1, *shape[1:])))
+    want = np.zeros(shape)
     leaf(want, v, [x])
-    assert np.signbit(want[o[-1]]) == np.signbit(0.0 + -0.0)
-    out = np.full(out_rows, np.nan)
+    assert np.signbit(want[o[-1]]).all() == np.signbit(0.0 + -0.0)
+    out = np.full(shape, np.nan)
     leaf(out, v, [x], store=True)
     assert out.tobytes() == want.tobytes()
     # adding into a block leaves a row without entries as it was (-0.0 included)
-    held = np.full(out_rows, -0.0)
+    held = np.full(shape, -0.0)
     leaf(held, v, [x])
     empty = np.setdiff1d(np.arange(out_rows), o)
     assert np.signbit(held[empty]).all()

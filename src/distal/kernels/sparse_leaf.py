@@ -153,6 +153,30 @@ def _spmm_kernel(
             out[r, k] += acc[k]
 
 
+def _spmm_rows_kernel(
+    row_ptr: np.ndarray,
+    idx: np.ndarray,
+    v: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    acc: np.ndarray,
+) -> None:
+    # _spmm_kernel over every row of ``out`` (rows without entries included), storing each
+    # row as ``0 + acc`` (the bits adding into zeros gives) without the zeroing pass: only
+    # where the leaf covers ``out`` and the caller asked it to store
+    w = out.shape[1]
+    for s in range(out.shape[0]):
+        for k in range(w):
+            acc[k] = 0
+        for e in range(row_ptr[s], row_ptr[s + 1]):
+            ve = v[e]
+            i = idx[e]
+            for k in range(w):
+                acc[k] += ve * x[i, k]
+        for k in range(w):
+            out[s, k] = 0 + acc[k]
+
+
 def _mttkrp_kernel(
     seg_ptr: np.ndarray,
     seg_row: np.ndarray,
@@ -214,6 +238,7 @@ _KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
     "spmv": (_spmv_kernel, {}),
     "spmv_rows": (_spmv_rows_kernel, {}),
     "spmm": (_spmm_kernel, {}),
+    "spmm_rows": (_spmm_rows_kernel, {}),
     "mttkrp": (_mttkrp_kernel, {}),
     "sddmm": (_sddmm_kernel, {"fastmath": {"reassoc"}}),
 }
@@ -376,7 +401,7 @@ class TermLeaf:
             self._prepare_einsum(subs, out_subs, o_sorted)
         #: for a store (:meth:`covers`): the rows kernel's pointer over every row of ``out``
         self._cover_ptr: np.ndarray | None = None
-        if self._path == "csr-spmv" and len(seg_row):
+        if self._path in ("csr-spmv", "csr-spmm") and len(seg_row):
             if self._row0 == 0 and len(seg_row) == out_rows:
                 self._cover_ptr = self._seg_ptr
             elif out_rows <= 2 * len(seg_row):
@@ -527,14 +552,14 @@ class TermLeaf:
             out += tmp
 
     def covers(self, out: np.ndarray) -> bool:
-        """Whether a call writes every element of ``out``: an SpMV's rows from ``out``'s
-        first to its last (rows without entries written as zeros, where they are at most
-        half of them), into a C-contiguous ``out``. Such a call may store rather than add,
-        and ``out`` need not be zeroed."""
+        """Whether a call writes every element of ``out``: an SpMV's or SpMM's rows from
+        ``out``'s first to its last (rows without entries written as zeros, where they are
+        at most half of them), into a C-contiguous ``out``. Such a call may store rather
+        than add, and ``out`` need not be zeroed."""
         return (
-            self._path == "csr-spmv"
+            self._path in ("csr-spmv", "csr-spmm")
             and self._cover_ptr is not None
-            and self._out_rows == out.size
+            and self._out_rows * self._width == out.size
             and out.flags.c_contiguous
         )
 
@@ -578,7 +603,11 @@ class TermLeaf:
         elif path == "csr-spmm":
             x = xs[0].reshape(xs[0].shape[0], w)
             acc = np.empty(w, out.dtype)
-            _jit("spmm")(ptr, rows, self._idx[0], v, x, out.reshape(self._out_rows, w), acc)
+            out2 = out.reshape(self._out_rows, w)
+            if store and self._cover_ptr is not None:
+                _jit("spmm_rows")(self._cover_ptr, self._idx[0], v, x, out2, acc)
+            else:
+                _jit("spmm")(ptr, rows, self._idx[0], v, x, out2, acc)
         elif path == "numba-mttkrp":
             x, y = (a.reshape(a.shape[0], w) for a in xs)
             acc = np.empty(w, out.dtype)
