@@ -639,8 +639,8 @@ def contraction(spec: str) -> Contraction:
     adding, and writes every element of ``dst`` without reading it (:func:`stores_all`
     lets a caller skip zeroing a block on that: BLAS with ``beta = 0``, checked at load
     by :mod:`distal.kernels.blas`; einsum and matmul with ``out=``; assignments). Output
-    letters that no operand carries (a term that does
-    not depend on an output variable) are broadcast.
+    letters that no operand carries (a term that does not depend on an output variable)
+    are broadcast.
     """
     ins, out = spec.split("->")
     parts = ins.split(",") if ins else []
