@@ -541,6 +541,52 @@ def test_spmv_is_checked_against_its_kept_checksum_within_the_rounding_bound() -
             assert got["reused"] >= 5, got
 
 
+def test_a_unit_the_driver_names_is_checked_without_hashing_its_indices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With the driver's name for the plan (``Ctx.plan_key``, as the elastic driver hands
+    it), an SpMV unit's checksum is keyed by that name and the unit's values: its indices
+    are never pickled or hashed again, and its costs are worked out once; a wrong element
+    is still rejected, and another plan's units get checksums of their own."""
+    import dataclasses
+    import pickle
+
+    p = spmv_problem("row")
+    assert tasks.plan_key(p.bound.plan) == tasks.plan_key(p.bound.plan)
+    other = spmv_problem("nz")
+    assert tasks.plan_key(other.bound.plan) != tasks.plan_key(p.bound.plan)
+    costed: list[str] = []
+    real_costs = tasks._unit_costs
+    monkeypatch.setattr(
+        tasks, "_unit_costs", lambda ctx, u, b: costed.append(u.name) or real_costs(ctx, u, b)
+    )
+    for problem in (p, other):
+        calls = entry_calls(problem.bound, problem.inputs)
+        key = tasks.plan_key(problem.bound.plan)
+        for u, blocks, ctx, _, y in calls:
+            named = dataclasses.replace(ctx, plan_key=key)
+            assert tasks.verdict(named, u, blocks, y, 1, None).ok  # makes the checksum
+
+        def no_pickle(*a: Any, **k: Any) -> Any:
+            raise AssertionError("a named unit's structure was pickled")
+
+        with monkeypatch.context() as m:
+            m.setattr(pickle, "dumps", no_pickle)
+            before = Counter(tasks.checksum_counts)
+            costed.clear()
+            for u, blocks, ctx, _, y in calls:
+                named = dataclasses.replace(ctx, plan_key=key)
+                assert tasks.verdict(named, u, blocks, y, 1, None).ok
+                bad = y.copy()
+                bad[bad.size // 2] += 1e-9 * max(1.0, abs(bad[bad.size // 2]))
+                assert not tasks.verdict(named, u, blocks, bad, 1, None).ok
+            got = Counter(tasks.checksum_counts)
+            got.subtract(before)
+            assert got["made"] == 0, got
+            assert got["reused"] == 2 * len(calls), got
+            assert costed == []  # costed on the first check of each unit only
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 63, 64, 65, 1000, 4097])
 def test_the_checksums_blocked_sum_is_within_its_stated_additions(n: int) -> None:
     """The checksum's sums add each summand at most ``depth`` times: the rounding bound it

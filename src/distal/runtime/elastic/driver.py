@@ -50,6 +50,7 @@ from distal.runtime.elastic.tasks import (
     drain,
     hash_block,
     input_block,
+    plan_key,
     recheck_block_task,
     recheck_task,
     reduce_task,
@@ -456,6 +457,7 @@ class Driver:
             trace=opts._trace,
             lie=frozenset(opts._lie),
             checksums=opts.verify_checksums,
+            plan_key=plan_key(self.kernel.plan),
         )
         workers_before = set(workers(client))
         bar = Progress(total, enabled=opts.progress, label="tasks")

@@ -55,6 +55,7 @@ from distal.runtime.elastic.check import (
 from distal.runtime.elastic.units import Cut, Gather, Unit
 from distal.runtime.source import read_block
 from distal.runtime.store import add_at, read
+from distal.runtime.weakcache import WeakCache
 from distal.typing import (
     Box,
     box_contains,
@@ -128,6 +129,9 @@ class Ctx:
     trace: str | None = None
     lie: frozenset[Any] = frozenset()
     checksums: bool = True  # SpMV units checked against kept checksums (verify_checksums)
+    #: the driver's name for the bound plan (:func:`plan_key`): with it, a unit's structure
+    #: is known by its name, and a checksum's key hashes the unit's values only
+    plan_key: str = ""
 
 
 def event(ctx: Ctx, kind: str, label: str, w: Any = None, **more: Any) -> Any:
@@ -400,10 +404,31 @@ def _calls(ctx: Ctx, unit: Unit, blocks: Blocks) -> list[Call]:
     return out
 
 
+#: units' costs (:func:`_costs`) by the driver's name for them (``plan_key``, unit name)
+_COSTS: OrderedDict[tuple[str, str], tuple[int, int, int, int]] = OrderedDict()
+_COSTS_LOCK = threading.Lock()
+COSTS_KEPT = 1024
+
+
 def _costs(ctx: Ctx, unit: Unit, blocks: Blocks) -> tuple[int, int, int, int]:
     """(products the unit computes, words a projection of it reads, products summed into
     one output element, factors per product): what decides between projecting and
-    recomputing, and the recomputation's rounding bound."""
+    recomputing, and the recomputation's rounding bound. They follow from the unit's
+    structure alone, so a unit the driver names (``ctx.plan_key``) is costed once per
+    process: a session loop's checks of an SpMV unit spent a third of their time here."""
+    key = (ctx.plan_key, unit.name) if ctx.plan_key else None
+    got = _COSTS.get(key) if key is not None else None
+    if got is None:
+        got = _unit_costs(ctx, unit, blocks)
+        if key is not None:
+            with _COSTS_LOCK:
+                _COSTS[key] = got
+                while len(_COSTS) > COSTS_KEPT:
+                    _COSTS.popitem(last=False)
+    return got
+
+
+def _unit_costs(ctx: Ctx, unit: Unit, blocks: Blocks) -> tuple[int, int, int, int]:
     products = words = K = p = 0
     for operands, boxes, works in _steps(ctx, unit, blocks):
         for box in boxes:
@@ -461,17 +486,39 @@ _CHECKSUMS_LOCK = threading.Lock()
 checksum_counts: Counter[str] = Counter()
 
 
-def _checksum_key(unit: Unit, blocks: Blocks, sparse: frozenset, reps: int | None) -> bytes:
-    """What decides a unit's checksum: its output box and steps (the entries' rows, columns
-    and gathers, hashed in their pickle's buffers) and the values of its sparse operands'
-    blocks. Hashed at memory speed: no arithmetic per entry."""
+_PLAN_KEYS = WeakCache(64)
+
+
+def plan_key(plan: Any) -> str:
+    """A random name for ``plan`` in this (the driver's) process, the same for as long as the
+    plan lives: a unit of it is known by ``(plan_key, unit name)``, a name the driver
+    gives its checks (trusted as the driver is) instead of their hashing the unit's
+    indices on every check."""
+    got = _PLAN_KEYS.get(plan)
+    if got is None:
+        got = secrets.token_hex(16)
+        _PLAN_KEYS.put(plan, got)
+    return got
+
+
+def _checksum_key(
+    ctx: Ctx, unit: Unit, blocks: Blocks, sparse: frozenset, reps: int | None
+) -> bytes:
+    """What decides a unit's checksum: its structure (the entries' rows, columns and
+    gathers: named by the driver's :func:`plan_key` and the unit's name, or else hashed in
+    their pickle's buffers) and the values of its sparse operands' blocks. Hashed at
+    memory speed: no arithmetic per entry; with the driver's name, a third of the bytes
+    (an SpMV entry's 8-byte value, not its two 8-byte indices too)."""
     import pickle
 
     h = checkpoint_hash.hasher()  # XXH3-128, or BLAKE2b-128 without xxhash
-    buffers: list[Any] = []
-    h.update(pickle.dumps((reps, unit.out_box, unit.steps), 5, buffer_callback=buffers.append))
-    for b in buffers:
-        h.update(b.raw())
+    if ctx.plan_key:
+        h.update(repr((ctx.plan_key, unit.name, reps, unit.out_box)).encode())
+    else:
+        buffers: list[Any] = []
+        h.update(pickle.dumps((reps, unit.out_box, unit.steps), 5, buffer_callback=buffers.append))
+        for b in buffers:
+            h.update(b.raw())
     for t, box, arr in blocks:
         if t in sparse:
             a = np.ascontiguousarray(arr)
@@ -495,7 +542,7 @@ def _checksum_verdict(
     )
     if not sparse:
         return None
-    key = _checksum_key(unit, blocks, sparse, reps)
+    key = _checksum_key(ctx, unit, blocks, sparse, reps)
     with _CHECKSUMS_LOCK:
         cs = _CHECKSUMS.get(key)
         if cs is not None:
