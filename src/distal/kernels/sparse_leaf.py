@@ -138,7 +138,11 @@ def _spmm_kernel(
     x: np.ndarray,
     out: np.ndarray,
     acc: np.ndarray,
+    store: bool,
 ) -> None:
+    # ``store``: the segments are every row of ``out`` (rows without entries included) and
+    # ``out`` holds nothing yet: each row is written as ``0 + acc``, the bits adding into
+    # zeros gives, without the zeroing pass
     w = out.shape[1]
     for s in range(seg_row.shape[0]):
         for k in range(w):
@@ -149,32 +153,12 @@ def _spmm_kernel(
             for k in range(w):
                 acc[k] += ve * x[i, k]
         r = seg_row[s]
-        for k in range(w):
-            out[r, k] += acc[k]
-
-
-def _spmm_rows_kernel(
-    row_ptr: np.ndarray,
-    idx: np.ndarray,
-    v: np.ndarray,
-    x: np.ndarray,
-    out: np.ndarray,
-    acc: np.ndarray,
-) -> None:
-    # _spmm_kernel over every row of ``out`` (rows without entries included), storing each
-    # row as ``0 + acc`` (the bits adding into zeros gives) without the zeroing pass: only
-    # where the leaf covers ``out`` and the caller asked it to store
-    w = out.shape[1]
-    for s in range(out.shape[0]):
-        for k in range(w):
-            acc[k] = 0
-        for e in range(row_ptr[s], row_ptr[s + 1]):
-            ve = v[e]
-            i = idx[e]
+        if store:
             for k in range(w):
-                acc[k] += ve * x[i, k]
-        for k in range(w):
-            out[s, k] = 0 + acc[k]
+                out[r, k] = 0 + acc[k]
+        else:
+            for k in range(w):
+                out[r, k] += acc[k]
 
 
 def _mttkrp_kernel(
@@ -238,7 +222,6 @@ _KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
     "spmv": (_spmv_kernel, {}),
     "spmv_rows": (_spmv_rows_kernel, {}),
     "spmm": (_spmm_kernel, {}),
-    "spmm_rows": (_spmm_rows_kernel, {}),
     "mttkrp": (_mttkrp_kernel, {}),
     "sddmm": (_sddmm_kernel, {"fastmath": {"reassoc"}}),
 }
@@ -413,6 +396,12 @@ class TermLeaf:
                 ptr[seg_row + 1] = np.diff(seg_ptr)
                 np.cumsum(ptr, out=ptr)
                 self._cover_ptr = ptr
+        #: an SpMM's covering segments' rows: every row of ``out``
+        self._cover_rows = (
+            np.arange(out_rows, dtype=itype)
+            if self._path == "csr-spmm" and self._cover_ptr is not None
+            else None
+        )
 
     @property
     def path(self) -> str:
@@ -604,10 +593,11 @@ class TermLeaf:
             x = xs[0].reshape(xs[0].shape[0], w)
             acc = np.empty(w, out.dtype)
             out2 = out.reshape(self._out_rows, w)
-            if store and self._cover_ptr is not None:
-                _jit("spmm_rows")(self._cover_ptr, self._idx[0], v, x, out2, acc)
+            if store and self._cover_ptr is not None:  # every row of out, in order
+                every = self._cover_rows
+                _jit("spmm")(self._cover_ptr, every, self._idx[0], v, x, out2, acc, True)
             else:
-                _jit("spmm")(ptr, rows, self._idx[0], v, x, out2, acc)
+                _jit("spmm")(ptr, rows, self._idx[0], v, x, out2, acc, False)
         elif path == "numba-mttkrp":
             x, y = (a.reshape(a.shape[0], w) for a in xs)
             acc = np.empty(w, out.dtype)
