@@ -69,6 +69,14 @@ _JITTED: dict[str, Any] = {}
 # then added to the output row.
 # ---------------------------------------------------------------------------------------
 
+#: every index the kernels read from an array is cast to this before it indexes: numba
+#: must otherwise assume a signed index may be negative and wrap it around (a test and two
+#: conditional moves per access), which made a CSR SpMV whose data sit in the cache 3-4x
+#: slower than scipy's C loop (1.9 against 7.0 ms over 2.5 M entries). The indices are
+#: the bound plan's, checked in range when they were made, so none is negative.
+_u = np.uintp
+
+
 
 def _segsum_kernel(
     seg_ptr: np.ndarray, seg_row: np.ndarray, v: np.ndarray, out: np.ndarray, zero: complex
@@ -76,9 +84,9 @@ def _segsum_kernel(
     w = out.shape[1]
     for s in range(seg_row.shape[0]):
         a = zero
-        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+        for e in range(_u(seg_ptr[s]), _u(seg_ptr[s + 1])):
             a += v[e]
-        r = seg_row[s]
+        r = _u(seg_row[s])
         for k in range(w):
             out[r, k] += a
 
@@ -88,7 +96,7 @@ def _scatter_kernel(o: np.ndarray, v: np.ndarray, out: np.ndarray) -> None:
     # ``out[o] += v`` widens the indices and gathers, adds and scatters in three passes
     w = out.shape[1]
     for e in range(o.shape[0]):
-        r = o[e]
+        r = _u(o[e])
         a = v[e]
         for k in range(w):
             out[r, k] += a
@@ -105,9 +113,9 @@ def _spmv_kernel(
 ) -> None:
     for s in range(seg_row.shape[0]):
         a = zero
-        for e in range(seg_ptr[s], seg_ptr[s + 1]):
-            a += v[e] * x[idx[e]]
-        out[seg_row[s]] += a
+        for e in range(_u(seg_ptr[s]), _u(seg_ptr[s + 1])):
+            a += v[e] * x[_u(idx[e])]
+        out[_u(seg_row[s])] += a
 
 
 def _spmv_rows_kernel(
@@ -125,8 +133,8 @@ def _spmv_rows_kernel(
     # the bits adding into zeros gives (-0.0 included), without the zeroing pass
     for s in range(out.shape[0]):
         a = zero
-        for e in range(seg_ptr[s], seg_ptr[s + 1]):
-            a += v[e] * x[idx[e]]
+        for e in range(_u(seg_ptr[s]), _u(seg_ptr[s + 1])):
+            a += v[e] * x[_u(idx[e])]
         out[s] = (zero if store else out[s]) + a
 
 
@@ -147,12 +155,12 @@ def _spmm_kernel(
     for s in range(seg_row.shape[0]):
         for k in range(w):
             acc[k] = 0
-        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+        for e in range(_u(seg_ptr[s]), _u(seg_ptr[s + 1])):
             ve = v[e]
-            i = idx[e]
+            i = _u(idx[e])
             for k in range(w):
                 acc[k] += ve * x[i, k]
-        r = seg_row[s]
+        r = _u(seg_row[s])
         if store:
             for k in range(w):
                 out[r, k] = 0 + acc[k]
@@ -176,13 +184,13 @@ def _mttkrp_kernel(
     for s in range(seg_row.shape[0]):
         for k in range(w):
             acc[k] = 0
-        for e in range(seg_ptr[s], seg_ptr[s + 1]):
+        for e in range(_u(seg_ptr[s]), _u(seg_ptr[s + 1])):
             ve = v[e]
-            a = i1[e]
-            b = i2[e]
+            a = _u(i1[e])
+            b = _u(i2[e])
             for k in range(w):
                 acc[k] += ve * x[a, k] * y[b, k]
-        r = seg_row[s]
+        r = _u(seg_row[s])
         for k in range(w):
             out[r, k] += acc[k]
 
@@ -205,14 +213,14 @@ def _sddmm_kernel(
     w = x.shape[1]
     for s in range(seg_row.shape[0]):
         a = zero
-        for e in range(seg_ptr[s], seg_ptr[s + 1]):
-            p = i1[e]
-            q = i2[e]
+        for e in range(_u(seg_ptr[s]), _u(seg_ptr[s + 1])):
+            p = _u(i1[e])
+            q = _u(i2[e])
             d = zero
             for k in range(w):
                 d += x[p, k] * y[q, k]
             a += v[e] * d
-        out[seg_row[s]] += a
+        out[_u(seg_row[s])] += a
 
 
 #: name -> (function, extra numba options)
