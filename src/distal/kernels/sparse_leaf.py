@@ -71,8 +71,9 @@ _JITTED: dict[str, Any] = {}
 
 #: every index the kernels read from an array is cast to this before it indexes: numba
 #: must otherwise assume a signed index may be negative and wrap it around (a test and two
-#: conditional moves per access), which made a CSR SpMV whose data sit in the cache 3-4x
-#: slower than scipy's C loop (1.9 against 7.0 ms over 2.5 M entries). The indices are
+#: conditional moves per access). The leaves' own index arrays are unsigned already; a
+#: signed one (scipy's int32 ``indices``, read in place) cost up to 3.5x on a block whose
+#: data sit in the cache (2.5 M Laplacian entries: 7.0 against 1.9 ms). The indices are
 #: the bound plan's, checked in range when they were made, so none is negative.
 _u = np.uintp
 
