@@ -22,6 +22,27 @@ from test_arrays_fused import fused_set, spmv_epilogue
 import distal as dl
 
 
+def donated(sess: dl.Session) -> tuple[bool, float]:
+    """A rebound vector's update written over its rank's block (donated), three times;
+    whether every update took the block it replaced, and the error against numpy."""
+    from distal.kernels import fused
+
+    n = 4 * (fused.MIN_SIZE + 100)  # on 2 or 4 ranks every block is one the loop takes
+    xs, ps = rand(n, seed=30), rand(n, seed=31)
+    x, p = sess.asarray(xs) * 1.0, sess.asarray(ps)
+    want = xs * 1.0
+    same = True
+    for _ in range(3):
+        sess.flush()
+        before = sess.values[x.program.name_of(x.node)].data.array
+        x = x + 0.5 * p
+        sess.flush()
+        after = sess.values[x.program.name_of(x.node)].data.array
+        same = same and after is before
+        want = want + 0.5 * ps
+    return same, float(np.abs(x.get() - want).max())
+
+
 def main() -> None:
     sess = dl.Session("mpi")
     a, v = rand(9, 5, seed=1), rand(5, seed=2)
@@ -46,6 +67,7 @@ def main() -> None:
     spmv = [spmv_epilogue(sess, n) for n in (5, 2)]  # 2: a 4-row matrix
     out = {"rank": sess.rank, "sum": s, "its": its, "err": float(max(errs)), "fused": fused}
     out["spmv"] = spmv
+    out["donated"], out["donated_err"] = donated(sess)
     out.update(kernels=sess.kernels_run, compiles=sess.compiles)
     print(json.dumps(out), flush=True)
 

@@ -84,10 +84,17 @@ def cg(
     A_ = sess.asarray(a, None if schedule == "auto" else SPLITS.get(split), machine=M)
     b_ = sess.asarray(bv, machine=M)
     bnorm = float(sqrt(b_ @ b_))
-    sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = b_ * 0.0, b_, b_, b_ @ b_
-    loop = sess.iterations(maxiter, keep=KEEP, name="cg", save="latest")
-    # restored by the loop when it resumes a checkpointed run
-    x, r, p, rs = (sess.array(name, machine=M) for name in KEEP)
+    # the loop's values are named (and so kept, for the checkpoint) only where they are
+    # saved: unnamed, a vector the loop rebinds is read by nothing after its update, and
+    # the update is written over it in place (``Session._fused_blocks``'s donations)
+    named = sess.checkpoint is not None
+    if named:
+        sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = b_ * 0.0, b_, b_, b_ @ b_
+    loop = sess.iterations(maxiter, keep=KEEP if named else (), name="cg", save="latest")
+    if named:  # restored by the loop when it resumes a checkpointed run
+        x, r, p, rs = (sess.array(name, machine=M) for name in KEEP)
+    else:
+        x, r, p, rs = b_ * 0.0, b_, b_, b_ @ b_
     done = 0 if sess.resumed_from is None else sess.resumed_from + 1
     bar = progress(sess, maxiter, "cg iterations")
     try:
@@ -111,7 +118,8 @@ def cg(
                 break
             p = r + (rs_new / rs) * p
             rs = rs_new
-            sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = x, r, p, rs
+            if named:
+                sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = x, r, p, rs
     finally:
         loop.close()  # the last finished iteration is saved
         bar.close()

@@ -26,7 +26,8 @@ vectors in blocks.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -729,6 +730,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
         cuts: list[tuple[int, int]],
         shape: tuple[int, ...],
         each: Callable[..., list] | None = None,
+        donate: Sequence[tuple[int, int]] = (),
     ) -> tuple:
         a = list(slots)
         size = int(np.prod(shape, dtype=np.int64))
@@ -757,7 +759,8 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
         if loop is not None:
             # outputs of the call before last that nothing holds any more are written again:
             # a fresh block of this size costs a page fault per page on its first write
-            elems = [made.take(shape, np.float64) for _ in maps]
+            given = _donated(donate, a, shape) if len(done) == nsums else {}
+            elems = [given[j] if j in given else _made(made, shape) for j in range(len(maps))]
             flat_out = [e.reshape(-1) for e in elems]
             flat_in = [0.0 if x is None else (x[()] if x.ndim == 0 else x.reshape(-1)) for x in a]
             for e, slot in zip(elems, member_slots, strict=True):
@@ -798,6 +801,50 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
         return elems, [[pc[j] for pc in per_cut] for j in range(nsums)]
 
     return run
+
+
+#: the blocks fused passes have made (by identity; an entry goes with its array): only
+#: these may be donated, never a block a caller gave or a kernel's result
+_MADE: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def _made(made: Recycler, shape: tuple[int, ...]) -> np.ndarray:
+    x = made.take(shape, np.float64)
+    _MADE[id(x)] = x
+    return x
+
+
+def made_by_a_pass(x: Any) -> bool:
+    """Whether ``x`` is a block a fused pass wrote (and so may be donated to the next)."""
+    return isinstance(x, np.ndarray) and _MADE.get(id(x)) is x
+
+
+def _donated(
+    donate: Sequence[tuple[int, int]], slots: list[Any], shape: tuple[int, ...]
+) -> dict[int, np.ndarray]:
+    """Member ``j``'s output block for each ``(j, k)`` of ``donate`` whose slot ``k`` holds a
+    whole C-contiguous float64 block of ``shape``: the caller's word that nothing reads that
+    value after this pass (:meth:`distal.session.Session._fused_blocks`), so the pass
+    writes the member over it in place (one array fewer through the cache: CG's
+    ``x = x + alpha * p``). Only where the generated loop computes every member and
+    reduction (it reads each element before it stores there); each block given once."""
+    out: dict[int, np.ndarray] = {}
+    taken: set[int] = set()
+    for j, k in donate:
+        x = slots[k] if 0 <= k < len(slots) else None
+        if (
+            j in out
+            or not isinstance(x, np.ndarray)
+            or id(x) in taken
+            or x.shape != shape
+            or x.dtype != np.float64
+            or not x.flags.c_contiguous
+            or not x.flags.writeable
+        ):
+            continue
+        out[j] = x
+        taken.add(id(x))
+    return out
 
 
 def _serial(f: Callable[[Any], Any], items: list[Any]) -> list[Any]:

@@ -393,7 +393,14 @@ class Program:
             out = f"_a{next(self._counter)}"
             outs.append((out, m.shape, m.dtype))
         self.sess._fused_blocks(
-            fn, len(slots), operands, outs, shape, self.nprocs, epilogue=product is not None
+            fn,
+            len(slots),
+            operands,
+            outs,
+            shape,
+            self.nprocs,
+            epilogue=product is not None,
+            donate=self._donations(members, slots, ids),
         )
         for m, (out, _, _) in zip(members, outs, strict=True):
             value = Value(m.shape, m.dtype, out)
@@ -402,6 +409,48 @@ class Program:
             value.drop = self.sess.values
         if product is None:
             self.kernels_run += 1
+
+    def _donations(
+        self, members: list[Node], slots: list[Node], ids: set[int]
+    ) -> list[tuple[int, int]]:
+        """``(j, k)``: element-wise member ``j`` (in order among the set's element-wise
+        members) may be written over the block of slot ``k``, a float64 value of its shape
+        that nothing reads after this set: no live handle is on it, and no pending array a
+        live handle leads to reads it except through this set's members (CG's
+        ``x = x + alpha * p`` once the old ``x`` is rebound). The session decides whether
+        the block itself is free (:meth:`distal.session.Session._fused_blocks`)."""
+        maps = [m for m in members if not isinstance(m, Contract)]
+        if not maps:
+            return []
+        candidates: dict[int, int] = {}  # id(value) -> slot
+        for k, x in enumerate(slots):
+            v = x if type(x) is Value else x.as_value
+            if v is not None and id(x) not in ids and v.dtype == np.float64 and v.ndim:
+                candidates.setdefault(id(v), k)
+        if not candidates:
+            return []
+        seen: set[int] = set()
+        stack = [a.node for a in self.handles()]
+        while stack and candidates:
+            n = stack.pop()
+            if id(n) in seen or id(n) in ids:
+                continue  # (what a member reads, it reads in this set)
+            seen.add(id(n))
+            v = n if type(n) is Value else n.as_value
+            if v is not None:
+                candidates.pop(id(v), None)
+                continue
+            stack.extend(n.args())
+        free = sorted(candidates.values())
+        out = []
+        for j, m in enumerate(maps):
+            for k in free:
+                x = slots[k]
+                if x.shape == m.shape and m.dtype == np.float64:
+                    out.append((j, k))
+                    free.remove(k)
+                    break
+        return out
 
     def materialize(self, node: Node, name: str | None = None) -> str:
         """Compute ``node`` into a session value (under ``name``, or a fresh one) and return

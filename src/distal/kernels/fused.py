@@ -85,7 +85,11 @@ def elementwise_pass(
     values are not read back from memory); the loop returns their sums over the rows, each
     added in :func:`dot`'s order (four interleaved partial sums over the elements, then
     ``(s0 + s1) + (s2 + s3)``), so they are :func:`dot`'s bits on the same ``hi - lo`` rows
-    of :data:`MIN_SIZE` elements or more."""
+    of :data:`MIN_SIZE` elements or more.
+
+    ``outs[j]`` may be the array of an input slot (a block donated by a value nothing reads
+    after this pass): the loop reads every input at an element before it stores a member
+    there, so the members come out the same as into fresh arrays."""
     key = (exprs, member_slots, scalars, dots)
     got = _PASSES.get(key, False)
     if got is not False:
@@ -120,7 +124,10 @@ def _build(
         if t is None:
             return None
         body.append(f"m{j} = {t}")
-        body.append(f"o{j}[i] = m{j}")
+    # every member and reduction term at an element is computed before any member is
+    # stored there: an output may be the very array an input slot reads (a donated block,
+    # see ``elementwise_pass``), and element i of an input is read only at element i
+    stores = [f"o{j}[i] = m{j}" for j in range(len(exprs))]
     terms = []
     for a, b in dots:
         ta, tb = _text(a, ref), _text(b, ref)
@@ -136,7 +143,7 @@ def _build(
     src += "".join(f"    v{k} = s{k}[lo:hi]\n" for k in range(len(scalars)) if not scalars[k])
     if not terms:
         src += "    for i in range(hi - lo):\n"
-        src += "".join(f"        {line}\n" for line in body)
+        src += "".join(f"        {line}\n" for line in body + stores)
         src += "    return ()\n"
     else:
         # dot's order: element i into partial sum i % 4 over the first n - n % 4 elements,
@@ -149,9 +156,11 @@ def _build(
             src += f"        i = i4 + {q}\n"
             src += "".join(f"        {line}\n" for line in body)
             src += "".join(f"        a{d}_{q} += {t}\n" for d, t in enumerate(terms))
+            src += "".join(f"        {line}\n" for line in stores)
         src += "    for i in range(m, n):\n"
         src += "".join(f"        {line}\n" for line in body)
         src += "".join(f"        a{d}_0 += {t}\n" for d, t in enumerate(terms))
+        src += "".join(f"        {line}\n" for line in stores)
         sums = ", ".join(f"(a{d}_0 + a{d}_1) + (a{d}_2 + a{d}_3)" for d in range(len(terms)))
         src += f"    return ({sums},)\n"
     namespace: dict[str, Any] = {"np": np}

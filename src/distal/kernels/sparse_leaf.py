@@ -78,7 +78,6 @@ _JITTED: dict[str, Any] = {}
 _u = np.uintp
 
 
-
 def _segsum_kernel(
     seg_ptr: np.ndarray, seg_row: np.ndarray, v: np.ndarray, out: np.ndarray, zero: complex
 ) -> None:

@@ -47,7 +47,7 @@ import numpy as np
 
 from distal.arrays.darray import DArray
 from distal.arrays.graph import Value
-from distal.arrays.lower import choose_split, held_dist
+from distal.arrays.lower import choose_split, held_dist, made_by_a_pass
 from distal.arrays.program import Program
 from distal.casting import check_cast
 from distal.distribution.machine import Machine
@@ -515,6 +515,7 @@ class Session:
         nprocs: int,
         *,
         epilogue: bool = False,
+        donate: Sequence[tuple[int, int]] = (),
     ) -> None:
         """A fused set of the arrays program (:meth:`~distal.arrays.program.Program._run_fused`):
         ``fn`` over each process's blocks of the operands ``(slot, value name, distribution)``
@@ -527,9 +528,16 @@ class Session:
         (aligned ones move nothing); the partial sums are the only words exchanged.
         ``epilogue``: the set reduces the result of the kernel run just before it, over that
         result's blocks where they lie, as part of that kernel's run (counted there).
+
+        ``donate``: ``(member, slot)`` pairs, the program's word that nothing reads the
+        slot's value after this set (no handle, no pending array); where the session also
+        finds nothing else holding its block (:meth:`_donatable`), the member is written
+        over that block in place instead of into another array.
         """
         self._settle()
         machine, layouts, data = self._map_operands([(v, d) for _, v, d in operands], nprocs)
+        read = {k: (v, lay) for (k, v, _), lay in zip(operands, layouts, strict=True)}
+        given = tuple((j, k) for j, k in donate if k in read and self._donatable(*read[k]))
         target = layout_for(outs[0][0], shape, held_dist(len(shape)), machine)
         elems = [(o, d) for o, s, d in outs if s]
         sums = [(o, d) for o, s, d in outs if not s]
@@ -555,7 +563,7 @@ class Session:
                 each = None
                 if self.runtime == "local":
                     from distal.runtime.local import side_by_side as each
-                got, partials = fn(slots, cuts, bshape, each)
+                got, partials = fn(slots, cuts, bshape, each, given)
             if self.runtime == "mpi":
                 partials = _gather_partials(partials, sums, self.options.get("comm"))
             for (o, d), arr in zip(elems, got, strict=True):
@@ -572,6 +580,23 @@ class Session:
         if not epilogue:
             self.kernels_run += 1
             self.maps_run += 1
+
+    def _donatable(self, name: str, layout: Layout) -> bool:
+        """Whether value ``name``'s block here may be written over by a fused pass, given
+        that the program reads it no more: a local or MPI session without a checkpoint (a
+        writer thread may be saving any held block), a value the program named (no user
+        name, not held under a second name), held in the layout the pass reads (its own
+        block, not a redistributed copy), and a block a fused pass made (never a caller's
+        array, a view of one, or a kernel's result)."""
+        if self.runtime not in ("local", "mpi") or self.checkpoint is not None:
+            return False
+        held = self.values.get(name)
+        if held is None or held.layout is not layout or not _INTERNAL.fullmatch(name):
+            return False
+        if sum(1 for h in self.values.values() if h is held) != 1:
+            return False
+        block = held.data.array if isinstance(held.data, HeldBlock) else held.data
+        return made_by_a_pass(block)
 
     def _fused_on_workers(
         self,
