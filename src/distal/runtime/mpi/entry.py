@@ -26,6 +26,7 @@ from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.data import DistributedResult, chunks_for
 from distal.runtime.mpi.channel import Channel, PeerFailure, channel, job
 from distal.runtime.mpi.rank import STAT_FIELDS, Rank
+from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.typing import box_volume
 
@@ -39,7 +40,20 @@ class MPISizeError(DistalUserError):
     collective = True
 
 
+#: each kernel's fingerprint, worked out at its first run (the kernel is compiled: what
+#: it is made of no longer changes)
+_PRINTS = WeakCache(64)
+
+
 def _fingerprint(kernel: Any) -> float:
+    got = _PRINTS.get(kernel)
+    if got is None:
+        got = _work_fingerprint(kernel)
+        _PRINTS.put(kernel, got)
+    return got
+
+
+def _work_fingerprint(kernel: Any) -> float:
     """A cheap summary of the kernel, equal on every rank that compiled the same one: its
     machine size, schedule (as code), routing and tensors, and for a kernel bound to sparse
     patterns the patterns' fingerprints. The plan is a function of these alone (compiling
