@@ -1110,19 +1110,36 @@ def cg_lines(grid: int, iters: int, repeat: int) -> list[str]:
     def res(x: np.ndarray) -> float:
         return float(np.linalg.norm(b - a @ x))
 
-    def run(k: int) -> Any:
-        return dl.apps.cg(a, b, machine=2, tol=0.0, maxiter=k, session=dl.Session(progress=False))
+    marks: list[float] = []  # each iteration's end, by the solvers' callbacks
+    steps: dict[str, list[float]] = {}
+
+    def mark(_: Any) -> None:
+        marks.append(time.perf_counter())
+
+    def run(k: int, name: str = "") -> Any:
+        marks.clear()
+        got = dl.apps.cg(a, b, machine=2, tol=0.0, maxiter=k, callback=mark,
+                         session=dl.Session(progress=False))  # fmt: skip
+        steps.setdefault(name, []).extend(np.diff(marks))
+        return got
 
     run(1)
     _, one = _best_of(lambda: run(1), repeat)
-    (x, its), t = _best_of(lambda: run(iters), repeat)
+    (x, its), t = _best_of(lambda: run(iters, "distal local P=2"), repeat)
     per = {"distal local P=2": ((t - one) / (iters - 1), res(x), its)}
     count = [0]
 
     def scipy_cg() -> np.ndarray:
         count[0] = 0
-        return cg(a, b, rtol=0.0, atol=0.0, maxiter=iters,
-                  callback=lambda _: count.__setitem__(0, count[0] + 1))[0]  # fmt: skip
+        marks.clear()
+
+        def each(xk: Any) -> None:
+            count[0] += 1
+            mark(xk)
+
+        got = cg(a, b, rtol=0.0, atol=0.0, maxiter=iters, callback=each)[0]
+        steps.setdefault("scipy", []).extend(np.diff(marks))
+        return got
 
     x, t = _best_of(scipy_cg, repeat)
     per["scipy"] = (t / iters, res(x), count[0])
@@ -1139,11 +1156,20 @@ def cg_lines(grid: int, iters: int, repeat: int) -> list[str]:
             out.append(f"  {name:18s} failed: {' '.join(str(e).split())}")
             continue
         per[name] = (min(got["times"]) / iters, got["residual"], got["iterations"])
+        if got.get("iteration_median") is not None:
+            steps[name] = [got["iteration_median"]]
     base = per["scipy"][0]
     for name, (sec, r, its) in per.items():
+        note = _median_note(steps.get(name))
         out.append(f"  {name:18s} {sec * 1e3:9.2f} ms  x scipy {base / sec:5.2f}  "
-                   f"iterations {its}  residual {r:.6e}")  # fmt: skip
+                   f"iterations {its}  residual {r:.6e}{note}")  # fmt: skip
     return out
+
+
+def _median_note(steps: list[float] | None) -> str:
+    """The median time of one iteration (from the solver's per-iteration callback or
+    monitor), which neither a solve's set-up nor one slow moment of a shared machine moves."""
+    return "" if not steps else f"  median iteration {1e3 * float(np.median(steps)):7.2f} ms"
 
 
 def _progress(line: str) -> None:

@@ -99,3 +99,20 @@ def test_cg_zero_rhs_and_bad_inputs() -> None:
         dl.apps.cg(A, np.ones(10), schedule="nope")
     with pytest.raises(dl.InputError):
         dl.apps.pagerank(-np.ones((3, 3)))
+
+
+def test_cg_callback_sees_every_iterate() -> None:
+    """As scipy's ``cg``: called after each iteration with the iterate (here a DArray),
+    whose values are the iterates a shorter solve returns."""
+    A, b = spd(n=40, seed=3)
+    seen: list[np.ndarray] = []
+    x, its = dl.apps.cg(
+        A, b, machine=2, maxiter=6, tol=0.0, callback=lambda xk: seen.append(xk.get())
+    )
+    assert its == 6
+    assert len(seen) == 6
+    assert np.array_equal(seen[-1], x)
+    x3, _ = dl.apps.cg(A, b, machine=2, maxiter=3, tol=0.0)
+    assert np.array_equal(seen[2], x3)
+    with pytest.raises(dl.InputError, match="callback"):
+        dl.apps.cg(A, b, callback=3)

@@ -13,6 +13,7 @@ It stops when ``||r|| <= tol * ||b||`` (``r = b - A x``, updated recursively) or
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -46,6 +47,7 @@ def cg(
     *,
     maxiter: int | None = None,
     schedule: str = "auto",
+    callback: Callable[[Any], None] | None = None,
 ) -> tuple[np.ndarray, int]:
     """Solve ``A x = b`` (``A`` SPD) by conjugate gradients from ``x0 = 0``.
 
@@ -64,6 +66,9 @@ def cg(
         schedule: ``"auto"``; ``"owner"`` (dense ``A``: the owner-computes schedules of the
             module docstring); ``"rows"`` or ``"nonzeros"`` (sparse ``A``; auto lets the
             session's cost model cut it: :func:`distal.arrays.lower.choose_split`).
+        callback: called after each iteration with the iterate ``x`` (a ``dl.DArray``,
+            as scipy's ``cg`` calls its callback with ``xk``; reading it gathers it). On MPI
+            every rank calls it.
 
     Returns:
         ``(x, iterations)``: the solution and the number of iterations run in total.
@@ -78,6 +83,8 @@ def cg(
         raise InputError(f"cg: b has shape {bv.shape}, A is {a.shape}")
     if not (isinstance(tol, int | float) and tol >= 0):
         raise InputError(f"cg: tol must be a non-negative number, got {tol!r}")
+    if callback is not None and not callable(callback):
+        raise InputError(f"cg: callback must be callable, got {type(callback).__name__}")
     maxiter = 10 * n if maxiter is None else int(maxiter)
     sess = session_for(session)
     M = machine_for(sess, machine)
@@ -114,6 +121,8 @@ def cg(
             residual = float(sqrt(rs_new))
             done = it + 1
             bar.update(done, note=f"residual {residual / max(bnorm, 1e-300):.2e}")
+            if callback is not None:
+                callback(x)
             if residual <= tol * bnorm:
                 break
             p = r + (rs_new / rs) * p
