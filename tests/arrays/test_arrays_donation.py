@@ -15,6 +15,8 @@ from test_arrays import rand
 import distal as dl
 from distal.kernels import fused
 
+pytest.importorskip("numba", reason="blocks are donated to the generated loop (numba)")
+
 N = 2 * fused.MIN_SIZE + 3  # every processor's block takes the generated loop
 
 

@@ -3,6 +3,7 @@ cluster): the same program as on the local runtime, the same results."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,11 @@ def test_arrays_program_on_mpi_ranks(ranks: int) -> None:
     assert all(d["spmv"] == lines[0]["spmv"] for d in lines)
     want = [spmv_epilogue(dl.Session("local", machine=ranks), n) for n in (5, 2)]
     assert lines[0]["spmv"] == want
-    # a rebound vector's update written over its block on every rank, numpy's bits
-    assert all(d["donated"] and d["donated_err"] == 0.0 for d in lines), lines
+    # a rebound vector's update written over its block on every rank (by the generated
+    # loop: with numba), numpy's bits
+    assert all(d["donated_err"] == 0.0 for d in lines), lines
+    if importlib.util.find_spec("numba") is not None:
+        assert all(d["donated"] for d in lines), lines
 
 
 def test_arrays_program_on_dask(dask_client: Any) -> None:
