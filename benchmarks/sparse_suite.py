@@ -17,8 +17,10 @@ road network, a web graph), every result checked against scipy / numpy. Then:
   at 2 and 16 processors;
 * **exact gathers**: words an SpMV moves with exact gathers against the hull fetch
   (``exact=False``, SpDISTAL's), at 2, 4 and 16 processors;
-* **MPI**: SpMV and SpMM at 2 and 4 ranks (``mpiexec`` of the mpich wheel), next to the
-  local runtime's figure (4 ranks on a 2-core machine are oversubscribed);
+* **MPI**: SpMV on every matrix data set of the run (the better split) and SpMM on R-MAT,
+  at 2 and 4 ranks (``mpiexec`` of the mpich wheel), next to the local runtime's figure (4
+  ranks on a 2-core machine are oversubscribed), and each SpMV at 2 ranks against PETSc on
+  2 ranks from the same run's table;
 * **CG** (``--cg``): per iteration on a 1000 x 1000 Laplacian, distal against scipy and
   PETSc (``sparse_peers.cg_lines``), and (with MPI) ``dl.apps.cg`` on 1 and 2 ranks, next to
   PETSc's ``KSPCG`` on as many.
@@ -252,33 +254,53 @@ def _mpi_job(mpiexec: str, P: int, args: list[str], lines: list[str]) -> list[di
     return got
 
 
-def mpi_rows(quick: bool, repeat: int) -> list[str]:
-    """SpMV and SpMM on R-MAT at 2 and 4 ranks, timed by rank 0 of an mpiexec job."""
+def mpi_rows(
+    quick: bool, repeat: int, data: Sequence[str] = (), rows: Sequence[peers.Row] = ()
+) -> list[str]:
+    """SpMV on every matrix data set of ``data`` (default R-MAT; the better of the two
+    splits) and SpMM on R-MAT, at 2 and 4 ranks, timed by rank 0 of an mpiexec job; each
+    SpMV at 2 ranks against PETSc on 2 ranks in ``rows`` (the same run's table), the
+    issue's target (>= 1.0x)."""
     mpiexec = _mpiexec()
     if mpiexec is None:
         return ["MPI: skipped (no mpiexec: pip install 'distal[mpi]')"]
-    lines = ["MPI (R-MAT, non-zero split; ms, best of the timed runs):"]
+    names = [d for d in data if d in MPI_DATA] or ["rmat"]
+    lines = [
+        "MPI (SpMV: the better split; SpMM on R-MAT, non-zero split; ms, best of the timed runs):"
+    ]
+    targets = []
     for P in (2, 4):
-        args = ["--mpi-worker", "--repeat", str(repeat)] + (["--quick"] if quick else [])
-        got = _mpi_job(mpiexec, P, args, lines)
+        args = ["--mpi-worker", "--repeat", str(repeat), "--data", ",".join(names)]
+        got = _mpi_job(mpiexec, P, args + (["--quick"] if quick else []), lines)
         for r in got:
             lines.append(
-                f"  {r['kernel']:6s} {P} ranks {r['ms']:9.2f} ms  (local runtime with {P} "
-                f"processors in the same job's rank 0: {r['local_ms']:9.2f} ms)"
+                f"  {r['kernel']:6s} {r['data']:7s} {P} ranks {r['ms']:9.2f} ms  (local runtime "
+                f"with {P} processors in the same job's rank 0: {r['local_ms']:9.2f} ms)"
             )
-    return lines
+            petsc = next(
+                (x.seconds for x in rows if (x.kernel, x.data, x.system, x.status)
+                 == ("spmv", r["data"], "petsc-mpi2", "ok")), None,
+            )  # fmt: skip
+            if P == 2 and r["kernel"] == "spmv" and petsc:
+                ratio = 1e3 * petsc / r["ms"]
+                targets.append(
+                    f"  spmv      {r['data']:7s} MPI 2 ranks vs petsc-mpi2 ({1e3 * petsc:.2f} ms)"
+                    f" {ratio:6.2f}x  (target >= 1.0x: {'met' if ratio >= 1 else 'NOT met'})"
+                )
+    return lines + targets
 
 
-def mpi_worker(quick: bool, repeat: int) -> None:
+#: the matrix data sets the MPI rows can take
+MPI_DATA = ("rmat", "zipf", "banded", "fem", "road", "web")
+
+
+def mpi_worker(quick: bool, repeat: int, data: Sequence[str] = ("rmat",)) -> None:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
     P = comm.size
-    data = peers.dataset_makers(quick, ["rmat"])[0]()
-    for kernel in ("spmv", "spmm"):
-        alg, inputs = _algorithm(kernel, data, dl.Machine(P), "nonzeros")
-        k = alg.compile()
-        bound = k.bind(inputs)
+
+    def timed(bound: Any, inputs: Any) -> tuple[float, float | None]:
         bound.run(inputs, runtime="mpi")
         times = []
         for _ in range(repeat):
@@ -289,9 +311,27 @@ def mpi_worker(quick: bool, repeat: int) -> None:
         local = None
         if comm.rank == 0:
             local = _best(lambda bound=bound, inputs=inputs: bound.run(inputs), repeat)
-            print("RESULT " + json.dumps({"kernel": kernel, "ms": 1e3 * min(times),
-                                          "local_ms": 1e3 * local}), flush=True)  # fmt: skip
         comm.Barrier()
+        return min(times), local
+
+    for make in peers.dataset_makers(quick, list(data)):
+        ds = make()
+        kernels = ("spmv", "spmm") if ds.name == "rmat" else ("spmv",)
+        for kernel in kernels:
+            best: tuple[float, float | None] | None = None
+            for split in ("nonzeros", "rows") if kernel == "spmv" else ("nonzeros",):
+                alg, inputs = _algorithm(kernel, ds, dl.Machine(P), split)
+                got = timed(alg.compile().bind(inputs), inputs)
+                if best is None or got[0] < best[0]:
+                    best = got
+            assert best is not None
+            if comm.rank == 0:
+                print("RESULT " + json.dumps({"kernel": kernel, "data": ds.name,
+                                              "ms": 1e3 * best[0], "local_ms": 1e3 * best[1]}),
+                      flush=True)  # fmt: skip
+        ds.cache.clear()
+        del ds
+        gc.collect()
 
 
 def mpi_cg_rows(grid: int, iters: int, repeat: int) -> list[str]:
@@ -368,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cg-iters", type=int, default=50, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.mpi_worker:
-        mpi_worker(args.quick, args.repeat)
+        mpi_worker(args.quick, args.repeat, [x for x in args.data.split(",") if x] or ["rmat"])
         return 0
     if args.mpi_cg_worker:
         mpi_cg_worker(args.cg_grid, args.cg_iters, args.repeat)
@@ -417,7 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\n".join(mpi_cg_rows(grid, 50, 3)))
     if not args.no_mpi:
         print()
-        print("\n".join(mpi_rows(args.quick, args.repeat)))
+        data = [x for x in args.data.split(",") if x] or list(MPI_DATA)
+        print("\n".join(mpi_rows(args.quick, args.repeat, data, rows)))
     print(f"load average after: {os.getloadavg()}")
     return 0
 
