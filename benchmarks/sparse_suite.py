@@ -18,9 +18,10 @@ road network, a web graph), every result checked against scipy / numpy. Then:
 * **exact gathers**: words an SpMV moves with exact gathers against the hull fetch
   (``exact=False``, SpDISTAL's), at 2, 4 and 16 processors;
 * **MPI**: SpMV on every matrix data set of the run (the better split) and SpMM on R-MAT,
-  at 2 and 4 ranks (``mpiexec`` of the mpich wheel), next to the local runtime's figure (4
-  ranks on a 2-core machine are oversubscribed), and each SpMV at 2 ranks against PETSc on
-  2 ranks from the same run's table;
+  at 2 and 4 ranks (``mpiexec`` of the mpich wheel; the result left in its blocks,
+  ``gather="none"``, as PETSc's ``MatMult`` leaves its vector), next to the local runtime's
+  figure (4 ranks on a 2-core machine are oversubscribed), and each SpMV at 2 ranks against
+  PETSc on 2 ranks from the same run's table;
 * **CG** (``--cg``): per iteration on a 1000 x 1000 Laplacian, distal against scipy and
   PETSc (``sparse_peers.cg_lines``), and (with MPI) ``dl.apps.cg`` on 1 and 2 ranks, next to
   PETSc's ``KSPCG`` on as many.
@@ -301,12 +302,14 @@ def mpi_worker(quick: bool, repeat: int, data: Sequence[str] = ("rmat",)) -> Non
     P = comm.size
 
     def timed(bound: Any, inputs: Any) -> tuple[float, float | None]:
-        bound.run(inputs, runtime="mpi")
+        # the result left in its blocks, as PETSc's MatMult leaves its vector (gathering
+        # it to every rank is a collective of its own, not the product)
+        bound.run(inputs, runtime="mpi", gather="none")
         times = []
         for _ in range(repeat):
             comm.Barrier()
             t = time.perf_counter()
-            bound.run(inputs, runtime="mpi")
+            bound.run(inputs, runtime="mpi", gather="none")
             times.append(time.perf_counter() - t)
         local = None
         if comm.rank == 0:
