@@ -53,7 +53,7 @@ from distal.plan.stats import Stats, ops_by_step
 from distal.progress import Progress
 from distal.progress import _wanted as progress_wanted
 from distal.runtime.source import read_block
-from distal.runtime.store import Store, add_at, box_index, copy_into, read, where
+from distal.runtime.store import Store, add_at, box_index, copy_into, copy_piece, read, where
 from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FINAL, FLUSH, REDUCE, Recorder
 from distal.typing import Box
@@ -106,10 +106,7 @@ Job = tuple[np.ndarray, Any, np.ndarray, Any, int]  # dst, where in dst, src, wh
 
 def _copy(job: Job) -> None:
     dst, dix, src, six, _ = job  # numpy lets go of the GIL while it copies or gathers
-    if all(isinstance(x, slice) or x is Ellipsis for x in dix):  # a view of the buffer
-        copy_into(dst[dix], src, six)
-    else:  # scattered rows of the buffer: assigned through their index
-        dst[dix] = read(src, six)
+    copy_piece(dst, dix, src, six)
 
 
 def _copy_all(jobs: list[Job]) -> None:

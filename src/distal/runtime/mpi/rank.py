@@ -39,7 +39,7 @@ from distal.plan.region import words as region_words
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
-from distal.runtime.store import Store, box_index, read, where
+from distal.runtime.store import Store, box_index, copy_piece, read, where
 from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
 from distal.typing import Box, box_shape, box_volume
@@ -413,7 +413,7 @@ class Rank(Store):
         for src, piece in op.pieces:
             if src == self.p:
                 own, origin = self.owned[op.tensor]
-                buf[where(piece, op.box)] = read(own, where(piece, origin))
+                copy_piece(buf, where(piece, op.box), own, where(piece, origin))
             else:
                 tag = self._recv_tag(op.step, FETCH, op.tensor, src, piece)
                 self.next_reqs.append(self._recv(buf, piece, op.box, src, tag))
