@@ -177,8 +177,9 @@ class Loop:
         this one is complete. With ``save="latest"`` on the local and Dask runtimes it
         happens on a writer thread while the next iterations compute (under MPI, where the
         ranks exchange checksums, it still happens here): the blocks written are the held
-        arrays themselves, which the session never changes in place (a run keeps a new
-        array, ``put`` a copy); an iteration finished while the writer is busy (writing,
+        arrays themselves, which a session with a checkpoint never changes in place (a run
+        keeps a new array, ``put`` a copy, and no fused pass is given a held block to write
+        over: ``Session._donatable``); an iteration finished while the writer is busy (writing,
         or resting ``WRITER_REST`` times as long as its last write took) is left unsaved,
         except the loop's last, which is saved when the loop ends.
         """
