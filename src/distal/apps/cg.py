@@ -95,13 +95,12 @@ def cg(
     # saved: unnamed, a vector the loop rebinds is read by nothing after its update, and
     # the update is written over it in place (``Session._fused_blocks``'s donations)
     named = sess.checkpoint is not None
+    x, r, p, rs = b_ * 0.0, b_, b_, b_ @ b_
     if named:
-        sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = b_ * 0.0, b_, b_, b_ @ b_
+        sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = x, r, p, rs
     loop = sess.iterations(maxiter, keep=KEEP if named else (), name="cg", save="latest")
     if named:  # restored by the loop when it resumes a checkpointed run
         x, r, p, rs = (sess.array(name, machine=M) for name in KEEP)
-    else:
-        x, r, p, rs = b_ * 0.0, b_, b_, b_ @ b_
     done = 0 if sess.resumed_from is None else sess.resumed_from + 1
     bar = progress(sess, maxiter, "cg iterations")
     try:

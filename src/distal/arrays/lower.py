@@ -823,7 +823,8 @@ def _donated(
     donate: Sequence[tuple[int, int]], slots: list[Any], shape: tuple[int, ...]
 ) -> dict[int, np.ndarray]:
     """Member ``j``'s output block for each ``(j, k)`` of ``donate`` whose slot ``k`` holds a
-    whole C-contiguous float64 block of ``shape``: the caller's word that nothing reads that
+    whole block of ``shape`` (the loop's slots are C-contiguous float64 already,
+    :func:`~distal.kernels.fused.fits`): the caller's word that nothing reads that
     value after this pass (:meth:`distal.session.Session._fused_blocks`), so the pass
     writes the member over it in place (one array fewer through the cache: CG's
     ``x = x + alpha * p``). Only where the generated loop computes every member and
@@ -837,8 +838,6 @@ def _donated(
             or not isinstance(x, np.ndarray)
             or id(x) in taken
             or x.shape != shape
-            or x.dtype != np.float64
-            or not x.flags.c_contiguous
             or not x.flags.writeable
         ):
             continue

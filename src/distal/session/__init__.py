@@ -536,8 +536,6 @@ class Session:
         """
         self._settle()
         machine, layouts, data = self._map_operands([(v, d) for _, v, d in operands], nprocs)
-        read = {k: (v, lay) for (k, v, _), lay in zip(operands, layouts, strict=True)}
-        given = tuple((j, k) for j, k in donate if k in read and self._donatable(*read[k]))
         target = layout_for(outs[0][0], shape, held_dist(len(shape)), machine)
         elems = [(o, d) for o, s, d in outs if s]
         sums = [(o, d) for o, s, d in outs if not s]
@@ -563,6 +561,8 @@ class Session:
                 each = None
                 if self.runtime == "local":
                     from distal.runtime.local import side_by_side as each
+                read = {k: (v, lay) for (k, v, _), lay in zip(operands, layouts, strict=True)}
+                given = [(j, k) for j, k in donate if k in read and self._donatable(*read[k])]
                 got, partials = fn(slots, cuts, bshape, each, given)
             if self.runtime == "mpi":
                 partials = _gather_partials(partials, sums, self.options.get("comm"))
