@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError
+from distal.kernels.own_rows import OwnSplit, spmv_split_kernel
 
 _EXTRA = "pip install 'distal[sparse]'"
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -229,6 +230,7 @@ _KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
     "scatter": (_scatter_kernel, {}),
     "spmv": (_spmv_kernel, {}),
     "spmv_rows": (_spmv_rows_kernel, {}),
+    "spmv_split": (spmv_split_kernel, {}),
     "spmm": (_spmm_kernel, {}),
     "mttkrp": (_mttkrp_kernel, {}),
     "sddmm": (_sddmm_kernel, {"fastmath": {"reassoc"}}),
@@ -375,6 +377,8 @@ class TermLeaf:
         #: (offset, whether a caller's 32-bit index array handed to a run at that offset
         #: equals ``_idx[0]``), None before the first (see ``__call__``)
         self._crd_ok: tuple[int, bool] | None = None
+        #: the columns recoded to read the own block in place (:meth:`split_own`)
+        self._split: OwnSplit | None = None
         if len(seg_row) and int(seg_row[-1]) - int(seg_row[0]) == len(seg_row) - 1:
             self._row0 = int(seg_row[0])
 
@@ -410,6 +414,29 @@ class TermLeaf:
             if self._path == "csr-spmm" and self._cover_ptr is not None
             else None
         )
+
+    def split_own(self, probe: np.ndarray | None, nown: int = 0) -> bool:
+        """Read the processor's own vector rows in place from now on: its own block has
+        ``nown`` rows, buffer row ``k`` holds own row ``probe[k]`` (-1: another's row),
+        and each call passes the own block as ``own_x`` (:mod:`distal.kernels.own_rows`).
+        False where this leaf cannot (not a row-ordered SpMV, or too many rows read
+        both); ``probe`` None drops the split."""
+        self._split = None
+        if probe is None:
+            return True
+        if self._path != "csr-spmv" or self._perm is not None or self._x_dims[0] != ():
+            return False
+        if probe.shape[0] < self._x_rows_needed[0] or self._rows_ptr() is None:
+            return False
+        self._split = OwnSplit.make(self._idx[0], probe, nown, self._rows_ptr())
+        return self._split is not None
+
+    def _rows_ptr(self) -> np.ndarray | None:
+        """The row pointer a split run uses: over every row of ``out`` where there is one,
+        else over the consecutive segments from ``_row0``."""
+        if self._cover_ptr is not None:
+            return self._cover_ptr
+        return self._seg_ptr if self._row0 is not None else None
 
     @property
     def path(self) -> str:
@@ -496,9 +523,13 @@ class TermLeaf:
         xs: Sequence[np.ndarray],
         crd: tuple[np.ndarray, np.ndarray | None, int] | None = None,
         store: bool = False,
+        own_x: np.ndarray | None = None,
     ) -> None:
         """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place
         (``store``, where :meth:`covers` says so: write it, ``out`` not zeroed first).
+
+        ``own_x``: after :meth:`split_own`, the processor's own block of the vector, whose
+        rows the buffer ``xs[0]`` does not hold (the caller skipped copying them).
 
         ``crd``: for an SpMV, ``(cols, whole, lo)``: ``cols`` the entries' global columns
         in an array of the caller's (a scipy matrix's 32-bit ``indices``, whose pattern
@@ -536,16 +567,25 @@ class TermLeaf:
         idx = None
         if crd is not None:
             cols, whole, lo = crd
-            # the whole vector only as it is (a cast or copy of it would cost a pass a run)
-            usable = whole is None or (whole.dtype == dt and whole.flags.c_contiguous)
+            # the whole vector only as it is (a cast or copy of it would cost a pass a run);
+            # a buffer without the own rows only through the whole vector
+            usable = (whole is None and own_x is None) or (
+                whole is not None and whole.dtype == dt and whole.flags.c_contiguous
+            )
             idx = self._own_crd(cols, lo) if usable else None
             if idx is not None and whole is not None:
-                xs = [whole]
+                xs, own_x = [whole], None
+        if own_x is not None:
+            if self._split is None:
+                raise InputError("own_x given to a leaf without split_own")
+            own_x = np.ascontiguousarray(own_x, dtype=dt).reshape(-1)
+            if own_x.shape[0] != self._split.nown:
+                raise InputError(f"own_x has {own_x.shape[0]} rows, the split {self._split.nown}")
         if out.flags.c_contiguous:
-            self._run_numba(out, v, xs, idx, store)
+            self._run_numba(out, v, xs, idx, store, own_x)
         else:  # the kernels write through a flat view: give them one, then add
             tmp = np.zeros(out.shape, dt)
-            self._run_numba(tmp, v, xs, idx)
+            self._run_numba(tmp, v, xs, idx, False, own_x)
             out += tmp
 
     def covers(self, out: np.ndarray) -> bool:
@@ -581,6 +621,7 @@ class TermLeaf:
         xs: list[np.ndarray],
         crd: np.ndarray | None = None,
         store: bool = False,
+        own_x: np.ndarray | None = None,
     ) -> None:
         path, ptr, rows, w = self._path, self._seg_ptr, self._seg_row, self._width
         zero = out.dtype.type(0)
@@ -590,7 +631,13 @@ class TermLeaf:
             x = xs[0].reshape(xs[0].shape[0])
             flat = out.reshape(self._out_rows)
             idx = self._idx[0] if crd is None else crd
-            if store and self._cover_ptr is not None:
+            split = self._split if own_x is not None else None
+            if split is not None:  # own rows from own_x, the others from the buffer
+                sptr, row0 = self._rows_ptr(), self._row0 or 0
+                block = flat if sptr is self._cover_ptr else flat[row0 : row0 + len(rows)]
+                _jit("spmv_split")(sptr, split.idx, v, own_x, x, np.uintp(split.nown),
+                                   split.mixed, block, zero, store)  # fmt: skip
+            elif store and self._cover_ptr is not None:
                 _jit("spmv_rows")(self._cover_ptr, idx, v, x, flat, zero, True)
             elif self._row0 is not None:
                 block = flat[self._row0 : self._row0 + len(rows)]
@@ -660,23 +707,25 @@ class EntryLeaves:
         crd: Mapping[str, np.ndarray] = {},
         whole: Mapping[str, np.ndarray] = {},
         store: bool = False,
+        own: Mapping[str, np.ndarray] = {},
     ) -> int:
         """``crd``: a sparse tensor's column indices of the entries, in an array of the
         caller's, for a term reading that tensor's values in order; ``whole``: dense
         inputs as the caller gave them whole (see :meth:`TermLeaf.__call__`). ``store``
         (only where :meth:`covers` said so): ``out`` holds nothing yet, and the one term
-        writes every element of it."""
+        writes every element of it. ``own``: the processor's own blocks of the tensors
+        :meth:`read_own` accepted, whose rows their buffers do not hold."""
         ran = []
         for t, leaf in zip(self.work.terms, self.leaves, strict=True):
             if leaf.entries == 0:
                 ran.append(False)
                 continue
-            own: Any = None
+            caller: Any = None
             if crd and len(t.sparse) == 1 and t.sparse[0][1] is None and len(t.dense) == 1:
                 got = crd.get(t.sparse[0][0])
                 name = t.dense[0][0]
                 if got is not None and name in whole:
-                    own = (got, whole[name], _first_row(buffers[name][1]))
+                    caller = (got, whole[name], _first_row(buffers[name][1]))
             v = None
             for name, idx in t.sparse:
                 vals = buffers[name][0]
@@ -684,11 +733,36 @@ class EntryLeaves:
                 v = vals if v is None else v * vals
             if t.coeff != 1:
                 v = v * t.coeff
+            mine = own.get(t.dense[0][0]) if own and len(t.dense) == 1 else None
             leaf(out, np.ascontiguousarray(v, dtype=self.dtype),
-                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense], own,
-                 store)  # fmt: skip
+                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense], caller,
+                 store, mine)  # fmt: skip
             ran.append(True)
         return self._visited(tuple(ran)) * self.work.width
+
+    def read_own(self, name: str, probe: np.ndarray | None, nown: int = 0) -> bool:
+        """Whether every term reading dense tensor ``name`` reads its own rows in place
+        from now on (:meth:`TermLeaf.split_own`: buffer row ``k`` holds own row
+        ``probe[k]``, the own block has ``nown`` rows); where one cannot, or none reads it,
+        none does and the answer is False. ``probe`` None: every term reads the buffer
+        again."""
+        if probe is not None and (
+            any(t == name for t, _ in self.work.views)
+            or any(n == name for t in self.work.terms for n, _ in t.sparse)
+        ):
+            return False  # (a sparse tensor's values are read by position, not as a vector)
+        readers = [
+            leaf
+            for t, leaf in zip(self.work.terms, self.leaves, strict=True)
+            if any(d[0] == name for d in t.dense) and leaf.entries
+        ]
+        terms = [t for t in self.work.terms if any(d[0] == name for d in t.dense)]
+        ok = probe is None or (bool(terms) and all(len(t.dense) == 1 for t in terms))
+        ok = ok and all(leaf.split_own(probe, nown) for leaf in readers)
+        if not ok:
+            for leaf in readers:
+                leaf.split_own(None)
+        return ok
 
     def covers(self, out: np.ndarray) -> bool:
         """Whether one call writes every element of ``out`` (one term with entries, whose

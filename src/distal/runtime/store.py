@@ -10,11 +10,13 @@ partial sums received this step (``inbox``) and children's sums combined on a ro
 from __future__ import annotations
 
 import weakref
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from distal.kernels.leaf import TermKernel, run_leaf, stores_all
+from distal.kernels.own_rows import probe_rows
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
 from distal.plan.region import Location, Region, locate, shape
@@ -117,6 +119,42 @@ def copy_piece(dst: np.ndarray, dix: Any, src: np.ndarray, six: Any) -> None:
         dst[dix] = read(src, six)
 
 
+def reads_own_in_place(
+    op: Fetch, p: int, ops: Sequence[Any], leaves: Mapping[int, EntryLeaves], own: Held
+) -> bool:
+    """Whether processor ``p``'s fetch ``op`` may leave its own rows out of the buffer,
+    every leaf of its program reading them from its owned block ``own`` instead
+    (:meth:`EntryLeaves.read_own`, told here where each buffer row's own row lies, by
+    :func:`copy_piece` itself, the rule that would have copied it). Only a vector's one
+    fetch in a program whose every Compute is a leaf over stored entries; decided once per
+    plan, a "yes" leaves the leaves reading in place for every later run of it."""
+    if op.box is None or op.view:
+        return False
+    pieces = [piece for src, piece in op.pieces if src == p]
+    arr, origin = own
+    if not pieces or arr.ndim != 1 or len(shape(op.box)) != 1:
+        return False
+    if sum(1 for o in ops if isinstance(o, Fetch) and o.tensor == op.tensor) != 1:
+        return False
+    computes = [o for o in ops if isinstance(o, Compute)]
+    if not computes or any(c.work is None or id(c) not in leaves for c in computes):
+        return False
+
+    def put(dst: np.ndarray, ids: np.ndarray) -> None:
+        for piece in pieces:
+            copy_piece(dst, where(piece, op.box), ids, where(piece, origin))
+
+    probe = probe_rows(shape(op.box)[0], arr.shape[0], put)
+    done: list[EntryLeaves] = []
+    for c in computes:
+        if not leaves[id(c)].read_own(op.tensor, probe, arr.shape[0]):
+            for lv in done:
+                lv.read_own(op.tensor, None)
+            return False
+        done.append(leaves[id(c)])
+    return True
+
+
 def add_at(arr: np.ndarray, ix: Any, value: np.ndarray) -> None:
     """``arr`` at ``ix`` (from :func:`where`) ``+= value``."""
     if type(ix) is Location:
@@ -149,6 +187,9 @@ class Store:
         self.crd: dict[str, np.ndarray] = {}
         #: dense inputs the caller gave whole (C-contiguous, of their dtype), by tensor
         self.whole: dict[str, np.ndarray] = {}
+        #: owned blocks of vectors whose fetch buffers leave out this processor's rows,
+        #: which its leaves read here instead (:func:`reads_own_in_place`), by tensor
+        self.own_reads: dict[str, np.ndarray] = {}
         self.inbox: list[Held] = []  # partial sums received this step, for the owned block
         self.combined: list[Held] = []  # children's partial sums this step (routing)
 
@@ -242,7 +283,7 @@ class Store:
                     self.own_dirty = False
                 else:
                     self.own_output()
-            done = leaves(out, bufs, self.crd, self.whole, store)
+            done = leaves(out, bufs, self.crd, self.whole, store, self.own_reads)
             self.fresh = False
             self.own_fresh = self.own_fresh and not self.direct
             return done

@@ -39,7 +39,7 @@ from distal.plan.region import words as region_words
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
-from distal.runtime.store import Store, box_index, copy_piece, read, where
+from distal.runtime.store import Store, box_index, copy_piece, read, reads_own_in_place, where
 from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
 from distal.typing import Box, box_shape, box_volume
@@ -70,9 +70,12 @@ SPARE_BUFFER_BYTES = 1 << 23
 _LEAVES = WeakCache(LEAVES_KEPT)
 
 
-def _prepared(plan: Plan, p: int, dtype: Any) -> tuple[dict[int, EntryLeaves], Recycler]:
+def _prepared(
+    plan: Plan, p: int, dtype: Any
+) -> tuple[dict[int, EntryLeaves], Recycler, dict[int, bool]]:
     """The leaves over stored entries of ``plan``'s Computes on rank ``p``, by the Compute's
-    identity, and the plan's recycler of arrays (made once per plan and output dtype).
+    identity, the plan's recycler of arrays (made once per plan and output dtype), and
+    by Fetch, whether its leaves read the rank's own rows in place (filled as it runs).
 
     The recycler hands out an array only when nothing else holds it (a result block a
     session still holds, a buffer a pending request or a failed run's graveyard refers to,
@@ -80,15 +83,16 @@ def _prepared(plan: Plan, p: int, dtype: Any) -> tuple[dict[int, EntryLeaves], R
     page inside its leaf, about 1 ms a run on 10^6 rows."""
     got = _LEAVES.get(plan)
     if got is not None and got[0] == dtype:
-        return got[1], got[2]
+        return got[1], got[2], got[3]
     leaves = {
         id(op): EntryLeaves(op.work, dtype)
         for op in plan.ops(p)
         if isinstance(op, Compute) and op.work is not None
     }
     recycler = Recycler(ARRAYS_KEPT)
-    _LEAVES.put(plan, (dtype, leaves, recycler))
-    return leaves, recycler
+    reads: dict[int, bool] = {}
+    _LEAVES.put(plan, (dtype, leaves, recycler, reads))
+    return leaves, recycler, reads
 
 
 class _At:
@@ -135,7 +139,7 @@ class Rank(Store):
         self.where: str | _At = "setup"
         self.trace = Recorder()
         # the leaves over stored entries, per Compute, and the arrays earlier runs let go of
-        self.leaves, self.spare = _prepared(plan, self.p, self.out_dtype)
+        self.leaves, self.spare, self.reads_own = _prepared(plan, self.p, self.out_dtype)
         self.keep: list[Any] = []  # gathered messages, alive until their sends complete
         self._region_tensor: dict[int, str] = {}
         self._piece_cache: dict = {}
@@ -410,8 +414,18 @@ class Rank(Store):
         buf = self.fetch_buffer(op, self.dtypes[op.tensor])
         if buf is None:
             return
+        in_place = self.reads_own.get(id(op))
+        if in_place is None and any(src == self.p for src, _ in op.pieces):
+            ops = self.plan.ops(self.p)
+            own = self.owned[op.tensor]
+            in_place = reads_own_in_place(op, self.p, ops, self.leaves, own)
+            self.reads_own[id(op)] = in_place
+        if in_place:
+            self.own_reads[op.tensor] = self.owned[op.tensor][0]
         for src, piece in op.pieces:
             if src == self.p:
+                if in_place:
+                    continue  # the leaves read these rows from the owned block
                 own, origin = self.owned[op.tensor]
                 copy_piece(buf, where(piece, op.box), own, where(piece, origin))
             else:
