@@ -153,11 +153,28 @@ def _matrix(n: int, m: int, density: float, seed: int) -> sp.csr_matrix:
     return b.tocsr()
 
 
+def _banded(n: int, seed: int) -> sp.csr_matrix:
+    """A banded matrix (offsets -3, -1, 0, 1, 3), whose rows a row cut leaves reading
+    mostly the processor's own vector rows (and a few rows past each end: the ghosts)."""
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    offsets = (-3, -1, 0, 1, 3)
+    return sp.diags([rng.standard_normal(n - abs(k)) for k in offsets], offsets).tocsr()
+
+
 def spmv(
-    P: int, split: str, bdist: str, n: int = 60, dtype: Any = np.float64, adist: str = "x -> x"
+    P: int,
+    split: str,
+    bdist: str,
+    n: int = 60,
+    dtype: Any = np.float64,
+    adist: str = "x -> x",
+    banded: bool = False,
 ) -> SparseBuilt:
     """``a[i] = B[i, j] * c[j]``: split ``"row"`` (cut i) or ``"nz"`` (cut B's non-zeros);
-    ``adist="x -> *"`` replicates the output (reduced on one replica, then sent to all)."""
+    ``adist="x -> *"`` replicates the output (reduced on one replica, then sent to all);
+    ``banded``: B banded (:func:`_banded`), not random."""
     M = dl.Machine(P)
     i, j, io, ii, f, fp, fo, fi = dl.index_vars("i j io ii f fp fo fi")
     B = dl.Tensor("B", (n, n), format="csr", dist=bdist, machine=M, dtype=dtype)
@@ -167,10 +184,10 @@ def spmv(
     s = _split(dl.schedule(a), split, (i, j), B, M, (io, ii, f, fp, fo, fi))
     s = s.communicate([a, B, c], fo if split == "nz" else io)
     rng = np.random.default_rng(n)
-    bv = _matrix(n, n, 0.1, 1)
+    bv = _banded(n, 1) if banded else _matrix(n, n, 0.1, 1)
     cv = rng.random(n)
     if np.dtype(dtype).kind == "c":
-        bv = (bv + 1j * _matrix(n, n, 0.1, 1)).tocsr()
+        bv = (bv + 1j * (_banded(n, 2) if banded else _matrix(n, n, 0.1, 1))).tocsr()
         cv = cv + 1j * rng.random(n)
     return dl.compile(s), {"B": bv, "c": cv}, bv @ cv
 
@@ -250,6 +267,11 @@ def sparse_cases(P: int) -> dict[str, Callable[[], SparseBuilt]]:
     out["spmv nz complex"] = lambda: spmv(P, "nz", "xy -> x", dtype=np.complex128)
     out["spmv nz, a replicated"] = lambda: spmv(P, "nz", "xy -> (xy)", adist="x -> *")
     out["spmm row, C streamed in 3 steps"] = lambda: spmm_streamed(P, 3)
+    # each rank's leaf reads its own rows of c in place, its fetch only the ghosts
+    out["spmv row banded"] = lambda: spmv(P, "row", "xy -> x", n=48 * P, banded=True)
+    out["spmv row banded complex"] = lambda: spmv(
+        P, "row", "xy -> x", n=48 * P, dtype=np.complex128, banded=True
+    )
     return out
 
 

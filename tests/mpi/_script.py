@@ -114,6 +114,16 @@ def _same_bits(x: Any, y: Any) -> bool:
     return x.pattern_fingerprint() == y.pattern_fingerprint() and np.array_equal(x.vals, y.vals)
 
 
+def reads_own() -> bool:
+    """Whether this rank's last MPI run (the newest plan its runtime prepared) left its own
+    rows out of a fetch buffer, its leaves reading them from its owned block
+    (``runtime/store.py::reads_own_in_place``)."""
+    from distal.runtime.mpi.rank import _LEAVES
+
+    prepared = list(_LEAVES._items.values())
+    return bool(prepared) and any(prepared[-1][1][3].values())
+
+
 def check_sparse(name: str, kernel: dl.Kernel, inputs: dict[str, Any], expected: Any) -> None:
     """A sparse case: MPI bits == the local runtime's, value ~ scipy's to 1e-12, measured
     stats == ``bound.stats()`` == the local runtime's."""
@@ -168,6 +178,9 @@ def sparse() -> None:
 
     for name, build in sparse_cases(SIZE).items():
         check_sparse(name, *build())
+        # the banded cases' leaves read the rank's own rows of c where they lie; the random
+        # matrices' rows read every processor's (the split would not pay)
+        assert reads_own() == ("banded" in name), f"{name}: reads own rows {reads_own()}"
     # the other gather modes: the value on rank 0 only, or no value and the owned parts
     kernel, inputs, expected = spmv(SIZE, "nz", "xy -> x")
     bound = kernel.bind(inputs)

@@ -67,6 +67,8 @@ SPARSE_CASES = {
     *MOVED,
     "spmv nz, a replicated",
     "spmm row, C streamed in 3 steps",
+    "spmv row banded",
+    "spmv row banded complex",
     "gather modes and options",
 }
 #: sparse library cases with B laid out by non-zeros, cut by rows: 3-level pieces travel

@@ -50,14 +50,20 @@ def spmv_split_kernel(
     start = _u(0)
     for k in range(mixed.shape[0] + 1):
         stop = _u(mixed[k]) if k < mixed.shape[0] else n
-        for s in range(start, stop):
-            a = zero
-            for e in range(_u(ptr[s]), _u(ptr[s + one])):
-                a += v[e] * xo[_u(idx[e])]
-            if store:
+        if store:
+            for s in range(start, stop):
+                a = zero
+                for e in range(_u(ptr[s]), _u(ptr[s + one])):
+                    a += v[e] * xo[_u(idx[e])]
                 out[s] = zero + a
-            elif _u(ptr[s + one]) > _u(ptr[s]):  # (a row without entries keeps its -0.0)
-                out[s] += a
+        else:
+            for s in range(start, stop):
+                e0, e1 = _u(ptr[s]), _u(ptr[s + one])
+                if e1 > e0:  # (a row without entries keeps its -0.0)
+                    a = zero
+                    for e in range(e0, e1):
+                        a += v[e] * xo[_u(idx[e])]
+                    out[s] += a
         if k < mixed.shape[0]:
             a = zero
             for e in range(_u(ptr[stop]), _u(ptr[stop + one])):

@@ -361,15 +361,17 @@ class TermLeaf:
             o_sorted = o
         # Unsigned indices: numba then drops its negative-index wrap-around code from every
         # array access (a third faster SpMV). 32 bits for the per-entry rows when they fit:
-        # the kernels stream them, so that halves their traffic. The segment bounds stay
-        # 64-bit, so the entry loop's counter needs no widening.
+        # the kernels stream them, so that halves their traffic; and for the segment bounds
+        # when the entries fit (their widening is free; a road network's rows, 2.8 entries
+        # each, ran 4 % faster on half the pointer bytes).
         self._itype = itype = (
             np.uint32 if max([out_rows, *self._x_rows_needed]) < 2**32 else np.uint64
         )
         self._o = o.astype(itype)
         self._idx = [a.astype(itype) for a in idx]
         seg_ptr, seg_row = _segments(o_sorted)
-        self._seg_ptr, self._seg_row = seg_ptr.astype(np.uint64), seg_row.astype(itype)
+        ptype = np.uint32 if n < 2**32 else np.uint64
+        self._seg_ptr, self._seg_row = seg_ptr.astype(ptype), seg_row.astype(itype)
         unique = self._seg_row.shape[0] == n
         #: the first output row when the segments are consecutive rows (a CSR row block:
         #: a row cut, or stored entries that split no row), else None
@@ -404,7 +406,7 @@ class TermLeaf:
                 # as zeros too, so a block need not be zeroed first; at most twice the
                 # segments' pointers (an add into a block keeps the segment loop, which
                 # leaves such rows as they are: -0.0 stays -0.0)
-                ptr = np.zeros(out_rows + 1, np.uint64)
+                ptr = np.zeros(out_rows + 1, ptype)
                 ptr[seg_row + 1] = np.diff(seg_ptr)
                 np.cumsum(ptr, out=ptr)
                 self._cover_ptr = ptr

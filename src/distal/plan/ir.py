@@ -67,7 +67,9 @@ class Fetch:
     """Make ``box`` of ``tensor`` available for the computation (replacing the old buffer).
 
     ``pieces`` are ``(source processor, piece)``; the processor's own pieces are
-    local copies. ``view`` means the box lies inside the processor's own block,
+    local copies (or, where every leaf reading the buffer reads them from the owned block
+    instead, left out: ``runtime/store.py::reads_own_in_place``; the plan's counts are the
+    same either way). ``view`` means the box lies inside the processor's own block,
     so no buffer is made. ``box`` None means nothing is needed any more.
     """
 
