@@ -564,7 +564,7 @@ class Session:
                 read = {k: (v, lay) for (k, v, _), lay in zip(operands, layouts, strict=True)}
                 given = [(j, k) for j, k in donate if k in read and self._donatable(*read[k])]
                 got, partials = fn(slots, cuts, bshape, each, given)
-            if self.runtime == "mpi":
+            if self.runtime == "mpi" and sums:  # (no reduction: no collective, no wait)
                 partials = _gather_partials(partials, sums, self.options.get("comm"))
             for (o, d), arr in zip(elems, got, strict=True):
                 if self.runtime == "mpi":
