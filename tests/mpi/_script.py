@@ -174,7 +174,7 @@ def library(routing: str = "auto") -> None:
 
 
 def sparse() -> None:
-    from _mpi_cases import sparse_cases, spmv
+    from _mpi_cases import sparse_cases, spmm_streamed, spmv
 
     for name, build in sparse_cases(SIZE).items():
         check_sparse(name, *build())
@@ -203,6 +203,19 @@ def sparse() -> None:
     quiet = bound.run(inputs, runtime="mpi", trace=False)
     assert quiet.trace == [], "trace=False gathered events"
     assert quiet.stats == bound.stats(), "trace=False stats"
+    # traces: a few events a rank ride in the stats' collective, more take their own; both
+    # arrive whole on every rank (a compute event per step and rank)
+    from distal.runtime.mpi.entry import INLINE_EVENTS
+    from distal.trace import COMPUTE
+
+    for steps in (2, 12):
+        kernel, inputs, _ = spmm_streamed(SIZE, steps)
+        traced = kernel.bind(inputs).run(inputs, runtime="mpi").trace
+        per = {p: sum(1 for e in traced if e.proc == p) for p in range(SIZE)}
+        assert (max(per.values()) > INLINE_EVENTS) == (steps == 12), (steps, per)
+        for p in range(SIZE):
+            got = sorted(e.step for e in traced if e.proc == p and e.kind == COMPUTE)
+            assert got == list(range(steps)), (steps, p, got)
     report(case="gather modes and options", ok=True)
 
 

@@ -145,8 +145,9 @@ def run(
         comm: the communicator to run on (default ``MPI.COMM_WORLD``); its size must equal
             the machine's, and rank ``p`` plays processor ``p``.
         trace: gather every rank's trace events into ``Result.trace`` (default: unless
-            ``DISTAL_TRACE=0``, as on the local runtime); ``False`` leaves it empty and
-            saves the run a collective (a session's runs pass ``False`` unless asked).
+            ``DISTAL_TRACE=0``, as on the local runtime): up to :data:`INLINE_EVENTS`
+            events a rank ride in the stats' collective, more take a second one; ``False``
+            leaves it empty (a session's runs pass ``False`` unless asked).
         _fail_on_rank, _fail_at_step: testing only -- raise on that rank at that step.
     """
     t_start = time.perf_counter()
@@ -196,15 +197,22 @@ def run(
         if trace is None:
             trace = os.environ.get("DISTAL_TRACE", "1") != "0"
         row = [me.counts[f] for f in STAT_FIELDS]
-        # the trace's event count rides with the stats: one collective fewer
-        row += [exec_seconds, me.compute_seconds, gather_seconds, len(me.trace.events)]
+        # the trace rides with the stats: its event count, whether this rank wants it, and
+        # up to INLINE_EVENTS events (a run of a few steps has no more): one collective
+        nevents = len(me.trace.events)
+        row += [exec_seconds, me.compute_seconds, gather_seconds, nevents, bool(trace)]
         row += me.level_words
-        table = chan.allgather(np.array(row, np.float64))
-        events = (
-            _gather_trace(chan, me.trace.events, int(table[:, len(STAT_FIELDS) + 3].max()))
-            if trace
-            else []
-        )
+        inline = _event_rows(me.trace.events if trace and nevents <= INLINE_EVENTS else [])
+        table = chan.allgather(np.concatenate([np.array(row, np.float64), inline.ravel()]))
+        nf = len(STAT_FIELDS)
+        most, wanted = int(table[:, nf + 3].max()), bool(table[:, nf + 4].any())
+        table, inlined = table[:, : len(row)], table[:, len(row) :]
+        events: list[Event] = []
+        if wanted and most > INLINE_EVENTS:  # (every rank decides alike, from the table)
+            events = _gather_trace(chan, me.trace.events, most)
+            events = events if trace else []
+        elif trace:
+            events = _events(inlined.reshape(chan.size, INLINE_EVENTS, 6))
     except PeerFailure:
         if me is not None:
             me.abandon()
@@ -217,8 +225,7 @@ def run(
             me.abandon()
         raise RuntimeFailure(f"{chan.name(rank)} failed: {text}", processor=rank) from e
     me.free_types()
-    nf = len(STAT_FIELDS)
-    levels = [[int(x) for x in table[:, c]] for c in range(nf + 4, table.shape[1])]
+    levels = [[int(x) for x in table[:, c]] for c in range(nf + 5, table.shape[1])]
     stats = Stats(*([int(x) for x in table[:, f]] for f in range(nf)), level_words_received=levels)
     extra = {
         "execute_seconds": float(table[:, nf].max()),
@@ -257,17 +264,21 @@ def run(
 
 
 _KINDS = (FETCH, COMPUTE, FLUSH, REDUCE, FINAL, WAIT)  # FETCH, FINAL: the plan's words
+#: trace events per rank sent inside the stats' collective (more take a second one)
+INLINE_EVENTS = 16
 
 
-def _gather_trace(chan: Channel, events: list[Event], n: int) -> list[Event]:
-    """Every rank's trace events on every rank (times from each rank's own start, which the
-    collective before execution lines up to within a message latency); ``n``: the most
-    events any rank has."""
+def _event_rows(events: list[Event], n: int = INLINE_EVENTS) -> np.ndarray:
+    """``events`` as ``n`` rows of six floats (unused rows: processor -1)."""
     rows = np.zeros((max(n, 1), 6), np.float64)
     for r, e in enumerate(events):
         rows[r] = (e.proc, _KINDS.index(e.kind), e.step, e.start, e.end, e.words)
     rows[len(events) :, 0] = -1
-    table = chan.allgather(rows.ravel()).reshape(chan.size, -1, 6)
+    return rows
+
+
+def _events(table: np.ndarray) -> list[Event]:
+    """Every rank's events from their rows (``(ranks, rows, 6)``), by start time."""
     out = [
         Event(int(p), _KINDS[int(k)], int(st), float(a), float(b), int(w))
         for per_rank in table
@@ -275,6 +286,14 @@ def _gather_trace(chan: Channel, events: list[Event], n: int) -> list[Event]:
         if p >= 0
     ]
     return sorted(out, key=lambda e: (e.start, e.proc))
+
+
+def _gather_trace(chan: Channel, events: list[Event], n: int) -> list[Event]:
+    """Every rank's trace events on every rank (times from each rank's own start, which the
+    collective before execution lines up to within a message latency); ``n``: the most
+    events any rank has."""
+    table = chan.allgather(_event_rows(events, n).ravel()).reshape(chan.size, -1, 6)
+    return _events(table)
 
 
 def world() -> tuple[int, int]:
