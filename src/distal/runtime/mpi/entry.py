@@ -225,12 +225,14 @@ def run(
             me.abandon()
         raise RuntimeFailure(f"{chan.name(rank)} failed: {text}", processor=rank) from e
     me.free_types()
-    levels = [[int(x) for x in table[:, c]] for c in range(nf + 5, table.shape[1])]
-    stats = Stats(*([int(x) for x in table[:, f]] for f in range(nf)), level_words_received=levels)
+    columns = table.T.tolist()  # (Python numbers in one call, not one element at a time)
+    counts = [[int(x) for x in col] for col in columns[:nf]]
+    levels = [[int(x) for x in col] for col in columns[nf + 5 :]]
+    stats = Stats(*counts, level_words_received=levels)
     extra = {
-        "execute_seconds": float(table[:, nf].max()),
-        "compute_seconds": [float(x) for x in table[:, nf + 1]],
-        "gather_seconds": float(table[:, nf + 2].max()),
+        "execute_seconds": max(columns[nf]),
+        "compute_seconds": columns[nf + 1],
+        "gather_seconds": max(columns[nf + 2]),
     }
     own = me.owned.get(plan.output)
     if plan.patterns:  # bound to sparse patterns: the owned part and what it holds
@@ -271,19 +273,20 @@ INLINE_EVENTS = 16
 def _event_rows(events: list[Event], n: int = INLINE_EVENTS) -> np.ndarray:
     """``events`` as ``n`` rows of six floats (unused rows: processor -1)."""
     rows = np.zeros((max(n, 1), 6), np.float64)
-    for r, e in enumerate(events):
-        rows[r] = (e.proc, _KINDS.index(e.kind), e.step, e.start, e.end, e.words)
     rows[len(events) :, 0] = -1
+    if events:
+        rows[: len(events)] = [
+            (e.proc, _KINDS.index(e.kind), e.step, e.start, e.end, e.words) for e in events
+        ]
     return rows
 
 
 def _events(table: np.ndarray) -> list[Event]:
     """Every rank's events from their rows (``(ranks, rows, 6)``), by start time."""
+    rows = table.reshape(-1, 6)
     out = [
-        Event(int(p), _KINDS[int(k)], int(st), float(a), float(b), int(w))
-        for per_rank in table
-        for p, k, st, a, b, w in per_rank
-        if p >= 0
+        Event(int(p), _KINDS[int(k)], int(st), a, b, int(w))
+        for p, k, st, a, b, w in rows[rows[:, 0] >= 0].tolist()
     ]
     return sorted(out, key=lambda e: (e.start, e.proc))
 
