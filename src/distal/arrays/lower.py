@@ -738,6 +738,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
             each = _serial  # handing small cuts to threads costs more than it saves
         loop, done = None, ()
         row = size // shape[0] if shape[0] else 0
+        given: dict[int, int] = {}
         if maps and fused_kernels.fits(a, size):
             scalars = tuple(x is None or x.ndim == 0 for x in a)  # None: a member, read as itself
             # the loop adds the reductions where each cut's dot would be the compiled one
@@ -756,11 +757,19 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
                     else (fused_kernels.elementwise_pass(maps, member_slots, scalars), ())
                 )
             loop, done = got
+            # donated blocks only where the loop does every reduction (it reads each element
+            # before it stores there); their loop stores through the donated slots
+            given = _donated(donate, a, shape) if loop is not None and len(done) == nsums else {}
+            if given:
+                alias = tuple(given.get(j) for j in range(len(maps)))
+                dots = two if done else ()
+                loop = (
+                    fused_kernels.elementwise_pass(maps, member_slots, scalars, dots, alias) or loop
+                )
         if loop is not None:
             # outputs of the call before last that nothing holds any more are written again:
             # a fresh block of this size costs a page fault per page on its first write
-            given = _donated(donate, a, shape) if len(done) == nsums else {}
-            elems = [given[j] if j in given else _made(made, shape) for j in range(len(maps))]
+            elems = [a[given[j]] if j in given else _made(made, shape) for j in range(len(maps))]
             flat_out = [e.reshape(-1) for e in elems]
             flat_in = [0.0 if x is None else (x[()] if x.ndim == 0 else x.reshape(-1)) for x in a]
             for e, slot in zip(elems, member_slots, strict=True):
@@ -821,15 +830,15 @@ def made_by_a_pass(x: Any) -> bool:
 
 def _donated(
     donate: Sequence[tuple[int, int]], slots: list[Any], shape: tuple[int, ...]
-) -> dict[int, np.ndarray]:
-    """Member ``j``'s output block for each ``(j, k)`` of ``donate`` whose slot ``k`` holds a
+) -> dict[int, int]:
+    """Member ``j``'s output slot ``k`` for each ``(j, k)`` of ``donate`` whose slot holds a
     whole block of ``shape`` (the loop's slots are C-contiguous float64 already,
     :func:`~distal.kernels.fused.fits`): the caller's word that nothing reads that
     value after this pass (:meth:`distal.session.Session._fused_blocks`), so the pass
     writes the member over it in place (one array fewer through the cache: CG's
     ``x = x + alpha * p``). Only where the generated loop computes every member and
     reduction (it reads each element before it stores there); each block given once."""
-    out: dict[int, np.ndarray] = {}
+    out: dict[int, int] = {}
     taken: set[int] = set()
     for j, k in donate:
         x = slots[k] if 0 <= k < len(slots) else None
@@ -841,7 +850,7 @@ def _donated(
             or not x.flags.writeable
         ):
             continue
-        out[j] = x
+        out[j] = k
         taken.add(id(x))
     return out
 
