@@ -147,9 +147,11 @@ def test_an_spmv_rerun_writes_over_the_result_it_dropped(
     stores: list[bool] = []
     orig = sparse_leaf.EntryLeaves.__call__
 
-    def spy(self: Any, out: Any, buffers: Any, crd: Any, whole: Any, store: bool = False) -> Any:
+    def spy(
+        self: Any, out: Any, buffers: Any, crd: Any, whole: Any, store: bool = False, **kw: Any
+    ) -> Any:
         stores.append(store)
-        return orig(self, out, buffers, crd, whole, store)
+        return orig(self, out, buffers, crd, whole, store, **kw)
 
     monkeypatch.setattr(sparse_leaf.EntryLeaves, "__call__", spy)
     n = (local.TOUCH_MAX // 8) + 1000  # a result over TOUCH_MAX: recycled when dropped

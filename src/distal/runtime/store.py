@@ -283,7 +283,7 @@ class Store:
                     self.own_dirty = False
                 else:
                     self.own_output()
-            done = leaves(out, bufs, self.crd, self.whole, store, self.own_reads)
+            done = leaves(out, bufs, self.crd, self.whole, store, own=self.own_reads)
             self.fresh = False
             self.own_fresh = self.own_fresh and not self.direct
             return done
