@@ -43,6 +43,25 @@ def donated(sess: dl.Session) -> tuple[bool, float]:
     return same, float(np.abs(x.get() - want).max())
 
 
+def leaf_dot(sess: dl.Session) -> tuple[int, float]:
+    """``p @ q``, ``q = A @ p``, with every rank's block large enough for the compiled dot: how many
+    times the product's leaf computed the rank's part of the dot product (CG's ``p . q``),
+    and the value (the same bits as the local runtime's separate pass, checked by the
+    test)."""
+    import scipy.sparse as sp
+
+    from distal.kernels import fused
+
+    n = 4 * (fused.MIN_SIZE + 100)
+    a = sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    A, p = sess.asarray(a, "xy -> x"), sess.asarray(rand(n, seed=32))  # cut by rows
+    before = sess.leaf_dots
+    q = A @ p  # (held, as CG holds it: the product runs with p @ q as its epilogue)
+    got = float(p @ q)
+    del q
+    return sess.leaf_dots - before, got
+
+
 def main() -> None:
     sess = dl.Session("mpi")
     a, v = rand(9, 5, seed=1), rand(5, seed=2)
@@ -68,6 +87,7 @@ def main() -> None:
     out = {"rank": sess.rank, "sum": s, "its": its, "err": float(max(errs)), "fused": fused}
     out["spmv"] = spmv
     out["donated"], out["donated_err"] = donated(sess)
+    out["leaf_dots"], out["leaf_dot"] = leaf_dot(sess)
     out.update(kernels=sess.kernels_run, compiles=sess.compiles)
     print(json.dumps(out), flush=True)
 

@@ -47,6 +47,14 @@ def test_arrays_program_on_mpi_ranks(ranks: int) -> None:
     assert all(d["donated_err"] == 0.0 for d in lines), lines
     if importlib.util.find_spec("numba") is not None:
         assert all(d["donated"] for d in lines), lines
+    # p @ q, q = A @ p held: each rank's part of the dot product computed by the product's
+    # leaf as it stored q (numba), with the local runtime's separate pass's bits
+    from _mpi_arrays import leaf_dot
+
+    assert all(d["leaf_dot"] == lines[0]["leaf_dot"] for d in lines), lines
+    assert lines[0]["leaf_dot"] == leaf_dot(dl.Session("local", machine=ranks))[1]
+    if importlib.util.find_spec("numba") is not None:
+        assert all(d["leaf_dots"] == 1 for d in lines), lines
 
 
 def test_arrays_program_on_dask(dask_client: Any) -> None:

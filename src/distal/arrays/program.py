@@ -109,6 +109,9 @@ class Program:
         #: computed twice, as a map's blocks are: ``Session._twice``)
         self._fusing = getattr(session, "fuse", True)
         self._covers: dict[tuple, bool] = {}
+        #: ``(product, p)``: the product whose kernel's leaf may compute its result's dot
+        #: product with ``p`` (:meth:`_leaf_dot_of`), while the product is materialized
+        self._dot_of: tuple[Node, Node] | None = None
         self.compiles = 0
         self.kernels_run = 0
         self._counter = itertools.count()
@@ -378,8 +381,14 @@ class Program:
                 and not self.is_value(x)
             ):
                 self.materialize(x)
+        leaf_dot = False
         if product is not None:
-            self.materialize(product)
+            p = self._leaf_dot_of(members, product)
+            self._dot_of = None if p is None else (product, p)
+            try:
+                self.materialize(product)
+            finally:
+                leaf_dot, self._dot_of = self._dot_of is not None, None
         fn = fused_function(steps)  # made once per process (``lower.remade``)
         first = members[0]
         shape = first.operands[0].shape if isinstance(first, Contract) else first.shape
@@ -401,6 +410,7 @@ class Program:
             self.nprocs,
             epilogue=product is not None,
             donate=self._donations(members, slots, ids),
+            leaf_dot=leaf_dot,
         )
         for m, (out, _, _) in zip(members, outs, strict=True):
             value = Value(m.shape, m.dtype, out)
@@ -409,6 +419,24 @@ class Program:
             value.drop = self.sess.values
         if product is None:
             self.kernels_run += 1
+
+    def _leaf_dot_of(self, members: list[Node], product: Node) -> Node | None:
+        """The vector ``p`` where the epilogue is the one reduction ``p @ (A @ p)`` (either
+        order) of float64 vectors, ``product`` being ``A @ p`` on an MPI session: the
+        product's leaf may compute each rank's part of it as it stores the result
+        (``Session._execute``'s ``dot_with``), saving the pass over both vectors."""
+        if len(members) != 1 or getattr(self.sess, "runtime", None) != "mpi":
+            return None
+        m = members[0]
+        if type(m) is not Contract or m.ndim or len(m.operands) != 2 or m.dtype != np.float64:
+            return None
+        p = product.operands[1]
+        a, b = m.operands
+        if not ((a is p and b is product) or (a is product and b is p)):
+            return None
+        if p.ndim != 1 or p.dtype != np.float64 or product.dtype != np.float64:
+            return None
+        return p
 
     def _donations(
         self, members: list[Node], slots: list[Node], ids: set[int]
@@ -641,7 +669,13 @@ class Program:
             self.compiles += 1
         names = {slot_name(k): self.name_of(x) for k, x in enumerate(slots)}
         names[OUT] = out
-        self.sess._run_as(kernel, names)
+        dot_with = None
+        if self._dot_of is not None and root is self._dot_of[0]:
+            at = [k for k, x in enumerate(slots) if x is self._dot_of[1]]
+            dot_with = slot_name(at[0]) if len(at) == 1 else None
+            if dot_with is None:
+                self._dot_of = None  # (the run will not compute it: the set's pass will)
+        self.sess._run_as(kernel, names, dot_with=dot_with)
         self.kernels_run += 1
 
 

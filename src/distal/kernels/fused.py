@@ -220,6 +220,22 @@ def _dot_loop(a: np.ndarray, b: np.ndarray) -> float:
 _DOT: list[Any] = []
 
 
+def compiled_dot(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether :func:`dot` takes its compiled loop for ``a`` and ``b`` (and so whether a
+    product's leaf computing the same sum, :mod:`distal.kernels.spmv_dot`, gives its bits):
+    C-contiguous 1-D float64 arrays of one shape, :data:`MIN_SIZE` elements or more, and
+    numba installed."""
+    return (
+        a.size >= MIN_SIZE
+        and a.dtype == _F64
+        and b.dtype == _F64
+        and a.ndim == 1
+        and a.shape == b.shape
+        and a.flags.c_contiguous
+        and b.flags.c_contiguous
+    )
+
+
 def dot(a: np.ndarray, b: np.ndarray) -> Any:
     """``numpy.dot`` of two 1-D arrays, by a compiled loop for C-contiguous float64 ones of
     :data:`MIN_SIZE` elements or more (numpy's otherwise).
@@ -229,14 +245,7 @@ def dot(a: np.ndarray, b: np.ndarray) -> Any:
     per-thread BLAS setting does not reach) starts its threads for such a call and leaves
     them spinning after it, taking a core from the sparse leaves that run next: a CG
     iteration on 10^6 rows took 12.6 ms with numpy's dot and 8.0 ms without it."""
-    if (
-        a.size < MIN_SIZE
-        or a.dtype != _F64
-        or b.dtype != _F64
-        or a.ndim != 1
-        or a.shape != b.shape
-        or not (a.flags.c_contiguous and b.flags.c_contiguous)
-    ):
+    if not compiled_dot(a, b):
         return np.dot(a, b)
     if not _DOT:
         with _LOCK:

@@ -50,6 +50,7 @@ import numpy as np
 
 from distal.errors import InputError
 from distal.kernels.own_rows import OwnSplit, spmv_split_kernel
+from distal.kernels.spmv_dot import spmv_rows_dot_kernel, spmv_split_dot_kernel
 
 _EXTRA = "pip install 'distal[sparse]'"
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -231,6 +232,8 @@ _KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
     "spmv": (_spmv_kernel, {}),
     "spmv_rows": (_spmv_rows_kernel, {}),
     "spmv_split": (spmv_split_kernel, {}),
+    "spmv_rows_dot": (spmv_rows_dot_kernel, {}),
+    "spmv_split_dot": (spmv_split_dot_kernel, {}),
     "spmm": (_spmm_kernel, {}),
     "mttkrp": (_mttkrp_kernel, {}),
     "sddmm": (_sddmm_kernel, {"fastmath": {"reassoc"}}),
@@ -526,12 +529,18 @@ class TermLeaf:
         crd: tuple[np.ndarray, np.ndarray | None, int] | None = None,
         store: bool = False,
         own_x: np.ndarray | None = None,
-    ) -> None:
+        dot_with: np.ndarray | None = None,
+    ) -> float | None:
         """Add the term, with values ``v`` and operands ``xs``, to ``out`` in place
         (``store``, where :meth:`covers` says so: write it, ``out`` not zeroed first).
 
         ``own_x``: after :meth:`split_own`, the processor's own block of the vector, whose
         rows the buffer ``xs[0]`` does not hold (the caller skipped copying them).
+
+        ``dot_with``: a float64 vector as long as ``out`` has rows; where the product
+        stores every row of a float64 ``out``, it also returns ``dot_with . out`` in
+        :func:`distal.kernels.fused.dot`'s order (:mod:`distal.kernels.spmv_dot`), else
+        None (and the caller computes it the usual way). Otherwise the call returns None.
 
         ``crd``: for an SpMV, ``(cols, whole, lo)``: ``cols`` the entries' global columns
         in an array of the caller's (a scipy matrix's 32-bit ``indices``, whose pattern
@@ -549,7 +558,7 @@ class TermLeaf:
             out.fill(0)
             store = False
         if self._n == 0 or out.size == 0:
-            return
+            return None
         v = np.ascontiguousarray(v, dtype=dt)
         xs = [np.ascontiguousarray(x, dtype=dt) for x in xs]
         if self._path == "direct":
@@ -560,12 +569,12 @@ class TermLeaf:
                 _jit("scatter")(o, v, out.reshape(self._out_rows, self._width))
             else:  # (numpy: three passes, but this path needs no numba)
                 out[o] += v.reshape(shape)
-            return
+            return None
         if self._perm is not None:
             v = v[self._perm]
         if self._path == "einsum":
             self._run_einsum(out, v, xs)
-            return
+            return None
         idx = None
         if crd is not None:
             cols, whole, lo = crd
@@ -583,12 +592,44 @@ class TermLeaf:
             own_x = np.ascontiguousarray(own_x, dtype=dt).reshape(-1)
             if own_x.shape[0] != self._split.nown:
                 raise InputError(f"own_x has {own_x.shape[0]} rows, the split {self._split.nown}")
+        if (
+            dot_with is not None
+            and store
+            and idx is None
+            and dt == np.float64
+            and self._path == "csr-spmv"
+            and self._cover_ptr is not None
+            and isinstance(dot_with, np.ndarray)
+            and dot_with.dtype == np.float64
+            and dot_with.shape == (self._out_rows,)
+            and dot_with.flags.c_contiguous
+        ):  # (covers(out) held: store is still set)
+            return self._run_dot(out.reshape(self._out_rows), v, xs[0], own_x, dot_with)
         if out.flags.c_contiguous:
             self._run_numba(out, v, xs, idx, store, own_x)
         else:  # the kernels write through a flat view: give them one, then add
             tmp = np.zeros(out.shape, dt)
             self._run_numba(tmp, v, xs, idx, False, own_x)
             out += tmp
+        return None
+
+    def _run_dot(
+        self,
+        flat: np.ndarray,
+        v: np.ndarray,
+        x: np.ndarray,
+        own_x: np.ndarray | None,
+        w: np.ndarray,
+    ) -> float:
+        """The covering SpMV storing every row of ``flat``, returning ``w . flat``."""
+        x = x.reshape(x.shape[0])
+        ptr, zero = self._cover_ptr, flat.dtype.type(0)
+        split = self._split if own_x is not None else None
+        if split is not None:
+            nown, mixed = np.uintp(split.nown), split.mixed
+            f = _jit("spmv_split_dot")
+            return float(f(ptr, split.idx, v, own_x, x, nown, mixed, flat, w, zero))
+        return float(_jit("spmv_rows_dot")(ptr, self._idx[0], v, x, flat, w, zero))
 
     def covers(self, out: np.ndarray) -> bool:
         """Whether a call writes every element of ``out``: an SpMV's or SpMM's rows from
@@ -710,13 +751,17 @@ class EntryLeaves:
         whole: Mapping[str, np.ndarray] = {},
         store: bool = False,
         own: Mapping[str, np.ndarray] = {},
+        dot_with: np.ndarray | None = None,
+        dots: list[float] | None = None,
     ) -> int:
         """``crd``: a sparse tensor's column indices of the entries, in an array of the
         caller's, for a term reading that tensor's values in order; ``whole``: dense
         inputs as the caller gave them whole (see :meth:`TermLeaf.__call__`). ``store``
         (only where :meth:`covers` said so): ``out`` holds nothing yet, and the one term
         writes every element of it. ``own``: the processor's own blocks of the tensors
-        :meth:`read_own` accepted, whose rows their buffers do not hold."""
+        :meth:`read_own` accepted, whose rows their buffers do not hold. ``dot_with``
+        (with ``store``): a vector as long as ``out``; where the one term's product can
+        (:meth:`TermLeaf.__call__`), ``dot_with . out`` is appended to ``dots``."""
         ran = []
         for t, leaf in zip(self.work.terms, self.leaves, strict=True):
             if leaf.entries == 0:
@@ -736,9 +781,11 @@ class EntryLeaves:
             if t.coeff != 1:
                 v = v * t.coeff
             mine = own.get(t.dense[0][0]) if own and len(t.dense) == 1 else None
-            leaf(out, np.ascontiguousarray(v, dtype=self.dtype),
-                 [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense], caller,
-                 store, mine)  # fmt: skip
+            got = leaf(out, np.ascontiguousarray(v, dtype=self.dtype),
+                       [np.ascontiguousarray(buffers[n][0]) for n, _, _ in t.dense], caller,
+                       store, mine, dot_with if store else None)  # fmt: skip
+            if got is not None and dots is not None:
+                dots.append(got)
             ran.append(True)
         return self._visited(tuple(ran)) * self.work.width
 

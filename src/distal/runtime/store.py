@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from distal.kernels.fused import compiled_dot
 from distal.kernels.leaf import TermKernel, run_leaf, stores_all
 from distal.kernels.own_rows import probe_rows
 from distal.kernels.sparse_leaf import EntryLeaves
-from distal.plan.ir import Compute, Fetch, Flush, OpenOutput
+from distal.plan.ir import Combine, Compute, Fetch, Flush, OpenOutput, RecvFinal, Reduce
 from distal.plan.region import Location, Region, locate, shape
 from distal.runtime.weakcache import WeakCache
 from distal.typing import Box, box_volume
@@ -155,6 +156,19 @@ def reads_own_in_place(
     return True
 
 
+def stores_once(ops: Sequence[Any]) -> bool:
+    """Whether a processor's program leaves its owned output block as its one Compute, a
+    leaf over stored entries, wrote it: nothing is added into it afterwards (no partial
+    sums flushed, received or combined, no finished block received). A dot product with
+    the block taken as the leaf stores it (:attr:`Store.dot_with`) is then the block's."""
+    computes = [o for o in ops if isinstance(o, Compute)]
+    return (
+        len(computes) == 1
+        and computes[0].work is not None
+        and not any(isinstance(o, Flush | Reduce | Combine | RecvFinal) for o in ops)
+    )
+
+
 def add_at(arr: np.ndarray, ix: Any, value: np.ndarray) -> None:
     """``arr`` at ``ix`` (from :func:`where`) ``+= value``."""
     if type(ix) is Location:
@@ -190,6 +204,12 @@ class Store:
         #: owned blocks of vectors whose fetch buffers leave out this processor's rows,
         #: which its leaves read here instead (:func:`reads_own_in_place`), by tensor
         self.own_reads: dict[str, np.ndarray] = {}
+        #: a dense input whose owned block has the output's rows (CG's ``p`` in ``A @ p``),
+        #: set by a runtime where :func:`stores_once` holds: the leaf that stores the
+        #: owned output block also returns its dot product with that block
+        #: (``dot_partial``), which the caller would otherwise compute in a pass of its own
+        self.dot_with: str | None = None
+        self.dot_partial: float | None = None
         self.inbox: list[Held] = []  # partial sums received this step, for the owned block
         self.combined: list[Held] = []  # children's partial sums this step (routing)
 
@@ -283,7 +303,13 @@ class Store:
                     self.own_dirty = False
                 else:
                     self.own_output()
-            done = leaves(out, bufs, self.crd, self.whole, store, own=self.own_reads)
+            w = self._dot_vector(out) if store else None
+            dots: list[float] = []
+            done = leaves(
+                out, bufs, self.crd, self.whole, store, own=self.own_reads, dot_with=w, dots=dots
+            )
+            if w is not None and dots:
+                self.dot_partial = dots[0]
             self.fresh = False
             self.own_fresh = self.own_fresh and not self.direct
             return done
@@ -300,6 +326,19 @@ class Store:
             self.own_fresh = self.own_fresh and not self.direct
             done += box_volume(box)
         return done
+
+    def _dot_vector(self, out: np.ndarray) -> np.ndarray | None:
+        """The owned block of :attr:`dot_with` where ``out`` is this processor's whole owned
+        output block and that block holds the same rows, flat; else None."""
+        if self.dot_with is None or not self.direct:
+            return None
+        held, mine = self.owned.get(self.dot_with), self.owned.get(self.output)
+        if held is None or mine is None or held[1] != mine[1] or out.size != mine[0].size:
+            return None
+        w = held[0]
+        if w.ndim != 1 or not compiled_dot(w, mine[0].reshape(-1)):
+            return None  # (numpy's dot adds in another order: the set's pass computes it)
+        return w
 
     def combine(self) -> None:
         """Add the children's partial sums (received for this step) into the buffer."""

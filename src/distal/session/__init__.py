@@ -252,6 +252,10 @@ class Session:
         #: dask with ``verify=``: the checks of element-wise blocks whose verdicts are read
         #: at the session's next operation (:meth:`_settle`), not before this one returns
         self._unsettled: list[Unsettled] = []
+        #: this rank's part of a dot product the last MPI run's leaf computed (``dot_with``)
+        self._leaf_dot: float | None = None
+        #: fused reductions taken from a product's leaf instead of a pass of their own
+        self.leaf_dots = 0
         self._pool_seen: tuple[float, set[str]] | None = None  # (when, workers): _pool_now
         #: dask with ``verify=``: kernel runs made again because a block they read failed
         #: its check after they started (the check was read once they had finished)
@@ -516,6 +520,7 @@ class Session:
         *,
         epilogue: bool = False,
         donate: Sequence[tuple[int, int]] = (),
+        leaf_dot: bool = False,
     ) -> None:
         """A fused set of the arrays program (:meth:`~distal.arrays.program.Program._run_fused`):
         ``fn`` over each process's blocks of the operands ``(slot, value name, distribution)``
@@ -533,6 +538,10 @@ class Session:
         slot's value after this set (no handle, no pending array); where the session also
         finds nothing else holding its block (:meth:`_donatable`), the member is written
         over that block in place instead of into another array.
+
+        ``leaf_dot``: the set is the one reduction the epilogue's product was asked for
+        (``dot_with``); where the product's leaf computed this rank's part of it, that is
+        its partial sum, with the bits the set's pass gives, and the pass is not run.
         """
         self._settle()
         machine, layouts, data = self._map_operands([(v, d) for _, v, d in operands], nprocs)
@@ -554,9 +563,13 @@ class Session:
                 bshape = shape
             for (k, _, _), a in zip(operands, arrays, strict=True):
                 slots[k] = a
+            taken, self._leaf_dot = self._leaf_dot, None
             if self.runtime == "mpi" and box is None:
                 got: list[Any] = [None] * len(elems)
                 partials: list[list[Any]] = [[] for _ in sums]
+            elif leaf_dot and taken is not None and not elems and len(sums) == 1:
+                got, partials = [], [[np.float64(taken)]]
+                self.leaf_dots += 1
             else:
                 each = None
                 if self.runtime == "local":
@@ -1070,10 +1083,11 @@ class Session:
         inputs: Mapping[str, Any] | None = None,
         *,
         gather: bool = False,
+        dot_with: str | None = None,
     ) -> Result:
         """:meth:`_execute`, and with ``check_stats`` the run's measured stats compared
         with the kernel's prediction."""
-        res = self._execute(kernel, names, inputs, gather=gather)
+        res = self._execute(kernel, names, inputs, gather=gather, dot_with=dot_with)
         if self.check_stats:
             self._check_stats(kernel, res)
         return res
@@ -1094,10 +1108,15 @@ class Session:
         inputs: Mapping[str, Any] | None = None,
         *,
         gather: bool = False,
+        dot_with: str | None = None,
     ) -> Result:
         """:meth:`run`, the kernel's tensor ``t`` reading (or, for the output, writing) the
         session value ``names.get(t, t)``: the arrays program's kernels are compiled once
-        with their own tensor names and run on whichever values the program gives them."""
+        with their own tensor names and run on whichever values the program gives them.
+
+        ``dot_with`` (MPI): the kernel's input whose dot product with the result the arrays
+        program reduces next (CG's ``p @ q`` after ``q = A @ p``): the run's leaf may
+        compute this rank's part of it as it stores the result (:meth:`take_leaf_dot`)."""
         st = kernel.schedule.statement
         # checks left running (_twice's defer) are read once the run has finished where it
         # reads their values' blocks where they lie (a repaired block changes in place, and
@@ -1143,7 +1162,11 @@ class Session:
         if self.runtime == "mpi":
             # the output stays in its blocks (a sparse kernel's dense result too: an SpMV's
             # vector is not gathered onto every rank, which cost more than its product)
-            res = kernel.run(data, runtime="mpi", gather="none", **self._run_options())
+            opts = self._run_options()
+            if dot_with is not None:
+                opts["_dot_with"] = dot_with
+            res = kernel.run(data, runtime="mpi", gather="none", **opts)
+            self._leaf_dot = res.extra.get("dot") if dot_with is not None else None
             lay = layout_of(kernel, st.output.name)
             box = lay.boxes[self.rank]
             arr = None if box is None else res.blocks.get(box)

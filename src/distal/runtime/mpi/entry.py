@@ -26,6 +26,7 @@ from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.data import DistributedResult, chunks_for
 from distal.runtime.mpi.channel import Channel, PeerFailure, channel, job
 from distal.runtime.mpi.rank import STAT_FIELDS, Rank
+from distal.runtime.store import stores_once
 from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.typing import box_volume
@@ -130,6 +131,7 @@ def run(
     trace: bool | None = None,
     _fail_on_rank: int | None = None,
     _fail_at_step: int = 0,
+    _dot_with: str | None = None,
     **unknown: Any,
 ) -> DistributedResult:
     """Execute ``kernel`` with one MPI rank per processor; call it on every rank.
@@ -149,6 +151,9 @@ def run(
             events a rank ride in the stats' collective, more take a second one; ``False``
             leaves it empty (a session's runs pass ``False`` unless asked).
         _fail_on_rank, _fail_at_step: testing only -- raise on that rank at that step.
+        _dot_with: a session's request (see :attr:`distal.runtime.store.Store.dot_with`):
+            where this rank's program allows, ``Result.extra["dot"]`` is the dot product of
+            that input's owned block with the output's, else None.
     """
     t_start = time.perf_counter()
     comm = MPI.COMM_WORLD if comm is None else comm
@@ -180,6 +185,8 @@ def run(
     try:
         me = Rank(kernel, data, chan)
         plan: Plan = me.plan
+        if _dot_with is not None and stores_once(plan.ops(rank)):
+            me.dot_with = _dot_with
         steps = ops_by_step(plan, rank)
         fail_at = (_fail_at_step or 0) if _fail_on_rank == rank else None
         me.where = "placing the inputs"
@@ -233,6 +240,7 @@ def run(
         "execute_seconds": max(columns[nf]),
         "compute_seconds": columns[nf + 1],
         "gather_seconds": max(columns[nf + 2]),
+        "dot": me.dot_partial,
     }
     own = me.owned.get(plan.output)
     if plan.patterns:  # bound to sparse patterns: the owned part and what it holds

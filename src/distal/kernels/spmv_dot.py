@@ -1,0 +1,96 @@
+"""SpMV row kernels that also return the product's dot product with a vector.
+
+CG computes ``q = A p`` and then ``p . q``: a second pass over ``p`` and ``q`` (about a
+tenth of an iteration on one rank) just after the product wrote ``q``. These kernels add
+``w[s] * y[s]`` for each row ``s`` as they store its value ``y[s]``, in exactly the order of
+:func:`distal.kernels.fused.dot` over the block (four partial sums by ``s % 4`` over the
+first ``n - n % 4`` rows, the rest into the first, then ``(s0 + s1) + (s2 + s3)``), so the
+dot product has the bits the separate pass gives. Only for a product that writes every row
+of its block (``store``); the caller checks that the compiled dot would have run (float64,
+``MIN_SIZE`` elements or more).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_u = np.uintp  # unsigned reads: see distal.kernels.sparse_leaf
+
+
+def spmv_rows_dot_kernel(
+    ptr: np.ndarray,
+    idx: np.ndarray,
+    v: np.ndarray,
+    x: np.ndarray,
+    out: np.ndarray,
+    w: np.ndarray,
+    zero: float,
+) -> float:
+    # sparse_leaf's rows kernel storing every row of ``out``, and sum(w * out) on the way
+    n = out.shape[0]
+    m = n - n % 4
+    s0 = s1 = s2 = s3 = 0.0
+    for s in range(n):
+        a = zero
+        for e in range(_u(ptr[s]), _u(ptr[s + 1])):
+            a += v[e] * x[_u(idx[e])]
+        y = zero + a
+        out[s] = y
+        t = w[s] * y
+        k = s & 3
+        if s >= m or k == 0:
+            s0 += t
+        elif k == 1:
+            s1 += t
+        elif k == 2:
+            s2 += t
+        else:
+            s3 += t
+    return (s0 + s1) + (s2 + s3)
+
+
+def spmv_split_dot_kernel(
+    ptr: np.ndarray,
+    idx: np.ndarray,
+    v: np.ndarray,
+    xo: np.ndarray,
+    xb: np.ndarray,
+    nown: int,
+    mixed: np.ndarray,
+    out: np.ndarray,
+    w: np.ndarray,
+    zero: float,
+) -> float:
+    # own_rows' split kernel storing every row of ``out`` (see there), and sum(w * out)
+    one = _u(1)
+    n = out.shape[0]
+    m = n - n % 4
+    s0 = s1 = s2 = s3 = 0.0
+    k = 0  # the next mixed row's place in ``mixed``
+    nm = mixed.shape[0]
+    for s in range(n):
+        a = zero
+        if k < nm and _u(mixed[k]) == _u(s):
+            for e in range(_u(ptr[s]), _u(ptr[s + one])):
+                j = _u(idx[e])
+                if j < nown:
+                    a += v[e] * xo[j]
+                else:
+                    a += v[e] * xb[j - nown]
+            k += 1
+        else:
+            for e in range(_u(ptr[s]), _u(ptr[s + one])):
+                a += v[e] * xo[_u(idx[e])]
+        y = zero + a
+        out[s] = y
+        t = w[s] * y
+        q = s & 3
+        if s >= m or q == 0:
+            s0 += t
+        elif q == 1:
+            s1 += t
+        elif q == 2:
+            s2 += t
+        else:
+            s3 += t
+    return (s0 + s1) + (s2 + s3)
