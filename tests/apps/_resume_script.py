@@ -29,9 +29,9 @@ class Slow(dl.Session):
     """Every kernel run (``sess.run``'s and the arrays program's: both go through
     ``_run_as``) PAUSE seconds slower."""
 
-    def _run_as(self, kernel, names, inputs=None, *, gather=False):  # type: ignore[no-untyped-def]
+    def _run_as(self, kernel, names, inputs=None, **kw):  # type: ignore[no-untyped-def]
         time.sleep(float(pause))
-        return super()._run_as(kernel, names, inputs, gather=gather)
+        return super()._run_as(kernel, names, inputs, **kw)
 
 
 opts: dict = {} if runtime == "mpi" else {"progress": False}

@@ -675,7 +675,10 @@ class Program:
             dot_with = slot_name(at[0]) if len(at) == 1 else None
             if dot_with is None:
                 self._dot_of = None  # (the run will not compute it: the set's pass will)
-        self.sess._run_as(kernel, names, dot_with=dot_with)
+        if dot_with is None:
+            self.sess._run_as(kernel, names)
+        else:
+            self.sess._run_as(kernel, names, dot_with=dot_with)
         self.kernels_run += 1
 
 
