@@ -24,7 +24,10 @@ road network, a web graph), every result checked against scipy / numpy. Then:
   PETSc on 2 ranks from the same run's table;
 * **CG** (``--cg``): per iteration on a 1000 x 1000 Laplacian, distal against scipy and
   PETSc (``sparse_peers.cg_lines``), and (with MPI) ``dl.apps.cg`` on 1 and 2 ranks, next to
-  PETSc's ``KSPCG`` on as many.
+  PETSc's ``KSPCG`` on as many; ``--cg-rounds N`` (alone, no other rows): N rounds, each
+  ``dl.apps.cg`` on MPI and then PETSc's ``KSPCG`` on 1 and on 2 ranks, their median
+  iterations side by side and each round's ratio (the figure to quote on a machine whose
+  speed moves between minutes: a pair is taken within seconds).
 
 SpMV rows show their bandwidth and its fraction of the STREAM triad measured at the start;
 PETSc joins as ``petsc-seq`` / ``petsc-mpi2`` once ``benchmarks/setup_petsc.sh`` has run.
@@ -397,6 +400,36 @@ def mpi_cg_worker(grid: int, iters: int, repeat: int) -> None:
               flush=True)  # fmt: skip
 
 
+def cg_rounds(grid: int, iters: int, rounds: int) -> list[str]:
+    """``rounds`` rounds of ``dl.apps.cg`` on MPI and PETSc's ``KSPCG``, on 1 and 2 ranks,
+    one solve each (median iteration), alternating: per-round ratios and their median."""
+    mpiexec = _mpiexec()
+    why = peers.system_petsc_unavailable()
+    if mpiexec is None or why:
+        return [f"CG rounds: skipped ({why or 'no mpiexec: pip install distal[mpi]'})"]
+    a = peers.laplacian(grid)
+    b = peers._dense(np.random.default_rng(7), a.shape[0])
+    lines = [f"CG rounds ({grid} x {grid} Laplacian, {iters} iterations, median iteration ms):"]
+    pairs: dict[int, list[tuple[float, float]]] = {1: [], 2: []}
+    for r in range(rounds):
+        for P in (1, 2):
+            args = ["--mpi-cg-worker", "--repeat", "1", "--cg-grid", str(grid)]
+            got = _mpi_job(mpiexec, P, [*args, "--cg-iters", str(iters)], lines)
+            if not got:
+                continue
+            petsc = peers.run_petsc_peer("cg", a, b, P, "--iters", str(iters), "--repeat", "1")
+            ours, theirs = got[0]["median_ms"], 1e3 * petsc["iteration_median"]
+            pairs[P].append((ours, theirs))
+            lines.append(f"  round {r + 1} {P} rank(s): distal mpi {ours:7.2f}  petsc "
+                         f"{theirs:7.2f}  petsc / distal {theirs / ours:5.2f}")  # fmt: skip
+    for P, got in pairs.items():
+        if got:
+            ratio = float(np.median([t / o for o, t in got]))
+            lines.append(f"  {P} rank(s): median petsc / distal {ratio:.2f} over {len(got)} "
+                         "rounds (target >= 1.0x)")  # fmt: skip
+    return lines
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="about 250 k entries per data set")
@@ -405,6 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--data", default="", help="comma-separated data sets (default: all)")
     ap.add_argument("--no-mpi", action="store_true", help="leave out the MPI rows")
     ap.add_argument("--cg", action="store_true", help="add CG on a 1000 x 1000 Laplacian")
+    ap.add_argument("--cg-rounds", type=int, default=0,
+                    help="only: N alternating rounds of MPI CG against PETSc")  # fmt: skip
     ap.add_argument("--mpi-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mpi-cg-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--cg-grid", type=int, default=1000, help=argparse.SUPPRESS)
@@ -415,6 +450,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.mpi_cg_worker:
         mpi_cg_worker(args.cg_grid, args.cg_iters, args.repeat)
+        return 0
+    if args.cg_rounds:
+        print(f"load average before: {os.getloadavg()}")
+        print("\n".join(cg_rounds(args.cg_grid, args.cg_iters, args.cg_rounds)))
+        print(f"load average after: {os.getloadavg()}")
         return 0
     kernels = [k for k in args.kernels.split(",") if k]
     print(f"load average before: {os.getloadavg()}")
