@@ -18,6 +18,7 @@ than the copy saves, and the split is not made.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -104,10 +105,12 @@ class OwnSplit:
         return OwnSplit(new, nown, mixed)
 
 
-def probe_rows(buf_rows: int, own_rows: int, put: object) -> np.ndarray:
+def probe_rows(
+    buf_rows: int, own_rows: int, put: Callable[[np.ndarray, np.ndarray], None]
+) -> np.ndarray:
     """Which own row each buffer row would hold: ``put(dst, src)`` copies the own block's
     pieces into the buffer as a fetch does (the runtime's own rule), here applied to the
     own rows' numbers; rows it leaves alone hold -1."""
     probe = np.full(buf_rows, -1, np.int64)
-    put(probe, np.arange(own_rows, dtype=np.int64))  # type: ignore[operator]
+    put(probe, np.arange(own_rows, dtype=np.int64))
     return probe

@@ -50,11 +50,13 @@ import numpy as np
 
 from distal.errors import InputError
 from distal.kernels.own_rows import OwnSplit, spmv_split_kernel
-from distal.kernels.spmv_dot import spmv_rows_dot_kernel, spmv_split_dot_kernel
+from distal.kernels.spmv_dot import spmv_split_dot_kernel
 
 _EXTRA = "pip install 'distal[sparse]'"
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
+#: an empty list of mixed rows (:mod:`distal.kernels.spmv_dot`)
+_NO_ROWS = np.zeros(0, np.uint64)
 #: the einsum path handles at most this many entries at a time
 CHUNK_ENTRIES = 65536
 #: ... and at most about this many gathered elements per operand and chunk
@@ -232,7 +234,6 @@ _KERNELS: dict[str, tuple[Callable[..., None], dict[str, Any]]] = {
     "spmv": (_spmv_kernel, {}),
     "spmv_rows": (_spmv_rows_kernel, {}),
     "spmv_split": (spmv_split_kernel, {}),
-    "spmv_rows_dot": (spmv_rows_dot_kernel, {}),
     "spmv_split_dot": (spmv_split_dot_kernel, {}),
     "spmm": (_spmm_kernel, {}),
     "mttkrp": (_mttkrp_kernel, {}),
@@ -623,13 +624,14 @@ class TermLeaf:
     ) -> float:
         """The covering SpMV storing every row of ``flat``, returning ``w . flat``."""
         x = x.reshape(x.shape[0])
-        ptr, zero = self._cover_ptr, flat.dtype.type(0)
         split = self._split if own_x is not None else None
         if split is not None:
-            nown, mixed = np.uintp(split.nown), split.mixed
-            f = _jit("spmv_split_dot")
-            return float(f(ptr, split.idx, v, own_x, x, nown, mixed, flat, w, zero))
-        return float(_jit("spmv_rows_dot")(ptr, self._idx[0], v, x, flat, w, zero))
+            idx, xo, nown, mixed = split.idx, own_x, split.nown, split.mixed
+        else:  # one vector: all of it "own", no row reading both
+            idx, xo, nown, mixed = self._idx[0], x, x.shape[0], _NO_ROWS
+        f = _jit("spmv_split_dot")
+        zero = flat.dtype.type(0)
+        return float(f(self._cover_ptr, idx, v, xo, x, np.uintp(nown), mixed, flat, w, zero))
 
     def covers(self, out: np.ndarray) -> bool:
         """Whether a call writes every element of ``out``: an SpMV's or SpMM's rows from

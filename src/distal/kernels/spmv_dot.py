@@ -7,7 +7,8 @@ tenth of an iteration on one rank) just after the product wrote ``q``. These ker
 first ``n - n % 4`` rows, the rest into the first, then ``(s0 + s1) + (s2 + s3)``), so the
 dot product has the bits the separate pass gives. Only for a product that writes every row
 of its block (``store``); the caller checks that the compiled dot would have run (float64,
-``MIN_SIZE`` elements or more).
+``MIN_SIZE`` elements or more). One kernel serves both leaves: a leaf reading one vector
+passes it as the own block, with no mixed rows (each row's loop is then the rows kernel's).
 """
 
 from __future__ import annotations
@@ -15,38 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 _u = np.uintp  # unsigned reads: see distal.kernels.sparse_leaf
-
-
-def spmv_rows_dot_kernel(
-    ptr: np.ndarray,
-    idx: np.ndarray,
-    v: np.ndarray,
-    x: np.ndarray,
-    out: np.ndarray,
-    w: np.ndarray,
-    zero: float,
-) -> float:
-    # sparse_leaf's rows kernel storing every row of ``out``, and sum(w * out) on the way
-    n = out.shape[0]
-    m = n - n % 4
-    s0 = s1 = s2 = s3 = 0.0
-    for s in range(n):
-        a = zero
-        for e in range(_u(ptr[s]), _u(ptr[s + 1])):
-            a += v[e] * x[_u(idx[e])]
-        y = zero + a
-        out[s] = y
-        t = w[s] * y
-        k = s & 3
-        if s >= m or k == 0:
-            s0 += t
-        elif k == 1:
-            s1 += t
-        elif k == 2:
-            s2 += t
-        else:
-            s3 += t
-    return (s0 + s1) + (s2 + s3)
 
 
 def spmv_split_dot_kernel(
@@ -61,7 +30,8 @@ def spmv_split_dot_kernel(
     w: np.ndarray,
     zero: float,
 ) -> float:
-    # own_rows' split kernel storing every row of ``out`` (see there), and sum(w * out)
+    # own_rows' split kernel storing every row of ``out`` (see there), and sum(w * out); a
+    # leaf over one vector calls it with that vector as ``xo`` and ``mixed`` empty
     one = _u(1)
     n = out.shape[0]
     m = n - n % 4
