@@ -457,6 +457,38 @@ def spin() -> str:
     return _spin_note
 
 
+#: environment variables through which a user sets BLAS's thread count themselves
+THREAD_VARS = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def share_threads(n: int) -> str:
+    """Lower numpy's BLAS to at most ``n`` threads in this process; returns what was done.
+
+    For the MPI runtime's ranks that share a node's cores (:func:`distal.kernels.cores.cores`
+    says how many are this rank's): every BLAS call numpy or distal makes, ``np.dot`` of a
+    reduction included, would otherwise start a thread per core in every rank. Left alone
+    where the environment sets a thread count (the user's choice) or no library with a
+    thread setter is bound."""
+    global _saved
+    given = [v for v in THREAD_VARS if os.environ.get(v, "").strip()]
+    if given:
+        return f"BLAS threads left as {given[0]}={os.environ[given[0]]} sets them"
+    if _LIB is None or _LIB.set_global is None:
+        return f"BLAS threads left as they are ({unbound_reason() or 'no thread setter'})"
+    n = max(1, n)
+    with _THREADS_LOCK:
+        # inside a parallel region the count is lowered for a while: what counts is the
+        # one the last region out restores
+        have = _saved if _regions else threads()
+        if have <= n:
+            return f"BLAS threads: {have} (at most {n} cores for this rank)"
+        if _regions:
+            _saved = n
+        else:
+            _LIB.set_global(n)
+    return f"BLAS threads: {have} -> {n} (this rank's share of the node's cores, set by distal)"
+
+
 def unbound_reason() -> str | None:
     """Why there is no direct binding (None when there is one): switched off on purpose by
     ``DISTAL_BLAS=numpy``, or none found on this platform. A test that needs the binding

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ import numpy as np
 import opt_einsum as oe
 
 from distal.kernels import blas
+from distal.kernels import cores as _cores
 from distal.lang.concrete import Statement
 from distal.typing import Box, box_volume
 
@@ -811,11 +811,9 @@ _PAR_POOL: list[Any] = []
 
 
 def cores() -> int:
-    """Cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+    """Cores this process may run on (shared out among a node's MPI ranks:
+    :func:`distal.kernels.cores.cores`)."""
+    return _cores.cores()
 
 
 def _par_pool() -> Any:

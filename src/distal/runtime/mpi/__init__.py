@@ -39,6 +39,8 @@ that imports ``mpi4py``.
 
 from __future__ import annotations
 
+from distal.kernels import blas as _blas
+from distal.kernels.cores import cores as _cores
 from distal.runtime.mpi.channel import (
     JoinTimeout,
     PeerFailure,
@@ -50,7 +52,12 @@ from distal.runtime.mpi.entry import GATHER_MODES, MPISizeError, run, world
 
 start()
 
+#: what importing the runtime did to numpy's BLAS threads: ranks that a launcher started on
+#: one node without binding them each take their share of its cores, not all of them
+BLAS_THREADS = _blas.share_threads(_cores())
+
 __all__ = [
+    "BLAS_THREADS",
     "GATHER_MODES",
     "JoinTimeout",
     "MPISizeError",
