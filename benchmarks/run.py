@@ -6,11 +6,14 @@
     .venv/bin/python benchmarks/run.py --suite sparse [--quick]  # benchmarks/sparse_suite.py
 
 Prints a table (median time of ``--repeat`` runs after a warm-up, GFLOP/s, throughput as a
-fraction of numpy's best formulation) and writes ``benchmarks/results/<suite>-<time>.json``
-and ``.png`` (plus ``<suite>-latest.*``). Peers missing from this machine are skipped with
-the reason. BLAS-bound benchmarks want OpenBLAS's own kernel choice: when
-``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are set, this script re-executes itself with
-both removed (this benchmark's environment only) and prints the kernel threadpoolctl sees.
+fraction of numpy's best formulation; for the peers suite then every row's fraction of its
+kernel's limit, the roofline of this machine measured in the same run: flops at numpy's own
+GEMM rate, compulsory bytes at the STREAM triad) and writes
+``benchmarks/results/<suite>-<time>.json`` and ``.png`` (plus ``<suite>-latest.*``). Peers
+missing from this machine are skipped with the reason. BLAS-bound benchmarks want OpenBLAS's
+own kernel choice: when ``OPENBLAS_CORETYPE`` / ``OPENBLAS_L2_SIZE`` are set, this script
+re-executes itself with both removed (this benchmark's environment only) and prints the
+kernel threadpoolctl sees.
 
 Systems: numpy (one process, 2 BLAS threads; the fastest of its formulations), distal on
 the local runtime (one process, 2 BLAS threads per leaf), distal on MPI (4 ranks x 1 BLAS
@@ -270,7 +273,63 @@ def peers(args: argparse.Namespace) -> dict[str, Any]:
                 d["checksum"], times=d["times"])  # fmt: skip
     for s, why in skipped.items():
         print(f"  skipped {s}: {why}")
-    return {"rows": rows, "skipped": skipped}
+    return {"rows": rows, "skipped": skipped, "limits": against_limits(probs, rows, args.quick)}
+
+
+def _gemm_rate(dtype: Any, rows: list[dict[str, Any]], n: int) -> tuple[float, str]:
+    """numpy's own two-thread GEMM rate (flop/s) in ``dtype``: the suite's GEMM row of that
+    dtype where it ran, else an order-``n`` ``@`` timed here."""
+    import numpy as np
+    from problems import problems
+
+    for p in problems():
+        if p.name.startswith("gemm") and np.dtype(p.dtype) == np.dtype(dtype):
+            r = next((r for r in rows if r["problem"] == p.name and r["system"] == "numpy"), None)
+            if r is not None:
+                return r["gflops"] * 1e9, f"numpy's {p.name} row"
+    a = np.random.default_rng(0).random((n, n)).astype(dtype)
+    s, _, _ = median_time(lambda: a @ a, 3)
+    return 2.0 * n**3 / s, f"numpy @ at n={n}"
+
+
+def against_limits(probs: list[Any], rows: list[dict[str, Any]], quick: bool) -> dict[str, Any]:
+    """Every row's fraction of its kernel's limit, printed and returned.
+
+    The limit is the roofline of this machine as measured in this run: a kernel cannot take
+    less than its flops at numpy's own two-thread GEMM rate in its dtype, nor less than its
+    compulsory bytes (every input read once, the output written once) at the STREAM triad
+    bandwidth on both cores (``benchmarks/stream.py``); the larger of the two is its limit,
+    and ``limit / seconds`` the fraction of it a system reached (TTV and the inner product
+    are memory-bound; GEMM, TTM, MTTKRP and the 4-D contraction compute-bound)."""
+    import math
+
+    import numpy as np
+    from stream import measure
+
+    tri = measure(2, 10)
+    bw = float(tri["triad"])
+    print(f"  against the limit (roofline): STREAM triad {bw / 1e9:.1f} GB/s ({tri['kernels']})")
+    rates: dict[str, tuple[float, str]] = {}
+    out: dict[str, Any] = {"triad_bytes_per_s": bw, "kernels": {}}
+    for p in probs:
+        dt = np.dtype(p.dtype)
+        if dt.name not in rates:
+            rates[dt.name] = _gemm_rate(dt, rows, 1024 if quick else 2048)
+            print(f"    GEMM rate {dt.name}: {rates[dt.name][0] / 1e9:.1f} GFLOP/s "
+                  f"({rates[dt.name][1]})")  # fmt: skip
+        words = sum(math.prod(s) for s in p.inputs.values()) + math.prod(p.out_shape)
+        t_mem, t_flop = words * dt.itemsize / bw, p.flops / rates[dt.name][0]
+        limit = max(t_mem, t_flop)
+        bound = "memory" if t_mem >= t_flop else "compute"
+        got = {}
+        for r in rows:
+            if r["problem"] == p.name:
+                r["of_limit"] = got[r["system"]] = limit / r["seconds"]
+        out["kernels"][p.name] = dict(bound=bound, limit_seconds=limit, bytes=words * dt.itemsize,
+                                      of_limit=got)  # fmt: skip
+        print(f"    {p.name:11s} {bound}-bound, limit {limit * 1e3:8.2f} ms: "
+              + "  ".join(f"{k} {v:.2f}" for k, v in got.items()))  # fmt: skip
+    return out
 
 
 # ------------------------------------------------------------------------------------------
@@ -359,13 +418,14 @@ def chart(result: dict[str, Any], path: Path) -> None:
 
 def table(result: dict[str, Any]) -> str:
     lines = [
-        "| kernel | system | median ms | GFLOP/s | vs numpy | notes |",
-        "|---|---|---:|---:|---:|---|",
+        "| kernel | system | median ms | GFLOP/s | vs numpy | of limit | notes |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
     for r in result["rows"]:
+        lim = f"{r['of_limit']:.2f}" if "of_limit" in r else "-"
         lines.append(
             f"| {r['problem']} | {r['system']} | {r['seconds'] * 1e3:.1f} | {r['gflops']:.1f} | "
-            f"{r['ratio']:.2f} | {r['detail']}"
+            f"{r['ratio']:.2f} | {lim} | {r['detail']}"
             + ("" if r.get("correct") is not False else " (WRONG)")
             + " |"
         )
