@@ -64,12 +64,20 @@ from distal.runtime.elastic.units import (
     Unit,
     block_name,
     block_region,
+    carries_entries,
     decompose,
     fuse,
+    hold_unit,
 )
 from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
+from distal.runtime.weakcache import WeakCache
 from distal.typing import Box, box_index, box_intersect, box_is_empty, box_volume
+
+#: plans whose units' held descriptions are kept (``Driver.unit_arg``), the most recently
+#: used; each entry is ``(client, {unit name: future})`` and goes with its plan
+HELD_PLANS = 16
+_HELD = WeakCache(HELD_PLANS)
 
 STATS_NOTE = (
     "dask runtime: Result.stats words, index words and messages are counted by the tasks "
@@ -670,10 +678,11 @@ class Driver:
         if k == 1 or u.name in present:
             # Always look in the checkpoint first: when Dask re-runs a unit after losing
             # the worker that held its result, the saved partial is loaded, not redone.
+            where = self.restrict() or self.prefer()
             return client.submit(
                 unit_task,
                 ctx,
-                u.task(),
+                self.unit_arg(u, where),
                 blocks,
                 save,
                 save,
@@ -681,7 +690,7 @@ class Driver:
                 pure=False,
                 fresh=u.name not in present,
                 expect=self.sealed.get(u.name),
-                **(self.restrict() or self.prefer()),
+                **where,
             )
         pool = self.allowed()
         if len(pool) < min(k, 2) or (not self.excluded and len(pool) < k):
@@ -714,6 +723,33 @@ class Driver:
             pure=False,
             **self.restrict(),
         )
+
+    def unit_arg(self, u: Unit, where: dict[str, Any] | None = None) -> Any:
+        """What a task of unit ``u`` is handed as its unit: the unit's description, or,
+        for a unit carrying stored-entry structure when nothing is verified, the future of
+        its description held on the workers (:class:`~.units.HeldUnit`), made once per plan,
+        client and unit, placed as ``where`` says the unit's own task is (so the unit runs
+        where its structure and prepared leaves lie). Under ``verify=`` every task gets the
+        description from here: a worker holding it could serve others a forged one."""
+        if self.opts.verify != 1 or not carries_entries(u):
+            return u.task()
+        got = _HELD.get(self.plan)
+        if got is None or got[0] is not self.client:
+            got = (self.client, {})
+            _HELD.put(self.plan, got)
+        futures = got[1]
+        f = futures.get(u.name)
+        if f is None or f.status in ("error", "cancelled"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "large graph": the structure travels once
+                f = futures[u.name] = self.client.submit(
+                    hold_unit,
+                    u.task(),
+                    key=f"distal-held-{plan_key(self.plan)}-{u.name}",
+                    pure=False,
+                    **(where or {}),
+                )
+        return f
 
     def where(self, f: Any, name: str) -> str:
         """The worker that computed future ``f`` (of unit ``name``)."""
@@ -914,7 +950,7 @@ class Driver:
             return self.client.submit(
                 unit_task,
                 ctx,
-                u.task(),
+                self.unit_arg(u),
                 blocks,
                 load,
                 save,

@@ -52,7 +52,7 @@ from distal.runtime.elastic.check import (
     recompute_cheaper,
     recompute_verdict,
 )
-from distal.runtime.elastic.units import Cut, Gather, Unit
+from distal.runtime.elastic.units import Cut, Gather, HeldUnit, Unit, unheld
 from distal.runtime.source import read_block
 from distal.runtime.store import add_at, read
 from distal.runtime.weakcache import WeakCache
@@ -357,26 +357,37 @@ def _abs_dtype(dtype: np.dtype) -> np.dtype:
 
 
 def _compute(
-    ctx: Ctx, unit: Unit, blocks: Blocks, absolute: bool = False
+    ctx: Ctx,
+    unit: Unit,
+    blocks: Blocks,
+    absolute: bool = False,
+    prepared: dict[tuple[int, int, str], Any] | None = None,
 ) -> tuple[np.ndarray, Traffic, int]:
     """The unit's partial output, the fetch traffic it received, and the iterations its
     leaves visited. ``absolute``: the same sums over the operands' absolute values and the
-    terms' absolute coefficients (a recomputing check's magnitude bound)."""
+    terms' absolute coefficients (a recomputing check's magnitude bound). ``prepared``: the
+    leaves over stored entries kept with a held unit (:class:`~.units.HeldUnit`), used and
+    filled here."""
     dtype = _abs_dtype(ctx.out_dtype) if absolute else ctx.out_dtype
     kernels = ctx.kernels
     if absolute:
         kernels = tuple(dataclasses.replace(k, coeff=abs(k.coeff)) for k in kernels)
     out = np.zeros(shape(unit.out_box), dtype)
     iterations = 0
-    for operands, boxes, works in _steps(ctx, unit, blocks, absolute):
+    for s, (operands, boxes, works) in enumerate(_steps(ctx, unit, blocks, absolute)):
         for box in boxes:
             run_leaf(kernels, box, operands, out, unit.out_box)
             iterations += box_volume(box)
-        for work in works:
+        for j, work in enumerate(works):
             if absolute:
                 terms = tuple(dataclasses.replace(t, coeff=abs(t.coeff)) for t in work.terms)
                 work = dataclasses.replace(work, terms=terms)
-            iterations += EntryLeaves(work, dtype)(out, operands)
+            leaves = None
+            if prepared is not None and not absolute:
+                leaves = prepared.get((s, j, dtype.str))
+                if leaves is None:
+                    leaves = prepared[(s, j, dtype.str)] = EntryLeaves(work, dtype)
+            iterations += (leaves or EntryLeaves(work, dtype))(out, operands)
     traffic = [] if absolute else _received(unit, blocks, _by_tensor(blocks))
     return out, traffic, iterations
 
@@ -571,7 +582,7 @@ def _checksum_verdict(
 
 def unit_task(
     ctx: Ctx,
-    unit: Unit,
+    unit: Unit | HeldUnit,
     blocks: Blocks,
     try_load: bool,
     save: bool,
@@ -599,6 +610,7 @@ def unit_task(
     ``redo > 0``: attempt ``redo`` after a check rejected the unit's result (a
     recomputation, whatever speculative race the rejected copy was in).
     """
+    unit, prepared = unheld(unit)
     label = unit.name if replica is None else f"{unit.name}#v{replica}"
     tags: dict[str, Any] = {"unit": True} | ({"spec": spec} if spec else {})
     tags |= {"redo": redo} if redo else {}
@@ -619,7 +631,7 @@ def unit_task(
         corrupt = status == CORRUPT
         if status == UNAUTHENTICATED:
             tags |= {"unauthenticated": True}
-    out, traffic, iterations = _compute(ctx, unit, blocks)
+    out, traffic, iterations = _compute(ctx, unit, blocks, prepared=prepared)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         out = out + 1
@@ -657,7 +669,7 @@ def _groups(
 
 def agree_task(
     ctx: Ctx,
-    unit: Unit,
+    unit: Unit | HeldUnit,
     copies: list[tuple[np.ndarray, str, dict[str, Any]]],
     rtol: float,
     atol: float,
@@ -670,6 +682,7 @@ def agree_task(
     moves each piece once, the other copies' inputs are Dask's extra transfers
     (``dask_transfer_bytes``).
     """
+    unit, _ = unheld(unit)
     return _agree(
         ctx,
         unit.name,
@@ -735,7 +748,7 @@ def _agree(
 
 def check_task(
     ctx: Ctx,
-    unit: Unit,
+    unit: Unit | HeldUnit,
     blocks: Blocks,
     claimed: np.ndarray,
     seed: int,
@@ -749,6 +762,7 @@ def check_task(
     only ever a checked result) and returned: reductions and the driver read this task's
     copy, not the computing worker's. A failing one raises :class:`CheckFailed`.
     """
+    unit, _ = unheld(unit)
     w = ctx.worker()
     t0 = time.perf_counter()
     v = verdict(ctx, unit, blocks, claimed, seed, reps)
@@ -827,7 +841,7 @@ def check_reduce_task(
 
 def recheck_task(
     ctx: Ctx,
-    unit: Unit,
+    unit: Unit | HeldUnit,
     blocks: Blocks,
     seed: int,
     reps: int | None,
@@ -837,6 +851,7 @@ def recheck_task(
     A damaged, missing or failing entry is recomputed here and rewritten. True when the
     entry was sound.
     """
+    unit, _ = unheld(unit)
     w = ctx.worker()
     arr, _ = ctx.store.load(unit.name) if ctx.store is not None else (None, None)
     if arr is not None and verdict(ctx, unit, blocks, arr, seed, reps).ok:
