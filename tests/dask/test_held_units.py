@@ -15,7 +15,13 @@ from elastic_helpers import problem, unit_blocks
 from distal.runtime.dask import decompose
 from distal.runtime.elastic import driver as drv
 from distal.runtime.elastic import tasks
-from distal.runtime.elastic.units import HeldUnit, carries_entries, unheld
+from distal.runtime.elastic.units import (
+    ForgedDescription,
+    HeldUnit,
+    carries_entries,
+    description,
+    unheld,
+)
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
 
@@ -26,16 +32,25 @@ def _sparse_unit() -> Any:
     return p, u
 
 
-def test_a_held_unit_travels_without_its_leaves() -> None:
+def test_a_held_unit_travels_as_its_bytes_and_is_read_only_with_their_digest() -> None:
     _, u = _sparse_unit()
-    held = HeldUnit(u.task())
+    blob, digest = description(u)
+    held = HeldUnit(blob)
     held.leaves[(0, 0, "<f8")] = object()  # as a worker fills it
     back = pickle.loads(pickle.dumps(held))
     assert isinstance(back, HeldUnit)
     assert back.leaves == {}
-    assert pickle.dumps(back.unit) == pickle.dumps(held.unit)
+    assert back.blob == blob
+    assert pickle.dumps(back.unit) == pickle.dumps(u.task())
     assert unheld(back) == (back.unit, back.leaves)
     assert unheld(u) == (u, None)
+    assert unheld((back, digest))[0] is back.unit
+    assert back.vouched == digest
+    k = len(blob) // 2
+    forged = HeldUnit(blob[:k] + bytes([blob[k] ^ 1]) + blob[k + 1 :])
+    with pytest.raises(ForgedDescription, match="changed it"):
+        unheld((forged, digest))
+    assert forged._unit is None  # refused before it was read
 
 
 def test_a_second_run_hands_units_their_held_description(client: Any, monkeypatch: Any) -> None:
@@ -44,8 +59,8 @@ def test_a_second_run_hands_units_their_held_description(client: Any, monkeypatc
     handed: list[Any] = []
     real = drv.Driver.unit_arg
 
-    def spy(self: Any, u: Any, where: Any = None) -> Any:
-        got = real(self, u, where)
+    def spy(self: Any, ctx: Any, u: Any, where: Any = None) -> Any:
+        got = real(self, ctx, u, where)
         handed.append(got)
         return got
 
@@ -78,15 +93,17 @@ def test_a_second_run_hands_units_their_held_description(client: Any, monkeypatc
     assert all(n >= 1 for n in held.values())
 
 
-def test_verified_runs_hand_every_task_the_drivers_description(pool: Any, monkeypatch: Any) -> None:
+def test_verified_runs_hand_held_descriptions_with_the_drivers_digest(
+    pool: Any, monkeypatch: Any
+) -> None:
     p = problem("spmv row")
     local = p.local()
     handed: list[Any] = []
     real = drv.Driver.unit_arg
 
-    def spy(self: Any, u: Any, where: Any = None) -> Any:
-        got = real(self, u, where)
-        handed.append(got)
+    def spy(self: Any, ctx: Any, u: Any, where: Any = None) -> Any:
+        got = real(self, ctx, u, where)
+        handed.append((u, got))
         return got
 
     monkeypatch.setattr(drv.Driver, "unit_arg", spy)
@@ -94,7 +111,44 @@ def test_verified_runs_hand_every_task_the_drivers_description(pool: Any, monkey
         handed.clear()
         res = p.bound.run(p.inputs, runtime="dask", client=pool, verify=verify)
         p.check(res.value, local.value)
-        assert all(type(f).__name__ != "Future" for f in handed)
+        assert handed
+        for u, (f, digest) in handed:
+            assert type(f).__name__ == "Future"
+            assert digest == description(u)[1]
+
+
+def test_a_forged_held_description_is_refused_and_the_run_made_again(
+    pool: Any, monkeypatch: Any
+) -> None:
+    """Worker 0 holds other bytes than the driver sent (``_lie``): a task handed them
+    refuses them, and the run is made again with the descriptions sent by the driver;
+    the result is the local runtime's bits, and the plan's held descriptions are dropped."""
+    p = problem("spmv row")
+    local = p.local()
+    attempts: list[int] = []
+    real = drv.Driver._run
+
+    def counted(self: Any) -> Any:
+        attempts.append(1)
+        return real(self)
+
+    monkeypatch.setattr(drv.Driver, "_run", counted)
+    # every unit and its held description go to worker 0 first (the spread's first worker)
+    zero = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
+    monkeypatch.setattr(
+        drv.Driver,
+        "spread",
+        lambda self, n: (
+            self.restrict() if self.excluded else {"workers": [zero], "allow_other_workers": True}
+        ),
+    )
+    res = p.bound.run(p.inputs, runtime="dask", client=pool, verify="check", _lie={0})
+    p.check(res.value, local.value)
+    assert len(attempts) == 2
+    got = drv._HELD.get(p.bound.plan)
+    assert got is not None
+    assert got[2] == [True]
+    assert got[1] == {}
 
 
 def test_compute_fills_and_reuses_the_prepared_leaves() -> None:

@@ -14,6 +14,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from distal.runtime.elastic.tasks import (
     check_task,
     drain,
     hash_block,
+    hold_unit,
     input_block,
     plan_key,
     recheck_block_task,
@@ -59,6 +61,7 @@ from distal.runtime.elastic.tasks import (
     unit_task,
 )
 from distal.runtime.elastic.units import (
+    ForgedDescription,
     Key,
     Span,
     Unit,
@@ -66,8 +69,8 @@ from distal.runtime.elastic.units import (
     block_region,
     carries_entries,
     decompose,
+    description,
     fuse,
-    hold_unit,
 )
 from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
@@ -75,7 +78,8 @@ from distal.runtime.weakcache import WeakCache
 from distal.typing import Box, box_index, box_intersect, box_is_empty, box_volume
 
 #: plans whose units' held descriptions are kept (``Driver.unit_arg``), the most recently
-#: used; each entry is ``(client, {unit name: future})`` and goes with its plan
+#: used; each entry is ``(client, {unit name: (future, digest)}, [forged])`` and goes with
+#: its plan
 HELD_PLANS = 16
 _HELD = WeakCache(HELD_PLANS)
 
@@ -403,7 +407,37 @@ class Driver:
         return {t: str(fp) for t, fp in fps.items()}
 
     def run(self) -> Any:
-        """Carry out the plan on the pool; the ``Result`` with the summary in ``extra``."""
+        """Carry out the plan on the pool; the ``Result`` with the summary in ``extra``.
+
+        Under ``verify=``, a held unit description found forged (a task's
+        :class:`~.units.ForgedDescription`) ends this attempt: the plan's units get their
+        descriptions from the driver from then on, and the run is made again (its
+        checkpoint entries are only ever checked results, so nothing it wrote is lost or
+        wrong)."""
+        try:
+            return self._run()
+        except ForgedDescription:
+            if self.opts.verify == 1:
+                raise
+            self.forged()
+            again = Driver(
+                self.kernel, self.data, self.opts, self.client, self.as_completed,
+                self.get_worker,
+            )  # fmt: skip
+            # what this attempt found out stays found: whom it excluded, and why
+            again.excluded |= self.excluded
+            again.rejections = list(self.rejections)
+            again.rechecked = self.rechecked
+            res = again._run()
+            for r in again.rejections:  # a rejected unit recomputed by the run made again
+                if "recomputed_on" not in r and r.get("kind") != "reduction":
+                    dones = [m for m in again.events.by_name().get(r["unit"], ())
+                             if m["kind"] == "done"]  # fmt: skip
+                    if dones:
+                        r["recomputed_on"] = str(dones[-1]["worker"])
+            return res
+
+    def _run(self) -> Any:
         opts, plan, client = self.opts, self.plan, self.client
         t0 = time.perf_counter()
         units = decompose(plan, opts.granularity)
@@ -663,17 +697,18 @@ class Driver:
             # by its check, so an entry is only ever a checked result; a saved entry is
             # loaded (and checked all the same)
             load = u.name in present
+            where = self.spread(n)
             return client.submit(
                 unit_task,
                 ctx,
-                u.task(),
+                self.unit_arg(ctx, u, where),
                 blocks,
                 load,
                 False,
                 key=key,
                 pure=False,
                 expect=self.sealed.get(u.name),
-                **self.spread(n),
+                **where,
             )
         if k == 1 or u.name in present:
             # Always look in the checkpoint first: when Dask re-runs a unit after losing
@@ -682,7 +717,7 @@ class Driver:
             return client.submit(
                 unit_task,
                 ctx,
-                self.unit_arg(u, where),
+                self.unit_arg(ctx, u, where),
                 blocks,
                 save,
                 save,
@@ -699,7 +734,7 @@ class Driver:
             client.submit(
                 unit_task,
                 ctx,
-                u.task(),
+                self.unit_arg(ctx, u),
                 blocks,
                 False,
                 False,
@@ -715,7 +750,7 @@ class Driver:
         return client.submit(
             agree_task,
             ctx,
-            u.task(),
+            replace(u.task(), steps=(), receives=()),  # it reads the name and processor
             copies,
             opts.verify_rtol,
             opts.verify_atol,
@@ -724,32 +759,49 @@ class Driver:
             **self.restrict(),
         )
 
-    def unit_arg(self, u: Unit, where: dict[str, Any] | None = None) -> Any:
-        """What a task of unit ``u`` is handed as its unit: the unit's description, or,
-        for a unit carrying stored-entry structure when nothing is verified, the future of
-        its description held on the workers (:class:`~.units.HeldUnit`), made once per plan,
-        client and unit, placed as ``where`` says the unit's own task is (so the unit runs
-        where its structure and prepared leaves lie). Under ``verify=`` every task gets the
-        description from here: a worker holding it could serve others a forged one."""
-        if self.opts.verify != 1 or not carries_entries(u):
+    def unit_arg(self, ctx: Ctx, u: Unit, where: dict[str, Any] | None = None) -> Any:
+        """What a task of unit ``u`` is handed as its unit: for a unit carrying stored-entry
+        structure, the future of its description held on the workers
+        (:class:`~.units.HeldUnit`), made once per plan, client and unit and placed as
+        ``where`` says the unit's own task is (so the unit runs where its structure and
+        prepared leaves lie); under ``verify=`` with the digest of the bytes the driver
+        made, which the task checks before it reads them. Otherwise, and once a held
+        description was found forged in this plan, the description itself."""
+        if not carries_entries(u):
             return u.task()
         got = _HELD.get(self.plan)
         if got is None or got[0] is not self.client:
-            got = (self.client, {})
+            got = (self.client, {}, [False])
             _HELD.put(self.plan, got)
-        futures = got[1]
-        f = futures.get(u.name)
+        futures, forged = got[1], got[2]
+        if forged[0]:
+            return u.task()
+        f, digest = futures.get(u.name, (None, ""))
         if f is None or f.status in ("error", "cancelled"):
+            blob, digest = description(u)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "large graph": the structure travels once
-                f = futures[u.name] = self.client.submit(
+                f = self.client.submit(
                     hold_unit,
-                    u.task(),
+                    ctx,
+                    blob,
                     key=f"distal-held-{plan_key(self.plan)}-{u.name}",
                     pure=False,
                     **(where or {}),
                 )
-        return f
+            futures[u.name] = (f, digest)
+        return f if self.opts.verify == 1 else (f, digest)
+
+    def forged(self) -> None:
+        """A task found a held description forged: this plan's units get their descriptions
+        from the driver from now on (the held ones are dropped)."""
+        got = _HELD.get(self.plan)
+        if got is not None:
+            release([f for f, _ in got[1].values()])
+            got[1].clear()
+            got[2][0] = True
+        else:
+            _HELD.put(self.plan, (self.client, {}, [True]))
 
     def where(self, f: Any, name: str) -> str:
         """The worker that computed future ``f`` (of unit ``name``)."""
@@ -773,7 +825,7 @@ class Driver:
         return self.client.submit(
             check_task,
             ctx,
-            u.task(),
+            self.unit_arg(ctx, u),
             self._blocks(u),
             f,
             self._seed(u.name, attempt),
@@ -950,7 +1002,7 @@ class Driver:
             return self.client.submit(
                 unit_task,
                 ctx,
-                self.unit_arg(u),
+                u.task(),  # not the held description: its holder may be the stuck worker
                 blocks,
                 load,
                 save,

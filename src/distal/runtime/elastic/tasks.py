@@ -52,7 +52,7 @@ from distal.runtime.elastic.check import (
     recompute_cheaper,
     recompute_verdict,
 )
-from distal.runtime.elastic.units import Cut, Gather, HeldUnit, Unit, unheld
+from distal.runtime.elastic.units import Cut, Gather, HeldUnit, Unit, UnitArg, unheld
 from distal.runtime.source import read_block
 from distal.runtime.store import add_at, read
 from distal.runtime.weakcache import WeakCache
@@ -580,9 +580,19 @@ def _checksum_verdict(
     return checksum_verdict(cs, claimed, xs, ctx.out_dtype)
 
 
+def hold_unit(ctx: Ctx, blob: bytes) -> HeldUnit:
+    """The task that makes a unit's held description (:class:`~.units.HeldUnit`) on the
+    worker it runs on (the ``lie`` hook: a named worker holds other bytes)."""
+    w = ctx.worker()
+    if ctx.lie and w is not None and w.name in ctx.lie:
+        k = len(blob) // 2  # inside the index arrays: unpickles, as another unit
+        blob = blob[:k] + bytes([blob[k] ^ 1]) + blob[k + 1 :]
+    return HeldUnit(blob)
+
+
 def unit_task(
     ctx: Ctx,
-    unit: Unit | HeldUnit,
+    unit: UnitArg,
     blocks: Blocks,
     try_load: bool,
     save: bool,
@@ -669,7 +679,7 @@ def _groups(
 
 def agree_task(
     ctx: Ctx,
-    unit: Unit | HeldUnit,
+    unit: UnitArg,
     copies: list[tuple[np.ndarray, str, dict[str, Any]]],
     rtol: float,
     atol: float,
@@ -748,7 +758,7 @@ def _agree(
 
 def check_task(
     ctx: Ctx,
-    unit: Unit | HeldUnit,
+    unit: UnitArg,
     blocks: Blocks,
     claimed: np.ndarray,
     seed: int,
@@ -841,7 +851,7 @@ def check_reduce_task(
 
 def recheck_task(
     ctx: Ctx,
-    unit: Unit | HeldUnit,
+    unit: UnitArg,
     blocks: Blocks,
     seed: int,
     reps: int | None,

@@ -16,11 +16,15 @@ owned region.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import pickle
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from distal.errors import RuntimeFailure
 from distal.plan.ir import FETCH, Compute, EntryWork, Fetch, Flush, OpenOutput, Plan
 from distal.plan.region import Region, Rows, shape, words
 from distal.plan.stats import ops_by_step
@@ -112,37 +116,73 @@ class Unit:
         return replace(self, pieces=(), sends=())
 
 
+class ForgedDescription(RuntimeFailure):
+    """A held unit description whose bytes are not the ones the driver sent (a worker that
+    held or relayed it changed them): the task refuses it before reading it."""
+
+
+def description(unit: Unit) -> tuple[bytes, str]:
+    """A unit's description as the bytes a :class:`HeldUnit` holds and their digest (BLAKE2b,
+    256 bits: a worker cannot make other bytes with the same digest)."""
+    blob = pickle.dumps(unit.task(), protocol=pickle.HIGHEST_PROTOCOL)
+    return blob, hashlib.blake2b(blob, digest_size=32).hexdigest()
+
+
 class HeldUnit:
     """A unit's description held on the workers as a Dask value, one per plan and unit (the
     driver's ``Driver.unit_arg``): a loop's runs of one sparse plan then send each unit's
     stored-entry structure (about 22 bytes an entry) to the workers once, not in every
     run's task (an SpMV unit of a 10^6-row Laplacian cut four ways is 20 MB).
 
-    A worker holding it keeps the unit's prepared leaves over stored entries with it
-    (``leaves``, by step, work and dtype: their segments and index arrays cost 22 ms a run
-    for such a unit); they go when Dask drops the value and never travel (pickling sends
-    the unit alone)."""
+    It holds the bytes the driver made (:func:`description`) and unpickles them on first use.
+    Under ``verify=`` a task is handed the held value with the driver's digest and reads it
+    only once the bytes hash to it (:func:`unheld`; a worker checks each copy it holds
+    once), so a worker holding or relaying the value cannot make an honest worker compute,
+    or a check test, another unit. A worker keeps the unit's prepared leaves over stored
+    entries with it (``leaves``, by step, work and dtype: their segments and index arrays
+    cost 22 ms a run for such a unit); they go when Dask drops the value and never travel
+    (pickling sends the bytes alone)."""
 
-    __slots__ = ("leaves", "unit")
+    __slots__ = ("_unit", "blob", "leaves", "vouched")
 
-    def __init__(self, unit: Unit) -> None:
-        self.unit = unit
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
         self.leaves: dict[tuple[int, int, str], Any] = {}
+        self.vouched = ""  # the digest these bytes were found to have
+        self._unit: Unit | None = None
 
-    def __reduce__(self) -> tuple[Any, tuple[Unit]]:
-        return (HeldUnit, (self.unit,))
+    @property
+    def unit(self) -> Unit:
+        if self._unit is None:
+            self._unit = pickle.loads(self.blob)  # the driver's bytes (vouched under verify=)
+        return self._unit
+
+    def __reduce__(self) -> tuple[Any, tuple[bytes]]:
+        return (HeldUnit, (self.blob,))
 
 
-def hold_unit(unit: Unit) -> HeldUnit:
-    """The task that makes a unit's held description (on the worker it runs on)."""
-    return HeldUnit(unit)
+#: what a task may be handed as its unit (see :func:`unheld`)
+UnitArg = Unit | HeldUnit | tuple[HeldUnit, str]
 
 
-def unheld(unit: Unit | HeldUnit) -> tuple[Unit, dict[tuple[int, int, str], Any] | None]:
-    """A task's unit argument as ``(unit, its worker-side leaves or None)``."""
-    if isinstance(unit, HeldUnit):
-        return unit.unit, unit.leaves
-    return unit, None
+def unheld(arg: UnitArg) -> tuple[Unit, dict[tuple[int, int, str], Any] | None]:
+    """A task's unit argument as ``(unit, its worker-side leaves or None)``: a unit; a held
+    description; or a held description and the digest the driver says its bytes have,
+    refused (:class:`ForgedDescription`) when they do not."""
+    if isinstance(arg, tuple):
+        held, digest = arg
+        if held.vouched != digest:
+            got = hashlib.blake2b(held.blob, digest_size=32).hexdigest()
+            if not hmac.compare_digest(got, digest):
+                raise ForgedDescription(
+                    f"a held unit description's bytes hash to {got[:16]}..., not to the "
+                    f"driver's {digest[:16]}...: a worker that held or passed it on changed it"
+                )
+            held.vouched = digest
+        return held.unit, held.leaves
+    if isinstance(arg, HeldUnit):
+        return arg.unit, arg.leaves
+    return arg, None
 
 
 def carries_entries(unit: Unit) -> bool:
