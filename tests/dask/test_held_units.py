@@ -53,20 +53,26 @@ def test_a_held_unit_travels_as_its_bytes_and_is_read_only_with_their_digest() -
     assert forged._unit is None  # refused before it was read
 
 
-def test_a_second_run_hands_units_their_held_description(client: Any, monkeypatch: Any) -> None:
-    p = problem("spmv row")
-    local = p.local()
-    handed: list[Any] = []
+def _spy_unit_args(monkeypatch: Any) -> list[tuple[Any, Any]]:
+    """Every ``(unit, what its task is handed)`` the driver gives out from now on."""
+    handed: list[tuple[Any, Any]] = []
     real = drv.Driver.unit_arg
 
     def spy(self: Any, ctx: Any, u: Any, where: Any = None) -> Any:
         got = real(self, ctx, u, where)
-        handed.append(got)
+        handed.append((u, got))
         return got
 
     monkeypatch.setattr(drv.Driver, "unit_arg", spy)
+    return handed
+
+
+def test_a_second_run_hands_units_their_held_description(client: Any, monkeypatch: Any) -> None:
+    p = problem("spmv row")
+    local = p.local()
+    handed = _spy_unit_args(monkeypatch)
     first = p.bound.run(p.inputs, runtime="dask", client=client)
-    made = list(handed)
+    made = [got for _, got in handed]
     handed.clear()
     second = p.bound.run(p.inputs, runtime="dask", client=client)
     for res in (first, second):
@@ -75,7 +81,7 @@ def test_a_second_run_hands_units_their_held_description(client: Any, monkeypatc
     # every unit of the sparse plan was handed a future, the same one in both runs
     assert made
     assert all(type(f).__name__ == "Future" for f in made)
-    assert {f.key for f in handed} == {f.key for f in made}
+    assert {f.key for _, f in handed} == {f.key for f in made}
     # the workers hold each description once, with its leaves prepared by the first run
     keys = [f.key for f in made]
 
@@ -98,15 +104,7 @@ def test_verified_runs_hand_held_descriptions_with_the_drivers_digest(
 ) -> None:
     p = problem("spmv row")
     local = p.local()
-    handed: list[Any] = []
-    real = drv.Driver.unit_arg
-
-    def spy(self: Any, ctx: Any, u: Any, where: Any = None) -> Any:
-        got = real(self, ctx, u, where)
-        handed.append((u, got))
-        return got
-
-    monkeypatch.setattr(drv.Driver, "unit_arg", spy)
+    handed = _spy_unit_args(monkeypatch)
     for verify in ("check", 2):
         handed.clear()
         res = p.bound.run(p.inputs, runtime="dask", client=pool, verify=verify)
