@@ -181,10 +181,19 @@ def main() -> None:
     print(f"  distal (one fused group)  {t_chain * 1e6:8.1f} us  (a map: it multiplies sums)")
     print(f"  numpy (five operations)   {t_np * 1e6:8.1f} us  ({t_np / 5 * 1e6:.1f} us each)")
     dask_chain(v, reps)
-    print(
-        "  cuPyNumeric: not measured (pip's nvidia-cupynumeric 26.6 needs libcuda.so.1 at "
-        "import: no CPU-only wheel)"
-    )
+    cupynumeric_op()
+
+
+def cupynumeric_op() -> None:
+    """One element-wise operation in cuPyNumeric's numpy (``benchmarks/peers``; its own venv,
+    ``sh benchmarks/setup_cupynumeric.sh``), or why it did not run."""
+    from peers import cupynumeric_launcher
+
+    data, why = cupynumeric_launcher.run(256, 64, 3)
+    if why is not None:
+        print(f"  cuPyNumeric: not measured ({why})")
+        return
+    print(f"  cuPyNumeric (x + 1.0)     {data['op_us']:8.1f} us  (numpy {data['op_numpy_us']:.1f})")
 
 
 def dask_chain(v: np.ndarray, reps: int) -> None:

@@ -19,8 +19,11 @@ Systems: numpy (one process, 2 BLAS threads; the fastest of its formulations), d
 the local runtime (one process, 2 BLAS threads per leaf), distal on MPI (4 ranks x 1 BLAS
 thread, the venv's mpiexec), dask.array threaded (2 threads x 1 BLAS thread) and on a
 ``distributed.LocalCluster`` (2 processes x 1 thread), JAX on a 2 x 2 CPU mesh, ScaLAPACK
-PDGEMM on 2 x 2 (GEMM float64 only). Distributed systems are timed from inputs placed to
-result placed (distal MPI: the slowest rank's execute time, ``gather="none"``).
+PDGEMM on 2 x 2 (GEMM float64 only), cuPyNumeric in its own venv (GEMM; its CG iteration and
+one element-wise operation are printed; ``sh benchmarks/setup_cupynumeric.sh`` installs it,
+and the suite prints why it does not run where it does not). Distributed systems are timed
+from inputs placed to result placed (distal MPI: the slowest rank's execute time,
+``gather="none"``).
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ sys.path.insert(0, str(HERE))
 BLAS_ENV = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 RESULTS = HERE / "results"
 SYSTEMS = (
-    "numpy", "distal-local", "distal-mpi", "dask-threads", "dask-cluster", "jax", "scalapack"
+    "numpy", "distal-local", "distal-mpi", "dask-threads", "dask-cluster", "jax", "scalapack",
+    "cupynumeric",
 )  # fmt: skip
 
 
@@ -249,6 +253,8 @@ def peers(args: argparse.Namespace) -> dict[str, Any]:
             skipped["jax"] = "jax not installed (pip install 'distal[bench]')"
         except Exception as e:
             skipped["jax"] = f"failed: {e}"
+    if "cupynumeric" in want:
+        cupynumeric_rows(probs, args, add, skipped)
     if "distal-mpi" in want:
         try:
             import mpi4py  # noqa: F401
@@ -274,6 +280,26 @@ def peers(args: argparse.Namespace) -> dict[str, Any]:
     for s, why in skipped.items():
         print(f"  skipped {s}: {why}")
     return {"rows": rows, "skipped": skipped, "limits": against_limits(probs, rows, args.quick)}
+
+
+def cupynumeric_rows(probs: list[Any], args: argparse.Namespace, add: Any, skipped: dict) -> None:
+    """cuPyNumeric's GEMM rows (its own random inputs, checked against numpy at n = 256),
+    its CG iteration and one element-wise operation next to numpy's, or why it did not run
+    (``benchmarks/peers/cupynumeric_launcher.py``)."""
+    from peers import cupynumeric_launcher as cupynumeric
+
+    gemms = [p for p in probs if p.name.startswith("gemm")]
+    n = gemms[0].inputs["B"][0] if gemms else (1024 if args.quick else 4096)
+    grid = 300 if args.quick else 1000
+    data, why = cupynumeric.run(n, grid, args.repeat)
+    if why is not None:
+        skipped["cupynumeric"] = why
+        return
+    for p in gemms:
+        add(p, "cupynumeric", data[p.name], f"cuPyNumeric {data['version']}", None)
+    print(f"  cupynumeric: CG on the {grid}^2 Laplacian {data['cg_ms']:.2f} ms an iteration "
+          f"(numpy {data['cg_numpy_ms']:.2f}); x + 1.0 on 1000 elements {data['op_us']:.1f} us "
+          f"(numpy {data['op_numpy_us']:.1f})")  # fmt: skip
 
 
 def _gemm_rate(dtype: Any, rows: list[dict[str, Any]], n: int) -> tuple[float, str]:
