@@ -61,6 +61,8 @@ def test_a_bad_count_is_ignored(clean: pytest.MonkeyPatch) -> None:
 
 
 def test_share_threads_leaves_a_count_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    for v in blas.THREAD_VARS:
+        monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     before = blas.threads()
     assert blas.share_threads(1) == "BLAS threads left as OMP_NUM_THREADS=3 sets them"
