@@ -727,8 +727,10 @@ def petsc_unavailable() -> str | None:
         from petsc4py import PETSc  # noqa: F401
     except ImportError as e:
         return (
-            f"petsc4py not importable ({e}); it builds PETSc from source: "
-            "pip install petsc petsc4py (needs a BLAS/LAPACK, e.g. Debian's libopenblas-dev)"
+            f"petsc4py not importable in this venv ({e}), so no in-process PETSc row (SpMV, SpMM, "
+            "SpAdd3); the petsc-seq / petsc-mpi2 rows run Debian's PETSc as a subprocess "
+            "(benchmarks/setup_petsc.sh). For this row: pip install petsc petsc4py (builds "
+            "PETSc from source; needs a BLAS/LAPACK, e.g. Debian's libopenblas-dev)"
         )
     return None
 
