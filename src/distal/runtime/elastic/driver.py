@@ -217,6 +217,7 @@ class Driver:
         # verification: workers caught lying (no further tasks go there), what was rejected
         self.excluded: set[str] = set(opts._excluded)
         self._pool: set[str] = set()  # see pool()
+        self._info: dict[str, Any] = {}
         self._pool_at = -math.inf
         # workers holding a unit past its deadline: new units prefer the others
         self.stalled_workers: set[str] = set()
@@ -501,7 +502,7 @@ class Driver:
             checksums=opts.verify_checksums,
             plan_key=plan_key(self.kernel.plan),
         )
-        workers_before = set(workers(client))
+        workers_before = set(self.pool())
         bar = Progress(total, enabled=opts.progress, label="tasks")
         try:
             # speculation: only with single copies (verify=k pins its copies on purpose)
@@ -536,8 +537,10 @@ class Driver:
             events.close()
         self.inputs_f.clear()
         self.pinned_inputs.clear()
-        alive = set(workers(client))
+        # every worker the scheduler lists answers (or fails) this one broadcast: its
+        # addresses are the pool at the end, without another round trip
         moved = client.run(transfer_bytes, self.nonce, on_error="return")
+        alive = {str(w) for w in moved}
         stats = self._measured(events)
         summary = summarize(
             events,
@@ -623,13 +626,20 @@ class Driver:
                 ) from e
         return store
 
-    def pool(self) -> set[str]:
-        """The pool's workers, as the scheduler listed them at most ``POOL_FRESH`` seconds
-        ago: a unit's submission and its check's draw ask for them, and one round trip to
-        the scheduler per unit costs about what a small unit computes."""
+    def _workers(self) -> dict[str, Any]:
+        """The pool's workers by address, as the scheduler listed them at most
+        ``POOL_FRESH`` seconds ago: a unit's submission, its check's draw, the window and the
+        run's start all ask for them, and one round trip to the scheduler costs about what
+        a small unit computes (a session's SpMV run on 10^6 rows made three)."""
         now = time.monotonic()
         if now - self._pool_at > POOL_FRESH:
-            self._pool, self._pool_at = set(workers(self.client)), now
+            self._info, self._pool_at = workers(self.client), now
+            self._pool = set(self._info)
+        return self._info
+
+    def pool(self) -> set[str]:
+        """The addresses of :meth:`_workers`."""
+        self._workers()
         return self._pool
 
     def allowed(self) -> list[str]:
@@ -1019,7 +1029,7 @@ class Driver:
     def _window(self) -> int:
         if self.opts.window is not None:
             return self.opts.window
-        threads = sum(w.get("nthreads", 1) for w in workers(self.client).values())
+        threads = sum(w.get("nthreads", 1) for w in self._workers().values())
         return max(2 * threads, 2)
 
     def _collect(
