@@ -145,8 +145,8 @@ def test_a_forged_held_description_is_refused_and_the_run_made_again(
     assert len(attempts) == 2
     got = drv._HELD.get(p.bound.plan)
     assert got is not None
-    assert got[2] == [True]
-    assert got[1] == {}
+    assert got.forged
+    assert got.futures == {}
 
 
 def test_compute_fills_and_reuses_the_prepared_leaves() -> None:

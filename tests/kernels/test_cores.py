@@ -18,7 +18,7 @@ def clean(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
 
 
 def test_no_launcher_is_one_rank_with_the_whole_mask(clean: pytest.MonkeyPatch) -> None:
-    clean.setattr(cores, "_affinity", lambda: 8)
+    clean.setattr(cores, "affinity", lambda: 8)
     clean.setattr(cores.os, "cpu_count", lambda: 8)
     assert cores.local_ranks() == 1
     assert cores.cores() == 8
@@ -28,7 +28,7 @@ def test_no_launcher_is_one_rank_with_the_whole_mask(clean: pytest.MonkeyPatch) 
 def test_each_launchers_variable_divides_an_unbound_mask(
     clean: pytest.MonkeyPatch, var: str
 ) -> None:
-    clean.setattr(cores, "_affinity", lambda: 8)
+    clean.setattr(cores, "affinity", lambda: 8)
     clean.setattr(cores.os, "cpu_count", lambda: 8)
     clean.setenv(var, "3")
     assert cores.local_ranks() == 3
@@ -38,7 +38,7 @@ def test_each_launchers_variable_divides_an_unbound_mask(
 
 
 def test_a_rank_the_launcher_bound_keeps_its_own_mask(clean: pytest.MonkeyPatch) -> None:
-    clean.setattr(cores, "_affinity", lambda: 2)
+    clean.setattr(cores, "affinity", lambda: 2)
     clean.setattr(cores.os, "cpu_count", lambda: 8)
     clean.setenv("MPI_LOCALNRANKS", "4")
     assert cores.cores() == 2

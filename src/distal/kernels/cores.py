@@ -48,7 +48,8 @@ def local_ranks() -> int:
     return max(1, _slurm_local())
 
 
-def _affinity() -> int:
+def affinity() -> int:
+    """Cores this process's affinity mask allows (``os.cpu_count()`` where there is none)."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -58,7 +59,7 @@ def _affinity() -> int:
 def cores() -> int:
     """Cores this process may run threads on: its affinity mask, divided among the node's
     ranks where the launcher left every rank the whole machine (at least one)."""
-    mine = _affinity()
+    mine = affinity()
     machine = os.cpu_count() or mine
     ranks = local_ranks()
     if ranks > 1 and mine >= machine:

@@ -43,6 +43,7 @@ import numpy as np
 
 from distal.costmodel.seconds import config_path, load_params
 from distal.errors import DistalUserError
+from distal.kernels.cores import affinity
 
 
 class NetworkError(DistalUserError):
@@ -163,10 +164,7 @@ def _measure_memcpy(nbytes: int = 32 << 20, repeat: int = 5) -> float:
 
 def host_cores() -> int:
     """Cores this process may run on (its affinity mask; ``os.cpu_count()`` elsewhere)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return affinity()
 
 
 @contextmanager

@@ -14,7 +14,7 @@ import time
 import uuid
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -78,10 +78,20 @@ from distal.runtime.weakcache import WeakCache
 from distal.typing import Box, box_index, box_intersect, box_is_empty, box_volume
 
 #: plans whose units' held descriptions are kept (``Driver.unit_arg``), the most recently
-#: used; each entry is ``(client, {unit name: (future, digest)}, [forged])`` and goes with
-#: its plan
+#: used; each entry (a :class:`_Held`) goes with its plan
 HELD_PLANS = 16
 _HELD = WeakCache(HELD_PLANS)
+
+
+@dataclass
+class _Held:
+    """A plan's held unit descriptions on one client: by unit name, the future and the
+    digest of its bytes; ``forged``: one was found forged, so the driver sends them."""
+
+    client: Any
+    futures: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    forged: bool = False
+
 
 STATS_NOTE = (
     "dask runtime: Result.stats words, index words and messages are counted by the tasks "
@@ -779,14 +789,10 @@ class Driver:
         description was found forged in this plan, the description itself."""
         if not carries_entries(u):
             return u.task()
-        got = _HELD.get(self.plan)
-        if got is None or got[0] is not self.client:
-            got = (self.client, {}, [False])
-            _HELD.put(self.plan, got)
-        futures, forged = got[1], got[2]
-        if forged[0]:
+        held = self._held()
+        if held.forged:
             return u.task()
-        f, digest = futures.get(u.name, (None, ""))
+        f, digest = held.futures.get(u.name, (None, ""))
         if f is None or f.status in ("error", "cancelled"):
             blob, digest = description(u)
             with warnings.catch_warnings():
@@ -799,19 +805,24 @@ class Driver:
                     pure=False,
                     **(where or {}),
                 )
-            futures[u.name] = (f, digest)
+            held.futures[u.name] = (f, digest)
         return f if self.opts.verify == 1 else (f, digest)
+
+    def _held(self) -> _Held:
+        """This plan's held descriptions on this client (made empty on first use)."""
+        held = _HELD.get(self.plan)
+        if held is None or held.client is not self.client:
+            held = _Held(self.client)
+            _HELD.put(self.plan, held)
+        return held
 
     def forged(self) -> None:
         """A task found a held description forged: this plan's units get their descriptions
         from the driver from now on (the held ones are dropped)."""
-        got = _HELD.get(self.plan)
-        if got is not None:
-            release([f for f, _ in got[1].values()])
-            got[1].clear()
-            got[2][0] = True
-        else:
-            _HELD.put(self.plan, (self.client, {}, [True]))
+        held = self._held()
+        release([f for f, _ in held.futures.values()])
+        held.futures.clear()
+        held.forged = True
 
     def where(self, f: Any, name: str) -> str:
         """The worker that computed future ``f`` (of unit ``name``)."""
