@@ -1,4 +1,6 @@
-"""Speculative tail duplication: a straggler's unit is copied onto an idle worker."""
+"""Speculative tail duplication on a pool: a straggler's unit is copied onto an idle
+worker, a stuck one's past its deadline. The policy itself is tested without a pool in
+``test_core.py``."""
 
 from __future__ import annotations
 
@@ -10,7 +12,6 @@ import pytest
 from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_expected, mttkrp_inputs
 
 from distal.runtime import checkpoint as ck
-from distal.runtime.elastic import speculate
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
 
@@ -70,75 +71,6 @@ def test_duplicated_partials_are_checkpointed_once_and_summed_once(
     assert np.array_equal(again.value, want)
     blocks = sum(n.startswith("block") for n in names)
     assert again.tasks_executed == blocks  # only the reductions; every unit was loaded
-
-
-def test_the_policy() -> None:
-    times = {"slow": [1.2, 1.3], "a": [0.3, 0.31, 0.29], "b": [0.32]}
-    assert speculate.reference(times) == pytest.approx(0.305)
-    assert speculate.reference({}) is None
-    ev = {
-        "u1": [
-            {"kind": "start", "worker": "slow", "unit": True, "recv": 10.0},
-        ],
-        "u2": [
-            {"kind": "start", "worker": "a", "unit": True, "recv": 10.5},
-            {"kind": "done", "worker": "a", "unit": True, "status": "computed", "seconds": 0.3},
-        ],
-        "u3": [
-            {"kind": "start", "worker": "b", "unit": True, "recv": 10.8},
-            {"kind": "start", "worker": "a", "unit": True, "recv": 10.9, "spec": 1},
-        ],
-    }
-    run = speculate.running(ev, 11.0)
-    assert set(run) == {"u1", "u3"}
-    assert run["u1"] == ("slow", pytest.approx(1.0))
-    cands = [("u1", "slow", 1.0), ("u3", "b", 0.2)]
-    # the oldest straggler gets the fastest idle worker; never its own, never a slow one
-    assert speculate.pair(cands, ["b", "a"], times) == [("u1", "a")]
-    assert speculate.pair(cands, ["b", "slow"], times) == [("u1", "b")]
-    assert speculate.pair(cands, ["new", "a"], times) == [("u1", "a"), ("u3", "new")]
-
-
-def test_units_waiting_behind_a_busy_worker_are_stragglers_too() -> None:
-    ev = {
-        "u1": [{"kind": "start", "worker": "slow", "unit": True, "recv": 1.0}],
-        "u2": [{"kind": "start", "worker": "a", "unit": True, "spec": 1, "recv": 1.0}],
-    }
-    assert speculate.started(ev) == {"u1"}
-    busy = {"slow": ["k1", "k4"], "a": ["k3"], "b": []}
-    waiting = {"u4": ("k4", 0.5), "u3": ("k3", 0.5), "u5": ("k5", 0.5)}
-    # u4 waits behind k1 on "slow"; u3 is alone on "a" (about to start); u5 is not assigned
-    assert speculate.queued(waiting, busy) == [("u4", "slow", 0.5)]
-
-
-def test_deadlines_come_from_a_unit_s_size_and_the_observed_speed() -> None:
-    done = {"kind": "done", "unit": True, "status": "computed"}
-    ev = {
-        "u1": [done | {"worker": "a", "seconds": 0.5, "iterations": [0, 1_000_000]}],
-        "u2": [done | {"worker": "a", "seconds": 0.5, "iterations": [1, 1_000_000]}],
-        "u3": [done | {"worker": "slow", "seconds": 2.0, "iterations": [2, 1_000_000]}],
-        "u4": [{"kind": "done", "unit": True, "status": "reused", "worker": "b"}],
-    }
-    rates = speculate.rates(ev)
-    assert rates == {"a": pytest.approx(2e6), "slow": pytest.approx(5e5)}
-    # a worker's own speed, else the pool's fastest; never under the warm floor
-    assert speculate.deadline(4_000_000, "a", rates) == pytest.approx(speculate.LATE * 2.0)
-    assert speculate.deadline(4_000_000, "slow", rates) == pytest.approx(speculate.LATE * 8.0)
-    assert speculate.deadline(4_000_000, "new", rates) == pytest.approx(speculate.LATE * 2.0)
-    assert speculate.deadline(10, "a", rates) == speculate.WARM_FLOOR
-    # before anything finished: the cold floor, or the size at the cold rate
-    assert speculate.deadline(10, "", {}) == speculate.COLD_FLOOR
-    big = int(10 * speculate.COLD_RATE)
-    assert speculate.deadline(big, "", {}) == pytest.approx(speculate.LATE * 10)
-    # overdue units go to the least loaded workers holding none, busy or not, never their own
-    busy = {"stuck": ["k1", "k2", "k3"], "a": ["k4"], "b": []}
-    late = [("u1", "stuck", 9.0), ("u2", "stuck", 7.0), ("u3", "stuck", 6.0)]
-    assert speculate.pair_overdue(late, busy, {"stuck"}, {}) == [
-        ("u1", "b"),
-        ("u2", "a"),
-        ("u3", "b"),
-    ]
-    assert speculate.pair_overdue(late, {"stuck": ["k1"]}, {"stuck"}, {}) == []
 
 
 def test_a_unit_that_stops_answering_is_run_elsewhere_without_a_timeout() -> None:
