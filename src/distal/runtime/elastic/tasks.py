@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import itertools
 import math
 import os
 import secrets
@@ -202,6 +203,23 @@ def transfer_bytes(nonce: str, dask_worker: Any = None) -> int:
     return sum(
         int(n) for entry in log for key, n in entry.get("keys", {}).items() if nonce in str(key)
     )
+
+
+def fetched(w: Any, recent: int = 256) -> tuple[int, float]:
+    """Bytes of the running task's inputs that came to worker ``w`` over the network, and
+    the seconds those transfers took (Dask's log of incoming transfers, its last
+    ``recent`` entries): how the driver learns what a link delivers. ``(0, 0.0)`` where
+    nothing came, or the worker keeps no such log."""
+    try:
+        deps = {d.key for d in w.state.tasks[w.get_current_task()].dependencies}
+        n, secs = 0, 0.0
+        for e in itertools.islice(reversed(w.transfer_incoming_log), recent):
+            if deps.intersection(e.get("keys", ())):
+                n += int(e.get("total", 0))
+                secs += float(e["stop"]) - float(e["start"])
+        return n, secs
+    except Exception:  # a stand-in worker, another Dask version: nothing measured
+        return 0, 0.0
 
 
 def _stall(ctx: Ctx, worker: Any, seconds: float) -> None:
@@ -624,7 +642,8 @@ def unit_task(
     label = unit.name if replica is None else f"{unit.name}#v{replica}"
     tags: dict[str, Any] = {"unit": True} | ({"spec": spec} if spec else {})
     tags |= {"redo": redo} if redo else {}
-    w = event(ctx, "start", label, **tags)
+    w = ctx.worker()
+    w = event(ctx, "start", label, w, fetched=fetched(w), **tags)
     t0 = time.perf_counter()
     corrupt = False
     store = ctx.store
@@ -979,6 +998,7 @@ __all__ = [
     "check_task",
     "drain",
     "event",
+    "fetched",
     "finish",
     "hash_block",
     "input_block",
