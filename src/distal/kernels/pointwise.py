@@ -240,39 +240,56 @@ def _loop(tree: Tree, accs: tuple[Tree, ...], lhs: tuple[int, ...], store: bool)
 
 
 def _build(tree: Tree, accs: tuple[Tree, ...], lhs: tuple[int, ...], store: bool) -> Any:
+    """The loop nest's source, compiled. The innermost output variable runs from 0 over a
+    row: every operand that varies along it is cut to its row first (``b[i - 1, l + c:]``,
+    in steps of its scale), the output too, so the inner loop's indices are provably in
+    range and non-negative (no wraparound test per access: it vectorizes); an operand that
+    does not vary along it is read once per row."""
     try:
         import numba
     except ImportError:
         return None
+    nd = len(lhs)
+    inner = lhs[-1]
+    first = "lo" if nd == 1 else f"l{nd - 1}"  # the innermost variable's first value
     names: dict[Tree, str] = {}
     args: list[str] = []
+    rows: list[str] = []
     for n, acc in enumerate(accs):
         idx = []
+        along = False
         for d, (p, a, _) in enumerate(acc[2]):
             off = f"c{n}_{d}"
             args.append(off)
-            if p in lhs:
+            if p == inner:
+                idx.append(f"{a} * {first} + {off}::{a}" if a != 1 else f"{first} + {off}:")
+                along = True
+            elif p in lhs:
                 k = lhs.index(p)
                 idx.append(f"i{k} + {off}" if a == 1 else f"{a} * i{k} + {off}")
             else:
                 idx.append(off)
-        names[acc] = f"b{n}[{', '.join(idx)}]" if idx else f"b{n}[()]"
+        read = f"b{n}[{', '.join(idx)}]" if idx else f"b{n}[()]"
+        rows.append(f"r{n} = {read}")
+        names[acc] = f"r{n}[j]" if along else f"r{n}"
     body = _spell(tree, names)
     if body is None:
         return None
-    nd = len(lhs)
     params = ["lo", "hi"]
     params += [f"l{k}, n{k}" for k in range(1, nd)]
     params += ["out", *(f"o{k}" for k in range(nd))]
     params += [f"b{n}" for n in range(len(accs))] + args
     src = f"def _leaf({', '.join(params)}):\n"
     indent = "    "
-    src += f"{indent}for i0 in range(lo, hi):\n"
-    for k in range(1, nd):
+    for k in range(nd - 1):
+        src += f"{indent}for i{k} in range({'lo, hi' if k == 0 else f'l{k}, n{k}'}):\n"
         indent += "    "
-        src += f"{indent}for i{k} in range(l{k}, n{k}):\n"
-    target = f"out[{', '.join(f'i{k} - o{k}' for k in range(nd))}]"
-    src += f"{indent}    {target} {'=' if store else '+='} {body}\n"
+    last = "hi" if nd == 1 else f"n{nd - 1}"
+    head = [f"i{k} - o{k}" for k in range(nd - 1)]
+    src += f"{indent}orow = out[{', '.join([*head, f'{first} - o{nd - 1}:{last} - o{nd - 1}'])}]\n"
+    src += "".join(f"{indent}{line}\n" for line in rows)
+    src += f"{indent}for j in range({last} - {first}):\n"
+    src += f"{indent}    orow[j] {'=' if store else '+='} {body}\n"
     namespace: dict[str, Any] = {"np": np}
     exec(compile(src, "<distal pointwise leaf>", "exec"), namespace)
     return numba.njit(nogil=True, error_model="numpy", boundscheck=False)(namespace["_leaf"])

@@ -27,11 +27,14 @@ class IndexVar:
 
     The name is a Python identifier (not a keyword): ``repr(schedule)`` prints schedules as
     code that names the variables, which must paste back as Python.
+
+    ``extent``: declared, for a variable whose uses are all shifted accesses (which give it
+    none, see :class:`Access`); a plain use must agree with it.
     """
 
-    __slots__ = ("name",)
+    __slots__ = ("extent", "name")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, extent: int | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise NotationError(f"an index variable needs a non-empty string name, got {name!r}")
         if not name.isidentifier() or keyword.iskeyword(name):
@@ -40,7 +43,12 @@ class IndexVar:
                 f"index variable name {name!r} is {what}; use letters, digits and '_', not "
                 "starting with a digit (schedules print as code that names the variable)"
             )
+        if extent is not None and (
+            isinstance(extent, bool) or not isinstance(extent, numbers.Integral) or extent < 1
+        ):
+            raise NotationError(f"index variable {name!r}: extent {extent!r} is not a positive int")
         self.name = name
+        self.extent = None if extent is None else int(extent)
 
     def __repr__(self) -> str:
         return self.name

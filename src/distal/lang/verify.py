@@ -43,6 +43,10 @@ def extents(a: Assignment) -> dict[IndexVar, int]:
     """
     out: dict[IndexVar, int] = {}
     shifted: list[tuple[Access, dict[IndexVar, tuple[int, int]]]] = []
+    for acc in [a.lhs, *accesses(a.rhs)]:  # declared extents first (a plain use must agree)
+        for v in acc.indices:
+            if v.extent is not None:
+                out[v] = v.extent
     for acc, box in [(a.lhs, {}), *domained(a.rhs)]:
         if acc.shifted:
             shifted.append((acc, box))
@@ -50,9 +54,10 @@ def extents(a: Assignment) -> dict[IndexVar, int]:
         for d, v in enumerate(acc.indices):
             n = acc.tensor.shape[d]
             if v in out and out[v] != n:
+                was = "is declared with" if v.extent is not None else "has"
                 raise ShapeError(
-                    f"index variable {v.name!r} has extent {out[v]} in one use but extent {n} "
-                    f"as dimension {d} of tensor {acc.tensor.name!r}"
+                    f"index variable {v.name!r} {was} extent {out[v]} in one use but extent "
+                    f"{n} as dimension {d} of tensor {acc.tensor.name!r}"
                 )
             out.setdefault(v, n)
     for acc, box in shifted:
