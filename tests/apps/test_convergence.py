@@ -31,7 +31,8 @@ def test_cg_at_maxiter_says_so_as_scipy_does() -> None:
     with pytest.warns(dl.ConvergenceWarning, match=r"info=10\b.*maxiter=10"):
         res = dl.apps.cg(A, b, machine=2, maxiter=10)
     x, its = res  # the contract's (x, iterations)
-    assert its == 10 and res.iterations == 10
+    assert its == 10
+    assert res.iterations == 10
     assert res.x is x
     _, info = scipy_cg(A, b, rtol=1e-10, atol=0.0, maxiter=10)
     assert res.info == info == 10
@@ -50,12 +51,15 @@ def test_cg_at_maxiter_says_so_as_scipy_does() -> None:
 def test_cg_converged_is_quiet_and_reports_the_true_residual() -> None:
     A, b = spd(n=60, seed=4)
     res = quiet(dl.apps.cg, A, b, machine=3, tol=1e-10)
-    assert res.converged and res.info == 0
+    assert res.converged
+    assert res.info == 0
     x, its = res
     assert res.residual == pytest.approx(np.linalg.norm(b - A @ x) / np.linalg.norm(b))
     assert res.residual <= 1e-10
     back = pickle.loads(pickle.dumps(res))
-    assert back.info == 0 and back.iterations == its and np.array_equal(back[0], x)
+    assert back.info == 0
+    assert back.iterations == its
+    assert np.array_equal(back[0], x)
 
 
 def test_cg_on_a_nonsymmetric_matrix_does_not_pass_for_converged() -> None:
@@ -66,7 +70,8 @@ def test_cg_on_a_nonsymmetric_matrix_does_not_pass_for_converged() -> None:
     b = np.ones(50)
     with pytest.warns(dl.ConvergenceWarning):
         res = dl.apps.cg(A, b, machine=2)
-    assert not res.converged and res.info != 0
+    assert not res.converged
+    assert res.info != 0
     assert res.residual == pytest.approx(np.linalg.norm(b - A @ res.x) / np.linalg.norm(b))
     assert res.residual > 1e-3
 
@@ -75,8 +80,10 @@ def test_cg_breakdown_on_an_indefinite_matrix_keeps_the_iterate() -> None:
     A, _ = spd(n=10)
     with pytest.warns(dl.ConvergenceWarning, match="positive definite"):
         res = dl.apps.cg(-A, np.ones(10), machine=2)
-    assert res.info == -1 and not res.converged
-    assert res.x.shape == (10,) and np.all(np.isfinite(res.x))
+    assert res.info == -1
+    assert not res.converged
+    assert res.x.shape == (10,)
+    assert np.all(np.isfinite(res.x))
 
 
 def test_cg_recursive_residual_below_what_rounding_allows_is_not_converged() -> None:
@@ -96,14 +103,20 @@ def test_pagerank_says_whether_it_converged() -> None:
     a = graph()
     with pytest.warns(dl.ConvergenceWarning, match="pagerank did not converge"):
         v = dl.apps.pagerank(a, machine=2, maxiter=3)
-    assert isinstance(v, np.ndarray) and v.info == 3 and v.iterations == 3
-    assert not v.converged and v.error_bound > 1e-10
+    assert isinstance(v, np.ndarray)
+    assert v.info == 3
+    assert v.iterations == 3
+    assert not v.converged
+    assert v.error_bound > 1e-10
     assert abs(v.sum() - 1) < 1e-12
     assert type(v * 2) is np.ndarray  # arithmetic on it gives plain arrays
     with pytest.raises(dl.ConvergenceError):
         dl.apps.pagerank(a, machine=2, maxiter=3, strict=True)
     v = quiet(dl.apps.pagerank, a, machine=2)
-    assert v.converged and v.info == 0 and v.error_bound <= 1e-10 and v.iterations > 3
+    assert v.converged
+    assert v.info == 0
+    assert v.error_bound <= 1e-10
+    assert v.iterations > 3
 
 
 def test_cp_als_says_whether_it_converged() -> None:
@@ -111,12 +124,18 @@ def test_cp_als_says_whether_it_converged() -> None:
     with pytest.warns(dl.ConvergenceWarning, match="cp_als did not converge"):
         res = dl.apps.cp_als(X, 4, machine=2, iters=2, tol=1e-12)
     w, factors, fit = res  # the contract's (weights, factors, fit)
-    assert res.info == 2 and res.iterations == 2 and not res.converged
-    assert res.fit == fit and res.weights is w and len(factors) == 3
+    assert res.info == 2
+    assert res.iterations == 2
+    assert not res.converged
+    assert res.fit == fit
+    assert res.weights is w
+    assert len(factors) == 3
     with pytest.raises(dl.ConvergenceError):
         dl.apps.cp_als(X, 4, machine=2, iters=2, tol=1e-12, strict=True)
     res = quiet(dl.apps.cp_als, X, 4, machine=2, iters=200, tol=1e-6)
-    assert res.converged and res.info == 0 and res.change < 1e-6
+    assert res.converged
+    assert res.info == 0
+    assert res.change < 1e-6
 
 
 def test_strict_must_be_a_bool() -> None:
