@@ -146,8 +146,10 @@ def test_slice_errors_name_the_culprit() -> None:
         d[1:3, :] = np.ones(2)
     with pytest.raises(InputError, match="cannot write float64 values into a int64"):
         sess.asarray(np.arange(5))[1:3] = np.array([0.5, 1.5])
-    with pytest.raises(NotSupportedYet, match="masks and integer arrays"):
+    with pytest.raises(NotSupportedYet, match="integer array index of a 2-D"):
         d[[0, 2]]
+    with pytest.raises(NotSupportedYet, match="indexing a DArray with str"):
+        d["a"]
     with pytest.raises(NotSupportedYet, match="boolean"):
         d[True]
     # an integer Python float into an integer array is exact: accepted, as numpy takes it

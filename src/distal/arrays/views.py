@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from distal.arrays import slicing
+from distal.arrays import masks, slicing
 from distal.arrays.darray import DArray, operand
 from distal.arrays.graph import Node
-from distal.errors import InputError, NotSupportedYet, ShapeError
+from distal.errors import InputError, ShapeError
 
 _new = object.__new__
 
@@ -80,12 +80,12 @@ def _scalar_key(key: Any, ndim: int) -> bool:
     )
 
 
-def getitem(a: DArray, key: Any) -> DArray:
+def getitem(a: DArray, key: Any) -> Any:
     """``a[key]``: a view for a basic index (a value where every axis is given an integer),
-    the advanced forms by :func:`advanced_get`."""
+    masks and integer arrays by :func:`distal.arrays.masks.getitem`."""
     region = slicing.region_of(a.shape, key)
     if region is None:
-        return advanced_get(a, key)
+        return masks.getitem(a, key)
     slicing._refuse_sparse(a.node, f"[{key!r}]")
     base, whole = (
         (a.base, slicing.compose(a.region, region)) if isinstance(a, DView) else (a, region)
@@ -98,12 +98,13 @@ def getitem(a: DArray, key: Any) -> DArray:
 
 
 def setitem(a: DArray, key: Any, value: Any) -> None:
-    """``a[key] = value``: the region of ``a`` (of its base, for a view) replaced."""
-    node = operand(a, value)
+    """``a[key] = value``: the region of ``a`` (of its base, for a view) replaced; masks
+    and integer arrays by :func:`distal.arrays.masks.setitem`."""
     region = slicing.region_of(a.shape, key)
     if region is None:
-        advanced_set(a, key, node)
+        masks.setitem(a, key, value)
         return
+    node = operand(a, value)
     what = f"[{key!r}] = ..."
     if isinstance(a, DView):
         base, region = a.base, slicing.compose(a.region, region)
@@ -156,19 +157,3 @@ def inplace(a: DArray, op: str, other: Any) -> DArray:
         )
     update(a, node, f"{sym}=")
     return a
-
-
-def advanced_get(a: DArray, key: Any) -> DArray:
-    """``a[mask]`` or ``a[integers]``: not in this version (named)."""
-    raise NotSupportedYet(
-        f"indexing a DArray with {type(key).__name__} {key!r}: basic indices (integers, "
-        "slices, None, ...) are supported; masks and integer arrays are not yet"
-    )
-
-
-def advanced_set(a: DArray, key: Any, value: Node) -> None:
-    """``a[mask] = value``: not in this version (named)."""
-    raise NotSupportedYet(
-        f"assigning to a DArray indexed with {type(key).__name__} {key!r}: basic indices "
-        "are supported; masks and integer arrays are not yet"
-    )
