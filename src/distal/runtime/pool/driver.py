@@ -164,12 +164,21 @@ class PoolDriver:
     def run(self, engine: Engine, link_call: Any) -> tuple[np.ndarray, Stats, Summary]:
         """Run on the pool (``link_call`` runs a coroutine in the link's loop); the output
         (the whole array; a sparse output's stored values), the stats and the summary."""
-        task_list, order, units, contrib = self.tasks()
+        task_list, order = self.prepare()
         results, summary = link_call(engine.run(task_list, order))
-        blocks = self.output_blocks()
-        value = self._assemble(units, results, contrib, blocks)
-        stats = self._stats(units, contrib, blocks, results)
+        value, stats = self.finish(results)
         return value, stats, summary
+
+    def prepare(self) -> tuple[list[Task], list[str]]:
+        """The run's tasks and their locality order (for :meth:`Engine.run`)."""
+        task_list, order, self.units, self.contrib = self.tasks()
+        return task_list, order
+
+    def finish(self, results: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Stats]:
+        """The output and the stats from every unit's accepted result."""
+        blocks = self.output_blocks()
+        value = self._assemble(self.units, results, self.contrib, blocks)
+        return value, self._stats(self.units, self.contrib, blocks, results)
 
     def _assemble(self, units: list[Unit], results: Mapping[str, np.ndarray],
                   contrib: Mapping, blocks: Mapping) -> np.ndarray:  # fmt: skip

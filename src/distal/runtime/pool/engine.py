@@ -132,6 +132,7 @@ class Options:
     verify: str | int = "check"
     wait: float = 120.0  # seconds a run waits with no volunteer able to take its units
     speculate: bool = True
+    lost_after: float = LOST_AFTER
 
 
 class Engine:
@@ -174,7 +175,7 @@ class Engine:
     def alive(self, now: float) -> list[Member]:
         return [
             m for n, m in sorted(self.members.items())
-            if n not in self.excluded and now - m.seen <= LOST_AFTER
+            if n not in self.excluded and now - m.seen <= self.opts.lost_after
         ]  # fmt: skip
 
     async def _persist_trust(self, name: str) -> None:
@@ -320,7 +321,7 @@ class Engine:
     def _lost(self, now: float, summary: Summary) -> None:
         """Volunteers gone quiet give their units back; overdue units get a copy."""
         for m in list(self.members.values()):
-            if now - m.seen > LOST_AFTER and m.holding:
+            if now - m.seen > self.opts.lost_after and m.holding:
                 for a in list(m.holding):
                     self._release(a)
                     summary.reassigned += 1
