@@ -55,11 +55,16 @@ async def _runs(vols: list[FakeVolunteer], opts: Options, runs: int = 1,
 
 def test_honest_volunteers_compute_the_product_and_cache_its_blocks() -> None:
     link, (s1, s2) = run_loop(_runs([FakeVolunteer("a"), FakeVolunteer("b")], Options(), 2))
-    assert s1.volunteers == ["a", "b"] and not s1.excluded_volunteers
-    assert s1.checked == 4 and s1.false_accept_bound > 0 and not s1.units_rejected
-    assert sum(s1.units_by_volunteer.values()) == 4 and len(s1.units_by_volunteer) == 2
+    assert s1.volunteers == ["a", "b"]
+    assert not s1.excluded_volunteers
+    assert s1.checked == 4
+    assert s1.false_accept_bound > 0
+    assert not s1.units_rejected
+    assert sum(s1.units_by_volunteer.values()) == 4
+    assert len(s1.units_by_volunteer) == 2
     # the second run finds every block and program where it sent them
-    assert s1.bytes_sent > 0 and s2.bytes_sent == 0
+    assert s1.bytes_sent > 0
+    assert s2.bytes_sent == 0
     assert {n for n, _ in link.sent} == {"a", "b"}
 
 
@@ -70,7 +75,8 @@ def test_a_malformed_reply_is_refused_and_its_sender_excluded(kind: str, tmp_pat
     link, (s,) = run_loop(_runs(vols, Options()))
     assert [r["volunteer"] for r in s.replies_refused] == ["bad"]
     assert s.replies_refused[0]["code"] in ("unparsable", "dtype", "shape", "size")
-    assert "bad" in s.excluded_volunteers and link.kv["excluded.bad"]
+    assert "bad" in s.excluded_volunteers
+    assert link.kv["excluded.bad"]
     assert s.units_by_volunteer == {"ok": 4}
     assert any(n == "bad" for n, _ in link.controls)  # told to stop
     assert not marker.exists()
@@ -80,7 +86,8 @@ def test_a_volunteer_that_lies_with_good_numbers_is_caught_and_excluded() -> Non
     vols = [FakeVolunteer("liar", "liar"), FakeVolunteer("ok", delay=0.05)]
     link, (s,) = run_loop(_runs(vols, Options(verify="check")))
     assert {r["volunteer"] for r in s.units_rejected} == {"liar"}
-    assert "liar" in s.excluded_volunteers and s.units_by_volunteer == {"ok": 4}
+    assert "liar" in s.excluded_volunteers
+    assert s.units_by_volunteer == {"ok": 4}
     assert b'"streak": 0' in link.kv["trust.liar"]
 
 
@@ -94,12 +101,13 @@ def test_exclusion_outlives_the_run_and_the_engine() -> None:
             again.join(v)
         k, x = _gemm()
         drv = PoolDriver(Job(k.plan, k.kernels, k.dtypes), x)
-        results, summary = await Engine(again, Options()).run(*drv.prepare())  # type: ignore[arg-type]
+        _results, summary = await Engine(again, Options()).run(*drv.prepare())  # type: ignore[arg-type]
         again.stop()
         return again, summary
 
     again, s = run_loop(go())
-    assert {n for n, _ in again.sent} == {"ok"} and not s.units_rejected
+    assert {n for n, _ in again.sent} == {"ok"}
+    assert not s.units_rejected
 
 
 def test_a_volunteer_that_goes_silent_has_its_units_placed_again() -> None:
@@ -121,7 +129,8 @@ def test_a_volunteer_that_goes_silent_has_its_units_placed_again() -> None:
         return res
 
     _, (s,) = run_loop(go())
-    assert s.reassigned >= 1 and s.units_by_volunteer == {"ok": 4}
+    assert s.reassigned >= 1
+    assert s.units_by_volunteer == {"ok": 4}
     assert not s.excluded_volunteers
 
 
@@ -135,12 +144,15 @@ def test_an_overdue_unit_is_copied_to_another_volunteer() -> None:
         _, (s,) = run_loop(_runs(vols, Options()))
     finally:
         engine_mod.policy.speculate.COLD_FLOOR = old
-    assert s.copies >= 1 and s.units_by_volunteer == {"fast": 4}
+    assert s.copies >= 1
+    assert s.units_by_volunteer == {"fast": 4}
 
 
 def test_a_refused_unit_goes_elsewhere_and_fails_only_when_no_one_can() -> None:
     _, (s,) = run_loop(_runs([FakeVolunteer("no", "refuse"), FakeVolunteer("ok")], Options()))
-    assert s.units_by_volunteer == {"ok": 4} and s.failed and not s.excluded_volunteers
+    assert s.units_by_volunteer == {"ok": 4}
+    assert s.failed
+    assert not s.excluded_volunteers
     with pytest.raises(VerificationFailed, match="no volunteer can compute unit"):
         run_loop(_runs([FakeVolunteer("no", "refuse")], Options()))
 

@@ -12,7 +12,8 @@ def test_morton_keeps_neighbours_together() -> None:
     for k in range(0, 16, 4):
         rows = {i for i, _ in order[k : k + 4]}
         cols = {j for _, j in order[k : k + 4]}
-        assert len(rows) == 2 and len(cols) == 2
+        assert len(rows) == 2
+        assert len(cols) == 2
 
 
 def test_partition_is_contiguous_and_follows_speed() -> None:

@@ -10,10 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import distal as dl
+from distal.plan.region import shape
 from distal.runtime.elastic.units import Span, block_region, decompose
 from distal.runtime.pool import child, program
 from distal.runtime.pool.wire import WireError
-from distal.plan.region import shape
 
 
 def _gemm(n: int = 12) -> tuple:
@@ -40,7 +40,7 @@ def _spmv(n: int = 60) -> tuple:
     return b, b.plan, x
 
 
-def _arrays(plan, unit, kernel, x):  # noqa: ANN001, ANN202
+def _arrays(plan, unit, kernel, x):
     """The unit's input blocks as the coordinator cuts them (PoolDriver.block)."""
     from distal.runtime.pool.driver import Job, PoolDriver
 
@@ -50,7 +50,7 @@ def _arrays(plan, unit, kernel, x):  # noqa: ANN001, ANN202
 
 
 @pytest.mark.parametrize("make", [_gemm, _spmv])
-def test_a_program_reads_back_and_computes_what_the_unit_computes(make) -> None:  # noqa: ANN001
+def test_a_program_reads_back_and_computes_what_the_unit_computes(make) -> None:
     kernel, plan, x = make()
     dtypes = {t: np.dtype(kernel.dtypes[t]) for t in plan.inputs}
     for u in decompose(plan):
@@ -61,17 +61,19 @@ def test_a_program_reads_back_and_computes_what_the_unit_computes(make) -> None:
         raw = program.encode(u, kernel.kernels, np.dtype(kernel.dtypes[plan.output]), dtypes,
                              holders)  # fmt: skip
         prog = program.decode(raw)
-        assert prog.unit.name == u.name and prog.unit.needs == u.needs
+        assert prog.unit.name == u.name
+        assert prog.unit.needs == u.needs
         assert prog.unit.steps == u.task().steps or any(w for _, _, w in u.steps)
         assert prog.kernels == tuple(kernel.kernels)
         drv, arrays = _arrays(plan, u, kernel, x)
         got, _ = child.compute(prog, arrays, {})
         blocks = [(t, h, a) for (t, _), h, a in zip(u.needs, holders, arrays, strict=True)]
         want, _, _ = drv_compute(drv, u, blocks)
-        assert got.dtype == want.dtype and np.array_equal(got, want)
+        assert got.dtype == want.dtype
+        assert np.array_equal(got, want)
 
 
-def drv_compute(drv, u, blocks):  # noqa: ANN001, ANN201
+def drv_compute(drv, u, blocks):
     from distal.runtime.elastic import tasks
 
     return tasks._compute(drv.ctx, u, blocks)
@@ -96,7 +98,7 @@ def test_arbitrary_bytes_are_not_a_program(raw: bytes) -> None:
         program.decode(raw)
 
 
-def _paths(tree, at=()):  # noqa: ANN001, ANN202
+def _paths(tree, at=()):
     yield at
     if isinstance(tree, dict):
         for k, v in tree.items():

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 plain = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
     | st.text(max_size=20) | st.binary(max_size=40),
-    lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=8), kids, max_size=5),
+    lambda kids: st.lists(kids, max_size=5)
+    | st.dictionaries(st.text(max_size=8), kids, max_size=5),
     max_leaves=25,
 )  # fmt: skip
 
@@ -61,15 +62,18 @@ def test_a_result_comes_back_equal_in_one_part_or_several(shape: tuple, dtype: s
     for m in msgs[:-1]:
         assert rx.feed("a1", exp, m).kind == "more"
     out = rx.feed("a1", exp, msgs[-1])
-    assert out.kind == "done" and out.array is not None
-    assert out.array.dtype == np.dtype(dtype) and np.array_equal(out.array, arr)
+    assert out.kind == "done"
+    assert out.array is not None
+    assert out.array.dtype == np.dtype(dtype)
+    assert np.array_equal(out.array, arr)
     assert rx.held_bytes == 0
 
 
 def test_a_big_endian_result_travels_little_endian() -> None:
     arr = np.arange(6, dtype=">f8").reshape(2, 3)
     out = Receiver().feed("a", Expect(np.dtype("<f8"), (2, 3)), _result(arr)[0])
-    assert out.array is not None and np.array_equal(out.array, arr)
+    assert out.array is not None
+    assert np.array_equal(out.array, arr)
 
 
 def test_a_restarted_result_starts_over_without_blame() -> None:
@@ -84,7 +88,8 @@ def test_a_restarted_result_starts_over_without_blame() -> None:
 
 def test_failed_and_refuse_reports_carry_their_reason() -> None:
     out = Receiver().feed("a", Expect(np.dtype("<f8"), (2,)), wire.report("failed", "oom"))
-    assert out.kind == "failed" and out.reason == "oom"
+    assert out.kind == "failed"
+    assert out.reason == "oom"
 
 
 # -- what is refused, and as what --------------------------------------------------------------
@@ -216,7 +221,7 @@ def test_arbitrary_documents_are_refused_by_name(doc: object) -> None:
 
 @given(st.dictionaries(st.sampled_from(["kind", "part", "parts", "head", "data", "v", "x"]),
                        plain, max_size=7),
-       st.dictionaries(st.sampled_from(list(wire.HEAD) + ["x"]), plain, max_size=8))  # fmt: skip
+       st.dictionaries(st.sampled_from([*list(wire.HEAD), "x"]), plain, max_size=8))  # fmt: skip
 def test_result_shaped_documents_are_refused_by_name(doc: dict, head: dict) -> None:
     doc = {"v": wire.VERSION, "kind": "result", **doc}
     if "head" in doc:
@@ -246,7 +251,8 @@ def _unit(**over: object) -> dict:
 
 def test_a_unit_reads_back_as_written() -> None:
     u = wire.read_unit(wire.pack(_unit()))
-    assert u.attempt == "a1" and u.out == Expect(np.dtype("<f8"), (4, 4))
+    assert u.attempt == "a1"
+    assert u.out == Expect(np.dtype("<f8"), (4, 4))
     assert u.blocks[0].nbytes == 128
     assert wire.read_unit(u.to_wire()) == u
 
@@ -271,7 +277,8 @@ def test_a_volunteer_refuses_a_unit_it_does_not_know(over: dict, code: str) -> N
 
 def test_hello_and_bye() -> None:
     h = wire.read_hello(wire.hello((1,), 2, 1 << 30, 2, "x"))
-    assert h is not None and h.cpus == 2
+    assert h is not None
+    assert h.cpus == 2
     assert wire.read_hello(wire.bye("a3")) is None
     with pytest.raises(WireError):
         wire.read_hello(wire.pack({"v": 1, "kind": "hello", "versions": [], "cpus": 1,
