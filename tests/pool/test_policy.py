@@ -46,3 +46,14 @@ def test_a_deadline_grows_with_work_and_bytes_not_held() -> None:
     assert more == warm + policy.LATE * 10.0
     # a volunteer with no measured link gets the slowest measured one's
     assert policy.deadline(10**9, 10**8, "b", {"a": 10**9}, {"a": 10**7, "c": 10**6}) > more
+
+
+def test_a_unit_goes_back_to_the_volunteer_holding_its_blocks() -> None:
+    order = ["u0", "u1", "u2", "u3"]
+    inputs = {"u0": {"x": 8}, "u1": {"y": 8}, "u2": {"z": 8}, "u3": {"w": 8}}
+    held = {"a": {"z", "w"}, "b": {"x", "y"}}
+    home = policy.partition(order, {"a": 1.0, "b": 1.0}, held, inputs)
+    assert home == {"u0": "b", "u1": "b", "u2": "a", "u3": "a"}
+    # within its share (and the slack): a volunteer holding everything does not get it all
+    home = policy.partition(order, {"a": 1.0, "b": 1.0}, {"a": {"x", "y", "z", "w"}}, inputs)
+    assert sum(v == "a" for v in home.values()) == 3

@@ -271,12 +271,13 @@ class Engine:
             return
         names = tuple(m.name for m in alive)
         pending = [u for u in self.order if self._needs(u) > 0]
+        sizes = {u: self.tasks[u].sizes for u in pending}
         if names != self.homes_for:
             fastest = max(self.rates.values(), default=1.0)
             speeds = {n: self.rates.get(n, fastest) for n in names}
-            self.home = policy.partition(pending, speeds)
+            held = {m.name: m.sent for m in alive}
+            self.home = policy.partition(pending, speeds, held, sizes)
             self.homes_for = names
-        sizes = {u: self.tasks[u].sizes for u in pending}
         for m in sorted(alive, key=lambda m: -self.rates.get(m.name, 0.0)):
             while len(m.holding) < m.slots and pending:
                 ok = [

@@ -21,6 +21,7 @@ back). An overdue unit is copied to another volunteer; the first verified result
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 from distal.runtime.elastic import speculate
@@ -43,20 +44,45 @@ def morton(coord: Sequence[int]) -> int:
     return out
 
 
-def partition(order: Sequence[str], speeds: Mapping[str, float]) -> dict[str, str]:
-    """Cut ``order`` (unit names in locality order) into one contiguous run per volunteer
-    of ``speeds`` (name -> relative speed), each run's length in proportion to its speed;
-    unit name -> volunteer."""
+def partition(
+    order: Sequence[str],
+    speeds: Mapping[str, float],
+    held: Mapping[str, set[str]] | None = None,
+    inputs: Mapping[str, Mapping[str, int]] | None = None,
+    slack: float = 1.25,
+) -> dict[str, str]:
+    """Each unit of ``order`` (in locality order) -> the volunteer of ``speeds`` (name ->
+    relative speed) whose run it belongs to, runs in proportion to the speeds.
+
+    A unit whose input bytes (``inputs``: unit -> {digest: bytes}) a volunteer already
+    holds (``held``: name -> digests) goes to the one holding the most of them, while that
+    volunteer's run stays within ``slack`` times its share (a loop's second run finds its
+    blocks where the first left them); the others are cut into contiguous runs of the
+    order over the room left."""
     names = sorted(speeds)
     if not names or not order:
         return {}
+    held, inputs = held or {}, inputs or {}
     total = sum(max(speeds[n], 1e-9) for n in names)
+    share = {n: len(order) * max(speeds[n], 1e-9) / total for n in names}
+    cap = {n: max(1, math.ceil(share[n] * slack)) for n in names}
     out: dict[str, str] = {}
+    load = dict.fromkeys(names, 0)
+    for u in order:
+        have = {n: sum(b for d, b in inputs.get(u, {}).items() if d in held.get(n, ()))
+                for n in names}  # fmt: skip
+        best = max(names, key=lambda n: (have[n], -load[n]))
+        if have[best] > 0 and load[best] < cap[best]:
+            out[u] = best
+            load[best] += 1
+    rest = [u for u in order if u not in out]
+    room = {n: max(0.0, share[n] - load[n]) for n in names}
+    left = sum(room.values())
     at, acc = 0, 0.0
     for k, n in enumerate(names):
-        acc += max(speeds[n], 1e-9)
-        end = len(order) if k == len(names) - 1 else round(len(order) * acc / total)
-        for u in order[at:end]:
+        acc += room[n]
+        end = len(rest) if k == len(names) - 1 else round(len(rest) * acc / left) if left else 0
+        for u in rest[at:end]:
             out[u] = n
         at = max(at, end)
     return out
