@@ -73,7 +73,7 @@ class LocalPool:
         creds = self.invite(name) if invite else self.root / f"{name}.creds"
         cmd = script or [sys.executable, "-m", "distal", "volunteer"]
         cmd = [*cmd, str(creds), "--server", self.address, *args]
-        log = open(self.root / f"{name}.log", "wb")  # noqa: SIM115 - the process's, closed below
+        log = open(self.root / f"{name}.log", "wb")
         p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
         log.close()
         self.procs[name] = p

@@ -29,7 +29,7 @@ from distal.runtime.pool.sandbox import Limits
 
 
 class Rogue(volunteer.Volunteer):
-    def __init__(self, mode: str, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, mode: str, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.mode = mode
         self.count = 0

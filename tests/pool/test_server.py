@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import LocalPool
 
+from conftest import LocalPool
 from distal.errors import InputError
 from distal.runtime.pool import subjects
 from distal.runtime.pool.credentials import Credentials
@@ -25,7 +25,8 @@ def test_invite_writes_private_credentials_and_the_server_knows_only_the_public_
     path = local_pool.invite("alice")
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     creds = Credentials.read(path)
-    assert creds.user == "alice" and creds.role == "volunteer"
+    assert creds.user == "alice"
+    assert creds.role == "volunteer"
     conf = (local_pool.dir.path / "nats.conf").read_text()
     assert creds.seed not in conf
     assert local_pool.dir.volunteers()["alice"]["public"] in conf
