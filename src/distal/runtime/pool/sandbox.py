@@ -79,9 +79,7 @@ def _preexec(limits: Limits, cores: list[int]) -> Any:
 def child_env(limits: Limits) -> dict[str, str]:
     """The child's environment: this one's, BLAS threads set to the cores it gets, and the
     distal package this process runs importable by absolute path."""
-    import distal
-
-    src = str(Path(distal.__file__).resolve().parents[1])
+    src = str(Path(__file__).resolve().parents[3])  # the directory holding the distal package
     env = dict(os.environ)
     path = [src, *[p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]]
     env["PYTHONPATH"] = os.pathsep.join(path)
