@@ -665,3 +665,22 @@ def test_iree_leaves_run_on_dask_workers() -> None:
         got = kernel.run(inputs, runtime="dask", client=client, progress=False)
     want = dl.compile(alg.schedule).run(inputs)
     np.testing.assert_allclose(got.value, want.value, rtol=1e-12, atol=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(DENSE))
+def test_every_dense_export_compiles_in_iree(name: str) -> None:
+    """Each distinct leaf of every processor (the same text once the processor's number is
+    taken out) compiles for IREE's CPU target, MTTKRP's three-input contraction included."""
+    _iree()
+    from distal.kernels.iree import compile_leaf
+
+    kernel = KERNELS[name]
+    seen = set()
+    for p in range(kernel.nprocs):
+        text = kernel.to_mlir(p)
+        body = "\n".join(ln for ln in text.split("\n") if not ln.startswith("//"))
+        body = body.replace(f"_leaf_p{p}(", "_leaf(")
+        if body not in seen:
+            seen.add(body)
+            assert compile_leaf(text)

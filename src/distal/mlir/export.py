@@ -247,9 +247,14 @@ class _Printer:
         if not vals or coeff not in (1, -1) or (acc is None and coeff == -1):
             vals.append(self.op(f"arith.constant {_number(coeff, e)} : {e}"))
             coeff = 1
-        prod = vals[0]
-        for v in vals[1:]:
-            prod = self.op(f"arith.{'mulf' if f else 'muli'} {prod}, {v} : {e}")
+        # the later factors first, then the first: IREE (3.13) vectorizes a three-input
+        # contraction so associated (MTTKRP: B * (C * D)) and rejects ((B * C) * D)
+        mul = "mulf" if f else "muli"
+        prod = vals[-1]
+        for v in reversed(vals[1:-1]):
+            prod = self.op(f"arith.{mul} {v}, {prod} : {e}")
+        if len(vals) > 1:
+            prod = self.op(f"arith.{mul} {vals[0]}, {prod} : {e}")
         if acc is None:
             return prod
         kind = ("addf" if f else "addi") if coeff == 1 else ("subf" if f else "subi")
