@@ -82,8 +82,9 @@ def test_summa_is_a_loop_over_k_steps_broadcasting_along_each_grid_axis() -> Non
     text = _spmd("summa")
     assert re.search(r"scf\.for %\w+ = %c0 to %c2 step %c1", text)
     loop = text[text.index("scf.for") :]
-    assert re.search(r"shard\.broadcast %B on @grid grid_axes = \[1\] root = \[%t\d+\]", loop)
-    assert re.search(r"shard\.broadcast %C on @grid grid_axes = \[0\] root = \[%t\d+\]", loop)
+    step = re.search(r"scf\.for (%\w+) = ", text).group(1)  # the root is the step
+    assert f"shard.broadcast %B on @grid grid_axes = [1] root = [{step}]" in loop
+    assert f"shard.broadcast %C on @grid grid_axes = [0] root = [{step}]" in loop
     assert "func.call @A_leaf" in loop
     assert "shard.send" not in text  # nothing point to point
 

@@ -192,7 +192,7 @@ def _spmd_module(
     e.emit(f"return {result} : {own_type[out.name].text}")
     sig = ", ".join(f"%{n}: {own_type[n].text}" for n in uniq)
     notes = _notes(st, kernel, machine, shardings, sparse, a)
-    body = "\n".join([*e.head, *e.lines])
+    body = "\n".join(e.body())
     lines = [
         *(f"// {n}" for n in notes),
         "module {",

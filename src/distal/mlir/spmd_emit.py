@@ -12,6 +12,7 @@ the two).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -64,6 +65,22 @@ class Emitter:
         self.consts: dict[int, str] = {}
         self.head: list[str] = []
         self.indent = 2
+
+    def body(self) -> list[str]:
+        """The head (constants, tables) and the lines, without the pure definitions nothing
+        reads (a table or a key the steps turned out not to need)."""
+        lines = [*self.head, *self.lines]
+        pure = re.compile(r"^\s*(%[\w]+) = (arith\.|tensor\.empty|tensor\.extract )")
+        while True:
+            text = "\n".join(lines)
+            dead = set()
+            for ln in lines:
+                m = pure.match(ln)
+                if m and len(re.findall(re.escape(m.group(1)) + r"\b", text)) == 1:
+                    dead.add(ln)
+            if not dead:
+                return lines
+            lines = [ln for ln in lines if ln not in dead]
 
     def fresh(self, hint: str = "v") -> str:
         self.count += 1

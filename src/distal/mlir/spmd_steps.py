@@ -120,29 +120,39 @@ class Steps:
         e = self.e
         if hi - lo == 1:
             return self.step(lo, [lo], e.idx(lo), state)
-        names = [*self.dense, "own", "acc"]
-        vals = [*(state.buf[t] for t in self.dense), state.own, state.acc]
-        types = [*(self.buf_t[t] for t in self.dense), self.own_t, self.acc_t]
+        carried = [t for t in self.dense if self._reads_buffer(t, lo)]
+        names = [*carried, "own", "acc"]
+        vals = [*(state.buf[t] for t in carried), state.own, state.acc]
+        types = [*(self.buf_t[t] for t in carried), self.own_t, self.acc_t]
         s = e.fresh("step")
         iters = [e.fresh(f"{n}_") for n in names]
         res = e.fresh("loop")
-        carried = ", ".join(f"{i} = {v}" for i, v in zip(iters, vals, strict=True))
+        inits = ", ".join(f"{i} = {v}" for i, v in zip(iters, vals, strict=True))
         tys = ", ".join(t.text for t in types)
         e.emit(
             f"{res}:{len(names)} = scf.for {s} = {e.idx(lo)} to {e.idx(hi)} step {e.idx(1)} "
-            f"iter_args({carried}) -> ({tys}) {{"
+            f"iter_args({inits}) -> ({tys}) {{"
         )
         e.indent += 2
-        inner = State(dict(zip(self.dense, iters, strict=False)), iters[-2], iters[-1])
+        bufs = {**state.buf, **dict(zip(carried, iters, strict=False))}
+        inner = State(bufs, iters[-2], iters[-1])
         inner = self.step(lo, list(range(lo, hi)), s, inner)
-        outv = [*(inner.buf[t] for t in self.dense), inner.own, inner.acc]
+        outv = [*(inner.buf[t] for t in carried), inner.own, inner.acc]
         e.emit(f"scf.yield {', '.join(outv)} : {tys}")
         e.indent -= 2
         e.emit("}")
-        k = len(self.dense)
-        return State(
-            {t: f"{res}#{n}" for n, t in enumerate(self.dense)}, f"{res}#{k}", f"{res}#{k + 1}"
-        )
+        k = len(carried)
+        after = {**state.buf, **{t: f"{res}#{n}" for n, t in enumerate(carried)}}
+        return State(after, f"{res}#{k}", f"{res}#{k + 1}")
+
+    def _reads_buffer(self, t: str, lo: int) -> bool:
+        """Whether a step from ``lo`` on reads ``t``'s buffer of the step before (a step
+        that keeps it, shifts it, or where a processor fetches nothing new)."""
+        for st in self.a.steps[lo:]:
+            ex = next(x for x in st.exchanges if x.tensor == t)
+            if ex.kind in ("keep", "p2p") or (ex.kind == "shift" and ex.base == "buffer"):
+                return True
+        return False
 
     # -- one step (or the body of a loop over steps) --------------------------------------
 
@@ -175,6 +185,8 @@ class Steps:
             roots = {x.root for x in exs}
             if len(roots) == 1:
                 root, rt = ", ".join(map(str, ex.root)), ""
+            elif len(ex.axes) == 1 and [x.root[0] for x in exs] == steps:
+                root, rt = s, ", index"  # the root is the step (SUMMA)
             else:
                 tbl = e.table([list(x.root) for x in exs], f"{t}_root")
                 rel = e.op(f"arith.subi {s}, {e.idx(steps[0])} : index", "rel")
