@@ -13,6 +13,8 @@ from distal.data import from_box_function, from_function, from_npy_dir, from_zar
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import (
+    ConvergenceError,
+    ConvergenceWarning,
     DistalError,
     DistalUserError,
     DistalWarning,
@@ -20,6 +22,7 @@ from distal.errors import (
     InternalError,
     NotationError,
     NotSupportedYet,
+    ResourceError,
     RuntimeFailure,
     ScheduleError,
     ShapeError,
@@ -36,6 +39,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundKernel",
+    "ConvergenceError",
+    "ConvergenceWarning",
     "DArray",
     "DistalError",
     "DistalUserError",
@@ -48,6 +53,7 @@ __all__ = [
     "Machine",
     "NotSupportedYet",
     "NotationError",
+    "ResourceError",
     "Result",
     "RuntimeFailure",
     "Schedule",

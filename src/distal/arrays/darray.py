@@ -89,6 +89,12 @@ class DArray:
     def _scalar(self, kind: Any) -> Any:
         if self.ndim != 0 and self.size != 1:
             raise TypeError(f"only a 0-d or 1-element DArray converts to {kind.__name__}")
+        if kind in (float, int) and self.dtype.kind == "c":
+            # (numpy's own refusal is a bare TypeError from inside its conversion)
+            raise InputError(
+                f"{kind.__name__}() of a complex value ({self!r}) would drop its imaginary "
+                "part: use complex(d), or take abs(d) first"
+            )
         return kind(np.asarray(self.get()).reshape(()))
 
     def __float__(self) -> float:
@@ -144,8 +150,8 @@ class DArray:
         d = self._node(o)
         if self.ndim and d.ndim == 0:
             if isinstance(d, g.Const):
-                if d.value == 0:
-                    raise InputError(f"{self!r} / 0 divides by zero")
+                if d.value == 0:  # numpy's inf and nan (and its warning), as for an array of zeros
+                    return self._map("div", o)
                 # numpy's true division: the result dtype of a / b, even for integers
                 dt = g.map_node("div", self.node, d).dtype
                 return self._wrap(g.map_node("mul", self.node, g.const(dt.type(1) / d.value)))

@@ -792,7 +792,7 @@ def term_kernels(
         contraction(spec)
         out.append(
             TermKernel(
-                coeff=t.coeff,
+                coeff=wrapped(t.coeff, st.output.dtype),
                 spec=spec,
                 factors=tuple((f.tensor.name, tuple(pos[v] for v in f.indices)) for f in t.factors),
                 gates=tuple(pos[v] for v in st.variables if v not in lhs and v not in t.summed),
@@ -804,6 +804,21 @@ def term_kernels(
             )
         )
     return tuple(out)
+
+
+def wrapped(coeff: Any, dtype: np.dtype) -> Any:
+    """A term's integer coefficient as ``dtype``'s arithmetic takes it: modulo ``2**bits``,
+    in the dtype's range. Integer arithmetic in numpy is modular, so the expanded statement's
+    coefficients may be taken modulo too: ``u - 2`` of a uint64 ``u`` is the term
+    ``u + (-2)``, and ``-2`` is ``2**64 - 2`` there (numpy refuses the Python integer ``-2``
+    for a uint64 operand, while its own ``u - 2`` wraps)."""
+    if np.dtype(dtype).kind not in "iu" or not isinstance(coeff, int | np.integer):
+        return coeff
+    info = np.iinfo(dtype)
+    c = int(coeff)
+    if info.min <= c <= info.max:
+        return coeff
+    return (c - info.min) % (1 << info.bits) + info.min
 
 
 PARALLEL_MIN_POINTS = 1 << 15  # iterations below which a parallelized leaf stays on one thread
