@@ -284,6 +284,25 @@ def _number(c: complex | float | int, element: str) -> str:
     return f"{x:.17e}"
 
 
+def _plain(st: Statement) -> None:
+    """Refuse what the export does not write yet: shifted or scaled accesses (``u[i - 1]``)
+    and terms restricted to a box of the iteration space (their maps and guards)."""
+    for term in st.terms:
+        if getattr(term, "domain", ()):
+            raise NotSupportedYet(
+                f"the term {_term_text(term)} runs on part of the iteration space only: the "
+                "MLIR export does not write guarded bodies yet"
+            )
+        for acc in (st.assignment.lhs, *term.factors):
+            if any(o != 0 for o in getattr(acc, "offsets", ())) or any(
+                c != 1 for c in getattr(acc, "scales", ())
+            ):
+                raise NotSupportedYet(
+                    f"the access {acc!r} is shifted or scaled: the MLIR export writes accesses "
+                    "by plain index variables only"
+                )
+
+
 def leaf_function(
     st: Statement,
     tensors: Mapping[str, Any],
@@ -297,6 +316,7 @@ def leaf_function(
 
     ``tensors`` maps names to :class:`distal.Tensor` (dtype and format of each operand).
     """
+    _plain(st)
     inputs = st.inputs()
     index = {t.name: k for k, t in enumerate(inputs)}
     first: dict[str, tuple[IndexVar, ...]] = {}
