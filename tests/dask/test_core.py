@@ -40,6 +40,16 @@ from distal.runtime.elastic.events import (
     Wrote,
 )
 from distal.runtime.elastic.trust import Trust
+from distal.runtime.elastic.twice import (
+    Assign,
+    CheckOn,
+    Exclude,
+    Judge,
+    Judged,
+    Keep,
+    Twice,
+    Verdict,
+)
 
 MB = 1_000_000
 
@@ -473,3 +483,60 @@ def test_the_driver_polls_back_off_to_ten_milliseconds_and_stay_there() -> None:
     assert backoff(0) == 0.0005
     assert [backoff(n) for n in range(6)] == sorted(backoff(n) for n in range(6))
     assert backoff(5) == backoff(10**6) == 0.01
+
+
+# -- a session's small jobs checked by doing them twice ------------------------------------------
+
+
+def test_jobs_done_twice_are_checked_one_task_per_pair_and_a_judge_decides() -> None:
+    excluded: set[str] = set()
+    t = Twice(["a", "b", "c"], excluded)
+    todo = t.start(5)
+    assert [(i.job, i.worker) for i in of(Assign, todo)] == list(enumerate("abcab"))
+    assert of(CheckOn, todo) == [
+        CheckOn("b", "a", (0, 3)),
+        CheckOn("c", "b", (1, 4)),
+        CheckOn("a", "c", (2,)),
+    ]
+    assert t.handle(Verdict(0, True)) == [Keep(0)]
+    # b contradicts a on job 3: c decides; siding with a, it excludes b
+    assert t.handle(Verdict(3, False)) == [Judge(3, "c")]
+    assert t.handle(Judged(3, True)) == [Keep(3, first=True), Exclude("b")]
+    assert excluded == {"b"}
+    # against a: a's result goes, the judge's is kept
+    t2 = Twice(["a", "b", "c"], set())
+    t2.start(1)
+    t2.handle(Verdict(0, False))
+    assert t2.handle(Judged(0, False)) == [Keep(0, first=False), Exclude("a")]
+
+
+def test_jobs_done_twice_need_two_trusted_workers_and_a_third_to_decide() -> None:
+    (f,) = Twice(["a", "b"], {"b"}).start(2)
+    assert isinstance(f, Fail)
+    assert f.kind == "verification"
+    t = Twice(["a", "b"], set())
+    t.start(1)
+    (f,) = t.handle(Verdict(0, False))
+    assert isinstance(f, Fail)
+    assert "no third trusted worker" in f.message
+
+
+def test_adaptive_jobs_done_twice_check_as_the_trust_draws() -> None:
+    t = Trust(streaks={"a": 10**6, "b": 10**6})
+    t._rng = random.Random(3)  # type: ignore[assignment]
+    tw = Twice(["a", "b"], set(), t)
+    todo = tw.start(400)
+    checked = sum(len(c.jobs) for c in of(CheckOn, todo))
+    assert tw.checked == checked
+    assert 0 < checked < 60  # ~ 1 in 20
+    assert len(of(Keep, todo)) == 400 - checked
+    n = of(CheckOn, todo)[0].jobs[0]
+    tw.handle(Verdict(n, True))
+    assert t.streaks[tw.first[n]] == 10**6 + 1
+
+
+def test_trust_travels_as_plain_data() -> None:
+    t = Trust(streaks={"a": 12}, checked=3, unchecked=9, failures=1)
+    back = Trust.from_dict(t.as_dict())
+    assert back.as_dict() == {"streaks": {"a": 12}, "checked": 3, "unchecked": 9, "failures": 1}
+    assert back is not t

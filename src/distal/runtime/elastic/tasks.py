@@ -410,6 +410,43 @@ def _compute(
     return out, traffic, iterations
 
 
+def _bare(kernels: tuple[TermKernel, ...], out_dtype: Any, **more: Any) -> Ctx:
+    """A context for computing and checking outside a Dask task (no worker, no log)."""
+    return Ctx("", tuple(kernels), np.dtype(out_dtype), None, lambda: None, **more)
+
+
+def compute(
+    kernels: tuple[TermKernel, ...],
+    out_dtype: Any,
+    unit: Unit,
+    blocks: Blocks,
+    prepared: dict[tuple[int, int, str], Any] | None = None,
+) -> tuple[np.ndarray, Traffic, int]:
+    """Unit ``unit``'s partial output from its input ``blocks`` (in the order of its
+    ``needs``), the fetch traffic it received and the iterations its leaves visited: what
+    a unit's task computes, for any transport (a volunteer runs the same code as a Dask
+    worker). ``prepared``: leaves over stored entries kept between calls."""
+    return _compute(_bare(kernels, out_dtype), unit, blocks, prepared=prepared)
+
+
+def check(
+    kernels: tuple[TermKernel, ...],
+    out_dtype: Any,
+    unit: Unit,
+    blocks: Blocks,
+    claimed: np.ndarray,
+    seed: int,
+    reps: int | None = None,
+    plan_key: str = "",
+    checksums: bool = True,
+) -> Verdict:
+    """The check of ``claimed`` as unit ``unit``'s result (:func:`verdict`) for any
+    transport: ``seed`` draws its random vectors (keep it from the worker checked),
+    ``plan_key`` names the unit's plan for kept checksums (:func:`plan_key`)."""
+    ctx = _bare(kernels, out_dtype, checksums=checksums, plan_key=plan_key)
+    return verdict(ctx, unit, blocks, claimed, seed, reps)
+
+
 def planned_iterations(unit: Unit) -> int:
     """The iterations a unit's leaves visit (what an earlier execution of it in this run
     visited, when a re-run loads the entry that execution wrote)."""
@@ -994,8 +1031,10 @@ __all__ = [
     "VerificationFailed",
     "agree_block_task",
     "agree_task",
+    "check",
     "check_reduce_task",
     "check_task",
+    "compute",
     "drain",
     "event",
     "fetched",
