@@ -112,7 +112,14 @@ class Policy:
     """The run's options that decide: ``verify`` (1, ``k`` copies, ``"check"``,
     ``"adaptive"``), ``window`` (units handed out at once; None: twice the pool's threads),
     ``speculate``, whether entries are saved (``checkpoint``) and sealed (``sealed``),
-    ``timeout`` (seconds for the whole run) and the workers excluded before it began."""
+    ``timeout`` (seconds for the whole run) and the workers excluded before it began.
+
+    ``eager``: hand out every unit and reduction at once, each reduction summing the units'
+    only copies, and deliver every block as soon as its task is handed out: a session's
+    unverified kernel without a checkpoint, whose blocks the next kernels read where they
+    will lie, so that a loop's kernels follow each other on the workers without waiting for
+    the driver. No unit is copied then (later kernels already read the original), and the
+    run is over once every task has finished (:attr:`Core.done`)."""
 
     verify: int | str = 1
     window: int | None = None
@@ -121,6 +128,7 @@ class Policy:
     sealed: bool = False
     timeout: float | None = None
     excluded: frozenset[str] = frozenset()
+    eager: bool = False
 
     @property
     def check(self) -> bool:
@@ -192,6 +200,7 @@ class Core:
         self.to_deliver = set(spec.blocks)
         self.delivered: set[str] = set()
         self.block_of: dict[str, str] = {}  # unreduced keys whose result is a block
+        self.outstanding: set[str] = set()  # units and reductions handed out, not finished
         # verification
         self.checks: dict[str, tuple[str, int, str]] = {}  # key -> (unit, attempt, by)
         self.reducing: dict[str, str] = {}  # key -> block (checked reductions)
@@ -264,8 +273,13 @@ class Core:
 
     @property
     def done(self) -> bool:
-        """Every block is delivered and every re-verification finished (or the run failed)."""
-        return self.failed or (not self.to_deliver - self.delivered and not self.aux)
+        """Every block is delivered and every re-verification finished (``eager``: every
+        task finished), or the run failed."""
+        if self.failed:
+            return True
+        if self.policy.eager and self.outstanding:
+            return False
+        return not self.to_deliver - self.delivered and not self.aux
 
     # -- the pool and time --------------------------------------------------------------
 
@@ -299,6 +313,8 @@ class Core:
 
     def window(self) -> int:
         """Units handed out at once: the option, else twice the pool's threads (at least 2)."""
+        if self.policy.eager:
+            return len(self.spec.work) + 1
         if self.policy.window is not None:
             return self.policy.window
         return max(2 * sum(self.threads.values()), 2)
@@ -379,7 +395,12 @@ class Core:
         self.copies[w.name] = _Copies(w, key, self.now)
         self.unit_of[key] = w.name
         self.inflight.add(key)
-        if w.final and not p.check:
+        self.outstanding.add(key)
+        if p.eager:  # its only copy: summed and delivered at once
+            self._accept(w.name, key)
+            if w.final:
+                self._deliver(w.name, key, out, w.name)
+        elif w.final and not p.check:
             self.block_of[key] = w.name
 
     def _reduce(self, b: str, out: list[Instruction], avoid: frozenset[str] = frozenset()) -> None:
@@ -401,9 +422,12 @@ class Core:
             out.append(
                 SubmitReduce(key, b, parts, self.restrict(out), False, copies, bool(self.excluded))
             )
+        self.outstanding.add(key)
         if p.check:
             self.reducing[key] = b
             self.red_parts[b] = parts
+        elif p.eager:  # (its units are waited for, not released: see done)
+            self._deliver(b, key, out)
         else:
             self.block_of[key] = b
             done = []
@@ -440,6 +464,7 @@ class Core:
 
     def _finished(self, ev: Finished, out: list[Instruction]) -> None:
         key, worker = ev.key, ev.worker
+        self.outstanding.discard(key)
         if key in self.dropped:
             return
         self.inflight.discard(key)
@@ -506,7 +531,7 @@ class Core:
                 return
         self._accept(name, key)
         self.completed += 1
-        if final and not self.policy.check:
+        if final and not self.policy.check and not self.policy.eager:
             self._deliver(name, key, out, name)
 
     def _check(self, name: str, key: str, who: str, out: list[Instruction]) -> None:
@@ -645,7 +670,7 @@ class Core:
         unit is never copied onto the worker it waits on, and a one-worker pool has no
         other."""
         p = self.policy
-        if not (p.speculate and p.copies == 1) or not self.copies or self.failed:
+        if not (p.speculate and p.copies == 1) or p.eager or not self.copies or self.failed:
             return False
         if len(self.allowed()) < 2:
             return False

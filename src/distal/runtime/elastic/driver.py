@@ -28,20 +28,15 @@ from distal.runtime.elastic.checkpointing import RunCheckpoint
 from distal.runtime.elastic.core import Core, Policy, RunSpec, Work
 from distal.runtime.elastic.events import (
     AskQueues,
-    Computed,
     Deliver,
     Fail,
     Failed,
     Finished,
     Instruction,
-    Outvoted,
-    Pool,
     Queues,
     Received,
-    Refused,
     Release,
     Seal,
-    Started,
     SubmitAgreed,
     SubmitCheck,
     SubmitRecheck,
@@ -50,10 +45,20 @@ from distal.runtime.elastic.events import (
     SubmitUnit,
     Tick,
     Unseal,
-    Wrote,
 )
 from distal.runtime.elastic.held import WorkerValue
+from distal.runtime.elastic.listen import (
+    POOL_FRESH,
+    backoff,
+    core_events,
+    pool_event,
+    recent_workers,
+    task_exception,
+    wait_for_result,
+    workers,
+)
 from distal.runtime.elastic.options import Options
+from distal.runtime.elastic.pending import PendingResult, keep_open, tidy
 from distal.runtime.elastic.submit import Submitter, release
 from distal.runtime.elastic.summary import Events, measured_traffic, summarize
 from distal.runtime.elastic.tasks import (
@@ -87,106 +92,11 @@ STATS_NOTE = (
     "workers wherever it placed the tasks: those bytes are extra['dask_transfer_bytes']"
 )
 
-POOL_FRESH = 0.5
-"""Seconds a look at the pool's workers is reused for (a session's runs share it)."""
-
-_LOOKS: dict[int, tuple[float, dict[str, Any]]] = {}
-
-
-def workers(client: Any) -> dict[str, Any]:
-    """The pool's workers, by address, as the scheduler sees them now.
-
-    Asked of the scheduler directly: ``Client.scheduler_info()`` returns the client's cached
-    copy, which its periodic refresh may overwrite, between the fetch and the return, with
-    one that lists no workers.
-    """
-    if getattr(client, "asynchronous", False) or not hasattr(client, "sync"):
-        return dict(client.scheduler_info(n_workers=-1).get("workers", {}))
-    info = client.sync(client.scheduler.identity, n_workers=-1)
-    return dict(info.get("workers", {}))
-
-
-def recent_workers(client: Any) -> dict[str, Any]:
-    """:func:`workers`, as listed at most ``POOL_FRESH`` seconds ago: a session's runs
-    follow each other by milliseconds, and a look costs a scheduler round trip."""
-    now = time.monotonic()
-    got = _LOOKS.get(id(client))
-    if got is None or now - got[0] > POOL_FRESH:
-        got = _LOOKS[id(client)] = (now, workers(client))
-    return got[1]
-
-
-def pool_event(info: dict[str, Any], now: float) -> Pool:
-    """The core's :class:`Pool` from the scheduler's list of workers: their threads, and
-    those holding no data and no task (by their last heartbeat)."""
-    empty = frozenset(
-        a
-        for a, w in info.items()
-        if not w.get("metrics", {}).get("managed_bytes", 1)
-        and not sum(w.get("metrics", {}).get("task_counts", {"?": 1}).values())
-    )
-    threads = tuple(sorted((a, int(w.get("nthreads", 1))) for a, w in info.items()))
-    return Pool(now, threads, empty)
-
-
-def _wait_for_result(ac: Any, seconds: float) -> None:
-    """Wait up to ``seconds`` for ``as_completed`` ``ac`` to hold a finished future, woken
-    by it when one arrives (it notifies its ``thread_condition`` after queueing each)."""
-    cond = getattr(ac, "thread_condition", None)
-    if cond is None or not hasattr(ac, "has_ready"):  # another as_completed: poll
-        time.sleep(seconds)
-        return
-    with cond:
-        if not ac.has_ready():
-            cond.wait(timeout=seconds)
-
-
-def backoff(spins: int) -> float:
-    """Seconds to wait for a result after ``spins`` empty polls: 0.5 ms doubling to 10 ms
-    (the exponent capped, so a long wait never overflows a float)."""
-    return min(0.01, 0.0005 * 2 ** min(spins, 5))
-
-
-def task_exception(f: Any) -> BaseException | None:
-    """What future ``f`` raised (or why it cannot say: cancelled, lost)."""
-    try:
-        return f.exception(timeout=10)
-    except Exception as e:  # cancelled or lost
-        return e
-
 
 def _work_shape(work: Any) -> tuple[int, ...]:
     """The output buffer a leaf over stored entries adds into."""
     ext = dict(work.extents)
     return (work.out_rows, *(ext[c] for c in work.out_letters))
-
-
-def core_events(msgs: list[dict[str, Any]]) -> list[Any]:
-    """The core's events in the workers' log messages (see :mod:`.tasks`)."""
-    out: list[Any] = []
-    for m in msgs:
-        kind, name, worker = m["kind"], str(m["name"]), str(m["worker"])
-        if m.get("unauthenticated"):
-            out.append(Refused(name))
-        if kind == "outvoted":
-            losers, winners = tuple(m.get("workers", ())), tuple(m.get("accepted", ()))
-            out.append(Outvoted(name, losers, winners, bool(m.get("block"))))
-            continue
-        if m.get("written") and kind in ("done", "check"):
-            out.append(Wrote(str(m.get("entry", name)), worker, m.get("digest")))
-        elif kind == "recheck" and isinstance(m.get("digest"), str):
-            out.append(Wrote(str(m.get("entry", name)), worker, m["digest"], recheck=True))
-        if not m.get("unit") or "#" in name:
-            continue
-        copy = int(m.get("spec", 0))
-        if kind == "start":
-            fetched = m.get("fetched", (0, 0.0))
-            out.append(Started(m["recv"], name, worker, copy, int(fetched[0]), float(fetched[1])))
-        elif kind == "done":
-            its = int(m["iterations"][1]) if m.get("iterations") else 0
-            reused = m.get("status") != "computed"
-            out.append(Computed(name, worker, float(m.get("seconds", 0.0)), its, copy, reused))
-    return out
 
 
 class Driver:
@@ -325,35 +235,57 @@ class Driver:
     # -- the run --------------------------------------------------------------------------------
 
     def _run(self) -> Any:
+        """Start the run; a session's pipelined one returns at once (:mod:`.pending`)."""
+        tidy(self.client)
+        self._start()
+        if self.core is not None and self.core.policy.eager:
+            held = WorkerValue(self.whole, self.out_dtype, dict(self.kept), self.client)
+            res = PendingResult(held, self._finish, self._over)
+            keep_open(self.client, res)
+            return res
+        return self._finish()
+
+    def _over(self) -> bool:
+        """Every task the core waits for has finished (a pipelined run's)."""
+        assert self.core is not None
+        assert self.io is not None
+        fs = self.io.futures
+        return all(k in fs and fs[k].done() for k in self.core.outstanding)
+
+    def _start(self) -> None:
+        """Everything up to the first instructions: the units, the checkpoint's finished
+        blocks, the core and what it hands out first."""
         opts, plan, client = self.opts, self.plan, self.client
-        t0 = time.perf_counter()
+        self.t0 = time.perf_counter()
         units, blocks = self._units()
+        self.all_units, self.blocks = units, blocks
         self.units = {u.name: u for u in units}
         finals = {u.pieces[0][0] for u in units if u.final}
-        total = len(units) + len(blocks) - len(finals)
-        whole = (self.pattern.nnz,) if self.pattern is not None else self.out_pl.shape
-        value = np.zeros((0,) if self.hold else whole, self.out_dtype)
+        self.total = len(units) + len(blocks) - len(finals)
+        self.whole = (self.pattern.nnz,) if self.pattern is not None else tuple(self.out_pl.shape)
+        self.value = np.zeros((0,) if self.hold else self.whole, self.out_dtype)
         self.io = io = Submitter(plan, self.kernel.dtypes, self.data, opts, client, self.nonce)
-        store = self.ck.open(units) if self.ck is not None else None
+        store = self.store = self.ck.open(units) if self.ck is not None else None
         present: set[str] = set()
         pending: dict[Key, Region] = {}
-        corrupt_blocks: set[str] = set()
-        if store is not None:
+        self.corrupt_blocks: set[str] = set()
+        if self.ck is not None and store is not None:
             present = self.ck.present(store)
         for idx, box in blocks.items():
             arr = None
             if self.ck is not None and store is not None:
-                arr = self.ck.load_block(store, block_name(idx), present, corrupt_blocks)
+                arr = self.ck.load_block(store, block_name(idx), present, self.corrupt_blocks)
             if arr is None:
                 pending[idx] = box
             elif self.hold:
                 self.kept[box] = client.submit(input_block, arr, pure=False)
             else:
-                self._place(value, box, arr)
-        needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
-        reused_direct = total - len(needed) - len(set(pending) - finals)
+                self._place(self.value, box, arr)
+        self.pending = pending
+        needed = self.needed = [u for u in units if any(idx in pending for idx, _ in u.pieces)]
+        self.reused_direct = self.total - len(needed) - len(set(pending) - finals)
         topic = f"distal-{self.nonce}"
-        events = self.events = Events(client, topic)
+        self.events = Events(client, topic)
         ctx = Ctx(
             topic=topic,
             kernels=self.kernel.kernels,
@@ -373,6 +305,7 @@ class Driver:
         }
         io.setup(ctx, self.units, {block_name(i): cs for i, cs in contrib.items()}, shapes)
         order = [u for i in sorted(pending) for u, _ in contrib[i]] + [u for u in needed if u.final]
+        order = list(dict.fromkeys(order))
         work = tuple(
             Work(
                 u.name,
@@ -381,7 +314,7 @@ class Driver:
                 planned_iterations(u),
                 self._in_bytes(u),
             )
-            for u in dict.fromkeys(order)
+            for u in order
         )
         writable = {u.name for u in needed} | {block_name(i) for i in pending}
         sealed = self.ck.sealed if self.ck is not None else {}
@@ -389,56 +322,105 @@ class Driver:
             work, tuple(block_name(i) for i in sorted(pending)), self.nonce,
             frozenset(present), tuple(sealed.items()), frozenset(writable),
         )  # fmt: skip
+        eager = self.hold and store is None and opts.verify == 1 and opts.timeout is None
         policy = Policy(
             opts.verify, opts.window, opts.speculate, store is not None,
             self.ck is not None and self.ck.sealer is not None, opts.timeout,
-            frozenset(self.excluded),
+            frozenset(self.excluded), eager,
         )  # fmt: skip
         self.core = core = Core(spec, policy, opts._trust)
         core.rejections = list(self.rejections)
         core.rechecked = self.rechecked
         io.sealed = core.sealed
-        io.prefetch([u for u in dict.fromkeys(order)])
+        io.prefetch(order)
         info = recent_workers(client)
-        workers_before = set(info)
-        bar = Progress(total, enabled=opts.progress, label="tasks")
+        self.workers_before = set(info)
+        self.ac = self.as_completed([])
+        self.bar = Progress(self.total, enabled=opts.progress and not eager, label="tasks")
+        self._guarded(lambda: self._do(core.handle(pool_event(info, time.monotonic()))))
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """Run ``step``; on any failure drop the run's input blocks and stop listening."""
+        assert self.io is not None
+        assert self.events is not None
         try:
-            first = pool_event(info, time.monotonic())
-            self._loop(core, first, value, pending, bar, reused_direct)
-            if store is not None:
-                assert self.ck is not None
-                self.ck.drain(topic, store.root, events)
-                events.sync()
-                last = core_events(events.since(self._heard))
-                self._do(core.handle(*last), value, pending, None)
+            step()
         except BaseException:
             # released, not cancelled: ``Client.cancel`` walks a key's dependents asserting
             # each is wanted, which a unit whose future was dropped while its reduction
             # still needs it is not (the assertion kills the client's stream)
-            io.release_inputs()
+            self.io.release_inputs()
+            self.bar.close()
+            self.events.close()
             raise
-        finally:
-            bar.close()
-            events.close()
-        io.inputs_f.clear()
-        io.pinned.clear()
+
+    def _finish(self) -> Result:
+        """Wait for the run's tasks (handing the core what happens), then the ``Result``."""
+        assert self.core is not None
+        assert self.events is not None
+        assert self.io is not None
+        core, events, store, opts = self.core, self.events, self.store, self.opts
+        self._guarded(self._loop)
+        if store is not None:
+            assert self.ck is not None
+            self._guarded(lambda: self.ck.drain(events.topic, store.root, events))  # type: ignore[union-attr]
+            events.sync()
+            self._guarded(lambda: self._do(core.handle(*self._heard_now())))
+        self.bar.close()
+        events.close()
+        self.io.inputs_f.clear()
+        self.io.pinned.clear()
         if self.hold and store is None:
             # a session's run: the pool as last seen, and no broadcast to every worker
             # (Dask's transfer bytes are measured by one-off runs)
             moved: dict[str, Any] = {}
-            alive = set(recent_workers(client))
+            alive = set(recent_workers(self.client))
         else:
-            moved = client.run(transfer_bytes, self.nonce, on_error="return")
+            moved = self.client.run(transfer_bytes, self.nonce, on_error="return")
             alive = {str(w) for w in moved}
-        stats = self._measured(events)
         summary = summarize(
-            events, total,
-            logical={u.name for u in needed} | {block_name(i) for i in pending},
-            verify=opts.copies, reused_direct=reused_direct, corrupt_blocks=corrupt_blocks,
-            workers_before=workers_before, workers_after=alive,
-            checkpoint=store.root if store is not None else None,
+            events, self.total,
+            logical={u.name for u in self.needed} | {block_name(i) for i in self.pending},
+            verify=opts.copies, reused_direct=self.reused_direct,
+            corrupt_blocks=self.corrupt_blocks, workers_before=self.workers_before,
+            workers_after=alive, checkpoint=store.root if store is not None else None,
             speculative=core.n_dups, speculative_won=len(core.won),
         )  # fmt: skip
+        self._judged(summary)
+        if opts.check:
+            summary.checked = events.checked()
+            summary.reductions_checked = events.checked(blocks=True)
+            summary.unchecked = core.n_unchecked
+        summary.seconds = time.perf_counter() - self.t0
+        if store is not None:
+            assert self.ck is not None
+            self.ck.finish(store, self.all_units, self.blocks)
+        value: Any = self.value
+        if self.pattern is not None:  # a sparse output: its values in the bound pattern
+            value = self.pattern.with_values(value)
+        elif self.hold:
+            value = WorkerValue(self.whole, self.out_dtype, dict(self.kept), self.client)
+        transfers = None
+        if moved or not self.hold:
+            # bytes of this run's task results fetched worker to worker (the workers alive
+            # at the end; inputs travel in their tasks, results to the driver)
+            transfers = sum(int(n) for n in moved.values() if not isinstance(n, BaseException))
+        extra = {
+            "summary": summary,
+            "stats_note": STATS_NOTE,
+            "checkpoint": store.root if store is not None else None,
+            "dask_transfer_bytes": transfers,
+        }
+        return Result(
+            value, self._measured(events), summary.seconds,
+            tasks_executed=summary.tasks_executed, tasks_reused=summary.tasks_reused,
+            extra=extra,
+        )  # fmt: skip
+
+    def _judged(self, summary: Any) -> None:
+        """What verification decided, into the summary."""
+        assert self.core is not None
+        core = self.core
         summary.excluded_workers = sorted(core.excluded)
         summary.overdue = core.n_overdue
         blocks_out = {r["unit"] for r in core.rejections if r.get("kind") == "reduction"}
@@ -448,58 +430,34 @@ class Driver:
         summary.rechecked = core.rechecked
         refused = self.ck.unauthenticated if self.ck is not None else set()
         summary.unauthenticated = sorted(refused | core.unauthenticated)
-        if opts.check:
-            summary.checked = events.checked()
-            summary.reductions_checked = events.checked(blocks=True)
-            summary.unchecked = core.n_unchecked
-        summary.seconds = time.perf_counter() - t0
-        if store is not None:
-            assert self.ck is not None
-            self.ck.finish(store, units, blocks)
-        if self.pattern is not None:  # a sparse output: its values in the bound pattern
-            value = self.pattern.with_values(value)
-        elif self.hold:
-            value = WorkerValue(tuple(whole), self.out_dtype, dict(self.kept), client)
-        return Result(
-            value, stats, summary.seconds,
-            tasks_executed=summary.tasks_executed, tasks_reused=summary.tasks_reused,
-            extra={
-                "summary": summary, "stats_note": STATS_NOTE,
-                "checkpoint": store.root if store is not None else None,
-                # bytes of this run's task results fetched worker to worker (the workers
-                # alive at the end; inputs travel in their tasks, results to the driver)
-                "dask_transfer_bytes": (
-                    sum(int(n) for n in moved.values() if not isinstance(n, BaseException))
-                    if moved or not self.hold else None
-                ),
-            },
-        )  # fmt: skip
 
-    def _loop(
-        self,
-        core: Core,
-        first: Pool,
-        value: np.ndarray,
-        pending: dict[Key, Region],
-        bar: Progress,
-        reused_direct: int,
-    ) -> None:
-        """Hand the core what happened until it has delivered every block."""
+    @property
+    def excluded_now(self) -> set[str]:
+        """The workers this run no longer trusts (those it was given, and any it caught)."""
+        return set(self.core.excluded) if self.core is not None else set(self.excluded)
+
+    def _heard_now(self) -> list[Any]:
+        """The core's events in the log messages heard since the last call."""
         assert self.events is not None
+        msgs = self.events.since(self._heard)
+        self._heard += len(msgs)
+        return core_events(msgs)
+
+    def _loop(self) -> None:
+        """Hand the core what happened until the run is over."""
+        assert self.core is not None
         assert self.io is not None
-        events = self.events
-        self._heard = 0
-        self.ac = ac = self.as_completed([])
-        self._do(core.handle(first), value, pending, bar)
+        core, ac, bar, events = self.core, self.ac, self.bar, self.events
+        assert events is not None
         looked, spins = time.monotonic(), 0
 
         def tick(force: bool = False) -> None:
             if bar.enabled:
                 note = (
-                    f"checkpointed {events.reused_now(reused_direct)}, "
+                    f"checkpointed {events.reused_now(self.reused_direct)}, "
                     f"recomputed {events.recomputed()}"
                 )
-                bar.update(reused_direct + core.completed, note, force)
+                bar.update(self.reused_direct + core.completed, note, force)
 
         tick(True)
         while not core.done:
@@ -509,18 +467,17 @@ class Driver:
                 spins = 0
             else:
                 if ac.is_empty():
-                    raise InternalError(f"the elastic core waits for nothing: {core.__dict__}")
-                _wait_for_result(ac, backoff(spins))
+                    raise InternalError(f"the elastic core waits for nothing: {vars(core)}")
+                wait_for_result(ac, backoff(spins))
                 spins += 1
                 if time.monotonic() - looked > 1.0:
                     looked = time.monotonic()
                     todo.append(pool_event(workers(self.client), looked))
-            msgs = events.since(self._heard)
-            self._heard += len(msgs)
-            todo += core_events(msgs)
-            todo += [self._outcome(f, core) for f in batch if f.key in self.io.futures]
+            todo += self._heard_now()
+            ours = [f for f in batch if f.key in self.io.futures or f.key in core.outstanding]
+            todo += [self._outcome(f, core) for f in ours]
             todo.append(Tick(time.monotonic()))
-            self._do(core.handle(*todo), value, pending, bar)
+            self._do(core.handle(*todo))
             tick()
         tick(True)
 
@@ -547,9 +504,7 @@ class Driver:
         holders = self.client.who_has([f]).get(f.key) or ()
         return str(sorted(holders)[0]) if holders else ""
 
-    def _do(
-        self, todo: list[Instruction], value: np.ndarray, pending: dict[Key, Region], bar: Any
-    ) -> None:
+    def _do(self, todo: list[Instruction]) -> None:
         """Carry out the core's instructions (a failure first: it ends the run)."""
         assert self.io is not None
         assert self.core is not None
@@ -577,19 +532,17 @@ class Driver:
                 more.append(Queues(time.monotonic(), q))
             elif isinstance(i, Seal | Unseal) and self.ck is not None:
                 self.ck.seal(i)
-        more += self._deliver(deliveries, value, pending)
+        more += self._deliver(deliveries)
         if more:
-            self._do(core.handle(*more), value, pending, bar)
+            self._do(core.handle(*more))
 
-    def _deliver(
-        self, todo: list[Deliver], value: np.ndarray, pending: dict[Key, Region]
-    ) -> list[Received]:
+    def _deliver(self, todo: list[Deliver]) -> list[Received]:
         """Finished blocks: left on the workers (``_hold``) or copied into the result, their
         digests reported for sealing, and the plan's messages they stand for counted."""
         if not todo:
             return []
         assert self.io is not None
-        by_name = {block_name(i): r for i, r in pending.items()}
+        by_name = {block_name(i): r for i, r in self.pending.items()}
         futures = [self.io.futures[d.key] for d in todo]
         sealing = self.ck is not None and self.ck.sealer is not None
         arrays = self.client.gather(futures) if sealing or not self.hold else [None] * len(todo)
@@ -599,7 +552,7 @@ class Driver:
             if self.hold:
                 self.kept[region] = f
             else:
-                self._place(value, region, arr)
+                self._place(self.value, region, arr)
             if sealing:
                 out.append(Received(d.block, content_digest(arr)))
             self._delivered(region, self.units[d.unit] if d.unit else None)
@@ -660,4 +613,4 @@ class Driver:
         return stats
 
 
-__all__ = ["POOL_FRESH", "STATS_NOTE", "Driver", "backoff", "core_events", "workers"]
+__all__ = ["POOL_FRESH", "STATS_NOTE", "Driver", "workers"]
