@@ -24,8 +24,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from elastic_helpers import gemm, gemm_inputs  # noqa: E402
-from netns_pool import netns_pool  # noqa: E402
+from elastic_helpers import gemm, gemm_inputs
+from netns_pool import netns_pool
 
 
 def main() -> None:
@@ -51,8 +51,7 @@ def main() -> None:
                     took = time.perf_counter() - t0
                     after = pool.counters()
                     moved = sum(
-                        after[ns][0] - before[ns][0] + after[ns][1] - before[ns][1]
-                        for ns in before
+                        after[ns][0] - before[ns][0] + after[ns][1] - before[ns][1] for ns in before
                     )
                     s = res.extra["summary"]
                     ok = np.array_equal(res.value, want)

@@ -20,6 +20,7 @@ import pytest
 from elastic_helpers import (
     SPARSE,
     Problem,
+    assert_stats,
     gemm,
     gemm_inputs,
     gemm_problem,
@@ -53,7 +54,7 @@ def test_exact_with_measured_stats(client: Any, name: str) -> None:
     res = bound.run(p.inputs, runtime="dask", client=client)
     p.check(res.value, local.value)
     # counted by the tasks from what they received, equal to the prediction
-    assert res.stats.as_dict() == bound.stats().as_dict()
+    assert_stats(res.stats, bound)
     assert res.stats.words_received == local.stats.words_received
     s = res.extra["summary"]
     # one task per unit, and one per block the units' pieces are summed into
@@ -108,6 +109,25 @@ def _drop_a_message(k: Any, kind: type) -> tuple[int, int, int]:
     raise AssertionError(f"no remote {kind.__name__} in the plan")
 
 
+def test_peak_words_are_measured_on_the_workers(client: Any) -> None:
+    """``peak_words`` on Dask: a processor's owned blocks plus the most one of its tasks
+    held. A Cannon GEMM unit holds one step's two fetch buffers at a time and adds into
+    the owned block (the local runtime also holds the next step's, prefetched): owned
+    words plus two blocks. An MTTKRP holds what the model counts, step for step, and the
+    reducer its received partial sums: the prediction exactly."""
+    k, x = gemm(n=32, grid=(4, 4)), gemm_inputs(32)
+    res = k.run(x, runtime="dask", client=client)
+    block = (32 // 4) ** 2
+    owned = [k.plan.owned_words(p) for p in range(16)]
+    assert owned == [3 * block] * 16  # A, B and C
+    assert res.stats.peak_words == [o + 2 * block for o in owned]
+    assert k.stats().peak_words == k.run(x).stats.peak_words  # local: the model's
+    assert max(k.stats().peak_words) > max(res.stats.peak_words)  # it prefetches
+    m, xm = mttkrp(), mttkrp_inputs()
+    got = m.run(xm, runtime="dask", client=client, granularity="step").stats.peak_words
+    assert got == m.stats().peak_words == m.run(xm).stats.peak_words
+
+
 @pytest.mark.parametrize("kind", ["gemm", "mttkrp"])
 def test_stats_are_counted_so_a_dropped_message_shows(client: Any, kind: str) -> None:
     """The words come from what the tasks received, not from the prediction: a plan with
@@ -121,7 +141,7 @@ def test_stats_are_counted_so_a_dropped_message_shows(client: Any, kind: str) ->
         want, op = mttkrp_expected(x), Flush
     predicted = k.stats()
     intact = k.run(x, runtime="dask", client=client, granularity="step")
-    assert intact.stats.as_dict() == predicted.as_dict()
+    assert_stats(intact.stats, k)
     dst, src, words = _drop_a_message(k, op)
     res = k.run(x, runtime="dask", client=client, granularity="step")
     assert np.array_equal(res.value, want)
@@ -179,7 +199,7 @@ def test_granularity_and_speculation_keep_value_and_stats(
     res = bound.run(p.inputs, runtime="dask", client=client, **opts)
     p.check(res.value, p.local().value)
     # a processor's split output buffer is still one partial sum per piece
-    assert res.stats.as_dict() == bound.stats().as_dict()
+    assert_stats(res.stats, bound)
 
 
 def _streamed_spmm(steps: int, out_each_step: bool) -> tuple[Any, Any, np.ndarray]:
@@ -237,7 +257,7 @@ def test_scalar_replicated_and_streamed_outputs(client: Any, case: str) -> None:
     bound = p.bound
     res = bound.run(p.inputs, runtime="dask", client=client)
     p.check(res.value, p.local().value)
-    assert res.stats.as_dict() == bound.stats().as_dict()
+    assert_stats(res.stats, bound)
     if case == "sparse replicated":
         assert any(m.kind == "final" for m in bound.plan.messages)
     if case == "sparse streamed":
@@ -291,7 +311,7 @@ def test_checkpoint_rerun_reuses_everything(
     r1 = bound.run(p.inputs, runtime="dask", client=client, checkpoint=loc)
     total = r1.extra["summary"].tasks_total
     assert (r1.tasks_executed, r1.tasks_reused) == (total, 0)
-    assert r1.stats.as_dict() == bound.stats().as_dict()
+    assert_stats(r1.stats, bound)
     r2 = bound.run(p.inputs, runtime="dask", client=client, checkpoint=loc)
     assert (r2.tasks_executed, r2.tasks_reused) == (0, total)
     # nothing moved in a run that loaded every block
@@ -446,13 +466,13 @@ def test_verify_accepts_agreement_and_rejects_a_lying_worker(
         assert s.verified == s.tasks_total
         if name == "gemm 2x2":
             assert s.verified == 4
-        assert r.stats.as_dict() == bound.stats().as_dict()  # two copies, one delivery counted
+        assert_stats(r.stats, bound)  # two copies, one delivery counted
         with pytest.raises(dl.RuntimeFailure, match="disagrees between workers"):
             bound.run(p.inputs, runtime="dask", client=pool, verify=2, _lie=[0])
         return
     res = bound.run(p.inputs, runtime="dask", client=pool, verify=verify, _lie={0})
     p.check(res.value, local.value)
-    assert res.stats.as_dict() == bound.stats().as_dict()
+    assert_stats(res.stats, bound)
     s = res.extra["summary"]
     assert s.units_rejected + s.reductions_rejected >= 1, str(s)
     assert s.excluded_workers == [liar], str(s)
@@ -605,7 +625,7 @@ def test_tree_routed_plans_run_unchanged(client: Any, kind: str) -> None:
     assert decompose(k.plan) != decompose(direct.plan)
     res = k.run(x, runtime="dask", client=client, granularity="step")
     assert np.array_equal(res.value, want)
-    assert res.stats.as_dict() == k.stats().as_dict()
+    assert_stats(res.stats, k)
     assert res.stats.as_dict() != direct.stats().as_dict()
 
 

@@ -88,8 +88,10 @@ STATS_NOTE = (
     "input blocks it was handed, each reduction's partial pieces, each output block's "
     "replica copies), between the plan's virtual processors; iterations are what the "
     "units' leaves visited; work loaded from a checkpoint moved nothing and counts nothing; "
-    "peak_words is the plan's memory model. Dask moves whole blocks and partials between "
-    "workers wherever it placed the tasks: those bytes are extra['dask_transfer_bytes']"
+    "peak_words is, per processor, its owned blocks plus the most its tasks held at once "
+    "(fetch buffers, output buffer, received partial sums), measured by each task on the "
+    "arrays it made. Dask moves whole blocks and partials between workers wherever it "
+    "placed the tasks: those bytes are extra['dask_transfer_bytes']"
 )
 
 
@@ -136,6 +138,7 @@ class Driver:
         self.rejections: list[dict[str, Any]] = []
         self.rechecked = 0
         self.events: Events | None = None
+        self._heard = 0  # the log messages handed to the core so far
         self.core: Core | None = None
         self.io: Submitter | None = None
         self.ck = RunCheckpoint(self) if opts.checkpoint is not None else None
@@ -303,7 +306,8 @@ class Driver:
         shapes = {
             block_name(i): r if isinstance(r, tuple) else Span(shape(r)) for i, r in pending.items()
         }
-        io.setup(ctx, self.units, {block_name(i): cs for i, cs in contrib.items()}, shapes)
+        owners = {block_name(i): q for i, q in self._owners(blocks).items()}
+        io.setup(ctx, self.units, {block_name(i): cs for i, cs in contrib.items()}, shapes, owners)
         order = [u for i in sorted(pending) for u, _ in contrib[i]] + [u for u in needed if u.final]
         order = list(dict.fromkeys(order))
         work = tuple(
@@ -602,14 +606,14 @@ class Driver:
     def _measured(self, events: Events) -> Stats:
         """``Stats`` from what the tasks and the driver counted (see ``STATS_NOTE``)."""
         plan = self.plan
-        traffic, iterations = measured_traffic(events)
+        traffic, iterations, held = measured_traffic(events)
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
         for src, dst, n, iw in [*traffic, *self.delivered]:
             stats.record(src, dst, n, plan.level_of(src, dst), iw)
         for p, n in iterations.items():
-            stats.iterations[p] += n
-        # memory per virtual processor has no counterpart on a Dask worker
-        stats.peak_words = list(self.kernel.stats().peak_words)
+            stats.computed(p, n)
+        for p, n in held:  # what a task held beside its processor's owned blocks
+            stats.held(p, plan.owned_words(p) + n)
         return stats
 
 

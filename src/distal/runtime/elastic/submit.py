@@ -127,6 +127,7 @@ class Submitter:
         self.units: dict[str, Unit] = {}
         self.contrib: dict[str, list[tuple[Unit, Any]]] = {}
         self.shapes: dict[str, Any] = {}
+        self.owners: dict[str, int] = {}
         self.futures: dict[str, Any] = {}
         self.inputs_f: dict[tuple[str, Key], Any] = {}
         self.shared: set[str] = set()  # keys of input futures that outlive the run
@@ -141,10 +142,12 @@ class Submitter:
         units: dict[str, Unit],
         contrib: dict[str, list[tuple[Unit, Any]]],
         shapes: dict[str, Any],
+        owners: dict[str, int],
     ) -> None:
         """What the tasks need: their context, the units by name, each block's summands in
-        the reducer's order and what a reduction is told of its block."""
+        the reducer's order, what a reduction is told of its block and who reduces it."""
         self.ctx, self.units, self.contrib, self.shapes = ctx, units, contrib, shapes
+        self.owners = owners
 
     # -- input blocks ------------------------------------------------------------------------
 
@@ -367,14 +370,14 @@ class Submitter:
         agreement."""
         contribs = self.contribs(i.block, i.parts)
         box = self.shapes[i.block]
+        owner = self.owners.get(i.block, -1)
         if not i.copies:
-            return self.submit(
-                reduce_task, self.ctx, i.block, box, contribs, i.save, key=i.key, where=i.where
-            )
+            args = (self.ctx, i.block, box, contribs, i.save, None, owner)
+            return self.submit(reduce_task, *args, key=i.key, where=i.where)
         copies = []
         for r, (key, w) in enumerate(i.copies):
             at = Where((w,), i.strict)
-            args = (self.ctx, i.block, box, contribs, False, r)
+            args = (self.ctx, i.block, box, contribs, False, r, owner)
             copies.append(self.submit(reduce_task, *args, key=key, where=at))
         for key, _ in i.copies:
             del self.futures[key]

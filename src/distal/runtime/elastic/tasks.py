@@ -374,25 +374,44 @@ def _abs_dtype(dtype: np.dtype) -> np.dtype:
     return np.abs(np.zeros(0, dtype)).dtype
 
 
+def _buffers(unit: Unit, blocks: Blocks, operands: Mapping[str, Any]) -> int:
+    """Elements of a step's fetch buffers, as the plan's memory model counts them: a buffer
+    that is a view of a block its processor owns costs nothing; one made of other blocks,
+    or a view of a block received from another processor, is a buffer."""
+    own = [blocks[n][2] for n in unit.own if n < len(blocks)]
+    total = 0
+    for arr, _ in operands.values():
+        if arr.base is not None and any(np.may_share_memory(arr, b) for b in own):
+            continue
+        total += arr.size
+    return total
+
+
 def _compute(
     ctx: Ctx,
     unit: Unit,
     blocks: Blocks,
     absolute: bool = False,
     prepared: dict[tuple[int, int, str], Any] | None = None,
+    held: list[int] | None = None,
 ) -> tuple[np.ndarray, Traffic, int]:
     """The unit's partial output, the fetch traffic it received, and the iterations its
     leaves visited. ``absolute``: the same sums over the operands' absolute values and the
     terms' absolute coefficients (a recomputing check's magnitude bound). ``prepared``: the
     leaves over stored entries kept with a held unit (:class:`~.units.HeldUnit`), used and
-    filled here."""
+    filled here. ``held``: appended the most elements the unit held at the end of a step
+    beside its processor's owned blocks (its fetch buffers, and its output buffer unless the
+    plan adds it straight into the owned block), measured on the arrays it made."""
     dtype = _abs_dtype(ctx.out_dtype) if absolute else ctx.out_dtype
     kernels = ctx.kernels
     if absolute:
         kernels = tuple(dataclasses.replace(k, coeff=abs(k.coeff)) for k in kernels)
     out = np.zeros(shape(unit.out_box), dtype)
     iterations = 0
+    most = 0
     for s, (operands, boxes, works) in enumerate(_steps(ctx, unit, blocks, absolute)):
+        if held is not None:
+            most = max(most, _buffers(unit, blocks, operands) + (0 if unit.direct else out.size))
         for box in boxes:
             run_leaf(kernels, box, operands, out, unit.out_box)
             iterations += box_volume(box)
@@ -407,6 +426,8 @@ def _compute(
                     leaves = prepared[(s, j, dtype.str)] = EntryLeaves(work, dtype)
             iterations += (leaves or EntryLeaves(work, dtype))(out, operands)
     traffic = [] if absolute else _received(unit, blocks, _by_tensor(blocks))
+    if held is not None:
+        held.append(most)
     return out, traffic, iterations
 
 
@@ -697,13 +718,18 @@ def unit_task(
         corrupt = status == CORRUPT
         if status == UNAUTHENTICATED:
             tags |= {"unauthenticated": True}
-    out, traffic, iterations = _compute(ctx, unit, blocks, prepared=prepared)
+    most: list[int] = []
+    out, traffic, iterations = _compute(ctx, unit, blocks, prepared=prepared, held=most)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         out = out + 1
     out = _fault(out)
     seconds = time.perf_counter() - t0
-    counts = {"traffic": traffic, "iterations": [unit.proc, iterations]}
+    counts = {
+        "traffic": traffic,
+        "iterations": [unit.proc, iterations],
+        "held": [unit.proc, most[0]],
+    }
     done = {"status": "computed", "corrupt": corrupt, "seconds": seconds, **tags}
     if replica is not None:
         # a copy's counts travel to agree_task, which logs the accepted unit's once
@@ -984,6 +1010,7 @@ def reduce_task(
     contribs: Contribs,
     save: bool = True,
     replica: int | None = None,
+    owner: int = -1,
 ) -> Any:
     """Sum the unit partials' pieces of one output block; checkpoint the finished block.
 
@@ -997,6 +1024,8 @@ def reduce_task(
     ``save=False`` (``verify="check"``: the block's check saves it) only sums.
     ``replica=r`` is copy ``r`` of ``verify=k``: it returns ``(block, worker, counts)`` for
     :func:`agree_block_task`, which saves the agreed block and logs its traffic.
+    ``owner``: the processor that reduces the block (whose memory the received partials
+    are counted to).
     """
     label = name if replica is None else f"{name}#v{replica}"
     w = event(ctx, "start", label)
@@ -1013,13 +1042,16 @@ def reduce_task(
         block = block + 1
     block = _fault(block)
     seconds = time.perf_counter() - t0
+    # the reducer holds, beside its owned blocks, the partial sums it received (its inbox)
+    inbox = {"held": [owner, sum(words for _, _, words, _ in traffic)]}
     if replica is not None:
         event(ctx, "done", label, w, status="computed", seconds=seconds)
-        return block, w.address, {"traffic": traffic}
+        return block, w.address, {"traffic": traffic, **inbox}
+    done = {"status": "computed", "seconds": seconds, "traffic": traffic, **inbox}
     if save:
-        finish(ctx, w, name, block, name, status="computed", seconds=seconds, traffic=traffic)
+        finish(ctx, w, name, block, name, **done)
     else:
-        event(ctx, "done", label, w, status="computed", seconds=seconds, traffic=traffic)
+        event(ctx, "done", label, w, **done)
     return block
 
 
