@@ -192,7 +192,7 @@ def test_a_forged_report_in_the_event_log_gets_no_seal(client: Any, tmp_path: Pa
 
     spy = threading.Thread(target=forge)
     spy.start()
-    r1 = _run(k, x, client, tmp_path, checkpoint_key=KEY, _delay=0.3)
+    r1 = _run(k, x, client, tmp_path, checkpoint_key=KEY, faults={"delay": 0.3})
     spy.join()
     assert forged_by, "the forgery was not made during the run"
     assert np.array_equal(r1.value, want)  # the run itself used the values in memory

@@ -81,8 +81,7 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
                     runtime="dask",
                     client=c,
                     checkpoint=tmp_path / "ck",
-                    _delay=delay,
-                    _trace=str(trace),
+                    faults={"delay": delay, "trace": str(trace)},
                 )
             except BaseException as e:  # surfaced below
                 out["err"] = e

@@ -440,7 +440,7 @@ def test_corrupt_checkpoint_is_detected_and_recomputed(
 
 
 def _worker_named(client: Any, name: Any) -> str:
-    """The address of the pool's worker called ``name`` (``_lie`` names workers): the
+    """The address of the pool's worker called ``name`` (``faults={"lie": ...}`` names workers): the
     pool's three workers are awaited first, so a client just (re)connected has their list."""
     client.wait_for_workers(3, timeout=30)
     return next(a for a, w in client.scheduler_info()["workers"].items() if w["name"] == name)
@@ -451,10 +451,11 @@ def _worker_named(client: Any, name: Any) -> str:
 def test_verify_accepts_agreement_and_rejects_a_lying_worker(
     pool: Any, name: str, verify: Any
 ) -> None:
-    """``_lie`` makes worker 0 wrong on every result. ``verify=2``: two agreeing copies are
-    accepted, a disagreement fails the run. ``verify=3`` outvotes the liar and ``"check"``
-    catches it, on its first result: it is excluded, and what it made is made again
-    elsewhere (``test_dask_verify.py`` has the fault hook of real worker processes)."""
+    """``faults={"lie": {0}}`` makes worker 0 wrong on every result. ``verify=2``: two
+    agreeing copies are accepted, a disagreement fails the run. ``verify=3`` outvotes the
+    liar and ``"check"`` catches it, on its first result: it is excluded, and what it made
+    is made again elsewhere (``test_dask_verify.py`` has the fault hook of real worker
+    processes)."""
     p = gemm_problem(16, (2, 2)) if name == "gemm 2x2" else problem(name)
     bound = p.bound
     local = p.local()
@@ -468,9 +469,9 @@ def test_verify_accepts_agreement_and_rejects_a_lying_worker(
             assert s.verified == 4
         assert_stats(r.stats, bound)  # two copies, one delivery counted
         with pytest.raises(dl.RuntimeFailure, match="disagrees between workers"):
-            bound.run(p.inputs, runtime="dask", client=pool, verify=2, _lie=[0])
+            bound.run(p.inputs, runtime="dask", client=pool, verify=2, faults={"lie": [0]})
         return
-    res = bound.run(p.inputs, runtime="dask", client=pool, verify=verify, _lie={0})
+    res = bound.run(p.inputs, runtime="dask", client=pool, verify=verify, faults={"lie": {0}})
     p.check(res.value, local.value)
     assert_stats(res.stats, bound)
     s = res.extra["summary"]
@@ -495,7 +496,7 @@ def test_an_excluded_worker_gets_no_further_task(pool: Any, split: str) -> None:
     liar, procs = _worker_named(pool, 0), 24
     p = sparse_problem("spmv", split, seed=6, n=480, procs=procs, density=0.05)
     bound = p.bound
-    res = bound.run(p.inputs, runtime="dask", client=pool, verify="check", _lie={0})
+    res = bound.run(p.inputs, runtime="dask", client=pool, verify="check", faults={"lie": {0}})
     p.check(res.value, p.local().value)
     s = res.extra["summary"]
     assert s.excluded_workers == [liar]
@@ -552,17 +553,6 @@ def test_checkpoint_entries_roundtrip_and_detect_damage() -> None:
     assert ck.decode("x", ck.encode("x", np.zeros((0, 3)))[0]).shape == (0, 3)
 
 
-@pytest.mark.slow
-def test_a_run_that_waits_long_for_its_one_result_finishes(client: Any) -> None:
-    """No result for 15 s (one unit that takes that long): the driver's polls back off to
-    10 ms and stay there. The back-off's exponent once grew with every empty poll until,
-    after ~1024 of them (10 s), ``time.sleep`` raised ``OverflowError`` mid-run."""
-    p = gemm_problem(8, (1, 1))
-    res = p.bound.run(p.inputs, runtime="dask", client=client, _delay=15.0, speculate=False)
-    p.check(res.value)
-    assert res.tasks_executed == 1
-
-
 @pytest.mark.timeout(90)
 def test_workers_joining_mid_run_get_tasks(tmp_path: Path) -> None:
     from distributed import Client, LocalCluster
@@ -578,7 +568,8 @@ def test_workers_joining_mid_run_get_tasks(tmp_path: Path) -> None:
         out: dict[str, Any] = {}
 
         def go() -> None:
-            out["res"] = k.run(x, runtime="dask", client=c, _delay=0.15, _trace=str(trace))
+            faults = {"delay": 0.15, "trace": str(trace)}
+            out["res"] = k.run(x, runtime="dask", client=c, faults=faults)
 
         t = threading.Thread(target=go)
         t.start()

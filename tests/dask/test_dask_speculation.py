@@ -16,15 +16,20 @@ from distal.runtime import checkpoint as ck
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(120)]
 
 
+def _faults(slow: dict[Any, float]) -> dict[str, Any]:
+    """Units of 0.1 s, some workers ``slow`` times slower."""
+    return {"delay": 0.1, "slow": slow}
+
+
 def _slow_worker(client: Any) -> Any:
-    """The name of one pool worker, to be made slow with the ``_slow`` test hook."""
+    """The name of one pool worker, to be made slow with ``faults={"slow": ...}``."""
     return sorted(w["name"] for w in client.scheduler_info()["workers"].values())[0]
 
 
 def test_slow_worker_tail_is_duplicated_and_result_exact(client: Any) -> None:
     k, x = gemm(), gemm_inputs()
     slow = {_slow_worker(client): 20.0}  # 2 s per unit there, 0.1 s on the other worker
-    res = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, timeout=60)
+    res = k.run(x, runtime="dask", client=client, faults=_faults(slow), timeout=60)
     assert np.array_equal(res.value, x["B"] @ x["C"])
     s = res.extra["summary"]
     print(s)
@@ -38,7 +43,7 @@ def test_slow_worker_tail_is_duplicated_and_result_exact(client: Any) -> None:
     assert_stats(res.stats, k)
     assert "speculation:" in str(s)
 
-    off = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, speculate=False)
+    off = k.run(x, runtime="dask", client=client, faults=_faults(slow), speculate=False)
     assert np.array_equal(off.value, x["B"] @ x["C"])
     assert off.extra["summary"].speculative == 0
 
@@ -51,7 +56,7 @@ def test_duplicated_partials_are_checkpointed_once_and_summed_once(
     want = mttkrp_expected(x)
     slow = {_slow_worker(client): 20.0}
     opts: dict[str, Any] = {"granularity": "step", "checkpoint": tmp_path, "keep_partials": True}
-    res = k.run(x, runtime="dask", client=client, _delay=0.1, _slow=slow, timeout=60, **opts)
+    res = k.run(x, runtime="dask", client=client, faults=_faults(slow), timeout=60, **opts)
     assert np.array_equal(res.value, want)
     s = res.extra["summary"]
     assert s.speculative >= 1
@@ -90,7 +95,7 @@ def test_a_unit_that_stops_answering_is_run_elsewhere_without_a_timeout() -> Non
         k, x = gemm(), gemm_inputs()
         stuck = {_slow_worker(c): 300.0}
         t0 = time.perf_counter()
-        res = k.run(x, runtime="dask", client=c, _delay=0.1, _slow=stuck)
+        res = k.run(x, runtime="dask", client=c, faults=_faults(stuck))
         took = time.perf_counter() - t0
         assert np.array_equal(res.value, x["B"] @ x["C"])
         s = res.extra["summary"]

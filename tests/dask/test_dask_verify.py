@@ -790,9 +790,9 @@ def test_a_tls_pool_runs_and_refuses_a_worker_without_the_certificate(tmp_path: 
 @pytest.mark.parametrize("verify", ["check", "adaptive"])
 def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, verify: str) -> None:
     """CG on the 12x12 Laplacian in a Dask session whose worker 0 returns a wrong result
-    for every unit (``_lie``): the first run that hands it a unit catches and excludes it,
-    the session keeps it out of every later run, and the iterates are, bit for bit, those
-    of the same session without the liar (and scipy's to rounding)."""
+    for every unit (``faults={"lie": {0}}``): the first run that hands it a unit catches
+    and excludes it, the session keeps it out of every later run, and the iterates are,
+    bit for bit, those of the same session without the liar (and scipy's to rounding)."""
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
 
@@ -801,7 +801,7 @@ def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, ve
     b = np.ones(144)
     liar = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
     with dl.Session(
-        "dask", client=pool, machine=4, progress=False, verify=verify, _lie={0}
+        "dask", client=pool, machine=4, progress=False, verify=verify, faults={"lie": {0}}
     ) as sess:
         x, its = dl.apps.cg(A, b, session=sess, maxiter=12, tol=0.0)
         assert sess.excluded_workers == {liar}

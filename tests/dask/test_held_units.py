@@ -119,7 +119,7 @@ def test_verified_runs_hand_held_descriptions_with_the_drivers_digest(
 def test_a_forged_held_description_is_refused_and_the_run_made_again(
     pool: Any, monkeypatch: Any
 ) -> None:
-    """Worker 0 holds other bytes than the driver sent (``_lie``): a task handed them
+    """Worker 0 holds other bytes than the driver sent (``faults={"lie": {0}}``): a task handed them
     refuses them, and the run is made again with the descriptions sent by the driver;
     the result is the local runtime's bits, and the plan's held descriptions are dropped."""
     p = problem("spmv row")
@@ -139,7 +139,7 @@ def test_a_forged_held_description_is_refused_and_the_run_made_again(
         "_spread",
         lambda self, n, out: self.restrict(out) if self.excluded else Where((zero,), False),
     )
-    res = p.bound.run(p.inputs, runtime="dask", client=pool, verify="check", _lie={0})
+    res = p.bound.run(p.inputs, runtime="dask", client=pool, verify="check", faults={"lie": {0}})
     p.check(res.value, local.value)
     assert len(attempts) == 2
     got = submit.HELD.get(p.bound.plan)
