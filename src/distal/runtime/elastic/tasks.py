@@ -709,9 +709,11 @@ def unit_task(
         arr, status = store.load(unit.name, expect)
         if arr is not None:
             if fresh:
+                # (what this task held: the loaded partial, unless it is the owned block)
                 tags |= {
                     "traffic": _received(unit, blocks, _by_tensor(blocks)),
                     "iterations": [unit.proc, planned_iterations(unit)],
+                    "held": [unit.proc, 0 if unit.direct else int(np.size(arr))],
                 }
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
             return _fault(arr) if replica is None else (_fault(arr), w.address, {})
