@@ -21,7 +21,6 @@ import numpy as np
 from distal.errors import InputError, InternalError, NotSupportedYet, RuntimeFailure
 from distal.plan.ir import Plan, RecvFinal
 from distal.plan.region import Entries, Region, shape, words
-from distal.plan.stats import Stats
 from distal.progress import Progress
 from distal.runtime.checkpoint_auth import content_digest
 from distal.runtime.elastic.checkpointing import RunCheckpoint
@@ -60,7 +59,7 @@ from distal.runtime.elastic.listen import (
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.pending import PendingResult, keep_open, tidy
 from distal.runtime.elastic.submit import Submitter, release
-from distal.runtime.elastic.summary import Events, measured_traffic, summarize
+from distal.runtime.elastic.summary import Events, delivered, measured_stats, summarize
 from distal.runtime.elastic.tasks import (
     CheckFailed,
     Ctx,
@@ -80,7 +79,7 @@ from distal.runtime.elastic.units import (
     fuse,
 )
 from distal.runtime.result import Result
-from distal.typing import Box, box_index, box_intersect, box_is_empty, box_volume
+from distal.typing import Box, box_index, box_is_empty
 
 STATS_NOTE = (
     "dask runtime: Result.stats words, index words and messages are counted by the tasks "
@@ -126,7 +125,7 @@ class Driver:
         self.hold = bool(opts._hold) and self.pattern is None
         self.kept: dict[Box, Any] = {}  # _hold: the output's finished blocks, by box
         self.units: dict[str, Unit] = {}
-        self.delivered: list[tuple[int, int, int, int]] = []  # counted here (_delivered)
+        self.delivered: list[tuple[int, int, int, int]] = []  # counted here (delivered)
         self.replicas = [
             (op.src, p, op.box)
             for p, prog in enumerate(self.plan.programs)
@@ -416,7 +415,7 @@ class Driver:
             "dask_transfer_bytes": transfers,
         }
         return Result(
-            value, self._measured(events), summary.seconds,
+            value, measured_stats(self.plan, events, self.delivered), summary.seconds,
             tasks_executed=summary.tasks_executed, tasks_reused=summary.tasks_reused,
             extra=extra,
         )  # fmt: skip
@@ -559,7 +558,8 @@ class Driver:
                 self._place(self.value, region, arr)
             if sealing:
                 out.append(Received(d.block, content_digest(arr)))
-            self._delivered(region, self.units[d.unit] if d.unit else None)
+            unit = self.units[d.unit] if d.unit else None
+            self.delivered += delivered(region, unit, self.replicas)
         return out
 
     def _raise(self, i: Fail) -> None:
@@ -586,35 +586,6 @@ class Driver:
             value[region.positions] = arr
         else:
             value[box_index(region, ((0, 0),) * len(region))] = arr
-
-    def _delivered(self, box: Region, unit: Unit | None) -> None:
-        """Count what a finished block brings to the driver, in the plan's terms: a unit
-        that alone makes its block sends its partial to the block's reducer when it is not
-        that processor, and every replica of the block gets its copy of it."""
-        if unit is not None:
-            for dst, piece in unit.sends:
-                assert isinstance(piece, tuple)
-                assert isinstance(box, tuple)
-                inter = box_intersect(piece, box) if box else piece
-                self.delivered.append((unit.proc, dst, box_volume(inter), 0))
-        for src, dst, rbox in self.replicas:
-            assert isinstance(box, tuple)
-            inter = box_intersect(rbox, box) if box else rbox
-            if not box_is_empty(inter):
-                self.delivered.append((src, dst, box_volume(inter), 0))
-
-    def _measured(self, events: Events) -> Stats:
-        """``Stats`` from what the tasks and the driver counted (see ``STATS_NOTE``)."""
-        plan = self.plan
-        traffic, iterations, held = measured_traffic(events)
-        stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
-        for src, dst, n, iw in [*traffic, *self.delivered]:
-            stats.record(src, dst, n, plan.level_of(src, dst), iw)
-        for p, n in iterations.items():
-            stats.computed(p, n)
-        for p, n in held:  # what a task held beside its processor's owned blocks
-            stats.held(p, plan.owned_words(p) + n)
-        return stats
 
 
 __all__ = ["POOL_FRESH", "STATS_NOTE", "Driver", "workers"]
