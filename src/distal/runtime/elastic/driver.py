@@ -338,7 +338,8 @@ class Driver:
         io.prefetch(order)
         info = recent_workers(client)
         self.workers_before = set(info)
-        self.ac = self.as_completed([])
+        # (its loop the client's: with no future to go by it would take the default client's)
+        self.ac = self.as_completed([], loop=self.client.loop)
         self.bar = Progress(self.total, enabled=opts.progress and not eager, label="tasks")
         self._guarded(lambda: self._do(core.handle(pool_event(info, time.monotonic()))))
 
