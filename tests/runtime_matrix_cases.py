@@ -86,9 +86,11 @@ CASES: dict[str, dict[str, Callable[[], Case]]] = {
 }
 
 
-def check(result: Any, reference: np.ndarray, predicted: Any) -> None:
+def check(result: Any, reference: np.ndarray, predicted: Any, model_memory: bool = True) -> None:
     """The value equals the reference to ``RTOL`` (scaled for entries near zero) and the
-    measured stats equal the prediction exactly (a prediction in which words move)."""
+    measured stats equal the prediction exactly (a prediction in which words move);
+    ``model_memory=False`` (Dask, whose tasks hold other buffers than a processor's step):
+    every field but ``peak_words``, measured there (each processor holds something)."""
     assert sum(predicted.words_received) > 0, predicted
     value = result.value
     if isinstance(value, dl.SparseArray):  # pragma: no cover - every output here is dense
@@ -97,7 +99,13 @@ def check(result: Any, reference: np.ndarray, predicted: Any) -> None:
     assert value.shape == reference.shape, (value.shape, reference.shape)
     scale = max(1.0, float(np.abs(reference).max(initial=0.0)))
     np.testing.assert_allclose(value, reference, rtol=RTOL, atol=RTOL * scale)
-    assert result.stats == predicted, (result.stats, predicted)
+    if model_memory:
+        assert result.stats == predicted, (result.stats, predicted)
+        return
+    got, want = result.stats.as_dict(), predicted.as_dict()
+    peak = got.pop("peak_words")
+    assert got == {k: v for k, v in want.items() if k != "peak_words"}, (got, want)
+    assert all(w > 0 for w in peak), peak
 
 
 def _mpi_main(kind: str) -> None:

@@ -51,5 +51,5 @@ def test_dask(kind: str, dask_client: Any) -> None:
     for build in CASES[kind].values():
         kernel, inputs, reference, predicted = build()
         result = kernel.run(inputs, runtime="dask", client=dask_client)
-        check(result, reference, predicted)
+        check(result, reference, predicted, model_memory=False)  # (peak_words measured)
         assert result.tasks_executed > 0
