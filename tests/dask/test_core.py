@@ -136,6 +136,19 @@ def test_a_reduction_waits_for_every_unit_and_sums_the_copies_that_won() -> None
     assert c.done
 
 
+def test_a_block_no_unit_adds_to_is_summed_from_nothing() -> None:
+    """An output block whose processor has nothing to compute (its rows of a sparse
+    operand are empty) is still made: a reduction of no summands, handed out at once."""
+    work = [Work("part-0", ("block-0",)), Work("block-2", ("block-2",), True)]
+    c = core(work, ["block-0", "block-1", "block-2"])
+    todo = c.handle(pool(0.0, "a", "b"))
+    (r,) = of(SubmitReduce, todo)
+    assert (r.block, r.parts) == ("block-1", ())
+    run_through(c, todo)
+    assert c.done
+    assert c.delivered == {"block-0", "block-1", "block-2"}
+
+
 def test_a_checkpoint_hit_loads_and_a_miss_computes_and_saves() -> None:
     c = core(finals(2), present={"block-0"}, checkpoint=True)
     todo = units(c.handle(pool(0.0, "a", "b")))

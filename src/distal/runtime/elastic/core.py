@@ -120,7 +120,10 @@ class Core(Stragglers, Seals):
             if not w.final:
                 for b in w.blocks:
                     self.contrib[b].append(w.name)
-        self.waiting = {b: set(ns) for b, ns in self.contrib.items()}
+        # every block not made whole by one unit is summed, from nothing where no unit
+        # adds to it (a processor whose rows of a sparse operand are empty: zeros)
+        finals = {w.name for w in spec.work if w.final}
+        self.waiting = {b: set(self.contrib[b]) for b in spec.blocks if b not in finals}
         self.ready = [b for b in spec.blocks if b in self.waiting and not self.waiting[b]]
         self.users: dict[str, int] = defaultdict(int)
         for ns in self.contrib.values():

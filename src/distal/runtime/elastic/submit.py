@@ -362,7 +362,7 @@ class Submitter:
                 u.proc,
                 sent_to(u, piece),
             )
-            for u, piece in self.contrib[block]
+            for u, piece in self.contrib.get(block, ())
         ]
 
     def reduce(self, i: SubmitReduce) -> Any:

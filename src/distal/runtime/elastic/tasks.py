@@ -468,6 +468,21 @@ def check(
     return verdict(ctx, unit, blocks, claimed, seed, reps)
 
 
+def received(unit: Unit, blocks: Blocks) -> Traffic:
+    """The plan's fetch pieces of ``unit`` found in the input ``blocks`` it was handed
+    (``(source, destination, words, index words)``): what a unit's task reports it
+    received, for any transport."""
+    return _received(unit, blocks, _by_tensor(blocks))
+
+
+def sum_block(
+    kernels: tuple[TermKernel, ...], out_dtype: Any, box: Any, contribs: Contribs
+) -> tuple[np.ndarray, Traffic]:
+    """Block ``box`` (a box, or a ``Span``) summed from ``contribs`` in their order, and the
+    partial-sum traffic it received: what a reduction task computes, for any transport."""
+    return _sum_block(_bare(kernels, out_dtype), box, contribs)
+
+
 def planned_iterations(unit: Unit) -> int:
     """The iterations a unit's leaves visit (what an earlier execution of it in this run
     visited, when a re-run loads the entry that execution wrote)."""
@@ -1076,11 +1091,13 @@ __all__ = [
     "hash_block",
     "input_block",
     "planned_iterations",
+    "received",
     "recheck_block_task",
     "recheck_task",
     "reduce_task",
     "reduction_verdict",
     "source_block",
+    "sum_block",
     "transfer_bytes",
     "unit_task",
     "verdict",
