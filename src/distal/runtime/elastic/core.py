@@ -135,6 +135,8 @@ class Core(Stragglers, Seals):
         self.outstanding: set[str] = set()  # units and reductions handed out, not finished
         # verification
         self.checks: dict[str, tuple[str, int, str]] = {}  # key -> (unit, attempt, by)
+        self.early: dict[str, str] = {}  # unit key -> the check handed out with it
+        self.n_checks = 0
         self.reducing: dict[str, str] = {}  # key -> block (checked reductions)
         self.red_checks: dict[str, tuple[str, int, str]] = {}  # key -> (block, attempt, by)
         self.red_parts: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -293,7 +295,12 @@ class Core(Stragglers, Seals):
         saved = w.name in self.spec.present
         if p.check:
             # spread, so every worker's results meet a check; saved by the check
-            out.append(SubmitUnit(key, w.name, self._spread(n, out), load=saved))
+            where = self._spread(n, out)
+            out.append(SubmitUnit(key, w.name, where, load=saved))
+            if self.trust is None and len(where.workers) == 1 and not where.strict:
+                # its check goes out with it, away from the worker it is meant for: no
+                # round trip between the unit's end and its check's start (see _finished)
+                self.early[key] = self._check(w.name, key, where.workers[0], out)
         elif p.copies == 1 or saved:
             ck = p.checkpoint
             out.append(SubmitUnit(key, w.name, self._place(out), ck, ck, fresh=not saved))
@@ -403,7 +410,7 @@ class Core(Stragglers, Seals):
             a = self.attempts[b]
             ck = f"distal-check-{self.nonce}-{b}-{a}"
             self._note_redone(b, who)
-            where = self.restrict(out, frozenset({who}))
+            where = self.restrict(out, frozenset({who, *ev.holders}) - {""})
             parts = self.red_parts[b]
             out.append(SubmitReduceCheck(ck, b, parts, key, who, a, where, self.policy.checkpoint))
             self.red_checks[ck] = (b, a, who)
@@ -433,10 +440,19 @@ class Core(Stragglers, Seals):
         self.inflight.discard(c.key)
         self.stalled.discard(c.key)
         final = c.work.final
+        early = self.early.pop(c.key, None)
+        if early is not None:
+            if key == c.key and worker == self.checks[early][2]:
+                return  # its check, handed out with it, checks what it computed
+            # it ran elsewhere, or a copy won: that check may run where it was computed
+            del self.checks[early]
+            self.inflight.discard(early)
+            self.dropped.add(early)
+            out.append(Release((early,)))
         if self.policy.check:
             who = self._checked_by(name, worker)
             if who is not None:
-                self._check(name, key, who, out)
+                self._check(name, key, who, out, ev.holders)
                 return
             if final:
                 self.completed += 1
@@ -448,14 +464,27 @@ class Core(Stragglers, Seals):
         if final and not self.policy.check and not self.policy.eager:
             self._deliver(name, key, out, name)
 
-    def _check(self, name: str, key: str, who: str, out: list[Instruction]) -> None:
+    def _check(
+        self, name: str, key: str, who: str, out: list[Instruction], near: tuple[str, ...] = ()
+    ) -> str:
+        """Hand out the check of ``key``'s result of unit ``name``, computed on ``who``
+        (or meant to be), away from it and from the workers ``near`` holding the result;
+        its key."""
         a = self.attempts[name]
         self._note_redone(name, who)
-        ck = f"distal-check-{self.nonce}-{name}-{a}"
+        self.n_checks += 1
+        ck = f"distal-check-{self.nonce}-{name}-{a}-{self.n_checks}"
         save = self.policy.checkpoint and (name not in self.spec.present or self.policy.sealed)
-        out.append(SubmitCheck(ck, name, key, who, a, self.restrict(out, frozenset({who})), save))
+        where = self.restrict(out, frozenset({who, *near}) - {""})
+        out.append(SubmitCheck(ck, name, key, who, a, where, save))
         self.checks[ck] = (name, a, who)
         self.inflight.add(ck)
+        return ck
+
+    def expected(self, key: str) -> str:
+        """The worker unit task ``key`` was handed out for with its check (``""``: none)."""
+        ck = self.early.get(key)
+        return self.checks[ck][2] if ck is not None and ck in self.checks else ""
 
     def _checked_by(self, name: str, worker: str) -> str | None:
         """The worker whose result of ``name`` is to be checked; None when ``"adaptive"``'s

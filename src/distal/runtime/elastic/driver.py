@@ -479,13 +479,14 @@ class Driver:
                     todo.append(pool_event(workers(self.client), looked))
             todo += self._heard_now()
             ours = [f for f in batch if f.key in self.io.futures or f.key in core.outstanding]
-            todo += [self._outcome(f, core) for f in ours]
+            where = self._where(ours) if self.opts.check and ours else {}
+            todo += [self._outcome(f, core, where) for f in ours]
             todo.append(Tick(time.monotonic()))
             self._do(core.handle(*todo))
             tick()
         tick(True)
 
-    def _outcome(self, f: Any, core: Core) -> Finished | Failed:
+    def _outcome(self, f: Any, core: Core, where: dict[str, tuple[str, ...]]) -> Finished | Failed:
         """The core's event for future ``f``, which came out of ``as_completed``."""
         if f.status in ("error", "cancelled"):
             if f.key in core.dup_keys or f.key in core.dropped:
@@ -499,14 +500,19 @@ class Driver:
             return Failed(f.key, isinstance(exc, CheckFailed), f"{type(exc).__name__}: {exc}")
         # "lost" is fine: a worker holding the result died after it finished; Dask
         # recomputes it for the tasks that still need it
-        worker = self._where(f) if self.opts.check else ""
-        return Finished(f.key, worker)
+        holders = where.get(f.key, ())
+        # who computed it: the worker it was meant for if that one holds it (nothing but
+        # its check, kept off that worker, reads it yet), else its only holder
+        meant = core.expected(f.key)
+        worker = meant if meant in holders else holders[0] if len(holders) == 1 else ""
+        return Finished(f.key, worker, holders)
 
-    def _where(self, f: Any) -> str:
-        """The worker holding future ``f``'s result, as the scheduler says (the event log
-        is open to every worker, so it does not say who computed what)."""
-        holders = self.client.who_has([f]).get(f.key) or ()
-        return str(sorted(holders)[0]) if holders else ""
+    def _where(self, fs: list[Any]) -> dict[str, tuple[str, ...]]:
+        """The workers holding each future's result, as the scheduler says (one round trip
+        for a batch; the event log is open to every worker, so it does not say who
+        computed what)."""
+        who = self.client.who_has([f for f in fs if f.status == "finished"])
+        return {k: tuple(sorted(str(w) for w in ws)) for k, ws in who.items()}
 
     def _do(self, todo: list[Instruction]) -> None:
         """Carry out the core's instructions (a failure first: it ends the run)."""
