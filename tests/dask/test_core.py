@@ -472,12 +472,16 @@ def test_adaptive_trust_accepts_some_results_of_a_trusted_worker_unchecked() -> 
     t._rng = random.Random(1)  # type: ignore[assignment]
     c = core(finals(200), trust=t, verify="adaptive", window=200)
     todo = units(c.handle(pool(0.0, "a", "b")))
-    checks = 0
+    checks = asked = 0
     for u in todo:
+        asked += c.wants_worker(u.key)  # the loop asks where a result lies only for a check
         got = finish(c, u.key, "a")
         checks += len(of(SubmitCheck, got))
     assert 0 < checks < 40  # ~ 1 in 20
+    assert asked == checks
     assert c.n_unchecked == 200 - checks
+    assert t.checked == checks  # one draw per result
+    assert not core(finals(1)).wants_worker("distal-unit-n-0")
     # a result loaded from the checkpoint is always checked
     c2 = core(finals(1), trust=t, verify="adaptive", present={"block-0"})
     (u,) = units(c2.handle(pool(0.0, "a", "b")))

@@ -136,6 +136,7 @@ class Core(Stragglers, Seals):
         # verification
         self.checks: dict[str, tuple[str, int, str]] = {}  # key -> (unit, attempt, by)
         self.early: dict[str, str] = {}  # unit key -> the check handed out with it
+        self.draws: dict[str, float | None] = {}  # "adaptive": the draw for a result, by key
         self.n_checks = 0
         self.reducing: dict[str, str] = {}  # key -> block (checked reductions)
         self.red_checks: dict[str, tuple[str, int, str]] = {}  # key -> (block, attempt, by)
@@ -402,7 +403,7 @@ class Core(Stragglers, Seals):
             return
         if key in self.reducing:
             b = self.reducing.pop(key)
-            who = self._checked_by(b, worker)
+            who = self._checked_by(b, worker, key)
             if who is None:  # accepted without a check ("adaptive")
                 self.completed += 1
                 self._deliver(b, key, out)
@@ -450,7 +451,7 @@ class Core(Stragglers, Seals):
             self.dropped.add(early)
             out.append(Release((early,)))
         if self.policy.check:
-            who = self._checked_by(name, worker)
+            who = self._checked_by(name, worker, key)
             if who is not None:
                 self._check(name, key, who, out, ev.holders)
                 return
@@ -486,14 +487,33 @@ class Core(Stragglers, Seals):
         ck = self.early.get(key)
         return self.checks[ck][2] if ck is not None and ck in self.checks else ""
 
-    def _checked_by(self, name: str, worker: str) -> str | None:
-        """The worker whose result of ``name`` is to be checked; None when ``"adaptive"``'s
-        draw accepts it unchecked. Never unchecked: a result loaded from the checkpoint,
-        or one of a worker that is not known (``""``)."""
+    def wants_worker(self, key: str) -> bool:
+        """Whether it matters which worker holds task ``key``'s result (a check is to be
+        placed away from it): the loop asks the scheduler only then. Under ``"adaptive"``
+        the trust's draw for the result is made here, once."""
+        if not self.policy.check or key in self.dropped or key in self.checks:
+            return False
+        if key in self.early:
+            return True
+        name = self.reducing.get(key)
+        if name is None:
+            name = self.unit_of.get(key)
+            if name is None or name not in self.copies:
+                return False
+        if self.trust is None or name in self.spec.present:
+            return True
+        if key not in self.draws:
+            self.draws[key] = self.trust.draw(self.threads)
+        return self.draws[key] is not None
+
+    def _checked_by(self, name: str, worker: str, key: str = "") -> str | None:
+        """The worker whose result of ``name`` (task ``key``) is to be checked; None when
+        ``"adaptive"``'s draw accepts it unchecked. Never unchecked: a result loaded from
+        the checkpoint, or one of a worker that is not known (``""``)."""
         trust = self.trust
         if trust is None or name in self.spec.present:
             return worker
-        u = trust.draw(self.threads)
+        u = self.draws.pop(key) if key in self.draws else trust.draw(self.threads)
         if u is None:
             self.n_unchecked += 1
             return None

@@ -479,7 +479,8 @@ class Driver:
                     todo.append(pool_event(workers(self.client), looked))
             todo += self._heard_now()
             ours = [f for f in batch if f.key in self.io.futures or f.key in core.outstanding]
-            where = self._where(ours) if self.opts.check and ours else {}
+            asked = [f for f in ours if core.wants_worker(f.key)]
+            where = self._where(asked) if asked else {}
             todo += [self._outcome(f, core, where) for f in ours]
             todo.append(Tick(time.monotonic()))
             self._do(core.handle(*todo))
