@@ -21,8 +21,9 @@ from distal.runtime.elastic.events import (
     Wrote,
 )
 
-POOL_FRESH = 0.5
-"""Seconds a look at the pool's workers is reused for (a session's runs share it)."""
+POOL_FRESH = 2.0
+"""Seconds a look at the pool's workers is reused for by a run's start (a session's runs
+share it; a run waiting for results looks again every second)."""
 
 #: the last look at each client's pool (a client gone takes its look with it)
 _LOOKS: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, Any]]] = weakref.WeakKeyDictionary()
