@@ -274,6 +274,24 @@ def test_a_straggler_in_the_tail_is_copied_to_an_idle_fast_worker() -> None:
     assert c.n_dups == 1
 
 
+def test_a_straggler_whose_copy_would_fetch_for_longer_is_not_copied() -> None:
+    """On a slow link a copy first fetches the unit's inputs (8 MB at 5 MB/s: 1.6 s): a
+    unit that has run 0.6 s, twice the median, is not copied until it has run longer than
+    that fetch and the median together."""
+    work = [Work(f"block-{i}", (f"block-{i}",), True, 2 * 10**7, 8 * MB) for i in range(2)]
+    c = core(work)
+    todo = units(c.handle(pool(0.0, "a", "b", "c")))
+    for _ in range(3):  # 0.3 s a unit of 10^7 iterations: this one's 0.6 s, late after 2.4
+        c.handle(Computed("x", "a", 0.3, 10**7))
+    c.handle(Started(0.1, "warm", "c", fetched=5 * MB, fetch_seconds=1.0))
+    c.handle(Started(0.1, todo[0].name, "b"))
+    c.handle(Started(0.1, todo[1].name, "c"))
+    assert not of(AskQueues, c.handle(Tick(0.7)))
+    assert not of(AskQueues, c.handle(Tick(1.8)))
+    assert of(AskQueues, c.handle(Tick(2.1)))
+    assert c.n_overdue == 0
+
+
 def test_no_speculation_when_asked_for_none_or_with_copies() -> None:
     for policy in ({"speculate": False}, {"verify": 2}):
         c = core(finals(1), **policy)

@@ -123,10 +123,13 @@ class Stragglers:
                 if c.dups:
                     continue
                 s = self.starts.get(name)
+                # a copy must fetch the unit's inputs first: one that cannot be done
+                # before the original is never made
+                fetch = c.work.in_bytes / link
                 if s is not None and s[2] > self.ends[name]:
-                    if now - s[1] > threshold:
+                    if now - s[1] > threshold + fetch:
                         tail.append((name, s[0], now - s[1]))
-                elif s is None and now - c.submitted > threshold + c.work.in_bytes / link:
+                elif s is None and now - c.submitted > threshold + fetch:
                     waiting[name] = (c.key, now - c.submitted)
         if not late and not tail and not waiting:
             self.queues = None
