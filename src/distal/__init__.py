@@ -28,6 +28,8 @@ from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars
 from distal.mlir import from_mlir
 from distal.plan.stats import Stats
+from distal.runtime.base import runtimes
+from distal.runtime.executable import Executable
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
 from distal.sparse import Format, SparseArray
@@ -40,6 +42,7 @@ __all__ = [
     "DistalError",
     "DistalUserError",
     "DistalWarning",
+    "Executable",
     "Format",
     "IndexVar",
     "InputError",
@@ -73,6 +76,7 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "runtimes",
     "schedule",
     "sqrt",
     "where",

@@ -11,6 +11,10 @@ from distal.runtime.checkpoint_auth import check_key
 from distal.runtime.elastic.trust import Trust
 from distal.runtime.elastic.units import GRANULARITIES
 
+#: the test hooks a run accepts (``docs/elastic.md``); the other ``_`` fields are set by the
+#: Dask runtime itself (a session's held values, trust and exclusions), never by a caller
+TEST_HOOKS = ("_delay", "_slow", "_trace", "_lie")
+
 
 @dataclass
 class Options:
@@ -52,7 +56,7 @@ class Options:
     @classmethod
     def parse(cls, options: Mapping[str, Any]) -> Options:
         """Options from ``kernel.run``'s keywords; unknown or invalid ones name themselves."""
-        known = cls.__dataclass_fields__
+        known = [n for n in cls.__dataclass_fields__ if not n.startswith("_")] + list(TEST_HOOKS)
         for k in options:
             if k not in known:
                 public = [n for n in known if not n.startswith("_")]
@@ -102,4 +106,4 @@ class Options:
         return 1 if isinstance(self.verify, str) else int(self.verify)
 
 
-__all__ = ["Options"]
+__all__ = ["TEST_HOOKS", "Options"]

@@ -36,6 +36,7 @@ from distal.plan.ir import (
 )
 from distal.plan.region import Entries, Region, as_slice, content, index_words, shape
 from distal.plan.region import words as region_words
+from distal.runtime.executable import Executable
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
@@ -111,12 +112,12 @@ class _At:
 class Rank(Store):
     """One rank's store (see ``runtime/store.py``), requests and counters."""
 
-    def __init__(self, kernel: Any, data: dict[str, Any], chan: Channel) -> None:
-        plan: Plan = kernel.program(chan.rank)  # this rank's program and messages only
-        super().__init__(chan.rank, plan.output, kernel.dtypes[plan.output])
-        self.kernel = kernel
+    def __init__(self, exe: Executable, data: dict[str, Any], chan: Channel) -> None:
+        plan: Plan = exe.program(chan.rank)  # this rank's program and messages only
+        super().__init__(chan.rank, plan.output, exe.dtypes[plan.output])
+        self.term_kernels = exe.leaves
         self.plan = plan
-        self.dtypes: dict[str, Any] = kernel.dtypes
+        self.dtypes: dict[str, Any] = exe.dtypes
         self.chan = chan
         self.data = data
         self.next_reqs: list[Any] = []
@@ -454,7 +455,7 @@ class Rank(Store):
         elif isinstance(op, Compute):
             t0 = time.perf_counter()
             self.counts["iterations"] += self.compute(
-                op, self.kernel.kernels, self.leaves.get(id(op))
+                op, self.term_kernels, self.leaves.get(id(op))
             )
             self.compute_seconds += time.perf_counter() - t0
         elif isinstance(op, Flush):
