@@ -10,7 +10,7 @@ endian) and one msgpack document. The document is a tree of msgpack values in wh
   ``{LIST: [...]}``, ``{DICT: [k0, v0, k1, v1, ...]}`` (keys in insertion order, of any
   kind), ``{FROZENSET: [...]}`` (items sorted), ``{COMPLEX: [re, im]}``, ``{DTYPE: "<f8"}``,
   ``{ARRAY: [ref, dtype, shape, bytes]}`` (C order, little endian, numeric and boolean
-  dtypes only), ``{REF: ref}``, and one tag per class of the plan IR (``{tag: [ref,
+  dtypes only), ``{SCALAR: [dtype, bytes]}`` (a numpy scalar), ``{REF: ref}``, and one tag per class of the plan IR (``{tag: [ref,
   field, ...]}`` for the classes whose identity matters, ``{tag: [field, ...]}`` for the
   others, the fields in their dataclass order).
 
@@ -41,6 +41,7 @@ from distal.distribution.notation import DimRule, Distribution
 from distal.distribution.partition import Placement
 from distal.errors import InputError, InternalError
 from distal.kernels.leaf import TermKernel
+from distal.kernels.passes import Pass
 from distal.lang.concrete import Statement, Term
 from distal.lang.nodes import Access, Add, Assignment, IndexVar, Literal, Mul, Neg, Sum, Tensor
 from distal.plan import ir
@@ -55,12 +56,16 @@ VERSION = 1
 READS = (1,)
 
 # containers and values (tags 0-15)
-LIST, DICT, FROZENSET, COMPLEX, DTYPE, ARRAY, REF = 0, 1, 2, 3, 4, 5, 6
+LIST, DICT, FROZENSET, COMPLEX, DTYPE, ARRAY, REF, SCALAR = 0, 1, 2, 3, 4, 5, 6, 7
 
 #: dtype kinds an array or a dtype may have (numbers and booleans: nothing that holds objects)
 KINDS = "biufc"
 #: the most dimensions an array may have
 MAX_NDIM = 32
+
+
+class Malformed(Exception):
+    """What the reader raises inside; :func:`loads` turns it into an ``InputError``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -165,6 +170,7 @@ _KINDS: list[Kind] = [
     Kind(56, Format, False, lambda f: (f.levels, f.order), Format),
     Kind(57, SparseArray, True, _pattern_fields, _pattern),
     _dataclass_kind(58, TermKernel),
+    _dataclass_kind(60, Pass),
     Kind(59, Stats, False, lambda s: tuple(getattr(s, n) for n in _STATS), _stats),
 ]
 
@@ -212,8 +218,9 @@ class _Writer:
             return [self.value(y) for y in x]
         if isinstance(x, np.ndarray):
             return self._array(x)
-        if isinstance(x, np.generic):
-            return self.value(x.item())
+        if isinstance(x, np.generic):  # (a numpy scalar's type decides numpy's promotion)
+            data = x.astype(x.dtype.newbyteorder("<")).tobytes()
+            return {SCALAR: [_dtype_text(x.dtype), data]}
         kind = _BY_CLASS.get(t)
         if kind is not None:
             if kind.shared:
@@ -272,10 +279,6 @@ def dumps(root: Any) -> bytes:
 # -- reading ----------------------------------------------------------------------------------
 
 
-class Malformed(Exception):
-    """What the reader raises inside; :func:`loads` turns it into an ``InputError``."""
-
-
 class _Reader:
     def __init__(self) -> None:
         self.objects: list[Any] = []
@@ -314,6 +317,12 @@ class _Reader:
             return _dtype(body)
         if tag == ARRAY:
             return self._array(body)
+        if tag == SCALAR:
+            text, data = body
+            dtype = _dtype(text)
+            if type(data) is not bytes or len(data) != dtype.itemsize:
+                raise Malformed(f"a {dtype} scalar of {len(data)} bytes")
+            return np.frombuffer(data, dtype)[0]
         kind = TAGS.get(tag)
         if kind is None:
             raise Malformed(f"unknown tag {tag!r}")

@@ -117,6 +117,11 @@ class Executable:
         """Whether it holds every processor's program."""
         return not self.plan.procs or len(set(self.plan.procs)) == self.plan.nprocs
 
+    @property
+    def kernels(self) -> tuple[TermKernel, ...]:
+        """The leaves, by the name a kernel gives them (``kernel.kernels``)."""
+        return self.leaves
+
     @cached_property
     def spec(self) -> dict[str, TensorSpec]:
         """Every tensor's spec by name."""

@@ -72,7 +72,6 @@ from distal.runtime.elastic.units import (
     description,
     fuse,
 )
-from distal.runtime.executable import Executable
 from distal.runtime.result import Result
 from distal.runtime.source import is_block_source
 from distal.runtime.weakcache import WeakCache
@@ -199,20 +198,20 @@ class Driver:
 
     def __init__(
         self,
-        exe: Executable,
+        kernel: Any,
         data: dict[str, Any],
         opts: Options,
         client: Any,
         as_completed: Callable[[Iterable[Any]], Any],
         get_worker: Callable[[], Any],
     ) -> None:
-        self.exe, self.data, self.opts, self.client = exe, data, opts, client
+        self.kernel, self.data, self.opts, self.client = kernel, data, opts, client
         self.as_completed, self.get_worker = as_completed, get_worker
-        self.plan: Plan = exe.plan
+        self.plan: Plan = kernel.plan
         self.nonce = uuid.uuid4().hex[:12]
         self.out_pl = self.plan.placements.get(self.plan.output)
         self.pattern = self.plan.patterns.get(self.plan.output)  # a sparse output's
-        self.out_dtype = np.dtype(exe.dtypes[self.plan.output])
+        self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
         self.hold = bool(opts._hold) and self.pattern is None
         self.inputs_f: dict[tuple[str, tuple[int, ...]], Any] = {}
         # keys of input futures that outlive the run (held values' blocks, placed blocks)
@@ -319,7 +318,7 @@ class Driver:
         for p, n in iterations.items():
             stats.iterations[p] += n
         # memory per virtual processor has no counterpart on a Dask worker
-        stats.peak_words = list(self.exe.stats().peak_words)
+        stats.peak_words = list(self.kernel.stats().peak_words)
         return stats
 
     def prefetch(self, units: list[Unit]) -> None:
@@ -341,7 +340,7 @@ class Driver:
         key = (t, idx)
         if key not in self.inputs_f:
             box = block_region(self.plan, t, idx)
-            dtype = np.dtype(self.exe.dtypes[t])
+            dtype = np.dtype(self.kernel.dtypes[t])
             x = self.data[t]
             if isinstance(x, WorkerValue) and isinstance(box, tuple):
                 # held on the workers: its block, or a cut of its blocks made there
@@ -393,7 +392,7 @@ class Driver:
         key = (t, idx, worker)
         if key not in self.pinned_inputs:
             box = block_region(self.plan, t, idx)
-            dtype = np.dtype(self.exe.dtypes[t])
+            dtype = np.dtype(self.kernel.dtypes[t])
             n = len(self.pinned_inputs)
             name = f"distal-in-{self.nonce}-{t}-{'.'.join(map(str, idx))}-on-{n}"
             self.pinned_inputs[key] = self._submit_block(
@@ -433,7 +432,7 @@ class Driver:
                 raise
             self.forged()
             again = Driver(
-                self.exe, self.data, self.opts, self.client, self.as_completed,
+                self.kernel, self.data, self.opts, self.client, self.as_completed,
                 self.get_worker,
             )  # fmt: skip
             # what this attempt found out stays found: whom it excluded, and why
@@ -502,7 +501,7 @@ class Driver:
         self.events, self.present = events, present
         ctx = Ctx(
             topic=topic,
-            kernels=self.exe.leaves,
+            kernels=self.kernel.kernels,
             out_dtype=self.out_dtype,
             store=store,
             worker=self.get_worker,
@@ -511,7 +510,7 @@ class Driver:
             trace=opts._trace,
             lie=frozenset(opts._lie),
             checksums=opts.verify_checksums,
-            plan_key=plan_key(self.exe.plan),
+            plan_key=plan_key(self.kernel.plan),
         )
         workers_before = set(self.pool())
         bar = Progress(total, enabled=opts.progress, label="tasks")
@@ -613,7 +612,7 @@ class Driver:
         gran = str(opts.granularity)
         store = CheckpointStore(
             opts.checkpoint,
-            run_key(self.exe, fps, gran),
+            run_key(self.kernel, fps, gran),
             opts.fsync,
             sealed=self.sealer is not None,
         )
@@ -628,7 +627,7 @@ class Driver:
         if store.read_manifest() is None:
             try:
                 store.write_manifest(
-                    describe(self.exe, fps, gran) | {"run": store.run, "complete": False}
+                    describe(self.kernel, fps, gran) | {"run": store.run, "complete": False}
                 )
             except OSError as e:  # a file in the way, no permission, a read-only filesystem
                 raise InputError(
