@@ -13,6 +13,8 @@ from distal.data import from_box_function, from_function, from_npy_dir, from_zar
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import (
+    ConvergenceError,
+    ConvergenceWarning,
     DistalError,
     DistalUserError,
     DistalWarning,
@@ -20,12 +22,13 @@ from distal.errors import (
     InternalError,
     NotationError,
     NotSupportedYet,
+    ResourceError,
     RuntimeFailure,
     ScheduleError,
     ShapeError,
 )
 from distal.kernel import BoundKernel, Kernel, Result, compile
-from distal.lang.nodes import IndexVar, Tensor, index_vars
+from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
 from distal.plan.stats import Stats
 from distal.runtime.base import runtimes
@@ -38,6 +41,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundKernel",
+    "ConvergenceError",
+    "ConvergenceWarning",
     "DArray",
     "DistalError",
     "DistalUserError",
@@ -51,6 +56,7 @@ __all__ = [
     "Machine",
     "NotSupportedYet",
     "NotationError",
+    "ResourceError",
     "Result",
     "RuntimeFailure",
     "Schedule",
@@ -76,6 +82,7 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "restrict",
     "runtimes",
     "schedule",
     "sqrt",

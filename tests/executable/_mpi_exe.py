@@ -2,9 +2,10 @@
 
 Rank 0 alone lowers each case of ``exe_cases.CASES`` and serializes its executable; the
 bytes are broadcast, and every rank reads them back and runs them on the MPI runtime: the
-other ranks never lower a plan (they build the same seeded inputs only). Each rank checks its value against numpy's / scipy's
-and the measured stats against the executable's prediction, and prints one JSON line per
-case (``{"case", "rank", "ok"}``, with ``"error"`` when a check failed), then ``{"done"}``.
+other ranks never lower a plan (they build the same seeded inputs only). Each rank checks
+its value against numpy's / scipy's and the measured stats against the executable's
+prediction, and prints one JSON line per case (``{"case", "rank", "ok"}``, with ``"error"``
+when a check failed), then ``{"done"}``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from exe_cases import CASES, close  # noqa: E402
-from mpi4py import MPI  # noqa: E402
+from exe_cases import CASES, close
+from mpi4py import MPI
 
-import distal as dl  # noqa: E402
+import distal as dl
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()

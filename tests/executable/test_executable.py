@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import pytest
@@ -43,9 +43,11 @@ def test_every_algorithm_round_trips_and_runs_the_same_locally(name: str) -> Non
     """Read back equal (and written again byte for byte), then run: the same bits as the
     kernel's own run, the reference's value, and measured stats equal to the prediction."""
     case, exe, back, planned = _round_trip(name)
-    assert back == exe and back is not exe
+    assert back == exe
+    assert back is not exe
     assert back.dumps() == exe.dumps()
-    assert back.key == exe.key and back.source == exe.source
+    assert back.key == exe.key
+    assert back.source == exe.source
     assert back.tensors == exe.tensors
     assert back.leaves == exe.leaves
     assert back.stats() == planned.stats()
@@ -101,7 +103,8 @@ def test_a_part_is_one_processor_s_program(name: str) -> None:
     whole = planned.executable()
     for p in range(whole.nprocs):
         mine = planned.executable([p])
-        assert mine.processors == (p,) and not mine.whole
+        assert mine.processors == (p,)
+        assert not mine.whole
         cut = whole.part([p])
         assert cut.plan.ops(p) == mine.plan.ops(p) == planned.program(p).ops(p)
         assert len(cut.plan.messages) == len(mine.plan.messages)
@@ -228,7 +231,8 @@ def test_element_wise_passes_are_data_that_keeps_numpy_scalar_types() -> None:
 
     p = Pass("map", ("mul", ("slot", 0), ("const", np.float32(2.5))))
     back = codec.loads(codec.dumps(p))
-    assert back == p and type(back.key[2][1]) is np.float32
+    assert back == p
+    assert type(back.key[2][1]) is np.float32
     x = np.ones(3, np.float32)
     assert back([x]).dtype == p([x]).dtype == np.float32
 
@@ -241,7 +245,7 @@ class Recording(Runtime):
 
     name = "recording"
     options = ("trace",)
-    handed: list[Any] = []
+    handed: ClassVar[list[Any]] = []
 
     def run(self, exe: Any, inputs: Any, *, keep: bool = False, dot_with: Any = None) -> Any:
         type(self).handed.append(exe)
@@ -258,7 +262,7 @@ def test_a_registered_runtime_runs_what_kernel_run_hands_it() -> None:
         res = kernel.run(case.inputs, runtime="recording", trace=False)
         assert close(res.value, case.reference)
         assert [type(x) for x in Recording.handed] == [Executable]  # never the kernel
-        with pytest.raises(dl.InputError, match="unknown option.*'progress'"):
+        with pytest.raises(dl.InputError, match=r"unknown option.*'progress'"):
             kernel.run(case.inputs, runtime="recording", progress=True)
         with pytest.raises(dl.InputError, match="registered already"):
             register_runtime("recording", Recording)
@@ -271,11 +275,11 @@ def test_a_registered_runtime_runs_what_kernel_run_hands_it() -> None:
 def test_unknown_runtimes_options_and_missing_extras_name_themselves() -> None:
     case = CASES["dense cannon"]()
     exe = case.planned().executable()
-    with pytest.raises(dl.InputError, match="unknown runtime 'gpu'.*'local'"):
+    with pytest.raises(dl.InputError, match=r"unknown runtime 'gpu'.*'local'"):
         exe.run(case.inputs, runtime="gpu")
     for private in ("_hold", "_placed", "_trust", "_excluded", "_dot_with"):
         for name in ("local", "mpi", "dask"):
-            with pytest.raises(dl.InputError, match=f"unknown option.*'{private}'"):
+            with pytest.raises(dl.InputError, match=rf"unknown option.*'{private}'"):
                 runtime_class(name)(**{private: 1})
     register_runtime("faraway", "distal_no_such_package.runtime:Far", extra="faraway")
     try:
@@ -291,6 +295,8 @@ def test_executables_of_different_kernels_differ() -> None:
     a = CASES["dense cannon"]().planned().executable()
     b = CASES["dense summa"]().planned().executable()
     c = dataclasses.replace(a, source="another text")
-    assert a != b and a != c and a == Executable.loads(a.dumps())
+    assert a != b
+    assert a != c
+    assert a == Executable.loads(a.dumps())
     assert len({a, Executable.loads(a.dumps())}) == 1
     assert json.loads(json.dumps(a.source)) == a.source

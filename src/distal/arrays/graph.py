@@ -485,8 +485,9 @@ def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
         if xs[0].dtype != np.dtype(bool):
             raise InputError(f"where: the condition must be boolean, got {xs[0].dtype}")
         dtype = _dtype(list(xs[1:]), "where")
-    elif op in ("div", "sqrt", "exp", "pow", "floordiv", "mod"):
-        # numpy's true division and float functions: integers become float64
+    elif op in ("div", "sqrt", "exp", "pow", "floordiv", "mod", "abs"):
+        # numpy's true division and float functions: integers become float64; the absolute
+        # value of a complex number is real
         try:
             dtype = np.asarray(_probe(op, xs)).dtype
         except (TypeError, ValueError) as e:  # e.g. integers to a negative integer power

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
-from distal.kernels import blas
+from distal.errors import NotSupportedYet
+from distal.kernels import blas, pointwise, sums
 from distal.kernels import cores as _cores
 from distal.lang.concrete import Statement
 from distal.typing import Box, box_volume
@@ -482,26 +483,19 @@ def _slabs(
 
 
 def _inner(xa: str, ya: str) -> Contraction:
-    """A full contraction: numpy's einsum loop streams both blocks once, strided or not
-    (a BLAS dot per contiguous run was slower on cut blocks: one call per row). Large
-    blocks are cut into slabs along x's first axis, one per BLAS thread: the loop is
-    memory-bound and one core streams at about half the machine's bandwidth."""
-    spec = f"{xa},{ya}->"
-    ya_axis = ya.index(xa[0]) if xa else 0
+    """A full contraction, added in distal's order (:mod:`distal.kernels.sums`): one inner
+    product (:func:`~distal.kernels.sums.dot`, blocked and pairwise) of the two blocks
+    flattened in row-major order of ``x``'s letters. A block that is not C-contiguous in
+    that order (a strided view, ``y`` with its letters in another order) is copied first,
+    so the bits depend on the shapes alone, never on how a runtime happens to hold a block
+    (a view of another processor's array here, a received copy there)."""
+    to_x = None if xa == ya else tuple(ya.index(c) for c in xa)
 
     def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
         x, y = ops
-        if x.size < SLABS_MIN or x.shape[0] < 2:
-            r = np.einsum(spec, x, y)
-        else:
-            partial: dict[int, Any] = {}
-            lead = (slice(None),) * ya_axis
-
-            def one(lo: int, hi: int) -> None:
-                partial[lo] = np.einsum(spec, x[lo:hi], y[(*lead, slice(lo, hi))])
-
-            _parallel(one, x.shape[0])
-            r = sum(partial[lo] for lo in sorted(partial))
+        if to_x is not None:
+            y = y.transpose(to_x)
+        r = sums.dot(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1))
         r = r * alpha
         if fresh:
             dst[...] = r
@@ -586,6 +580,15 @@ def _einsum(ins: str, out: str) -> Contraction:
     if "," not in ins and len(set(ins)) == len(ins) == len(kept):
         perm = tuple(ins.index(c) for c in kept)
     identity = tuple(range(len(kept)))
+    # one operand, every letter once, some summed: the summed axes, and how the kept ones
+    # are ordered after the sum (None: as they are)
+    reduce: tuple[int, ...] | None = None
+    rest: tuple[int, ...] | None = None
+    if "," not in ins and len(set(ins)) == len(ins) and len(kept) < len(ins):
+        reduce = tuple(n for n, c in enumerate(ins) if c not in kept)
+        left = [c for c in ins if c in kept]
+        order = tuple(left.index(c) for c in kept)
+        rest = None if order == tuple(range(len(order))) else order
     exprs: dict[tuple[tuple[int, ...], ...], Any] = {}
     lock = threading.Lock()
 
@@ -611,6 +614,10 @@ def _einsum(ins: str, out: str) -> Contraction:
             r = expression(ops)(*ops)
         elif perm is not None:
             r = ops[0] if perm == identity else ops[0].transpose(perm)
+        elif reduce is not None:  # a sum over axes: numpy's pairwise sum (distal.kernels.sums)
+            r = sums.total(ops[0], reduce)
+            if rest is not None:
+                r = r.transpose(rest)
         else:
             r = np.einsum(inner, ops[0])
         if alpha != 1:
@@ -685,6 +692,17 @@ class TermKernel:
     #: than the factors' own result: a sum of booleans or of int8 values into an int64
     #: output counts in int64 (einsum would or the booleans, wrap the int8s)
     widen: str = ""
+    #: shifted factors (``u[i - 1, j]``): per factor, the offset and the scale of each of
+    #: its indices (empty: every factor plain); dimension ``d`` of factor ``n`` is read at
+    #: ``scales[n][d] * i + offsets[n][d]``
+    offsets: tuple[tuple[int, ...], ...] = ()
+    scales: tuple[tuple[int, ...], ...] = ()
+    #: the box the term is restricted to: ``(position, lo, hi)`` per restricted variable
+    domain: tuple[tuple[int, int, int], ...] = ()
+    #: on the first term of a statement computed point by point (:mod:`distal.kernels.
+    #: pointwise`: a stencil, a slice read or assignment), the whole right side in the
+    #: order it is written; :func:`run_leaf` runs it instead of the terms one by one
+    tree: tuple = ()
 
 
 #: the leaf routines a dense kernel can be compiled with (``dl.compile(s, leaf=...)``):
@@ -786,13 +804,20 @@ def term_kernels(
     par = parallel_positions(st, schedule)
     pos = {v: n for n, v in enumerate(st.variables)}
     lhs = set(st.lhs_vars)
+    tree = pointwise.tree_of(st) if leaf == "default" else ()
     out = []
     for t, spec in zip(st.terms, term_specs(st), strict=True):
         used = t.used()
         contraction(spec)
+        shifted = any(f.shifted for f in t.factors)
+        if leaf != "default" and (shifted or t.domain):
+            raise NotSupportedYet(
+                f"the {leaf!r} leaf of {st.assignment!r}: shifted accesses and restricted "
+                "terms run on the default leaf"
+            )
         out.append(
             TermKernel(
-                coeff=t.coeff,
+                coeff=wrapped(t.coeff, st.output.dtype),
                 spec=spec,
                 factors=tuple((f.tensor.name, tuple(pos[v] for v in f.indices)) for f in t.factors),
                 gates=tuple(pos[v] for v in st.variables if v not in lhs and v not in t.summed),
@@ -801,9 +826,32 @@ def term_kernels(
                 parallel=par,
                 leaf=leaf,
                 widen=widen_to([f.tensor.dtype for f in t.factors], st.output.dtype),
+                offsets=tuple(f.offsets or (0,) * len(f.indices) for f in t.factors)
+                if shifted
+                else (),
+                scales=tuple(f.scales or (1,) * len(f.indices) for f in t.factors)
+                if shifted
+                else (),
+                domain=tuple((pos[v], lo, hi) for v, lo, hi in t.domain),
+                tree=tree if not out else (),
             )
         )
     return tuple(out)
+
+
+def wrapped(coeff: Any, dtype: np.dtype) -> Any:
+    """A term's integer coefficient as ``dtype``'s arithmetic takes it: modulo ``2**bits``,
+    in the dtype's range. Integer arithmetic in numpy is modular, so the expanded statement's
+    coefficients may be taken modulo too: ``u - 2`` of a uint64 ``u`` is the term
+    ``u + (-2)``, and ``-2`` is ``2**64 - 2`` there (numpy refuses the Python integer ``-2``
+    for a uint64 operand, while its own ``u - 2`` wraps)."""
+    if np.dtype(dtype).kind not in "iu" or not isinstance(coeff, int | np.integer):
+        return coeff
+    info = np.iinfo(dtype)
+    c = int(coeff)
+    if info.min <= c <= info.max:
+        return coeff
+    return (c - info.min) % (1 << info.bits) + info.min
 
 
 PARALLEL_MIN_POINTS = 1 << 15  # iterations below which a parallelized leaf stays on one thread
@@ -844,6 +892,10 @@ def run_leaf(
     BLAS threads are shared out (``blas threads // chunks`` per chunk, at least one) so
     chunks x BLAS threads never exceeds the cores.
     """
+    if kernels and kernels[0].tree:
+        tk = kernels[0]
+        pointwise.run(tk.tree, tk.out, box, operands, out, out_origin, fresh, _parallel)
+        return
     par = kernels[0].parallel if kernels else ()
     if par and not threading.current_thread().name.startswith("distal-leaf"):
         for p in par:
@@ -924,15 +976,53 @@ class _LeafPlan:
         for tk in self.kernels:
             if not _runs_on(tk, box):
                 continue
+            b = _within(box, tk.domain)
+            if b is None:
+                continue
             alpha = tk.coeff
             if tk.multipliers:
-                alpha = alpha * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
-            ops = tuple(
-                (name, _slices(tuple(box[i] for i in idx), operands[name][1]))
-                for name, idx in tk.factors
-            )
-            dst = None if out_origin is None else _slices(tuple(box[i] for i in tk.out), out_origin)
+                alpha = alpha * math.prod(b[m][1] - b[m][0] for m in tk.multipliers)
+            if tk.offsets:
+                ops = tuple(
+                    (name, _shifted(b, idx, tk.scales[n], tk.offsets[n], operands[name][1]))
+                    for n, (name, idx) in enumerate(tk.factors)
+                )
+            else:
+                ops = tuple(
+                    (name, _slices(tuple(b[i] for i in idx), operands[name][1]))
+                    for name, idx in tk.factors
+                )
+            dst = None if out_origin is None else _slices(tuple(b[i] for i in tk.out), out_origin)
             yield tk, routine(tk), alpha, ops, dst
+
+
+def _within(box: Box, domain: tuple[tuple[int, int, int], ...]) -> Box | None:
+    """``box`` cut to a term's domain (None where they do not meet)."""
+    if not domain:
+        return box
+    b = list(box)
+    for p, lo, hi in domain:
+        x, y = max(b[p][0], lo), min(b[p][1], hi)
+        if y <= x:
+            return None
+        b[p] = (x, y)
+    return tuple(b)
+
+
+def _shifted(
+    box: Box, idx: tuple[int, ...], scales: tuple[int, ...], offsets: tuple[int, ...], origin: Box
+) -> tuple[slice, ...] | None:
+    """The index of a shifted factor's elements over ``box`` in an array holding
+    ``origin``: dimension ``d`` from ``scales[d] * lo + offsets[d]`` in steps of the scale."""
+    if not idx:
+        return None
+    out = []
+    for i, a, c, (o, _) in zip(idx, scales, offsets, origin, strict=True):
+        lo, hi = box[i]
+        start, last = a * lo + c - o, a * (hi - 1) + c - o
+        stop = last + (1 if a > 0 else -1)
+        out.append(slice(start, None if stop < 0 else stop, a))
+    return tuple(out)
 
 
 def _runs_on(tk: TermKernel, box: Box) -> bool:
@@ -947,9 +1037,14 @@ def stores_all(kernels: Sequence[TermKernel], box: Box, out_origin: Box) -> bool
     default routine (each stores into its destination when ``fresh``, never reading it:
     :func:`contraction`) over the whole block. A recycled block need not be zeroed first
     then (TTM's four 2.3 ms fills of 128 MiB blocks before GEMMs that write every element)."""
+    if kernels and kernels[0].tree:  # computed point by point: zeros where no term is
+        return tuple(box[i] for i in kernels[0].out) == tuple(out_origin)
     for tk in kernels:
         if _runs_on(tk, box):
-            return tk.leaf == "default" and tuple(box[i] for i in tk.out) == tuple(out_origin)
+            b = _within(box, tk.domain)
+            if b is None:
+                continue
+            return tk.leaf == "default" and tuple(b[i] for i in tk.out) == tuple(out_origin)
     return False
 
 
@@ -996,6 +1091,11 @@ def term_calls(
     that reads here (one that does not use a statement variable runs only at its first
     value), its coefficient times the extents of the variables it sums without using.
     Running a leaf and checking one (the elastic runtime's verification) both start here."""
+    if any(tk.domain for tk in kernels):
+        raise NotSupportedYet(
+            "checking a leaf whose terms are restricted (a slice assignment's kernel): each "
+            "term covers part of the box; run it without verify="
+        )
     return [
         (tk, alpha, [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops])
         for tk, _, alpha, ops, _ in _leaf_plan(kernels).get(box, operands, None)

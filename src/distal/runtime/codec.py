@@ -10,9 +10,10 @@ endian) and one msgpack document. The document is a tree of msgpack values in wh
   ``{LIST: [...]}``, ``{DICT: [k0, v0, k1, v1, ...]}`` (keys in insertion order, of any
   kind), ``{FROZENSET: [...]}`` (items sorted), ``{COMPLEX: [re, im]}``, ``{DTYPE: "<f8"}``,
   ``{ARRAY: [ref, dtype, shape, bytes]}`` (C order, little endian, numeric and boolean
-  dtypes only), ``{SCALAR: [dtype, bytes]}`` (a numpy scalar), ``{REF: ref}``, and one tag per class of the plan IR (``{tag: [ref,
-  field, ...]}`` for the classes whose identity matters, ``{tag: [field, ...]}`` for the
-  others, the fields in their dataclass order).
+  dtypes only), ``{SCALAR: [dtype, bytes]}`` (a numpy scalar), ``{SLICE: [start, stop,
+  step]}``, ``{ELLIPSIS: []}``, ``{REF: ref}``, and one tag
+  per class of the plan IR (``{tag: [ref, field, ...]}`` for the classes whose identity
+  matters, ``{tag: [field, ...]}`` for the others, the fields in their dataclass order).
 
 Objects whose identity matters (arrays, regions, tensors, index variables, leaves over
 stored entries, sparse patterns, placements, machines) are written once: their first
@@ -45,9 +46,9 @@ from distal.kernels.passes import Pass
 from distal.lang.concrete import Statement, Term
 from distal.lang.nodes import Access, Add, Assignment, IndexVar, Literal, Mul, Neg, Sum, Tensor
 from distal.plan import ir
-from distal.plan.region import Entries, Rows
+from distal.plan.region import Entries, Location, Rows
 from distal.plan.stats import Stats
-from distal.sparse.array import Level, SparseArray
+from distal.sparse.array import SparseArray
 from distal.sparse.formats import Format
 
 MAGIC = b"\x89DISTALX"
@@ -56,7 +57,9 @@ VERSION = 1
 READS = (1,)
 
 # containers and values (tags 0-15)
-LIST, DICT, FROZENSET, COMPLEX, DTYPE, ARRAY, REF, SCALAR = 0, 1, 2, 3, 4, 5, 6, 7
+LIST, DICT, FROZENSET, COMPLEX, DTYPE, ARRAY, REF, SCALAR, SLICE, ELLIPSIS = range(10)
+#: tags 96-111 are the volunteer pool's own records (:func:`register` from ``runtime/pool``)
+POOL_TAGS = range(96, 112)
 
 #: dtype kinds an array or a dtype may have (numbers and booleans: nothing that holds objects)
 KINDS = "biufc"
@@ -107,15 +110,15 @@ def _pattern(shape: tuple, fmt: Format, pos: tuple, crd: tuple, dtype: Any, offs
     for k, c in enumerate(crd):
         count = count * shape[fmt.order[k]] if c is None else len(c)
     zeros = np.zeros(count, np.dtype(dtype))
-    SparseArray(shape, fmt, list(pos), list(crd), zeros, offset=offset)  # checks them all
+    checked = SparseArray(shape, fmt, list(pos), list(crd), zeros, offset=offset)
     # then made of the arrays read, which keeps what patterns shared shared (an SDDMM's
     # output pattern is its sparse input's)
     levels = []
-    for k, kind in enumerate(fmt.levels):
+    for k, lv in enumerate(checked.levels):
         for a in (pos[k], crd[k]):
             if a is not None and a.dtype != np.int64:
                 raise Malformed(f"level {k} of a pattern has {a.dtype} indices, not int64")
-        levels.append(Level(kind, shape[fmt.order[k]], pos[k], crd[k]))
+        levels.append(dataclasses.replace(lv, pos=pos[k], crd=crd[k]))
     return SparseArray._make(tuple(shape), fmt, levels, zeros, tuple(offset))
 
 
@@ -149,6 +152,7 @@ _KINDS: list[Kind] = [
     _dataclass_kind(28, ir.TermWork, shared=True),
     _dataclass_kind(29, Rows, shared=True),
     _dataclass_kind(30, Entries, shared=True),
+    _dataclass_kind(31, Location),
     # where tensors live
     Kind(32, Machine, True, lambda m: (m.levels,), _machine),
     _dataclass_kind(33, Placement, shared=True),
@@ -240,6 +244,10 @@ class _Writer:
             return {FROZENSET: [self.value(y) for y in sorted(x, key=_order)]}
         if t is complex:
             return {COMPLEX: [x.real, x.imag]}
+        if t is slice:
+            return {SLICE: [self.value(x.start), self.value(x.stop), self.value(x.step)]}
+        if x is Ellipsis:
+            return {ELLIPSIS: []}
         if isinstance(x, np.dtype):
             return {DTYPE: _dtype_text(x)}
         raise InternalError(f"an executable cannot hold a {t.__name__} ({x!r:.80})")
@@ -313,6 +321,13 @@ class _Reader:
         if tag == COMPLEX:
             re, im = body
             return complex(float(re), float(im))
+        if tag == SLICE:
+            start, stop, step = (self.value(y) for y in body)
+            if not all(v is None or type(v) is int for v in (start, stop, step)):
+                raise Malformed("a slice of other than integers")
+            return slice(start, stop, step)
+        if tag == ELLIPSIS:
+            return Ellipsis
         if tag == DTYPE:
             return _dtype(body)
         if tag == ARRAY:
@@ -412,4 +427,15 @@ def loads(data: Any) -> Any:
         raise InputError(f"a malformed executable ({type(e).__name__}: {e})") from None
 
 
-__all__ = ["MAGIC", "READS", "TAGS", "VERSION", "Kind", "dumps", "loads", "register", "version_of"]
+__all__ = [
+    "MAGIC",
+    "POOL_TAGS",
+    "READS",
+    "TAGS",
+    "VERSION",
+    "Kind",
+    "dumps",
+    "loads",
+    "register",
+    "version_of",
+]
