@@ -101,7 +101,7 @@ def main() -> None:
         del u, got
     print(f"best: numpy {best_np * 1e3:.1f} ms, distal {best_dl * 1e3:.1f} ms/iter: "
           f"ratio {best_np / best_dl:.2f}x")
-    kernel = next(k for key, k in sess._arrays.kernels.items() if key[0] == "region")
+    kernel = next(k for key, k in sess.arrays_program().kernels.items() if key[0] == "region")
     print(f"halo words by hand:  {halo_words(n, args.procs)}")
     print(f"predicted (Stats):   {kernel.stats().words_received}")
     print(f"runs checked against their prediction: {sess.stats_checked}, "

@@ -211,7 +211,7 @@ class Rank(Store, Interpreter):
     def _with_index(self, values: np.ndarray, box: Entries) -> tuple[np.ndarray, int]:
         """The bytes of a piece of stored entries: its values, then its index arrays; and
         the index words they carry."""
-        from distal.plan.sparse import piece_arrays
+        from distal.sparse.pieces import piece_arrays
 
         pattern = self.plan.patterns[self._tensor_of(box)]
         index = piece_arrays(pattern, box.positions, self._piece_cache)
