@@ -104,12 +104,14 @@ def setitem(a: DArray, key: Any, value: Any) -> None:
     if region is None:
         masks.setitem(a, key, value)
         return
-    node = operand(a, value)
     what = f"[{key!r}] = ..."
     if isinstance(a, DView):
         base, region = a.base, slicing.compose(a.region, region)
     else:
         base = a
+    if isinstance(value, DView) and value.base is base and value.region == region:
+        return  # ``x[k] += y``: Python writes the updated view back onto itself
+    node = operand(a, value)
     _assign(base, slicing.write(base.node, region, node, what))
 
 
