@@ -39,7 +39,6 @@ import numpy as np
 from distal.arrays.graph import (
     KERNEL_OPS,
     Const,
-    Contract,
     Map,
     Node,
     Transpose,
@@ -101,8 +100,9 @@ class Region:
             s, st, n = p
             if n > 1 and abs(st) != 1:
                 raise NotSupportedYet(
-                    f"{what}: assigning to a slice with step {st} (every {abs(st)}-th element "
-                    "is not a box); read such slices, or assign with steps 1 or -1"
+                    f"{what}: assigning to a slice with step {st} of an array of "
+                    f"{len(self.picks)} dimensions (elements {abs(st)} apart are not a box): "
+                    "read such slices, or assign a vector's, or with steps 1 and -1"
                 )
             out.append((s, s + n) if st > 0 else (s - n + 1, s + 1))
         return tuple(out)
@@ -519,14 +519,13 @@ def group(program: Any, root: Node) -> tuple[str, list[Node], Any]:
     module docstring) and what must be values before it."""
 
     def is_leaf(n: Node) -> bool:
+        # walked through: slices, transposes and index notation's element-wise operations;
+        # anything else (a value, a 0-d node, a contraction, an earlier assignment, a
+        # function, a node kind of another module) is read as a value
         t = type(n)
-        return (
-            program.is_value(n)
-            or n.ndim == 0
-            or t is Contract
-            or t is SetSlice
-            or (t is Map and n.op not in KERNEL_OPS)
-        )
+        if program.is_value(n) or n.ndim == 0:
+            return True
+        return not (t is Slice or t is Transpose or (t is Map and n.op in KERNEL_OPS))
 
     key, slots = signature(root, lambda n: n is not root and is_leaf(n), program.nprocs)
     deps = sorted(

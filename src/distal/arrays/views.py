@@ -111,8 +111,17 @@ def setitem(a: DArray, key: Any, value: Any) -> None:
         base = a
     if isinstance(value, DView) and value.base is base and value.region == region:
         return  # ``x[k] += y``: Python writes the updated view back onto itself
+    if base.ndim == 1 and _strided(region):  # every k-th element of a vector: a scatter
+        (start, step, length) = region.picks[0]  # type: ignore[misc]
+        masks.setitem(base, start + step * np.arange(length), value)
+        return
     node = operand(a, value)
     _assign(base, slicing.write(base.node, region, node, what))
+
+
+def _strided(region: slicing.Region) -> bool:
+    p = region.picks[0]
+    return not region.new and not isinstance(p, int) and p[2] > 1 and abs(p[1]) > 1
 
 
 def update(a: DArray, node: Node, what: str = "an update") -> None:
