@@ -80,10 +80,7 @@ class Region:
 
     def whole(self, shape: tuple[int, ...]) -> bool:
         """Whether the region is all of an array of ``shape``, its axes unchanged."""
-        return not self.new and all(
-            p == (0, 1, n) or (n == 1 and p == (0, 1, 1))
-            for p, n in zip(self.picks, shape, strict=True)
-        )
+        return not self.new and all(p == (0, 1, n) for p, n in zip(self.picks, shape, strict=True))
 
     def box(self, what: str) -> tuple[tuple[int, int], ...]:
         """The region as a box of the indexed array, where it is one (steps of 1 or -1).
@@ -255,9 +252,15 @@ def read(x: Node, key: Any) -> Node:
     if region is None:
         raise InternalError(f"read() of an advanced index {key!r}")
     _refuse_sparse(x, f"[{key!r}]")
+    return sliced(x, region)
+
+
+def sliced(x: Node, region: Region) -> Node:
+    """The node of ``x``'s ``region``: ``x`` itself for all of it, one region of the
+    operand for a slice of a slice (not yet a value)."""
     if region.whole(x.shape):
         return x
-    if isinstance(x, Slice):  # a slice of a slice: one region of the first's operand
+    if type(x) is Slice and x.operand is not None:
         return Slice(x.operand, compose(x.region, region))
     return Slice(x, region)
 

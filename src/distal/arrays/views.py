@@ -37,7 +37,7 @@ class DView(DArray):
     def node(self) -> Node:
         b = self.base.node
         if b is not self._seen:
-            self._made = _region_of(b, self.region)
+            self._made = slicing.sliced(b, self.region)
             self._seen = b
         return self._made
 
@@ -51,14 +51,6 @@ class DView(DArray):
 
     def __repr__(self) -> str:
         return f"DArray(shape={self.shape}, dtype={self.dtype}, view)"
-
-
-def _region_of(node: Node, region: slicing.Region) -> Node:
-    if region.whole(node.shape):
-        return node
-    if isinstance(node, slicing.Slice):
-        return slicing.Slice(node.operand, slicing.compose(node.region, region))
-    return slicing.Slice(node, region)
 
 
 def _view(base: DArray, region: slicing.Region) -> DView:
@@ -91,7 +83,7 @@ def getitem(a: DArray, key: Any) -> Any:
         (a.base, slicing.compose(a.region, region)) if isinstance(a, DView) else (a, region)
     )
     if _scalar_key(key, a.ndim):  # numpy's scalar: the value now, not a view
-        return a._wrap(_region_of(base.node, whole), new=True)
+        return a._wrap(slicing.sliced(base.node, whole), new=True)
     if whole.whole(base.shape):
         return base
     return _view(base, whole)
