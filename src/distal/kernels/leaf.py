@@ -47,7 +47,7 @@ import numpy as np
 import opt_einsum as oe
 
 from distal.errors import NotSupportedYet
-from distal.kernels import blas, pointwise
+from distal.kernels import blas, pointwise, sums
 from distal.kernels import cores as _cores
 from distal.lang.concrete import Statement
 from distal.typing import Box, box_volume
@@ -484,26 +484,19 @@ def _slabs(
 
 
 def _inner(xa: str, ya: str) -> Contraction:
-    """A full contraction: numpy's einsum loop streams both blocks once, strided or not
-    (a BLAS dot per contiguous run was slower on cut blocks: one call per row). Large
-    blocks are cut into slabs along x's first axis, one per BLAS thread: the loop is
-    memory-bound and one core streams at about half the machine's bandwidth."""
-    spec = f"{xa},{ya}->"
-    ya_axis = ya.index(xa[0]) if xa else 0
+    """A full contraction, added in distal's order (:mod:`distal.kernels.sums`): one inner
+    product (:func:`~distal.kernels.sums.dot`, blocked and pairwise) of the two blocks
+    flattened in row-major order of ``x``'s letters. A block that is not C-contiguous in
+    that order (a strided view, ``y`` with its letters in another order) is copied first,
+    so the bits depend on the shapes alone, never on how a runtime happens to hold a block
+    (a view of another processor's array here, a received copy there)."""
+    to_x = None if xa == ya else tuple(ya.index(c) for c in xa)
 
     def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
         x, y = ops
-        if x.size < SLABS_MIN or x.shape[0] < 2:
-            r = np.einsum(spec, x, y)
-        else:
-            partial: dict[int, Any] = {}
-            lead = (slice(None),) * ya_axis
-
-            def one(lo: int, hi: int) -> None:
-                partial[lo] = np.einsum(spec, x[lo:hi], y[(*lead, slice(lo, hi))])
-
-            _parallel(one, x.shape[0])
-            r = sum(partial[lo] for lo in sorted(partial))
+        if to_x is not None:
+            y = y.transpose(to_x)
+        r = sums.dot(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1))
         r = r * alpha
         if fresh:
             dst[...] = r
@@ -588,6 +581,15 @@ def _einsum(ins: str, out: str) -> Contraction:
     if "," not in ins and len(set(ins)) == len(ins) == len(kept):
         perm = tuple(ins.index(c) for c in kept)
     identity = tuple(range(len(kept)))
+    # one operand, every letter once, some summed: the summed axes, and how the kept ones
+    # are ordered after the sum (None: as they are)
+    reduce: tuple[int, ...] | None = None
+    rest: tuple[int, ...] | None = None
+    if "," not in ins and len(set(ins)) == len(ins) and len(kept) < len(ins):
+        reduce = tuple(n for n, c in enumerate(ins) if c not in kept)
+        left = [c for c in ins if c in kept]
+        order = tuple(left.index(c) for c in kept)
+        rest = None if order == tuple(range(len(order))) else order
     exprs: dict[tuple[tuple[int, ...], ...], Any] = {}
     lock = threading.Lock()
 
@@ -613,6 +615,10 @@ def _einsum(ins: str, out: str) -> Contraction:
             r = expression(ops)(*ops)
         elif perm is not None:
             r = ops[0] if perm == identity else ops[0].transpose(perm)
+        elif reduce is not None:  # a sum over axes: numpy's pairwise sum (distal.kernels.sums)
+            r = sums.total(ops[0], reduce)
+            if rest is not None:
+                r = r.transpose(rest)
         else:
             r = np.einsum(inner, ops[0])
         if alpha != 1:
