@@ -172,3 +172,9 @@ def test_term_calls_of_restricted_terms_cover_the_box(rng: np.random.Generator) 
     want[1:-1] = a[:-2] - a[2:]
     want[-1] = w
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_stencil_kernel_is_simulated() -> None:
+    """The simulator times a leaf on operands as large as its shifted accesses reach."""
+    result = _jacobi(40, 30, dl.Machine(4)).simulate()
+    assert result.seconds > 0
