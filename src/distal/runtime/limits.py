@@ -33,8 +33,11 @@ against instead, or ``False`` to run without the check.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import weakref
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -45,9 +48,10 @@ from distal.errors import InputError, ResourceError
 LOCAL_RANKS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_NTASKS_PER_NODE")
 
 
+@lru_cache(maxsize=1)
 def host_memory() -> int | None:
     """This host's physical memory in bytes, or the cgroup's limit when smaller (a
-    container's); None where neither can be read."""
+    container's); None where neither can be read. Read once per process."""
     total: int | None = None
     try:
         total = int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
@@ -87,6 +91,10 @@ def _dask_worker_memory(client: Any) -> int | None:
     except Exception:  # (a client that cannot answer is not a reason to refuse a run)
         return None
     return max(limits) if limits and min(limits) > 0 else None
+
+
+#: the kernels that passed, with the check they passed (a loop runs the same kernels)
+_PASSED: weakref.WeakKeyDictionary[Any, tuple] = weakref.WeakKeyDictionary()
 
 
 def itemsize_of(exe: Any) -> int:
@@ -133,6 +141,12 @@ def check_memory(
             f"memory_limit must be bytes per processor (a positive number), None (use the "
             f"memory each processor has) or False (no check), got {memory_limit!r}"
         )
+    key = (runtime, memory_limit, rank, id(client))
+    try:
+        if _PASSED.get(exe) == key:  # a kernel a loop runs again: checked already
+            return
+    except TypeError:  # (not weakly referable: checked every time)
+        pass
     try:
         stats = exe.stats()
     except InputError:  # e.g. a sparse kernel before its patterns are bound
@@ -153,6 +167,8 @@ def check_memory(
     worst = max(procs, key=lambda p: peaks[p])
     need = peaks[worst] * size
     if need <= have:
+        with contextlib.suppress(TypeError):
+            _PASSED[exe] = key
         return
     raise ResourceError(
         f"the run needs {_bytes(need)} on processor {worst} at its peak "
