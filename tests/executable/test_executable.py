@@ -247,7 +247,7 @@ class Recording(Runtime):
     options = ("trace",)
     handed: ClassVar[list[Any]] = []
 
-    def run(self, exe: Any, inputs: Any, *, keep: bool = False, dot_with: Any = None) -> Any:
+    def execute(self, exe: Any, inputs: Any, *, keep: bool = False, dot_with: Any = None) -> Any:
         type(self).handed.append(exe)
         return get_runtime("local", **self.opts).run(exe, inputs)
 

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from distal.distribution.layout import Layout
-from distal.errors import InputError, NotSupportedYet
+from distal.errors import DistalError, InputError, NotSupportedYet
 from distal.runtime.executable import Executable
 from distal.runtime.result import Result
 
@@ -54,12 +54,16 @@ class Runtime:
 
     def __init__(self, **options: Any) -> None:
         """Check the options (an unknown name or a bad value is an ``InputError`` naming
-        it and the valid ones) and keep them. Nothing is started yet."""
+        it and the valid ones) and keep them. Nothing is started yet. Every runtime takes
+        ``memory_limit`` (see :meth:`run`) besides its own ``options``."""
+        #: the memory check of every run: None (what a processor has), bytes per processor,
+        #: or False (no check); see :func:`distal.runtime.limits.check_memory`
+        self.memory_limit = options.pop("memory_limit", None)
         unknown = sorted(k for k in options if k not in self.options)
         if unknown:
             raise InputError(
                 f"unknown option(s) {unknown} for the {self.name} runtime; valid options are "
-                f"{sorted(self.options)}"
+                f"{sorted(['memory_limit', *self.options])}"
             )
         self.opts = dict(options)
 
@@ -113,7 +117,42 @@ class Runtime:
         ``keep``: leave the output where it was computed; ``Result.value`` is then a held
         value (a sparse output comes back whole). ``dot_with`` (where ``leaf_dot``): also
         the dot product of that input with the output, ``Result.extra["dot"]``.
+
+        Every run of every runtime passes here: a run whose predicted peak exceeds the memory
+        a processor has is refused first, before anything is allocated
+        (:func:`distal.runtime.limits.check_memory`; a ``ResourceError`` naming both figures;
+        ``memory_limit=`` overrides it), on every process of the run together (MPI). Then
+        :meth:`execute` runs it.
+
+        Raises:
+            ResourceError: the run cannot fit.
         """
+        self.check_memory(exe)
+        return self.execute(exe, inputs, keep=keep, dot_with=dot_with)
+
+    def check_memory(self, exe: Executable) -> None:
+        """Refuse ``exe`` where its predicted peak exceeds a processor's memory (every
+        process failing together: :meth:`abort`)."""
+        from distal.runtime.limits import check_memory
+
+        if self.memory_limit is False:
+            return
+        try:
+            client = getattr(self, "client", None)  # (a pool's workers say what they have)
+            check_memory(exe, self.name, self.memory_limit, rank=self.rank, client=client)
+        except DistalError as e:
+            self.abort(e)
+            raise
+
+    def execute(
+        self,
+        exe: Executable,
+        inputs: Mapping[str, Any],
+        *,
+        keep: bool = False,
+        dot_with: str | None = None,
+    ) -> Result:
+        """The runtime's own run (see :meth:`run`, which calls it)."""
         raise NotImplementedError
 
     # -- held values (a session's) -------------------------------------------------------------

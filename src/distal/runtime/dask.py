@@ -265,7 +265,7 @@ class DaskRuntime(HeldOnWorkers, Runtime):
             return super().errors()
         return pool_errors(self._client)
 
-    def run(
+    def execute(
         self,
         exe: Executable,
         inputs: Mapping[str, Any],
@@ -291,7 +291,7 @@ class DaskRuntime(HeldOnWorkers, Runtime):
         self.excluded.update(res.extra["summary"].excluded_workers)
         if later and self.settle():  # it read a block that failed its check: again
             self.runs_redone += 1
-            return self.run(exe, inputs, keep=keep, dot_with=dot_with)
+            return self.execute(exe, inputs, keep=keep, dot_with=dot_with)
         if keep:
             if exe.output.is_dense:
                 res.value = self.adopt(res.value)

@@ -32,7 +32,7 @@ class Local(Runtime):
     options: ClassVar[tuple[str, ...]] = ("trace", "progress")
     in_process = True
 
-    def run(
+    def execute(
         self,
         exe: Executable,
         inputs: Mapping[str, Any],

@@ -87,7 +87,7 @@ class MPIRuntime(Runtime):
         if isinstance(error, Exception):
             fail_together(error, self.comm)  # (raises it, as every rank raises together)
 
-    def run(
+    def execute(
         self,
         exe: Executable,
         inputs: Mapping[str, Any],
