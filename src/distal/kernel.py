@@ -121,10 +121,10 @@ class Planned:
             else:
                 plan = self.program(procs[0]) if len(procs) == 1 else restrict(self.plan, procs)
                 stats = self._part_stats()
-            leaves = tuple(self.kernels)
             stats = None if stats is None else Stats(**stats.as_dict())
+            code = repr(self.schedule)
             got = made[procs] = Executable(
-                plan, leaves, self._specs(), stats, self._key(), self._code
+                plan, tuple(self.kernels), self._specs(), stats, self._key(code), code
             )
         return got
 
@@ -132,10 +132,6 @@ class Planned:
         """The stats a part of the plan carries: the whole kernel's, where they are known
         without writing the whole plan."""
         return self.summary.stats
-
-    @cached_property
-    def _code(self) -> str:
-        return repr(self.schedule)
 
     def _specs(self) -> tuple[TensorSpec, ...]:
         """Every tensor's spec, the output first, then the inputs in the statement's order."""
@@ -150,7 +146,7 @@ class Planned:
             out.append(TensorSpec.of(tensors[name], dist, machine, prints.get(name)))
         return tuple(out)
 
-    def _key(self) -> str:
+    def _key(self, code: str) -> str:
         """What the plan and the leaves are a function of (compiling reads nothing else):
         machine size, schedule, routing, leaves, tensors and, for a kernel bound to sparse
         patterns, their fingerprints; equal on every process that compiled the same kernel."""
@@ -159,19 +155,17 @@ class Planned:
         dists = sorted((n, str(d)) for n, d in s.distributions.items())
         prints = sorted(getattr(self, "fingerprints", {}).items())
         leaf = getattr(self, "leaf", None) or getattr(getattr(self, "kernel", None), "leaf", "")
-        text = repr((self.nprocs, self._code, self.routing, leaf, tensors, dists, prints))
+        text = repr((self.nprocs, code, self.routing, leaf, tensors, dists, prints))
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
     def _run_on(self, rt: Runtime, inputs: Mapping[str, Any]) -> Result:
         """Run on ``rt``: the executable of the processors it runs, then the run."""
-        return rt.run(self._executable_for(rt), inputs)
-
-    def _executable_for(self, rt: Runtime) -> Executable:
         try:
-            return self.executable(rt.processors(self.nprocs))
+            exe = self.executable(rt.processors(self.nprocs))
         except DistalError as e:  # (MPI: the other ranks fail with it, never wait)
             rt.abort(e)
             raise
+        return rt.run(exe, inputs)
 
     def explain(self, processor: int | None = None) -> str:
         """The scheduled loop nest, where each tensor moves, and the per-processor table;
