@@ -29,7 +29,7 @@ from distal.errors import (
 )
 from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
-from distal.mlir import from_mlir
+from distal.mlir import from_mlir, mlir_function
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
@@ -74,6 +74,7 @@ __all__ = [
     "from_box_function",
     "from_function",
     "from_mlir",
+    "mlir_function",
     "from_npy_dir",
     "from_zarr",
     "index_vars",

@@ -38,12 +38,13 @@ def context() -> Any:
     from xdsl.dialects.builtin import Builtin
     from xdsl.dialects.func import Func
     from xdsl.dialects.linalg import Linalg
+    from xdsl.dialects.math import Math
     from xdsl.dialects.tensor import Tensor
     from xdsl.ir import Dialect
 
     linalg = Dialect("linalg", [*Linalg.operations, *_extra_named_ops()], [*Linalg.attributes])
     ctx = Context(allow_unregistered=True)
-    for d in (Builtin, Func, Arith, Tensor, linalg):
+    for d in (Builtin, Func, Arith, Math, Tensor, linalg):
         ctx.load_dialect(d)
     return ctx
 
