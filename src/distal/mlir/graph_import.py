@@ -36,10 +36,6 @@ from distal.mlir.graph_body import (
     _COMBINE,
     BodyEval,
     Val,
-    depends_on,
-    from_loop_space,
-    map_results,
-    to_loop_space,
     yielded,
 )
 from distal.mlir.types import dtype_of
@@ -68,9 +64,13 @@ def _tensor_type(t: Any, where: str) -> tuple[tuple[int, ...], np.dtype]:
         raise NotationError(f"{where} is {t}; mlir_function reads ranked tensors")
     shape = tuple(t.get_shape())
     if any(s < 0 for s in shape):
-        raise NotationError(f"{where} has a dynamic extent ({t}); mlir_function reads static shapes")
+        raise NotationError(
+            f"{where} has a dynamic extent ({t}); mlir_function reads static shapes"
+        )
     if not isinstance(t.encoding, NoneAttr):
-        raise NotationError(f"{where} has the encoding {t.encoding}; mlir_function reads dense tensors")
+        raise NotationError(
+            f"{where} has the encoding {t.encoding}; mlir_function reads dense tensors"
+        )
     return shape, dtype_of(str(t.element_type), where)
 
 
@@ -105,9 +105,7 @@ class MlirFunction:
         """The function's results on ``args`` (DArrays, or arrays placed in ``session``), as
         DArrays of that session: one, or a tuple for several results."""
         if len(args) != len(self.params):
-            raise InputError(
-                f"@{self.name} takes {len(self.params)} arguments, got {len(args)}"
-            )
+            raise InputError(f"@{self.name} takes {len(self.params)} arguments, got {len(args)}")
         session = _session_of(args, session)
         values = []
         for k, (a, (shape, dtype)) in enumerate(zip(args, self.params, strict=True)):
@@ -284,8 +282,12 @@ def _transpose(run: _Run, op: Any) -> None:
     x = run.operand(v, "linalg.transpose")
     if hasattr(x, "shape") and not isinstance(x, np.generic):
         x = ops.transpose(run.array(v, "linalg.transpose"), perm, "linalg.transpose")
-    run.vals[op.results[0]] = Val(shape, dtype, arr=x if hasattr(x, "shape") else None,
-                                  fill=None if hasattr(x, "shape") else x)
+    run.vals[op.results[0]] = Val(
+        shape,
+        dtype,
+        arr=x if hasattr(x, "shape") else None,
+        fill=None if hasattr(x, "shape") else x,
+    )
 
 
 def _broadcast(run: _Run, op: Any) -> None:
@@ -342,13 +344,23 @@ def _combine_init(run: _Run, kind: str, r: Any, init: Val, what: str) -> Any:
         return r
     if init.fill is not None:
         c = init.fill
-        if (kind == "sum" and c == 0) or (kind == "max" and c == -np.inf) or (
-            kind == "min" and c == np.inf
+        if (
+            (kind == "sum" and c == 0)
+            or (kind == "max" and c == -np.inf)
+            or (kind == "min" and c == np.inf)
         ):
             return r
-        return r + c if kind == "sum" else ops.binary("maximum" if kind == "max" else "minimum", r, c, what)
+        return (
+            r + c
+            if kind == "sum"
+            else ops.binary("maximum" if kind == "max" else "minimum", r, c, what)
+        )
     a = init.arr
-    return a + r if kind == "sum" else ops.binary("maximum" if kind == "max" else "minimum", a, r, what)
+    return (
+        a + r
+        if kind == "sum"
+        else ops.binary("maximum" if kind == "max" else "minimum", a, r, what)
+    )
 
 
 def _structured(run: _Run, op: Any) -> None:
@@ -356,7 +368,7 @@ def _structured(run: _Run, op: Any) -> None:
     from distal.mlir.graph_structured import record
 
     for j, res in enumerate(op.results):
-        run.vals[res] = (lambda j=j: record(run, op, j))
+        run.vals[res] = lambda j=j: record(run, op, j)
 
 
 _HANDLERS: dict[str, Callable[[_Run, Any], None]] = {
@@ -402,17 +414,12 @@ def mlir_function(text: str, name: str | None = None) -> MlirFunction:
         NotSupportedYet: xDSL is not installed (``pip install 'distal[mlir]'``).
     """
     from distal.mlir import _xdsl
-    from distal.mlir.importer import _op_at
+    from distal.mlir.importer import parse_or_refuse
 
     if not isinstance(text, str):
         raise NotationError(f"mlir_function takes MLIR text (a str), got {type(text).__name__}")
     _xdsl.context()
-    try:
-        module = _xdsl.parse(text)
-    except _xdsl.errors() as e:
-        span = getattr(e, "span", None)
-        where = _op_at(text, span.start) if span is not None else "the module"
-        raise NotationError(f"cannot read MLIR at {where}: {getattr(e, 'msg', str(e))}") from e
+    module = parse_or_refuse(text)
     funcs = _functions(module)
     if not funcs:
         raise NotationError("func.func: the text has no function")
@@ -422,9 +429,7 @@ def mlir_function(text: str, name: str | None = None) -> MlirFunction:
         elif "main" in funcs:
             name = "main"
         else:
-            raise NotationError(
-                f"func.func: the text has {sorted(funcs)}; say which with name="
-            )
+            raise NotationError(f"func.func: the text has {sorted(funcs)}; say which with name=")
     name = name.lstrip("@")
     if name not in funcs:
         raise NotationError(f"func.func: no function @{name} in the text (it has {sorted(funcs)})")

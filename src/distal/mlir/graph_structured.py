@@ -41,10 +41,17 @@ def record(run: Any, op: Any, j: int) -> Val:
     iters = [str(t.data).rsplit(".", 1)[-1].lower() for t in op.get_iterator_types().data]
     nins = len(op.inputs)
     block = op.regions[0].block
-    ins = [run.get(v, what) for v in op.inputs]
+    ins = [
+        Val((), np.dtype(type(run.consts[v])), fill=run.consts[v])
+        if v in run.consts
+        else run.get(v, what)
+        for v in op.inputs
+    ]
     init = run.get(op.outputs[j], what)
     shape, dtype = _tensor_type(op.results[j].type, what)
-    extents = _extents(results, [*(v.shape for v in ins), *(run.get(o, what).shape for o in op.outputs)], n, what)
+    extents = _extents(
+        results, [*(v.shape for v in ins), *(run.get(o, what).shape for o in op.outputs)], n, what
+    )
     y = yielded(op)[j]
     outs = list(block.args[nins:])
     out = outs[j]
@@ -93,7 +100,9 @@ def _extents(results: list, shapes: list[tuple[int, ...]], n: int, what: str) ->
     ext = [0] * n
     for res, shape in zip(results, shapes, strict=True):
         if len(res) != len(shape):
-            raise NotationError(f"{what}: an indexing map has {len(res)} results for an operand of shape {shape}")
+            raise NotationError(
+                f"{what}: an indexing map has {len(res)} results for an operand of shape {shape}"
+            )
         for (kind, k), s in zip(res, shape, strict=True):
             if kind == "dim":
                 if ext[k] and ext[k] != s:
@@ -116,7 +125,9 @@ def _reads_index(y: Any) -> bool:
     return False
 
 
-def _reduce(kind: str, f: Any, red: list[int], par: list[int], ext: list[int], run: Any, what: str) -> Any:
+def _reduce(
+    kind: str, f: Any, red: list[int], par: list[int], ext: list[int], run: Any, what: str
+) -> Any:
     """``f`` (over the loop space, maybe broadcast) reduced over the loops ``red``."""
     count = math.prod(ext[d] for d in red)
     if not hasattr(f, "shape") or isinstance(f, np.generic):
@@ -127,7 +138,9 @@ def _reduce(kind: str, f: Any, red: list[int], par: list[int], ext: list[int], r
     return ops.reduce(kind, f, tuple(red), what)
 
 
-def _polynomial(e: Any, args: list[Any], consts: dict[Any, Any]) -> list[tuple[float, tuple[int, ...]]] | None:
+def _polynomial(
+    e: Any, args: list[Any], consts: dict[Any, Any]
+) -> list[tuple[float, tuple[int, ...]]] | None:
     """``e`` as a sum of products of the inputs ``args`` (coefficient, input numbers), or
     None when it is not one."""
     memo: dict[Any, Any] = {}
@@ -171,7 +184,9 @@ def _polynomial(e: Any, args: list[Any], consts: dict[Any, Any]) -> list[tuple[f
     return [(c, m) for c, m in got if c != 0]
 
 
-def _contract(run: Any, poly: list, ins: list[Val], in_maps: list, out_map: list, ext: list[int], what: str) -> Any:
+def _contract(
+    run: Any, poly: list, ins: list[Val], in_maps: list, out_map: list, ext: list[int], what: str
+) -> Any:
     """The sum of the monomials ``poly`` over the summed loops, as einsums, laid out by the
     output map."""
     out_loops = [k for kind, k in out_map if kind == "dim"]
@@ -190,9 +205,13 @@ def _contract(run: Any, poly: list, ins: list[Val], in_maps: list, out_map: list
         if not xs:
             term: Any = coeff * math.prod(ext[d] for d in range(len(ext)) if d not in out_loops)
         else:
-            spec = f"{','.join(subs)}->{''.join(_LETTERS[d] for d in out_loops if d not in missing)}"
+            spec = (
+                f"{','.join(subs)}->{''.join(_LETTERS[d] for d in out_loops if d not in missing)}"
+            )
             term = ops.einsum(spec, *xs)
-            extra = math.prod(ext[d] for d in range(len(ext)) if d not in out_loops and _LETTERS[d] not in used)
+            extra = math.prod(
+                ext[d] for d in range(len(ext)) if d not in out_loops and _LETTERS[d] not in used
+            )
             if coeff * extra != 1:
                 term = term * (coeff * extra)
             if missing:
