@@ -128,3 +128,24 @@ def astype(x: Any, dtype: Any, what: str) -> Any:
     if hasattr(x, "astype"):
         return x.astype(dtype)
     return _need("astype", what)(x, dtype)
+
+
+def drop_axes(x: Any, axes: list[int], what: str) -> Any:
+    """``x`` without its unit axes ``axes`` (``squeeze``; else ``x[..., 0, ...]``)."""
+    if not axes:
+        return x
+    dnp = _dnp()
+    if dnp is not None and hasattr(dnp, "squeeze"):
+        return dnp.squeeze(x, axis=tuple(axes))
+    return x[tuple(0 if k in axes else slice(None) for k in range(x.ndim))]
+
+
+def insert_axes(x: Any, positions: list[int], ndim: int, what: str) -> Any:
+    """``x`` with unit axes at ``positions`` of the result's ``ndim`` axes (``expand_dims``;
+    else ``x[..., None, ...]``)."""
+    if not positions:
+        return x
+    dnp = _dnp()
+    if dnp is not None and hasattr(dnp, "expand_dims"):
+        return dnp.expand_dims(x, axis=tuple(positions))
+    return x[tuple(None if k in positions else slice(None) for k in range(ndim))]

@@ -71,13 +71,13 @@ def to_loop_space(x: Any, results: list[MapResult], n: int, what: str) -> Any:
     if not hasattr(x, "shape") or isinstance(x, np.generic):
         return x
     if any(kind == "const" for kind, _ in results):
-        x = x[tuple(0 if kind == "const" else slice(None) for kind, _ in results)]
+        x = ops.drop_axes(x, [i for i, (kind, _) in enumerate(results) if kind == "const"], what)
     ks = [k for kind, k in results if kind == "dim"]
     order = sorted(range(len(ks)), key=lambda i: ks[i])
     x = ops.transpose(x, tuple(order), what)
     present = set(ks)
     if len(present) < n:
-        x = x[tuple(slice(None) if k in present else None for k in range(n))]
+        x = ops.insert_axes(x, [k for k in range(n) if k not in present], n, what)
     return x
 
 
@@ -91,7 +91,8 @@ def from_loop_space(x: Any, loops: list[int], results: list[MapResult], what: st
     perm = tuple(loops.index(k) for k in ks)
     x = ops.transpose(x, perm, what)
     if any(kind == "const" for kind, _ in results):
-        x = x[tuple(None if kind == "const" else slice(None) for kind, _ in results)]
+        consts = [i for i, (kind, _) in enumerate(results) if kind == "const"]
+        x = ops.insert_axes(x, consts, len(results), what)
     return x
 
 

@@ -266,10 +266,9 @@ def _reshape(run: _Run, op: Any) -> None:
         arr = v.arr
         if arr is not None and tuple(arr.shape) != src:
             arr = run.array(v, name)
-        keep = [k for k, s in enumerate(src) if s != 1]
-        arr = arr[tuple(slice(None) if k in keep else 0 for k in range(len(src)))]
-        idx = tuple(slice(None) if s != 1 else None for s in shape)
-        run.vals[op.results[0]] = Val(shape, dtype, arr=arr[idx] if idx else arr)
+        arr = ops.drop_axes(arr, [k for k, s in enumerate(src) if s == 1], name)
+        arr = ops.insert_axes(arr, [k for k, s in enumerate(shape) if s == 1], len(shape), name)
+        run.vals[op.results[0]] = Val(shape, dtype, arr=arr)
         return
     f = ops._need("reshape", name)
     run.vals[op.results[0]] = Val(shape, dtype, arr=f(run.array(v, name), shape))
@@ -296,7 +295,7 @@ def _broadcast(run: _Run, op: Any) -> None:
     added = sorted(int(d) for d in op.dimensions.get_values())
     x = run.operand(v, "linalg.broadcast")
     if hasattr(x, "shape") and not isinstance(x, np.generic):
-        x = x[tuple(None if k in added else slice(None) for k in range(len(shape)))]
+        x = ops.insert_axes(x, added, len(shape), "linalg.broadcast")
         run.vals[op.results[0]] = Val(shape, dtype, arr=x)
     else:
         run.vals[op.results[0]] = Val(shape, dtype, fill=x)

@@ -197,7 +197,9 @@ def _contract(
             arr = run.array(ins[k], what)
             res = in_maps[k]
             if any(kind == "const" for kind, _ in res):
-                arr = arr[tuple(0 if kind == "const" else slice(None) for kind, _ in res)]
+                arr = ops.drop_axes(
+                    arr, [i for i, (kd, _) in enumerate(res) if kd == "const"], what
+                )
             xs.append(arr)
             subs.append("".join(_LETTERS[d] for kind, d in res if kind == "dim"))
         used = {d for s in subs for d in s}
@@ -216,8 +218,10 @@ def _contract(
                 term = term * (coeff * extra)
             if missing:
                 present = [d for d in out_loops if d not in missing]
-                term = term[tuple(slice(None) if d in present else None for d in out_loops)]
+                gaps = [i for i, d in enumerate(out_loops) if d not in present]
+                term = ops.insert_axes(term, gaps, len(out_loops), what)
         total = term if isinstance(total, float) and total == 0.0 else total + term
     if any(kind == "const" for kind, _ in out_map) and hasattr(total, "shape"):
-        total = total[tuple(None if kind == "const" else slice(None) for kind, _ in out_map)]
+        consts = [i for i, (kind, _) in enumerate(out_map) if kind == "const"]
+        total = ops.insert_axes(total, consts, len(out_map), what)
     return total
