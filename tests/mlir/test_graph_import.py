@@ -287,3 +287,26 @@ def _args_for(text: str) -> list[np.ndarray]:
         return []
     shapes = re.findall(r"tensor<((?:\d+x)*)f64>", m.group(1))
     return [np.ones(tuple(int(d) for d in s.split("x") if d)) for s in shapes]
+
+
+@pytest.mark.slow
+@pytest.mark.mpi
+def test_a_jax_mlp_runs_on_mpi_ranks(tmp_path) -> None:
+    from pathlib import Path
+
+    from mpi_jobs import run_job
+
+    text, args, want = jax_program("mlp")
+    (tmp_path / "mlp.mlir").write_text(text)
+    np.savez(tmp_path / "mlp.npz", want=want, **{f"arg{k}": a for k, a in enumerate(args)})
+    job = run_job(
+        2,
+        str(tmp_path / "mlp.mlir"),
+        str(tmp_path / "mlp.npz"),
+        script=Path(__file__).parent / "_mlir_function_mpi_job.py",
+        timeout=180,
+    )
+    assert job.rc == 0, job
+    (line,) = job.lines()
+    assert line["nprocs"] == 2
+    assert line["rel_err"] <= 1e-12
