@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from distal.errors import InputError, NotSupportedYet, ScheduleError
+from distal.errors import InputError, NotSupportedYet, ResourceError, ScheduleError
 from distal.kernels.leaf import LEAVES, term_kernels
 from distal.plan.engine import ROUTINGS, Engine, lower, placements_of, program, summarize
 from distal.plan.ir import Plan
@@ -377,6 +377,7 @@ class Kernel(Planned):
                 fail_together(e, options.get("comm"))
                 raise
             return bound.run({**inputs, **arrays}, runtime, **options)
+        _check_memory(self, runtime, options)
         # mpi: every rank checks its inputs inside the runtime, which agrees on the outcome
         # with the other ranks first, so one rank's bad input fails them all instead of a hang
         data = inputs if runtime == "mpi" else self.check_inputs(inputs)
@@ -508,6 +509,7 @@ class BoundKernel(Planned):
         """Execute on a runtime; ``Result.stats`` equals :meth:`stats`."""
         if self.binding is None:
             return self.kernel.run(inputs, runtime, **options)
+        _check_memory(self, runtime, options)
         if runtime == "local":
             _local_options(options)
             return _run_local(self.plan, (), self.dtypes, self.check_inputs(inputs), options)
@@ -530,6 +532,25 @@ class BoundKernel(Planned):
 
     def __repr__(self) -> str:
         return f"BoundKernel({self.kernel.schedule!r})"
+
+
+def _check_memory(kernel: Any, runtime: str, options: dict[str, Any]) -> None:
+    """Refuse a run whose predicted peak exceeds a processor's memory
+    (:func:`distal.runtime.limits.check_memory`), taking the ``memory_limit`` option out of
+    ``options``. Under MPI a rank that refuses fails every rank together."""
+    from distal.runtime.limits import check_memory
+
+    limit = options.pop("memory_limit", None)
+    if runtime != "mpi":
+        check_memory(kernel, runtime, limit, client=options.get("client"))
+        return
+    try:
+        check_memory(kernel, runtime, limit)
+    except ResourceError as e:
+        from distal.runtime.mpi.entry import fail_together
+
+        fail_together(e, options.get("comm"))
+        raise
 
 
 def _check_names(st: Any, inputs: Mapping[str, Any]) -> tuple[str, ...]:
