@@ -7,17 +7,15 @@ notation.
 * :func:`distal.mlir.importer.from_mlir` (``dl.from_mlir(text)``): a ``func.func`` of
   ``linalg.generic`` and named contractions read back as tensors with their computations.
   Parsing uses xDSL (``pip install 'distal[mlir]'``), imported only when called.
-* :func:`distal.mlir.graph_import.mlir_function` (``dl.mlir_function(text)``): a function of
-  linalg / tensor / arith / math operations (what JAX and ONNX lower to) as a callable
-  recording an arrays program on DArrays.
 * ``kernel.to_mlir(distributed=True)`` (:mod:`distal.mlir.distributed`): the whole
   distributed program as ``shard`` SPMD code.
 
-This package takes kernels as arguments and never imports :mod:`distal.kernel`.
+This package takes kernels as arguments and never imports :mod:`distal.kernel`. Whole
+programs read as arrays programs (``dl.mlir_function``) are :mod:`distal.mlir_program`,
+a layer above (it records DArray operations).
 """
 
 from distal.mlir.export import to_mlir
-from distal.mlir.graph_import import mlir_function
 from distal.mlir.importer import from_mlir
 
-__all__ = ["from_mlir", "mlir_function", "to_mlir"]
+__all__ = ["from_mlir", "to_mlir"]

@@ -103,9 +103,6 @@ def _op_at(text: str, offset: int) -> str:
     """The operation being read at ``offset``: the last one named up to the end of its line
     (an error may point past the name, into the operands or the next line)."""
     end = text.find("\n", offset)
-    start = text.rfind("\n", 0, offset) + 1
-    if re.match(r"\s*return\b", text[start : end if end >= 0 else len(text)]):
-        return "func.return"
     names = _OP_NAME.findall(text, 0, end if end >= 0 else len(text))
     if names:
         return names[-1]

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import NotationError, NotSupportedYet
-from distal.mlir import array_ops as ops
+from distal.mlir_program import ops
 
 #: a map result: ("dim", k) reads loop k, ("const", c) reads the constant index c
 MapResult = tuple[str, int]
@@ -182,7 +182,7 @@ class BodyEval:
         n = _name(b)
         where = f"{n} in the body of {self.what}"
         if n == "arith.constant":
-            from distal.mlir.graph_import import scalar_constant
+            from distal.mlir_program.function import scalar_constant
 
             return scalar_constant(b)
         xs = [self(x) for x in b.operands]

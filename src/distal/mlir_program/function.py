@@ -6,8 +6,8 @@ What JAX (``jax.jit(f).lower(...).compiler_ir("stablehlo")`` through ``iree-opt
 then ``iree-opt --torch-onnx-to-torch-backend-pipeline
 --torch-backend-to-linalg-on-tensors-backend-pipeline``) give is a graph: each operation
 reads the results of earlier ones. Calling the function records one array operation per
-graph operation on the session's DArrays (:mod:`distal.mlir.graph_body`,
-:mod:`distal.mlir.array_ops`): the arrays front fuses the element-wise chains, makes
+graph operation on the session's DArrays (:mod:`distal.mlir_program.body`,
+:mod:`distal.mlir_program.ops`): the arrays front fuses the element-wise chains, makes
 kernels of the contractions, and holds the intermediates as distributed temporaries; the
 results are DArrays, computed when read.
 
@@ -31,14 +31,14 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError, NotationError, NotSupportedYet
-from distal.mlir import array_ops as ops
-from distal.mlir.graph_body import (
+from distal.mlir.types import dtype_of
+from distal.mlir_program import ops
+from distal.mlir_program.body import (
     _COMBINE,
     BodyEval,
     Val,
     yielded,
 )
-from distal.mlir.types import dtype_of
 
 
 def scalar_constant(op: Any) -> Any:
@@ -141,9 +141,9 @@ def _session_of(args: tuple[Any, ...], session: Any) -> Any:
     dnp = ops._dnp()
     if dnp is not None and hasattr(dnp, "current_session"):
         return dnp.current_session()
-    import distal as dl
+    from distal.session import Session
 
-    return dl.Session("local")
+    return Session("local")
 
 
 def _place(a: Any, session: Any, k: int, name: str) -> Any:
@@ -364,7 +364,7 @@ def _combine_init(run: _Run, kind: str, r: Any, init: Val, what: str) -> Any:
 
 def _structured(run: _Run, op: Any) -> None:
     """A generic or named structured op: each result recorded when first used."""
-    from distal.mlir.graph_structured import record
+    from distal.mlir_program.structured import record
 
     for j, res in enumerate(op.results):
         run.vals[res] = lambda j=j: record(run, op, j)

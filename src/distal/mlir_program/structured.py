@@ -1,6 +1,6 @@
 """One result of a structured ``linalg`` op of an imported graph, recorded as array
 operations: a contraction as ``einsum`` s, anything else element-wise over the loop space
-(see :mod:`distal.mlir.graph_body`)."""
+(see :mod:`distal.mlir_program.body`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 
 from distal.errors import NotationError, NotSupportedYet
-from distal.mlir import array_ops as ops
-from distal.mlir.graph_body import (
+from distal.mlir_program import ops
+from distal.mlir_program.body import (
     BodyEval,
     Val,
     depends_on,
@@ -20,7 +20,7 @@ from distal.mlir.graph_body import (
     to_loop_space,
     yielded,
 )
-from distal.mlir.graph_import import (
+from distal.mlir_program.function import (
     _combine_init,
     _combine_kind,
     _op_name,
@@ -158,7 +158,7 @@ def _polynomial(
                 return None
             name = _op_name(owner)
             if name == "arith.constant":
-                from distal.mlir.graph_import import scalar_constant
+                from distal.mlir_program.function import scalar_constant
 
                 r = [(float(scalar_constant(owner)), ())]
             else:

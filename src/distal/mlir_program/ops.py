@@ -4,7 +4,7 @@ where ``distal.numpy`` is not in this version. An operation neither has is a
 ``NotSupportedYet`` naming the MLIR operation that needs it.
 
 Every function takes and returns DArrays (or Python scalars, which broadcast), so what
-:mod:`distal.mlir.graph_import` records is an ordinary arrays program: element-wise chains
+:mod:`distal.mlir_program.function` records is an ordinary arrays program: element-wise chains
 fuse, contractions become kernels, intermediates are distributed temporaries.
 """
 
@@ -37,9 +37,10 @@ def _need(name: str, what: str) -> Any:
 
 
 def _dl() -> Any:
-    import distal as dl
+    """The arrays front's own functions (``exp``, ``sqrt``, ``abs``, ``maximum``, ...)."""
+    from distal.arrays import darray
 
-    return dl
+    return darray
 
 
 def unary(name: str, x: Any, what: str) -> Any:
@@ -49,7 +50,7 @@ def unary(name: str, x: Any, what: str) -> Any:
     dnp = _dnp()
     if dnp is not None and hasattr(dnp, name):
         return getattr(dnp, name)(x)
-    fallback = {"exp": "exp", "sqrt": "sqrt", "abs": "abs"}.get(name)
+    fallback = {"exp": "exp", "sqrt": "sqrt", "abs": "absolute"}.get(name)
     if fallback is None:
         return _need(name, what)(x)
     return getattr(_dl(), fallback)(x)
@@ -91,14 +92,14 @@ def transpose(x: Any, perm: tuple[int, ...], what: str) -> Any:
     if dnp is not None and hasattr(dnp, "transpose"):
         return dnp.transpose(x, perm)
     letters = "abcdefghijklmnopqrstuvwxyz"[: len(perm)]
-    return _dl().einsum(f"{letters}->{''.join(letters[p] for p in perm)}", x)
+    return _dl().einsum_arrays(f"{letters}->{''.join(letters[p] for p in perm)}", (x,))
 
 
 def einsum(subscripts: str, *xs: Any) -> Any:
     dnp = _dnp()
     if dnp is not None and hasattr(dnp, "einsum"):
         return dnp.einsum(subscripts, *xs)
-    return _dl().einsum(subscripts, *xs)
+    return _dl().einsum_arrays(subscripts, xs)
 
 
 def broadcast_to(x: Any, shape: tuple[int, ...], session: Any, what: str) -> Any:
