@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -16,14 +15,11 @@ import numpy as np
 import pytest
 
 import distal as dl
-from conftest import HERE, LocalPool, child_env, wait_for
+from conftest import LocalPool, child_env, wait_for
 from distal.runtime.pool.driver import Job, PoolDriver
 from distal.runtime.pool.engine import Engine, Options
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
-
-ROGUE = [sys.executable, str(HERE / "rogue.py")]
-
 
 def _gemm(n: int = 32, grid: tuple[int, int] = (2, 2)) -> tuple[Any, dict[str, np.ndarray]]:
     k = dl.algorithms.summa(n, machine=dl.Machine(*grid), steps=2).compile()
@@ -62,7 +58,7 @@ def test_sigterm_gives_the_unit_back_and_another_volunteer_finishes_the_run(
     env = {"DISTAL_ROGUE_DELAY": "60"}
     os.environ.update(env)
     try:
-        slow = local_pool.volunteer("slow", script=[*ROGUE, "slow"])
+        slow = local_pool.rogues({"slow": "slow"}, "slow")
     finally:
         for key in env:
             os.environ.pop(key, None)

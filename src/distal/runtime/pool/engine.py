@@ -191,6 +191,7 @@ class Engine:
         summary.excluded_volunteers[name] = reason
         await self.link.kv_put(f"excluded.{name}", reason.encode()[:1000])
         await self.link.control(name, wire.control("stop", reason=reason[:500]))
+        await self.link.shut_out(name)
         m = self.members.pop(name, None)
         if m is not None:
             for a in list(m.holding):
