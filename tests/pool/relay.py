@@ -42,6 +42,9 @@ class FixedRelay(DelayRelay):
 
 
 def main() -> int:
+    import logging
+
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)  # connections cut at the end
     delay = float(sys.argv[1])
     relays = []
     for spec in sys.argv[2:]:

@@ -82,8 +82,9 @@ class PoolDriver:
             if isinstance(region, Entries):
                 got = np.ascontiguousarray(np.asarray(x.vals, dtype=dtype)[region.positions])
             else:
-                got = np.array(x[box_index(region, ((0, 0),) * len(region))], dtype=dtype,
-                               order="C")  # fmt: skip
+                part = np.asarray(x[box_index(region, ((0, 0),) * len(region))], dtype=dtype)
+                # a contiguous block (a row block) is used in place; a 0-d one stays 0-d
+                got = np.ascontiguousarray(part) if part.ndim else np.array(part)
             self.arrays[key] = got
         return got
 
