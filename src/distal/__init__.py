@@ -28,7 +28,7 @@ from distal.errors import (
     ShapeError,
 )
 from distal.kernel import BoundKernel, Kernel, Result, compile
-from distal.lang.nodes import IndexVar, Tensor, index_vars
+from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
@@ -79,6 +79,7 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "restrict",
     "schedule",
     "sqrt",
     "where",

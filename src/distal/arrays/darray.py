@@ -180,11 +180,36 @@ class DArray:
     def __rmod__(self, o: Any) -> DArray:
         return self._map("mod", o, right=True)
 
-    def __getitem__(self, key: Any) -> Any:
-        raise NotSupportedYet(
-            f"indexing a DArray ([{key!r}]): read the value with .get() and index that, or "
-            "write the computation with whole-array operations"
-        )
+    # -- slices and in-place updates (distal.arrays.views) ---------------------------------
+
+    def __getitem__(self, key: Any) -> DArray:
+        """``x[key]`` as numpy's: a basic index (integers, slices of any step, ``None``,
+        ``...``) gives a view (a write through either is seen by the other), an integer
+        for every axis a 0-d value."""
+        from distal.arrays import views  # (views builds on this module)
+
+        return views.getitem(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``x[key] = value``: the region replaced, in place (every holder of ``x`` and of
+        its views sees it; what was recorded before keeps the old values)."""
+        from distal.arrays import views
+
+        views.setitem(self, key, value)
+
+    def __iter__(self) -> Any:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d DArray")
+        return (self[k] for k in range(self.shape[0]))
+
+    # ``a += b`` and the other in-place operators: set after the class (see :func:`_inplace`)
+    __iadd__: Callable[[DArray, Any], DArray]
+    __isub__: Callable[[DArray, Any], DArray]
+    __imul__: Callable[[DArray, Any], DArray]
+    __itruediv__: Callable[[DArray, Any], DArray]
+    __ipow__: Callable[[DArray, Any], DArray]
+    __ifloordiv__: Callable[[DArray, Any], DArray]
+    __imod__: Callable[[DArray, Any], DArray]
 
     def __neg__(self) -> DArray:
         return self._map("neg")
@@ -400,3 +425,21 @@ def einsum_arrays(subscripts: str, operands: tuple[Any, ...]) -> DArray:
 DArray.__add__ = _operator("add")
 DArray.__sub__ = _operator("sub")
 DArray.__mul__ = _operator("mul")
+
+
+def _inplace(op: str) -> Any:
+    """``DArray.__iadd__`` and its kind: :func:`distal.arrays.views.inplace`."""
+
+    def method(self: DArray, o: Any) -> DArray:
+        from distal.arrays import views
+
+        return views.inplace(self, op, o)
+
+    name = "truediv" if op == "div" else op
+    method.__name__ = method.__qualname__ = f"__i{name}__"
+    method.__doc__ = f"``self {g._SYMBOL[op]}= o``: in place, as numpy's (every holder sees it)."
+    return method
+
+
+for _op in ("add", "sub", "mul", "div", "pow", "floordiv", "mod"):
+    setattr(DArray, f"__i{'truediv' if _op == 'div' else _op}__", _inplace(_op))

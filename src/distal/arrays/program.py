@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from distal.arrays import slicing
 from distal.arrays.graph import (
     MAP_OPS,
     Const,
@@ -131,6 +132,13 @@ class Program:
     def track_new(self, array: Any) -> None:
         """:meth:`track` of a handle on a node just made."""
         self.live[weakref.ref(array, self._untrack)] = None
+        self._pending += 1
+        if self._pending > MAX_PENDING:
+            self.flush()
+
+    def touched(self, array: Any) -> None:
+        """Live handle ``array`` was given a new node in place (``x += y``, ``x[k] = v``):
+        the next flush evaluates it."""
         self._pending += 1
         if self._pending > MAX_PENDING:
             self.flush()
@@ -512,7 +520,9 @@ class Program:
         for dep in deps:
             self.materialize(dep)
         out = name or f"_a{next(self._counter)}"
-        if kind == "host":
+        if kind == "region":
+            slicing.run(self, node, out, sig)
+        elif kind == "host":
             self._host(node, out)
         elif kind == "map":
             self._map(node, out, sig)
@@ -532,6 +542,8 @@ class Program:
         numpy's, or the statement would have too many terms — the root's own operands),
         and for a kernel its :func:`~distal.arrays.lower.signature` when it is already
         final (``None``: worked out when it runs)."""
+        if slicing.reads_region(root, self.is_value):  # a slice's group (arrays/slicing.py)
+            return slicing.group(self, root)
         contract = isinstance(root, Contract)
         if contract and is_spmv(root.ins, root.out, root.operands):
             # the sparse lowering fuses nothing: its vector is a value first
@@ -565,7 +577,7 @@ class Program:
             if id(n) in seen or isinstance(n, Const) or self.is_value(n):
                 continue
             seen.add(id(n))
-            if isinstance(n, Contract) or n.ndim == 0:
+            if isinstance(n, Contract | slicing.Slice | slicing.SetSlice) or n.ndim == 0:
                 out.append(n)
             elif isinstance(n, Map) and n.op in MAP_OPS:
                 out.append(n)  # outside index notation: a map of its own, made first
