@@ -138,6 +138,8 @@ class Child:
 
 
 def main() -> int:
+    from distal.runtime.elastic import tasks  # noqa: F401 - imported before the first unit
+
     # answers go to a private copy of stdout; anything printed lands on stderr
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)

@@ -206,6 +206,24 @@ class Engine:
             m.holding.discard(attempt)
         self.live.get(a.uid, set()).discard(attempt)
 
+    async def gather(self, n: int, timeout: float) -> int:
+        """Between runs: take hellos and byes for up to ``timeout`` seconds or until ``n``
+        volunteers are alive; how many are."""
+        assert self.link.events is not None
+        end = time.monotonic() + timeout
+        summary = Summary()
+        while len(self.alive(time.monotonic())) < n:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                ev = await asyncio.wait_for(self.link.events.get(), left)
+            except asyncio.TimeoutError:
+                break
+            if ev[0] in ("hello", "bye"):
+                await self._event(ev, summary)
+        return len(self.alive(time.monotonic()))
+
     # -- a run ---------------------------------------------------------------------------------
 
     async def run(self, tasks: list[Task], order: list[str]) -> tuple[dict[str, np.ndarray],

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -41,6 +42,20 @@ EVENTS = 32
 #: bytes the units and results streams may hold (reserved from the server's memory store;
 #: the rest is the object store's)
 STREAM_BYTES = {"DISTAL_UNITS": 256 << 20, "DISTAL_RESULTS": 2 << 30}
+
+
+class _EofNote(logging.Filter):
+    """Drops asyncio's note that a TLS connection ignores ``eof_received``'s return value:
+    every NATS connection closed over TLS logs it, and it means nothing here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received()" not in record.getMessage()
+
+
+def quiet_tls_eof() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _EofNote) for f in logger.filters):
+        logger.addFilter(_EofNote())
 
 
 class _Reader:
@@ -88,6 +103,7 @@ class Link:
     # -- the thread --------------------------------------------------------------------------
 
     def _main(self) -> None:
+        quiet_tls_eof()
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 

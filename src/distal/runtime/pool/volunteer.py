@@ -340,6 +340,9 @@ def main(creds_path: str, cpus: int, memory_gb: float | None, nice: int = 10,
          servers: tuple[str, ...] | None = None) -> int:  # fmt: skip
     """``distal volunteer``: run until stopped; the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from distal.runtime.pool.link import quiet_tls_eof
+
+    quiet_tls_eof()
     creds = Credentials.read(creds_path)
     memory = None if memory_gb is None else int(memory_gb * (1 << 30))
     v = Volunteer(creds, Limits(cpus, memory, nice), servers)
