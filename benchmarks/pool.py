@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -175,7 +176,12 @@ def bench_gemm(args: argparse.Namespace) -> dict[str, Any]:
             for p in procs:
                 if p.poll() is None:
                     p.terminate()
-                    p.wait(30)
+            for p in procs:
+                try:
+                    p.wait(60)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait(10)
     finally:
         server.stop()
         import shutil

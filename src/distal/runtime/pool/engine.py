@@ -249,6 +249,7 @@ class Engine:
         self.copies: dict[str, list[tuple[str, np.ndarray]]] = {u: [] for u in self.tasks}
         self.accepted: dict[str, np.ndarray] = {}
         self.checking: dict[str, asyncio.Task[Any]] = {}
+        self.dispatching: set[asyncio.Task[Any]] = set()
         self.failure: BaseException | None = None
         self.extra: dict[str, int] = {}
         self.home: dict[str, str] = {}
@@ -259,12 +260,16 @@ class Engine:
         seen: set[str] = set()
         assert self.link.events is not None
         while len(self.accepted) < len(self.tasks):
+            # what arrived while this loop was busy first: a volunteer is not taken for gone
+            # because the coordinator was not listening
+            while not self.link.events.empty():
+                await self._event(self.link.events.get_nowait(), summary)
             now = time.monotonic()
             alive = self.alive(now)
             seen.update(m.name for m in alive)
             self._lost(now, summary)
             await self._assign(now, summary)
-            busy = any(self.live.values()) or self.checking
+            busy = any(self.live.values()) or self.checking or self.dispatching
             if not busy:  # nothing out, nothing being checked, units left: who can take them?
                 idle_since = idle_since or now
                 if now - idle_since > self.opts.wait:
@@ -278,6 +283,8 @@ class Engine:
             except asyncio.TimeoutError:
                 continue
             await self._event(ev, summary)
+        for task in list(self.dispatching):  # copies no longer needed
+            task.cancel()
         if self.failure is not None:
             raise self.failure
         summary.volunteers = sorted(seen | set(summary.units_by_volunteer))
@@ -370,17 +377,14 @@ class Engine:
         return mine < theirs
 
     async def _send(self, uid: str, m: Member, now: float, summary: Summary) -> None:
+        """Give unit ``uid`` to ``m``: decided and counted now; its objects put and the unit
+        published by a task of its own, so replies go on being read meanwhile."""
         t = self.tasks[uid]
-        for digest, data in t.payloads.items():
-            await self._put(digest, data)
         new = sum(b for d, b in t.sizes.items() if d not in m.sent)
         self.next_attempt += 1
         attempt = f"a{self.next_attempt}"
         dl = policy.deadline(t.work, new, m.name, self.rates, self.bandwidth)
         est = policy.duration(t.work, new, m.name, self.rates, self.bandwidth)
-        msg = UnitMsg(self.run_id, attempt, uid, t.program, t.blocks, t.out, t.work, dl)
-        await self.link.consumer(m.name, dl)
-        await self.link.send(m.name, msg.to_wire())
         m.sent.update(t.sizes)
         summary.bytes_sent += new
         summary.bytes_sent_by_volunteer[m.name] = (
@@ -389,11 +393,32 @@ class Engine:
         summary.attempts += 1
         # a unit queued behind another starts when that one should be done
         start = max(now, m.busy_until)
-        self.attempts[attempt] = Attempt(uid, m.name, start, start + dl, new, start + est)
+        a = self.attempts[attempt] = Attempt(uid, m.name, start, start + dl, new, start + est)
         m.busy_until = start + est
         m.holding.add(attempt)
         self.live[uid].add(attempt)
+        msg = UnitMsg(self.run_id, attempt, uid, t.program, t.blocks, t.out, t.work, dl)
+        self.dispatching.add(asyncio.ensure_future(self._dispatch(t, m.name, a, msg)))
         log.debug("%s -> %s (%s): %d new bytes, deadline %.1f s", attempt, m.name, uid, new, dl)
+
+    async def _dispatch(self, t: Task, name: str, a: Attempt, msg: UnitMsg) -> None:
+        try:
+            for digest, data in t.payloads.items():
+                await self._put(digest, data)
+            await self.link.consumer(name, msg.deadline)
+            await self.link.send(name, msg.to_wire())
+            late = time.monotonic() - a.sent  # the puts took this long: its clock starts now
+            if late > 0:
+                a.sent, a.deadline, a.expected = a.sent + late, a.deadline + late, a.expected + late
+                m = self.members.get(name)
+                if m is not None:
+                    m.busy_until = max(m.busy_until, a.expected)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the store or the server failed: the run fails with it
+            self.failure = e
+        finally:
+            self.dispatching.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     async def _put(self, digest: str, data: memoryview) -> None:
         fut = self.puts.get(digest)
