@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from distal.errors import InputError, NotSupportedYet, ScheduleError
+from distal.errors import InputError, NotSupportedYet, ResourceError, ScheduleError
 from distal.kernels.leaf import LEAVES, term_kernels
 from distal.plan.engine import ROUTINGS, Engine, lower, placements_of, program, summarize
 from distal.plan.ir import Plan
@@ -152,13 +152,23 @@ class Planned:
 
         return simulate(self, network=network, **options)
 
-    def to_mlir(self, processor: int = 0) -> str:
+    def to_mlir(
+        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
+    ) -> str:
         """Processor ``processor``'s leaf computation as MLIR text: a ``func.func`` of
-        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``).
+        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``); with
+        ``distributed=True`` the whole distributed program as one module (``shard.grid``,
+        each tensor's ``shard.sharding``, the schedule as SPMD code around the leaves;
+        ``form="global"``: the statement on whole tensors with their shardings, see
+        ``distal.mlir.distributed``).
 
         Raises:
-            InputError: ``processor`` is not a processor of the machine.
+            InputError: ``processor`` is not a processor of the machine, or an unknown form.
         """
+        if distributed:
+            from distal.mlir.distributed import to_mlir_distributed
+
+            return to_mlir_distributed(self, form)
         p = self._processor(processor)
         from distal.mlir.export import to_mlir
 
@@ -367,6 +377,7 @@ class Kernel(Planned):
                 fail_together(e, options.get("comm"))
                 raise
             return bound.run({**inputs, **arrays}, runtime, **options)
+        _check_memory(self, runtime, options)
         # mpi: every rank checks its inputs inside the runtime, which agrees on the outcome
         # with the other ranks first, so one rank's bad input fails them all instead of a hang
         data = inputs if runtime == "mpi" else self.check_inputs(inputs)
@@ -393,9 +404,11 @@ class Kernel(Planned):
         self._unbound("kernel.plot_traffic()")
         return super().plot_traffic(path, **options)
 
-    def to_mlir(self, processor: int = 0) -> str:
+    def to_mlir(
+        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
+    ) -> str:
         self._unbound("kernel.to_mlir()")
-        return super().to_mlir(processor)
+        return super().to_mlir(processor, distributed=distributed, form=form)
 
     def simulate(self, network: Any = "local", **options: Any) -> Any:
         self._unbound("kernel.simulate()")
@@ -496,6 +509,7 @@ class BoundKernel(Planned):
         """Execute on a runtime; ``Result.stats`` equals :meth:`stats`."""
         if self.binding is None:
             return self.kernel.run(inputs, runtime, **options)
+        _check_memory(self, runtime, options)
         if runtime == "local":
             _local_options(options)
             return _run_local(self.plan, (), self.dtypes, self.check_inputs(inputs), options)
@@ -518,6 +532,27 @@ class BoundKernel(Planned):
 
     def __repr__(self) -> str:
         return f"BoundKernel({self.kernel.schedule!r})"
+
+
+def _check_memory(kernel: Any, runtime: str, options: dict[str, Any]) -> None:
+    """Refuse a run whose predicted peak exceeds a processor's memory
+    (:func:`distal.runtime.limits.check_memory`), taking the ``memory_limit`` option out of
+    ``options``. Under MPI a rank that refuses fails every rank together."""
+    from distal.runtime.limits import check_memory
+
+    limit = options.pop("memory_limit", None)
+    if runtime == "mpi" and getattr(kernel, "binding", None) is not None:
+        return  # a rank writes only its own part of a bound plan; stats() would write it all
+    if runtime != "mpi":
+        check_memory(kernel, runtime, limit, client=options.get("client"))
+        return
+    try:
+        check_memory(kernel, runtime, limit)
+    except ResourceError as e:
+        from distal.runtime.mpi.entry import fail_together
+
+        fail_together(e, options.get("comm"))
+        raise
 
 
 def _check_names(st: Any, inputs: Mapping[str, Any]) -> tuple[str, ...]:

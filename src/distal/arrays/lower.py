@@ -46,6 +46,7 @@ from distal.kernel import Kernel, compile
 from distal.kernels import blas
 from distal.kernels import fused as fused_kernels
 from distal.kernels.recycle import Recycler
+from distal.kernels.sums import total as pairwise_total
 from distal.lang.concrete import concretize, expand
 from distal.lang.nodes import Expr, IndexVar, Literal, Tensor, index_vars
 from distal.schedule.api import schedule as default_schedule
@@ -684,7 +685,8 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
     large float64 blocks, by one generated loop over each cut that computes them all at
     each element (:mod:`distal.kernels.fused`, the same values bit for bit). A reduction of
     two operands is :func:`distal.kernels.fused.dot` of each cut (a compiled loop for large
-    float64 cuts, numpy's ``p @ q`` otherwise), of one ``numpy.sum``. Where the generated
+    float64 cuts, numpy's ``p @ q`` otherwise), of one numpy's pairwise sum
+    (:func:`distal.kernels.sums.total`: float32 accumulated in float64). Where the generated
     loop runs and every cut is large enough for dot's compiled loop, the loop adds the
     two-operand reductions up itself, in dot's order (the same bits, without reading the
     members back)."""
@@ -720,7 +722,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
                 continue
             xs = [np.broadcast_to(np.asarray(f(cut)), rows) for f in fs]
             if len(xs) == 1:
-                out.append(np.sum(xs[0]))
+                out.append(pairwise_total(xs[0]))
             else:
                 out.append(fused_kernels.dot(xs[0].reshape(-1), xs[1].reshape(-1)))
         return out

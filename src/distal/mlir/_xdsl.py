@@ -11,6 +11,7 @@ attributes, so an encoding arrives as its text (:func:`distal.mlir.types.parse_e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, ClassVar
@@ -98,11 +99,24 @@ def _extra_named_ops() -> list[Any]:
     ]
 
 
+_CONVERT = re.compile(
+    r"^(\s*%[\w.$-]+\s*=\s*)sparse_tensor\.convert\s+(%[\w.$-]+)\s*:\s*(.+?)\s+to\s+(.+?)\s*$",
+    re.M,
+)
+
+
+def generic_forms(text: str) -> str:
+    """``text`` with the operations of dialects xDSL lacks, which the exports write, in
+    MLIR's generic form (which xDSL reads as unregistered operations):
+    ``sparse_tensor.convert %x : A to B`` is ``"sparse_tensor.convert"(%x) : (A) -> B``."""
+    return _CONVERT.sub(r'\1"sparse_tensor.convert"(\2) : (\3) -> \4', text)
+
+
 def parse(text: str) -> Any:
     """The module of ``text``; a parse error as the exception xDSL raises."""
     from xdsl.parser import Parser
 
-    return Parser(context(), text).parse_module()
+    return Parser(context(), generic_forms(text)).parse_module()
 
 
 def errors() -> tuple[type[Exception], ...]:

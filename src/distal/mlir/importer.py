@@ -174,6 +174,7 @@ class _Reader:
         self.results: list[Any] = []
         self.root_named: set[str] = set()  # arguments already naming an output
         self.var_count = 0
+        self.aliases: dict[Any, Any] = {}  # layout conversions of arguments
 
     @staticmethod
     def _arg_name(k: int, arg: Any) -> str:
@@ -239,6 +240,10 @@ class _Reader:
             self._fill(op)
         elif name in STRUCTURED:
             self._structured(op)
+        elif name == "sparse_tensor.convert":
+            # a change of layout (what a sparse output's leaf does to a dense operand it
+            # reads against the loop order): the same tensor
+            self.aliases[op.results[0]] = op.operands[0]
         elif name == "func.return":
             self.results = list(op.operands)
         else:
@@ -281,6 +286,7 @@ class _Reader:
         self.chains[op.results[0]] = chain
 
     def _input(self, value: Any, op: str) -> int:
+        value = self.aliases.get(value, value)
         for k, a in enumerate(self.args):
             if value is a:
                 self.read.add(k)

@@ -184,6 +184,8 @@ class Session:
     ) -> None:
         if runtime not in RUNTIMES:
             raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+        #: the runs' memory check (distal.runtime.limits): None, bytes per processor, False
+        self.memory_limit = runtime_options.pop("memory_limit", None)
         check_options(runtime, runtime_options)
         if checkpoint is not None:
             from distal.runtime.checkpoint import check_location
@@ -1146,11 +1148,13 @@ class Session:
             data[name] = self._input(vname, layout_of(kernel, name))
         if given:
             data.update(given)  # kernel.run names the extra ones
+        self._check_memory(kernel)
         self.kernels_run += 1
         out = names.get(st.output.name, st.output.name)
         if getattr(kernel, "sparse", None) is not None and not st.output.format.is_dense:
             # a sparse result comes back whole on every rank: held as given
-            res = kernel.run(data, runtime=self.runtime, **self._run_options(kernel, names))
+            options = {**self._run_options(kernel, names), "memory_limit": False}  # (checked)
+            res = kernel.run(data, runtime=self.runtime, **options)
             value = res.value
             t = st.output
             if self.runtime == "dask":
@@ -1230,6 +1234,14 @@ class Session:
             if not held.layout.agrees(layout_of(kernel, t.name)):
                 return False
         return True
+
+    def _check_memory(self, kernel: Any) -> None:
+        """A run whose predicted peak exceeds a processor's memory is refused before it
+        allocates (:func:`distal.runtime.limits.check_memory`; under MPI every rank fails
+        with it together)."""
+        from distal.kernel import _check_memory
+
+        _check_memory(kernel, self.runtime, {**self.options, "memory_limit": self.memory_limit})
 
     def _run_options(self, kernel: Any = None, names: Mapping[str, str] = {}) -> dict[str, Any]:
         """The options of every ``kernel.run``: the session's, and on the local and MPI
