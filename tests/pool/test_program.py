@@ -76,7 +76,7 @@ def test_a_program_reads_back_and_computes_what_the_unit_computes(make) -> None:
 def drv_compute(drv, u, blocks):
     from distal.runtime.elastic import tasks
 
-    return tasks._compute(drv.ctx, u, blocks)
+    return tasks.compute(drv.job.kernels, drv.out_dtype, u, blocks)
 
 
 @pytest.fixture(scope="module")

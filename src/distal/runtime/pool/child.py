@@ -80,8 +80,7 @@ def compute(prog: programs.Program, arrays: list[np.ndarray], prepared: dict) ->
             raise ValueError(f"block of {t!r} is {a.dtype.str}, the program says {want.str}")
         if isinstance(holder, tuple) and a.shape != tuple(hi - lo for lo, hi in holder):
             raise ValueError(f"block of {t!r} has shape {a.shape}, not its box's")
-    ctx = tasks.Ctx("", prog.kernels, prog.out_dtype, None, worker=lambda: None)
-    out, _, iterations = tasks._compute(ctx, unit, blocks, prepared=prepared)
+    out, _, iterations = tasks.compute(prog.kernels, prog.out_dtype, unit, blocks, prepared)
     return out, iterations
 
 
