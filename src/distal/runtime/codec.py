@@ -44,7 +44,18 @@ from distal.errors import InputError, InternalError
 from distal.kernels.leaf import TermKernel
 from distal.kernels.passes import Pass
 from distal.lang.concrete import Statement, Term
-from distal.lang.nodes import Access, Add, Assignment, IndexVar, Literal, Mul, Neg, Sum, Tensor
+from distal.lang.nodes import (
+    Access,
+    Add,
+    Assignment,
+    IndexVar,
+    Literal,
+    Mul,
+    Neg,
+    Restrict,
+    Sum,
+    Tensor,
+)
 from distal.plan import ir
 from distal.plan.region import Entries, Location, Rows
 from distal.plan.stats import Stats
@@ -167,6 +178,7 @@ _KINDS: list[Kind] = [
     _dataclass_kind(45, Mul),
     _dataclass_kind(46, Neg),
     _dataclass_kind(47, Sum),
+    _dataclass_kind(51, Restrict),
     _dataclass_kind(48, Assignment),
     _dataclass_kind(49, Term),
     _dataclass_kind(50, Statement),
