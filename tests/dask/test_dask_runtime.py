@@ -32,10 +32,10 @@ from elastic_helpers import (
     sparse_matrix,
     sparse_problem,
     summed_blocks,
+    trace_lines,
 )
 
 import distal as dl
-from conftest import trace_lines
 from distal.plan.ir import Fetch, Flush
 from distal.runtime import checkpoint as ck
 from distal.runtime import checkpoint_tools
