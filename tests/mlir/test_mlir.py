@@ -689,7 +689,7 @@ def test_every_dense_export_compiles_in_iree(name: str) -> None:
 def _unnamed(st: Statement) -> tuple:
     """:func:`shape_of` with each input named by its place among the inputs."""
     place = {t.name: f"#{k}" for k, t in enumerate(st.inputs())}
-    out, dtype, levels, nlhs, terms = shape_of(st)
+    _, dtype, levels, nlhs, terms = shape_of(st)
     terms = tuple((c, tuple((place[f[0]], *f[1:]) for f in factors)) for c, factors in terms)
     return (dtype, levels, nlhs, terms)
 
