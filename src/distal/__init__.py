@@ -87,3 +87,9 @@ __all__ = [
     "where",
     "write_npy_dir",
 ]
+
+# under an MPI launcher the MPI runtime's failure hook is installed now, so a rank that
+# raises before its first run ends the job at once (distal.runtime.launched)
+from distal.runtime.launched import install_at_import as _install_mpi_hook
+
+_install_mpi_hook()

@@ -541,6 +541,8 @@ def _check_memory(kernel: Any, runtime: str, options: dict[str, Any]) -> None:
     from distal.runtime.limits import check_memory
 
     limit = options.pop("memory_limit", None)
+    if runtime == "mpi" and getattr(kernel, "binding", None) is not None:
+        return  # a rank writes only its own part of a bound plan; stats() would write it all
     if runtime != "mpi":
         check_memory(kernel, runtime, limit, client=options.get("client"))
         return

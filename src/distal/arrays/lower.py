@@ -602,7 +602,8 @@ def split_costs(
     entries would look free). Rows win on a matrix whose rows are even (no partial sums
     of split rows); stored entries where a few rows hold most of them (R-MAT, Zipf)."""
     n, m = matrix.shape
-    dtypes = (matrix.dtype, np.dtype(np.float64), np.dtype(np.float64))
+    # (the cut is costed for a float64 vector; a complex matrix's product is complex)
+    dtypes = (matrix.dtype, np.dtype(np.float64), np.result_type(matrix.dtype, np.float64))
     index = max((c.dtype.itemsize for c in matrix.crd if c is not None), default=8)
     params = params if params is not None else load_params()
     costs = {}

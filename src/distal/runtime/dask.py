@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import ast
 import multiprocessing
+import os
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,7 +51,7 @@ from distributed import Client, LocalCluster, as_completed, get_worker
 from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 
-from distal.errors import InputError, RuntimeFailure
+from distal.errors import DistalWarning, InputError, RuntimeFailure
 from distal.runtime.elastic.driver import STATS_NOTE, Driver
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Summary
@@ -147,18 +149,43 @@ def _check_main_guard(opts: Options) -> None:
         )
 
 
+def _main_can_be_spawned() -> bool:
+    """Whether worker processes can start from this program: Dask's ``spawn`` (and
+    ``forkserver``) start method runs the main script's file again in each, so a script
+    read from standard input (``python - < script.py``: ``__file__`` is ``'<stdin>'``) or
+    from a file since removed cannot; each worker would fail ("Nanny failed to start").
+    There the local pool runs its workers in this process (``processes=False``), and a
+    :class:`~distal.errors.DistalWarning` says so."""
+    method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if method == "fork" or path is None or os.path.isfile(path):
+        return True
+    warnings.warn(
+        f"the main script ({path!r}) is not a file Dask's worker processes can run again "
+        f"({method!r} start method), so the local Dask pool runs its workers in this process "
+        "(processes=False); run the script from a file to have worker processes, or pass "
+        "processes=False to say so",
+        DistalWarning,
+        stacklevel=4,
+    )
+    return False
+
+
 def _connect(opts: Options) -> tuple[Client, list[Any]]:
     """The client to use and what to close afterwards (only what this run started)."""
     c = opts.client
     if c is None:
-        _check_main_guard(opts)
+        processes = opts.processes and _main_can_be_spawned()
+        if processes:
+            _check_main_guard(opts)
         cluster = LocalCluster(
             n_workers=opts.n_workers,
             threads_per_worker=1,
-            processes=opts.processes,
+            processes=processes,
             dashboard_address="127.0.0.1:0",
             # loopback only; in-process workers talk over inproc:// (no sockets at all)
-            **({"host": "127.0.0.1"} if opts.processes else {}),
+            **({"host": "127.0.0.1"} if processes else {}),
         )
         client = Client(cluster)
         return client, [client, cluster]

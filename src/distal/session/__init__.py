@@ -218,10 +218,13 @@ class Session:
         self.values: dict[str, Held] = {}
         self._copies: dict[tuple, Copy] = {}
         self.rank, self.nranks = 0, 1
-        if runtime == "mpi":
-            from distal.runtime.mpi.session import rank_size
+        if runtime in ("mpi", "dask"):  # (a missing extra is named here, not at first use)
+            from distal.kernel import _runtime_module
 
-            self.rank, self.nranks = rank_size(self.options.get("comm"))
+            path = "distal.runtime.mpi.session" if runtime == "mpi" else "distal.runtime.dask"
+            mod = _runtime_module(path, runtime, "a session on ")
+            if runtime == "mpi":
+                self.rank, self.nranks = mod.rank_size(self.options.get("comm"))
         #: the machine the session's arrays are spread over (a line of its processors)
         self.machine = session_machine(self, machine)
         #: distributed kernels this session has executed (its arrays' and ``run``'s)
@@ -1192,7 +1195,8 @@ class Session:
         if self.runtime == "dask":
             opts = self._run_options(kernel, names)
             res = kernel.run(data, runtime="dask", _hold=True, **opts)
-            self.excluded_workers.update(res.extra["summary"].excluded_workers)
+            if opts.get("verify", 1) != 1:  # (an unverified run excludes nobody: no wait)
+                self.excluded_workers.update(res.extra["summary"].excluded_workers)
             if later and self._settle():  # it read a block that failed its check: again
                 self.runs_redone += 1
                 self.kernels_run -= 1
