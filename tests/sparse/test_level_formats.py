@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from distal.errors import InputError
-from distal.sparse import SparseArray
+from distal.sparse import Level, SparseArray
 from distal.sparse.formats import Format, LevelFormat, level_letter, named_format
 
 _PROPS = (
@@ -165,6 +165,12 @@ def test_level_types_read_back_as_the_same_letters() -> None:
     ]
     with pytest.raises(KeyError):
         level_letter("hashed")
+
+
+def test_a_level_takes_its_level_format_not_a_letter() -> None:
+    with pytest.raises(InputError, match="LevelFormat"):
+        Level("d", 3)
+    assert Level(Format("dc").level(0), 3).kind == "d"
 
 
 def test_stored_levels_keep_their_formats_through_pickling_and_cuts() -> None:

@@ -99,6 +99,12 @@ class Level:
     pos: np.ndarray | None = None
     crd: np.ndarray | None = None
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.format, LevelFormat):  # (a letter has no place: see LevelFormat)
+            raise InputError(
+                f"a Level takes its LevelFormat (Format.level(k)), got {self.format!r}"
+            )
+
     @property
     def kind(self) -> str:
         """The level's letter (``d``, ``c``, ``q`` or ``s``)."""

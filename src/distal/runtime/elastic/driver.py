@@ -78,6 +78,7 @@ from distal.runtime.elastic.units import (
     decompose,
     fuse,
 )
+from distal.runtime.executable import Executable
 from distal.runtime.result import Result
 from distal.typing import Box, box_index, box_is_empty
 
@@ -101,27 +102,28 @@ def _work_shape(work: Any) -> tuple[int, ...]:
 
 
 class Driver:
-    """One run on Dask: the plan's units, the core's loop, the ``Result``.
+    """One run of executable ``exe`` on Dask: the plan's units, the core's loop, the
+    ``Result`` (nothing it does calls back into the compiler).
 
     ``client`` is a ``distributed.Client``; ``as_completed`` and ``get_worker`` are Dask's.
     """
 
     def __init__(
         self,
-        kernel: Any,
+        exe: Executable,
         data: dict[str, Any],
         opts: Options,
         client: Any,
         as_completed: Callable[[Iterable[Any]], Any],
         get_worker: Callable[[], Any],
     ) -> None:
-        self.kernel, self.data, self.opts, self.client = kernel, data, opts, client
+        self.exe, self.data, self.opts, self.client = exe, data, opts, client
         self.as_completed, self.get_worker = as_completed, get_worker
-        self.plan: Plan = kernel.plan
+        self.plan: Plan = exe.plan
         self.nonce = uuid.uuid4().hex[:12]
         self.out_pl = self.plan.placements.get(self.plan.output)
         self.pattern = self.plan.patterns.get(self.plan.output)  # a sparse output's
-        self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
+        self.out_dtype = np.dtype(exe.dtypes[self.plan.output])
         self.hold = bool(opts._hold) and self.pattern is None
         self.kept: dict[Box, Any] = {}  # _hold: the output's finished blocks, by box
         self.units: dict[str, Unit] = {}
@@ -158,7 +160,7 @@ class Driver:
             assert self.core is not None
             self.io.forged()
             again = Driver(
-                self.kernel, self.data, self.opts, self.client, self.as_completed,
+                self.exe, self.data, self.opts, self.client, self.as_completed,
                 self.get_worker,
             )  # fmt: skip
             again.excluded |= self.core.excluded
@@ -231,7 +233,7 @@ class Driver:
 
         n = 0
         for t, idx in u.needs:
-            n += words(block_region(self.plan, t, idx)) * np.dtype(self.kernel.dtypes[t]).itemsize
+            n += words(block_region(self.plan, t, idx)) * np.dtype(self.exe.dtypes[t]).itemsize
         return n
 
     # -- the run --------------------------------------------------------------------------------
@@ -266,7 +268,7 @@ class Driver:
         self.total = len(units) + len(blocks) - len(finals)
         self.whole = (self.pattern.nnz,) if self.pattern is not None else tuple(self.out_pl.shape)
         self.value = np.zeros((0,) if self.hold else self.whole, self.out_dtype)
-        self.io = io = Submitter(plan, self.kernel.dtypes, self.data, opts, client, self.nonce)
+        self.io = io = Submitter(plan, self.exe.dtypes, self.data, opts, client, self.nonce)
         store = self.store = self.ck.open(units) if self.ck is not None else None
         present: set[str] = set()
         pending: dict[Key, Region] = {}
@@ -290,7 +292,7 @@ class Driver:
         self.events = Events(client, topic)
         ctx = Ctx(
             topic=topic,
-            kernels=self.kernel.kernels,
+            kernels=self.exe.leaves,
             out_dtype=self.out_dtype,
             store=store,
             worker=self.get_worker,
