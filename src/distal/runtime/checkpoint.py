@@ -62,6 +62,7 @@ import numpy as np
 from distal.errors import DistalWarning, InputError, RuntimeFailure
 from distal.runtime import checkpoint_hash, direct_io
 from distal.runtime.checkpoint_auth import SEAL_SUFFIX, content_digest
+from distal.runtime.executable import Executable
 from distal.runtime.source import is_block_source
 
 FORMAT = 2
@@ -112,7 +113,7 @@ def input_fingerprints(data: Mapping[str, Any]) -> dict[str, str | None]:
     return out
 
 
-def run_key(exe: Any, fingerprints: Mapping[str, str], granularity: str) -> str:
+def run_key(exe: Executable, fingerprints: Mapping[str, str], granularity: str) -> str:
     """The checkpoint directory name of one (executable, inputs, granularity)."""
     plan = exe.plan
     desc = repr(
@@ -130,7 +131,7 @@ def run_key(exe: Any, fingerprints: Mapping[str, str], granularity: str) -> str:
     return hashlib.sha256(desc.encode()).hexdigest()[:32]
 
 
-def describe(exe: Any, fingerprints: Mapping[str, str], granularity: str) -> dict[str, Any]:
+def describe(exe: Executable, fingerprints: Mapping[str, str], granularity: str) -> dict[str, Any]:
     """The human-readable part of the manifest (``exe``: the run's executable)."""
     return {
         "format": FORMAT,
