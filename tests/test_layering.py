@@ -346,3 +346,80 @@ def test_the_checks_see_what_they_look_for() -> None:
         "distal.cost <-> distal.kernel\n  distal.cost -> distal.kernel: c\n"
         "  distal.kernel -> distal.cost: k"
     ]
+
+
+# -- sparse levels are asked what they can do, never compared by letter ------------------------
+
+#: the level letters of ``sparse/formats.py``, the one module that may compare them
+LEVEL_LETTERS = frozenset("dcqs")
+LETTERS_HOME = "distal.sparse.formats"
+#: names under which a numpy dtype's ``kind`` is compared with a letter (``"c"``: complex)
+DTYPE_NAMES = frozenset({"dtype", "dt", "src", "dst"})
+
+
+def _is_letters(node: ast.AST) -> bool:
+    """A string of level letters, or a collection of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and bool(node.value) and set(node.value) <= LEVEL_LETTERS
+    if isinstance(node, ast.Set | ast.Tuple | ast.List | ast.Dict):
+        items = node.keys if isinstance(node, ast.Dict) else node.elts
+        return bool(items) and all(x is not None and _is_letters(x) for x in items)
+    return False
+
+
+def _names_a_level(node: ast.AST) -> bool:
+    """An expression reading a level's letter (``lv.kind``, ``letter``, ``fmt.levels[k]``),
+    not a numpy dtype's kind."""
+    names = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            names.add(n.attr)
+    return bool(names & {"kind", "letter", "levels"}) and not names & DTYPE_NAMES
+
+
+def _letter_comparisons(tree: ast.AST) -> list[int]:
+    """Lines comparing level letters: ``kind == "c"``, ``lv.kind in "cq"``,
+    ``"d" in fmt.levels``, ``set(fmt.levels) - {"d", "c"}``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.BinOp):
+            operands = [node.left, node.right]
+        else:
+            continue
+        if any(_is_letters(o) for o in operands) and any(
+            _names_a_level(o) for o in operands if not _is_letters(o)
+        ):
+            out.append(node.lineno)
+    return sorted(set(out))
+
+
+def test_no_level_letter_comparison_outside_the_formats_module() -> None:
+    """The sparse code asks a level what it can do (``Level.format`` / ``Format.level(k)``:
+    ``locate``, ``iterate_positions``, ``unique``, ...), as TACO asks a ``ModeFormat``;
+    only ``sparse/formats.py`` knows which letter answers what."""
+    bad = []
+    for module, tree in TREES.items():
+        if module == LETTERS_HOME:
+            continue
+        for line in _letter_comparisons(tree):
+            bad.append(f"{MODULES[module].relative_to(SRC)}:{line}")
+    assert not bad, "level letters compared (ask the level format instead):\n" + "\n".join(bad)
+
+
+def test_the_letter_check_sees_what_it_looks_for() -> None:
+    found = _letter_comparisons(
+        ast.parse(
+            'a = lv.kind in "cq"\n'
+            'b = kind == "d"\n'
+            'c = "d" in fmt.levels[1:]\n'
+            'd = set(fmt.levels) - {"d", "c"}\n'
+            'e = np.dtype(t).kind == "c"\n'
+            'f = dtype.kind == "c"\n'
+            "g = m.kind == FETCH\n"
+        )
+    )
+    assert found == [1, 2, 3, 4]

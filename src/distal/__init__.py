@@ -30,6 +30,7 @@ from distal.errors import (
 from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
+from distal.mlir_program import mlir_function
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
@@ -79,6 +80,7 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "mlir_function",
     "restrict",
     "schedule",
     "sqrt",

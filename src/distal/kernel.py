@@ -152,13 +152,23 @@ class Planned:
 
         return simulate(self, network=network, **options)
 
-    def to_mlir(self, processor: int = 0) -> str:
+    def to_mlir(
+        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
+    ) -> str:
         """Processor ``processor``'s leaf computation as MLIR text: a ``func.func`` of
-        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``).
+        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``); with
+        ``distributed=True`` the whole distributed program as one module (``shard.grid``,
+        each tensor's ``shard.sharding``, the schedule as SPMD code around the leaves;
+        ``form="global"``: the statement on whole tensors with their shardings, see
+        ``distal.mlir.distributed``).
 
         Raises:
-            InputError: ``processor`` is not a processor of the machine.
+            InputError: ``processor`` is not a processor of the machine, or an unknown form.
         """
+        if distributed:
+            from distal.mlir.distributed import to_mlir_distributed
+
+            return to_mlir_distributed(self, form)
         p = self._processor(processor)
         from distal.mlir.export import to_mlir
 
@@ -394,9 +404,11 @@ class Kernel(Planned):
         self._unbound("kernel.plot_traffic()")
         return super().plot_traffic(path, **options)
 
-    def to_mlir(self, processor: int = 0) -> str:
+    def to_mlir(
+        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
+    ) -> str:
         self._unbound("kernel.to_mlir()")
-        return super().to_mlir(processor)
+        return super().to_mlir(processor, distributed=distributed, form=form)
 
     def simulate(self, network: Any = "local", **options: Any) -> Any:
         self._unbound("kernel.simulate()")

@@ -19,7 +19,7 @@ def client(dask_client: Any) -> Any:
 @pytest.fixture(scope="module")
 def pool() -> Any:
     """Three in-process workers, one thread each, named 0, 1, 2: enough for ``verify=3``,
-    and the ``_lie`` hook names worker 0."""
+    and ``faults={"lie": {0}}`` names worker 0."""
     with (
         distributed.LocalCluster(
             n_workers=3, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
@@ -30,7 +30,7 @@ def pool() -> Any:
 
 
 def trace_lines(path: Any) -> list[tuple[str, str, str]]:
-    """(event, task, status) lines a run's ``_trace`` hook wrote."""
+    """(event, task, status) lines a run's ``faults={"trace": ...}`` file got."""
     try:
         text = path.read_text()
     except FileNotFoundError:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 from elastic_helpers import (
+    assert_stats,
     gemm_problem,
     mttkrp,
     mttkrp_expected,
@@ -81,8 +82,7 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
                     runtime="dask",
                     client=c,
                     checkpoint=tmp_path / "ck",
-                    _delay=delay,
-                    _trace=str(trace),
+                    faults={"delay": delay, "trace": str(trace)},
                 )
             except BaseException as e:  # surfaced below
                 out["err"] = e
@@ -117,7 +117,7 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
     assert res.tasks_executed + res.tasks_reused == s.tasks_total
     # recomputed tasks count their delivery once, loaded ones nothing; a fresh checkpoint
     # means every task computed once in this run before any reload
-    assert res.stats.as_dict() == bound.stats().as_dict()
+    assert_stats(res.stats, bound)
 
 
 def test_killing_the_driver_recomputes_at_most_the_tasks_in_flight(tmp_path: Path) -> None:

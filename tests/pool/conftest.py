@@ -79,6 +79,16 @@ class LocalPool:
         self.procs[name] = p
         return p
 
+    def rogues(self, modes: dict[str, str], label: str = "rogues") -> subprocess.Popen[bytes]:
+        """One ``rogue.py`` process playing the volunteers ``modes`` (name -> mode)."""
+        pairs = [f"{mode}={self.invite(name)}" for name, mode in modes.items()]
+        cmd = [sys.executable, str(HERE / "rogue.py"), "--server", self.address, *pairs]
+        log = open(self.root / f"{label}.log", "wb")
+        p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env())
+        log.close()
+        self.procs[label] = p
+        return p
+
     def log(self, name: str) -> str:
         return (self.root / f"{name}.log").read_text(errors="replace")
 

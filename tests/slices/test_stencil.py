@@ -81,3 +81,9 @@ def test_stencil_program_on_dask(dask_client: Any) -> None:
     assert got["same"], got
     assert not sess.stats_differ
     assert sess.driver_words == 7 * 8  # only the final read: u[::-2, 1:] of 13 x 9
+    # verified: every unit's result checked by a projection of its terms (a restricted
+    # term's operands zero outside its part), none rejected
+    checked = dl.Session("dask", client=dask_client, machine=2, verify="check")
+    got = run(checked)
+    assert got["same"], got
+    assert not checked.excluded_workers

@@ -35,6 +35,7 @@ through numpy with the same layouts (then accumulation costs a temporary).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -1124,13 +1125,43 @@ def term_calls(
     """The terms a leaf runs on ``box``: ``(term, coefficient, operand views)`` for each term
     that reads here (one that does not use a statement variable runs only at its first
     value), its coefficient times the extents of the variables it sums without using.
-    Running a leaf and checking one (the elastic runtime's verification) both start here."""
-    if any(tk.domain for tk in kernels):
-        raise NotSupportedYet(
-            "checking a leaf whose terms are restricted (a slice assignment's kernel): each "
-            "term covers part of the box; run it without verify="
-        )
-    return [
-        (tk, alpha, [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops])
-        for tk, _, alpha, ops, _ in _leaf_plan(kernels).get(box, operands, None)
-    ]
+    Running a leaf and checking one (the elastic runtime's verification) both start here.
+
+    Every term's operands cover the whole box: a restricted term's (which reads only on its
+    part of the box) are copies that are zero outside that part, so the term's product is
+    zero there, as the statement says."""
+    out = []
+    for tk, _, alpha, ops, _ in _leaf_plan(kernels).get(box, operands, None):
+        views = [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops]
+        b = _within(box, tk.domain)
+        if b is not None and b != box:
+            tk, views = _padded(tk, views, b, box)
+        out.append((tk, alpha, views))
+    return out
+
+
+def _padded(
+    tk: TermKernel, views: list[np.ndarray], part: Box, box: Box
+) -> tuple[TermKernel, list[np.ndarray]]:
+    """A restricted term over ``box`` instead of its ``part`` of it: its operand views as
+    arrays over ``box``, zero outside ``part``, and, for each restricted variable no factor
+    reads (a value broadcast along it), one more factor: 1 inside the part, 0 outside."""
+    out = []
+    for v, (_, idx) in zip(views, tk.factors, strict=True):
+        full = np.zeros(tuple(box[i][1] - box[i][0] for i in idx), v.dtype)
+        full[tuple(slice(part[i][0] - box[i][0], part[i][1] - box[i][0]) for i in idx)] = v
+        out.append(full)
+    read = {i for _, idx in tk.factors for i in idx}
+    ins, spec_out = tk.spec.split("->")
+    extra = []
+    for p, _, _ in tk.domain:
+        if p in read:
+            continue
+        ind = np.zeros(box[p][1] - box[p][0], np.result_type(*views) if views else np.float64)
+        ind[part[p][0] - box[p][0] : part[p][1] - box[p][0]] = 1
+        out.append(ind)
+        extra.append(_LETTERS[p])
+    if extra:
+        spec = ",".join([*(ins.split(",") if ins else []), *extra]) + "->" + spec_out
+        tk = dataclasses.replace(tk, spec=spec)
+    return tk, out

@@ -1195,7 +1195,8 @@ class Session:
         if self.runtime == "dask":
             opts = self._run_options(kernel, names)
             res = kernel.run(data, runtime="dask", _hold=True, **opts)
-            self.excluded_workers.update(res.extra["summary"].excluded_workers)
+            if opts.get("verify", 1) != 1:  # (an unverified run excludes nobody: no wait)
+                self.excluded_workers.update(res.extra["summary"].excluded_workers)
             if later and self._settle():  # it read a block that failed its check: again
                 self.runs_redone += 1
                 self.kernels_run -= 1
