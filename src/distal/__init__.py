@@ -34,6 +34,8 @@ from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
 from distal.mlir_program import mlir_function
 from distal.plan.stats import Stats
+from distal.runtime.base import runtimes
+from distal.runtime.executable import Executable
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
 from distal.sparse import Format, SparseArray
@@ -50,6 +52,7 @@ __all__ = [
     "DistalError",
     "DistalUserError",
     "DistalWarning",
+    "Executable",
     "Format",
     "IndexVar",
     "InputError",
@@ -86,6 +89,7 @@ __all__ = [
     "minimum",
     "mlir_function",
     "restrict",
+    "runtimes",
     "schedule",
     "sqrt",
     "where",

@@ -25,10 +25,10 @@ from elastic_helpers import (
     mttkrp_expected,
     mttkrp_inputs,
     sparse_problem,
+    trace_lines,
 )
 
 import distal as dl
-from conftest import trace_lines
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(150)]
 

@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from distal.distribution.layout import Layout
 from distal.errors import (
     CheckpointFailed,
     CheckpointWarning,
@@ -51,10 +52,9 @@ from distal.errors import (
     RuntimeFailure,
 )
 from distal.runtime.checkpoint import OK, CheckpointStore
-from distal.runtime.checkpoint_auth import DIGEST, MAC, content_digest
-from distal.session import Held, HeldBlock, Session
-from distal.session.layout import Layout
-from distal.typing import Box, box_index, box_shape
+from distal.runtime.checkpoint_auth import DIGEST, MAC
+from distal.session import Held, Session
+from distal.typing import Box, box_index, box_intersect, box_is_empty, box_shape, box_volume
 
 FORMAT = "distal-session"
 VERSION = 1
@@ -134,13 +134,6 @@ def finish(sess: Session, last: bool = False) -> None:
 SAVE_ERRORS = (OSError, RuntimeFailure)
 
 
-class _Failed:
-    """A rank's failure to write its entries, as the ranks exchange it."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
 def _discard(store: CheckpointStore) -> None:
     """Remove what an iteration that could not be saved wrote (best effort: a read-only
     directory keeps it; with no manifest it is never taken for a complete iteration)."""
@@ -187,7 +180,8 @@ class Loop:
         self.latest = save == "latest"
         self.last_complete: int | None = None  # the newest iteration this loop knows complete
         self.pruning: Future[None] | None = None  # the deletion of older iterations, behind
-        self.mpi = sess.runtime == "mpi"
+        #: the runtime's processes save together (MPI): never on a writer thread
+        self.collective = sess.rt.collective
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -240,14 +234,14 @@ class Loop:
         except the loop's last, which is saved when the loop ends.
         """
         self.sess.flush()  # pending array operations are part of the iteration
-        self.sess._settle()  # and their checks: only checked blocks are saved
+        self.sess.settle()  # and their checks: only checked blocks are saved
         snap = self._snapshot(it)
         sess = self.sess
         if it == self.n - 1:
             # the last iteration: its save's failure is the loop's end's (see _iterate)
             sess._unsaved = (self, snap)
             return
-        if self.latest and not self.mpi:
+        if self.latest and not self.collective:
             pending = sess._writing
             busy = pending is not None and not pending.done()
             if busy or time.perf_counter() < sess._write_free_at:
@@ -256,40 +250,68 @@ class Loop:
         self._submit(snap)
 
     def _submit(self, snap: tuple) -> None:
-        """Write a snapshot: on the writer thread (local, Dask) or here (MPI)."""
+        """Write a snapshot: on the writer thread, or here where the runtime's processes
+        save together (MPI)."""
         sess = self.sess
         sess._unsaved = None
         finish(sess)  # the previous iteration's manifest is written (or its error raised)
         it, store, todo, docs = snap
-        if self.latest and not self.mpi:
+        if self.latest and not self.collective:
             sess._writing = _writer().submit(self._write, it, store, todo, docs)
             return
-        if not self.mpi:
-            self._write(it, store, todo, docs)
-            return
-        from distal.runtime.mpi.session import allgather_objects
+        self._write(it, store, todo, docs)
 
-        comm = sess.options.get("comm")
-        try:  # every rank learns whether every rank's entries were written
-            mine: Any = [
-                (v, k, store.save(f"{v}.{k}", arr), self._content(arr)) for v, k, arr in todo
-            ]
-        except SAVE_ERRORS as e:
-            mine = _Failed(f"{type(e).__name__}: {e}")
-        parts = allgather_objects(mine, comm)
-        failed = next((p for p in parts if isinstance(p, _Failed)), None)
-        if failed is not None:
-            self.failed(it, store, failed.text)
-            return
-        every = [x for part in parts for x in part]
+    def _snapshot(self, it: int) -> tuple:
+        """What saving iteration ``it`` writes: ``(it, store, blocks, value documents)``,
+        the blocks being (views of) the held arrays."""
+        sess = self.sess
+        store = iteration_store(sess.checkpoint, self.name, it)
+        todo: list[tuple[str, int, np.ndarray]] = []
+        docs: dict[str, dict[str, Any]] = {}
+        for v in self.keep:
+            held = sess._held(v)
+            whole = tuple((0, s) for s in held.shape)
+            blocks = held.layout.blocks if held.layout is not None else ((whole, 0),)
+            for k, (box, p) in enumerate(blocks):
+                arr = sess.rt.block_of(held.data, held.layout, box, p)
+                if arr is not None:
+                    todo.append((v, k, arr))
+            docs[v] = {
+                "shape": list(held.shape),
+                "dtype": held.dtype.str,
+                "layout": None if held.layout is None else held.layout.to_json(),
+                "entries": [
+                    {"entry": f"{v}.{k}", "box": [list(iv) for iv in b]}
+                    for k, (b, _) in enumerate(blocks)
+                ],
+            }
+        return it, store, todo, docs
+
+    def _write(
+        self,
+        it: int,
+        store: CheckpointStore,
+        todo: list[tuple[str, int, np.ndarray]],
+        docs: dict[str, dict[str, Any]],
+    ) -> None:
+        """The writer thread's part of :meth:`save`: entries, then the manifest; then the
+        writer rests ``WRITER_REST`` times as long as that took. A failure to write is
+        :meth:`failed`'s (on every process of a collective runtime together: the others
+        learn that one failed, whichever it was)."""
+        t0 = time.perf_counter()
+        why = None
         try:
+            every = self._save_all(store, todo)
             self._finish_iteration(it, store, every, docs)
-            wrote = None
-        except SAVE_ERRORS as e:  # rank 0's manifest
-            wrote = f"{type(e).__name__}: {e}"
-        why = next((w for w in allgather_objects(wrote, comm) if w is not None), None)
+        except SAVE_ERRORS as e:
+            why = f"{type(e).__name__}: {e}"
+        if self.collective and not self.sess.rt.agree(why is None) and why is None:
+            why = "another process could not write its part (see its error)"
         if why is not None:
             self.failed(it, store, why)
+            return
+        t1 = time.perf_counter()
+        self.sess._write_free_at = t1 + WRITER_REST * (t1 - t0)
 
     def failed(self, it: int, store: CheckpointStore, why: str) -> None:
         """Iteration ``it`` could not be saved (``why``: the error). What it had written is
@@ -299,7 +321,8 @@ class Loop:
         iteration, the location and the newest saved one; ``"continue"`` warns (the first
         failure of the loop) and the loop goes on."""
         sess = self.sess
-        _discard(store)
+        if sess.rank == 0:
+            _discard(store)
         sess.save_failures.append((self.name, it, why))
         saved = self.last_complete
         kept = (
@@ -326,79 +349,12 @@ class Loop:
                 stacklevel=4,
             )
 
-    def _snapshot(self, it: int) -> tuple:
-        """What saving iteration ``it`` writes: ``(it, store, blocks, value documents)``,
-        the blocks being (views of) the held arrays."""
-        sess = self.sess
-        store = iteration_store(sess.checkpoint, self.name, it)
-        todo: list[tuple[str, int, np.ndarray]] = []
-        docs: dict[str, dict[str, Any]] = {}
-        for v in self.keep:
-            held = sess._held(v)
-            whole = tuple((0, s) for s in held.shape)
-            blocks = held.layout.blocks if held.layout is not None else ((whole, 0),)
-            for k, (box, p) in enumerate(blocks):
-                arr = self._block(held, box, p)
-                if arr is not None:
-                    todo.append((v, k, arr))
-            docs[v] = {
-                "shape": list(held.shape),
-                "dtype": held.dtype.str,
-                "layout": None if held.layout is None else held.layout.to_json(),
-                "entries": [
-                    {"entry": f"{v}.{k}", "box": [list(iv) for iv in b]}
-                    for k, (b, _) in enumerate(blocks)
-                ],
-            }
-        return it, store, todo, docs
-
-    def _write(
-        self,
-        it: int,
-        store: CheckpointStore,
-        todo: list[tuple[str, int, np.ndarray]],
-        docs: dict[str, dict[str, Any]],
-    ) -> None:
-        """The writer thread's part of :meth:`save`: entries, then the manifest; then the
-        writer rests ``WRITER_REST`` times as long as that took."""
-        t0 = time.perf_counter()
-        try:
-            every = self._save_all(store, todo)
-            self._finish_iteration(it, store, every, docs)
-        except SAVE_ERRORS as e:
-            self.failed(it, store, f"{type(e).__name__}: {e}")
-            return
-        t1 = time.perf_counter()
-        self.sess._write_free_at = t1 + WRITER_REST * (t1 - t0)
-
     def _save_all(
         self, store: CheckpointStore, todo: list[tuple[str, int, Any]]
     ) -> list[tuple[str, int, str, str | None]]:
-        """Write the blocks: arrays here; blocks held on Dask workers by the worker holding
-        each (``save_block`` tasks; only the checksums come back)."""
-        from distal.runtime.elastic.held import save_block
-
-        out: list[tuple[str, int, str, str | None]] = []
-        here: list[tuple[str, int, np.ndarray]] = []
-        remote = []
-        content = self.sess.sealer is not None
-        for v, k, arr in todo:
-            if not isinstance(arr, np.ndarray) and store.protocol == "memory":
-                # memory:// is private to each process: fetched and written here (counted)
-                arr = np.asarray(self.sess.client.gather(arr))
-                self.sess.driver_words += int(arr.size)
-            if isinstance(arr, np.ndarray):
-                here.append((v, k, arr))
-            else:
-                f = self.sess.client.submit(save_block, store, f"{v}.{k}", arr, content, pure=False)
-                remote.append((v, k, f))
-        digests = store.save_many([(f"{v}.{k}", arr) for v, k, arr in here])
-        for (v, k, arr), digest in zip(here, digests, strict=True):
-            out.append((v, k, digest, self._content(arr)))
-        for v, k, f in remote:
-            digest, digest_content = f.result()
-            out.append((v, k, digest, digest_content))
-        return out
+        """Write the blocks where the runtime holds them (a Dask block by the worker holding
+        it; only the checksums come back); every process's entries."""
+        return self.sess.rt.save_blocks(store, todo, self.sess.sealer is not None)
 
     def _finish_iteration(
         self,
@@ -431,33 +387,12 @@ class Loop:
             if sess.sealer is not None:
                 manifest[MAC] = sess.sealer.manifest_mac(store.run, manifest)
             store.write_manifest(manifest)
-            if self.mpi:
+            if self.collective:
                 self._prune(it)
             else:  # iterations it no longer needs: deleted behind the loop (a file's unlink
                 # cost 2.5 ms here, a third of saving an iteration when done in line)
                 self.pruning = _writer().submit(self._prune, it)
         self.last_complete = it
-
-    def _content(self, arr: np.ndarray) -> str | None:
-        """The content digest a keyed session's manifest records for a block (None
-        without a key: nothing is sealed, so the extra pass over the bytes is skipped)."""
-        return content_digest(arr) if self.sess.sealer is not None else None
-
-    def _block(self, held: Held, box: Box, p: int) -> Any:
-        """The array of ``box`` this process writes (None: another rank writes it; on
-        Dask, the future of a block held on the workers)."""
-        if not self.mpi:
-            if isinstance(held.data, np.ndarray):
-                return held.data[box_index(box, tuple((0, s) for s in held.shape))]
-            return held.data.part(box)  # on the workers: the worker holding it writes it
-        if p != self.sess.rank:
-            return None
-        data = held.data
-        if isinstance(data, HeldBlock):
-            return data.read_block(box)
-        from distal.runtime.source import read_block
-
-        return read_block("kept value", data, box, held.dtype)
 
     def _prune(self, it: int) -> None:
         """Delete iterations older than the complete one before ``it`` (which stays; with
@@ -520,10 +455,7 @@ class Loop:
                     )
                 values = self._load(it, man)
                 ok = values is not None
-            if self.mpi:
-                from distal.runtime.mpi.session import allgather_objects
-
-                ok = all(allgather_objects(ok, sess.options.get("comm")))
+            ok = sess.rt.agree(ok)
             if ok:
                 assert values is not None
                 sess.values.update(values)
@@ -587,29 +519,50 @@ class Loop:
                 arr = arr.reshape(())
             return arr
 
-        whole = tuple((0, s) for s in shape)
-        if not self.mpi or layout is None:  # the whole value in this process
-            out = np.empty(shape, dtype)
-            for name, box, _ in entries:
-                arr = entry(name, box)
-                if arr is None:
-                    return None
-                out[box_index(box, whole)] = arr
-            return Held(shape, dtype, layout, out)
-        box = layout.boxes[self.sess.rank]
-        if box is None:
-            return Held(shape, dtype, layout, HeldBlock(shape, dtype, None, None))
-        for name, b, _ in entries:
-            if b == box:
-                arr = entry(name, b)
-                if arr is None:
-                    return None
-                return Held(shape, dtype, layout, HeldBlock(shape, dtype, box, np.array(arr)))
+        source = _Entries(shape, dtype, {box: name for name, box, _ in entries}, entry)
+        if layout is None:  # placed by the first kernel that reads it: read whole now
+            data = source.read_block(tuple((0, s) for s in shape))
+            return None if source.failed else Held(shape, dtype, None, data)
+        # each process reads the entries of the blocks it holds, as the runtime places them
+        data = self.sess.rt.place("kept value", source, layout)
+        return None if source.failed else Held(shape, dtype, layout, data)
+
+
+class _Entries:
+    """A saved value as a block source over its entries (the blocks of the layout it was
+    saved in): the runtime reads those it holds. An entry that does not load sets
+    ``failed`` (the iteration is damaged) and reads as zeros."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, names: dict, entry: Any) -> None:
+        self.shape, self.dtype, self.names, self.entry = shape, dtype, names, entry
+        self.failed = False
+
+    def read_block(self, box: Box) -> np.ndarray:
+        box = tuple((int(lo), int(hi)) for lo, hi in box)
+        out = np.zeros(box_shape(box), self.dtype)
         if 0 in box_shape(box):  # an empty block is never saved
-            return Held(
-                shape, dtype, layout, HeldBlock(shape, dtype, box, np.empty(box_shape(box), dtype))
-            )
-        return None
+            return out
+        name = self.names.get(box)
+        if name is not None:  # one entry holds it (the common case: the layout it was saved in)
+            arr = self.entry(name, box)
+            if arr is None:
+                self.failed = True
+                return out
+            return np.array(arr)
+        covered = 0
+        for b, name in self.names.items():
+            inter = box_intersect(b, box) if box else box
+            if box_is_empty(inter) if inter else False:
+                continue
+            arr = self.entry(name, b)
+            if arr is None:
+                self.failed = True
+                return out
+            out[box_index(inter, box)] = arr[box_index(inter, b)]
+            covered += box_volume(inter)
+        if covered != box_volume(box):
+            self.failed = True
+        return out
 
 
 __all__ = ["FORMAT", "Loop", "iteration_dirs", "read_manifest"]
