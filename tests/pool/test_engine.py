@@ -38,6 +38,7 @@ async def _runs(vols: list[FakeVolunteer], opts: Options, runs: int = 1,
     for v in vols:
         link.join(v)
     eng = Engine(link, opts)  # type: ignore[arg-type]
+    await eng.gather(len(vols), 5.0)  # every volunteer in before the run is cut into runs
     out = []
     try:
         for _ in range(runs):
@@ -184,3 +185,24 @@ def test_a_majority_that_cannot_be_had_is_a_clear_failure_not_a_hang() -> None:
 def test_no_volunteer_is_a_clear_failure_not_a_hang() -> None:
     with pytest.raises(VerificationFailed, match="no volunteer"):
         run_loop(_runs([], Options(wait=0.5)))
+
+
+def test_four_volunteers_each_compute_a_square_of_the_output() -> None:
+    """A 4 x 4 GEMM on four volunteers: each is given a 2 x 2 square of output blocks (its
+    two row panels of B and two column panels of C: the fewest bytes a quarter can need).
+    (A volunteer done first may still take one unit from a run that is behind: work
+    stealing, timed here by the test machine's load.)"""
+    vols = [FakeVolunteer(f"d{i}", delay=0.05) for i in range(4)]
+    link, (s,) = run_loop(_runs(vols, Options(), grid=(4, 4)))
+    assert s.copies == 0
+    assert len(link.sent) == 16
+    first: dict[str, list[tuple[int, int]]] = {}
+    for name, unit in link.sent:
+        i, j = (int(x) for x in unit.name.split("-")[1:])
+        first.setdefault(name, []).append((i, j))
+    squares = 0
+    for cells in first.values():
+        mine = set(cells[:4])  # what it was given first: its own run
+        squares += len({i for i, _ in mine}) == 2 and len({j for _, j in mine}) == 2
+        assert len(cells) <= 5
+    assert squares >= 3, first

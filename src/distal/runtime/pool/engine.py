@@ -301,6 +301,8 @@ class Engine:
         await self._drain(summary)
         names = tuple(m.name for m in self.alive(now))
         order = [u for u in order if u in self.tasks]
+        self.order = order
+        self.placed: set[str] = set()  # units some attempt of which went to a volunteer
         self.home = policy.partition(order, dict.fromkeys(names, 1.0),
                                      {m.name: m.sent for m in self.alive(now)},
                                      {u: self.tasks[u].sizes for u in order})  # fmt: skip
@@ -475,7 +477,8 @@ class Engine:
             return
         names = tuple(m.name for m in alive)
         if names != self.homes_for:  # someone joined or left: the runs are cut again
-            left = [self.pending[k].uid for k in self.queue]
+            log.debug("the runs are cut again for %s (were for %s)", names, self.homes_for)
+            left = [u for u in self.order if u not in self.placed]
             speeds = policy.speed_classes({n: self.rates.get(n) for n in names})
             self.home.update(
                 policy.partition(
@@ -491,11 +494,9 @@ class Engine:
                 mine = [k for k in self.queue if self._may(self.pending[k], m)]
                 if not mine:
                     break
-                # the core's loose preference counts for a volunteer holding nothing (one
-                # that just joined); otherwise the blocks decide (policy)
-                wanted = [k for k in mine if m.name in self.pending[k].where.workers] if (
-                    not m.sent) else []  # fmt: skip
-                key = wanted[0] if wanted else self._pick(m, mine, now)
+                # the blocks decide (policy); the core's loose preferences (a check's spread,
+                # a fresh volunteer) are met by the runs, cut again whenever one joins
+                key = self._pick(m, mine, now)
                 if key is None:
                     break
                 self.queue.remove(key)
@@ -553,6 +554,7 @@ class Engine:
         m.busy_until = start + est
         m.sent.update(t.sizes)
         m.holding.add(p.key)
+        self.placed.add(p.uid)
         self.by_attempt[p.attempt] = p.key
         summary.bytes_sent += new
         summary.bytes_sent_by_volunteer[m.name] = (
