@@ -128,6 +128,7 @@ class Pending:
     new_bytes: int = 0
     avoid: set[str] = field(default_factory=set)
     released: bool = False
+    started: bool = False  # its volunteer said its inputs are in place
 
 
 @dataclass
@@ -593,7 +594,7 @@ class Engine:
         if m is not None:
             m.holding.discard(key)
         self.by_attempt.pop(p.attempt, None)
-        p.volunteer, p.attempt = "", ""
+        p.volunteer, p.attempt, p.started = "", "", False
         if p.released or key in self.results:
             return
         summary.reassigned += 1
@@ -677,8 +678,12 @@ class Engine:
         summary.bytes_received += len(raw)
         if out.kind == "more" or p is None or key is None:
             return []
+        if out.kind == "started":  # its inputs are in place: the core times it from now
+            p.started = True
+            return [Started(now, p.uid, name, p.copy, out.iterations, out.seconds)]
         m.holding.discard(key)
         self.by_attempt.pop(attempt, None)
+        p.started = p.started and out.kind == "done"
         if out.kind in ("failed", "refuse"):
             summary.failed.append({"volunteer": name, "unit": p.uid, "kind": out.kind,
                                    "reason": out.reason[:300]})  # fmt: skip
@@ -707,10 +712,9 @@ class Engine:
         self.by_worker[key] = name
         log.debug("%s <- %s (%s): %.2f s, %.2f s computing", attempt, name, p.uid, elapsed,
                   out.seconds)  # fmt: skip
-        events: list[Any] = [
-            Started(now - out.seconds, p.uid, name, p.copy, p.new_bytes, fetch),
-            Computed(p.uid, name, out.seconds, out.iterations, p.copy),
-        ]
+        events: list[Any] = [] if p.started else [
+            Started(now - out.seconds, p.uid, name, p.copy, p.new_bytes, fetch)]  # fmt: skip
+        events.append(Computed(p.uid, name, out.seconds, out.iterations, p.copy))
         if p.agreed:
             return events + self._agree(p.agreed)
         return [*events, Finished(key, name)]

@@ -221,6 +221,7 @@ HELLO = {
 }
 
 RESULT = {
+    "started": {"fetched": int, "fetch_seconds": float},
     "result": {"part": int, "parts": int, "head?": dict, "data": bytes},
     "failed": {"reason": str},
     "refuse": {"reason": str},
@@ -285,8 +286,9 @@ class Assembly:
 @dataclass(frozen=True)
 class Outcome:
     """What a result message amounted to: ``done`` with the array (checked: dtype, shape,
-    byte count, digest), a volunteer's ``failed`` or ``refuse`` with its reason, or
-    ``more`` (parts to come)."""
+    byte count, digest), a volunteer's ``failed`` or ``refuse`` with its reason, ``more``
+    (parts to come), or ``started`` (its inputs are in place: ``iterations`` holds the bytes
+    it fetched for it, ``seconds`` how long that took)."""
 
     kind: str
     array: np.ndarray | None = None
@@ -313,6 +315,10 @@ class Receiver:
         if expect is None:
             raise WireError("unexpected", f"a result for attempt {attempt[:16]!r} it was not given")
         msg = envelope(unpack(raw), RESULT)
+        if msg["kind"] == "started":
+            if not 0 <= msg["fetched"] < 1 << 50 or not 0 <= msg["fetch_seconds"] < 1e9:
+                raise WireError("envelope", "started: fetched or fetch_seconds out of range")
+            return Outcome("started", iterations=msg["fetched"], seconds=msg["fetch_seconds"])
         if msg["kind"] != "result":
             self.open.pop(attempt, None)
             return Outcome(msg["kind"], reason=text(msg["reason"], "reason"))
@@ -394,6 +400,12 @@ def result_messages(arr: np.ndarray, seconds: float, iterations: int) -> list[by
         msg["data"] = bytes(data[i * CHUNK : (i + 1) * CHUNK])
         out.append(pack(msg))
     return out
+
+
+def started(fetched: int, fetch_seconds: float) -> bytes:
+    """A volunteer's word that a unit's inputs are in place and it computes now."""
+    return pack({"v": VERSION, "kind": "started", "fetched": int(fetched),
+                 "fetch_seconds": float(fetch_seconds)})  # fmt: skip
 
 
 def report(kind: str, reason: str) -> bytes:
@@ -550,5 +562,6 @@ __all__ = [
     "read_unit",
     "report",
     "result_messages",
+    "started",
     "unpack",
 ]
