@@ -81,6 +81,11 @@ log = logging.getLogger("distal.pool")
 LOST_AFTER = 10.0
 """Seconds without a word from a volunteer after which it is taken for gone."""
 
+STEAL_GAIN = 0.25
+"""A volunteer takes a unit from another's run only if it would finish it this much
+sooner (a fraction of the time the other would take to reach and finish it), and at least
+a second sooner."""
+
 COORDINATOR = "coordinator"
 """Who the core is told ran a check or a reduction: this process, never a volunteer."""
 
@@ -129,6 +134,7 @@ class Pending:
     avoid: set[str] = field(default_factory=set)
     released: bool = False
     started: bool = False  # its volunteer said its inputs are in place
+    started_at: float = 0.0
 
 
 @dataclass
@@ -416,6 +422,8 @@ class Engine:
         while todo:
             ins, todo = todo[0], todo[1:]
             if isinstance(ins, SubmitUnit):
+                if ins.copy:
+                    log.debug("the core copies %s to %s", ins.name, ins.where.workers)
                 self._enqueue(Pending(ins.key, ins.name, ins.where, ins.copy))
             elif isinstance(ins, SubmitAgreed):
                 self.agreed[ins.key] = [ck for ck, _ in ins.copies]
@@ -539,7 +547,8 @@ class Engine:
                 theirs += self._duration(u, home)
             if u == uid:
                 break
-        return mine < theirs
+        # a clear gain only: estimates are rough, and a unit taken moves its blocks twice
+        return theirs - mine > max(STEAL_GAIN * (theirs - now), 1.0)
 
     async def _send(self, p: Pending, m: Member, now: float, summary: Summary) -> None:
         """Give ``p`` to ``m``: decided and counted now; its objects put and the unit
@@ -679,7 +688,7 @@ class Engine:
         if out.kind == "more" or p is None or key is None:
             return []
         if out.kind == "started":  # its inputs are in place: the core times it from now
-            p.started = True
+            p.started, p.started_at = True, now
             return [Started(now, p.uid, name, p.copy, out.iterations, out.seconds)]
         m.holding.discard(key)
         self.by_attempt.pop(attempt, None)
