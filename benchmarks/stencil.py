@@ -103,7 +103,7 @@ def main() -> None:
         f"best: numpy {best_np * 1e3:.1f} ms, distal {best_dl * 1e3:.1f} ms/iter: "
         f"ratio {best_np / best_dl:.2f}x"
     )
-    kernel = next(k for key, k in sess._arrays.kernels.items() if key[0] == "region")
+    kernel = next(k for key, k in sess.arrays_program().kernels.items() if key[0] == "region")
     print(f"halo words by hand:  {halo_words(n, args.procs)}")
     print(f"predicted (Stats):   {kernel.stats().words_received}")
     print(

@@ -104,3 +104,16 @@ def test_every_mpi_rank_ends_with_the_refusal_before_allocating() -> None:
         assert d["error"] in ("ResourceError", "PeerFailure"), job
         assert d["made"] == 0
     assert any(d["error"] == "ResourceError" for d in lines)
+
+
+def test_check_memory_takes_a_runtime_object() -> None:
+    """The runtime entry passes its runtime object: its name, rank and pool are read."""
+
+    class Rt:
+        name, rank, client = "mpi", 1, None
+
+    kernel = gemm(16, dl.Machine(2))
+    need = max(kernel.stats().peak_words) * 8
+    limits.check_memory(kernel, Rt(), need)
+    with pytest.raises(dl.ResourceError, match="processor 1"):
+        limits.check_memory(kernel, Rt(), need - 1)

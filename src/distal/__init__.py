@@ -30,7 +30,10 @@ from distal.errors import (
 from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
+from distal.mlir_program import mlir_function
 from distal.plan.stats import Stats
+from distal.runtime.base import runtimes
+from distal.runtime.executable import Executable
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
 from distal.sparse import Format, SparseArray
@@ -45,6 +48,7 @@ __all__ = [
     "DistalError",
     "DistalUserError",
     "DistalWarning",
+    "Executable",
     "Format",
     "IndexVar",
     "InputError",
@@ -79,7 +83,9 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "mlir_function",
     "restrict",
+    "runtimes",
     "schedule",
     "sqrt",
     "where",

@@ -27,11 +27,11 @@ app, runtime, location, out, pause = sys.argv[1:6]
 
 class Slow(dl.Session):
     """Every kernel run (``sess.run``'s and the arrays program's: both go through
-    ``_run_as``) PAUSE seconds slower."""
+    ``run_named``) PAUSE seconds slower."""
 
-    def _run_as(self, kernel, names, inputs=None, **kw):  # type: ignore[no-untyped-def]
+    def run_named(self, kernel, names, inputs=None, **kw):  # type: ignore[no-untyped-def]
         time.sleep(float(pause))
-        return super()._run_as(kernel, names, inputs, **kw)
+        return super().run_named(kernel, names, inputs, **kw)
 
 
 opts: dict = {} if runtime == "mpi" else {"progress": False}

@@ -105,6 +105,7 @@ def _drop_a_message(k: Any, kind: type) -> tuple[int, int, int]:
             prog = (*prog[:n], new, *prog[n + 1 :])
             programs = (*plan.programs[:p], prog, *plan.programs[p + 1 :])
             k.__dict__["plan"] = dataclasses.replace(plan, programs=programs)
+            k.__dict__.pop("_executables", None)  # (made from the plan: made again)
             return dst, src, box_volume(piece)
     raise AssertionError(f"no remote {kind.__name__} in the plan")
 

@@ -584,7 +584,7 @@ def test_a_fused_group_of_the_arrays_exports_as_one_generic() -> None:
     x, y = sess.asarray(a), sess.asarray(b)
     z = x * 2.0 + y * x - 3.0 * y + 0.5
     np.testing.assert_allclose(z.get(), a * 2.0 + b * a - 3.0 * b + 0.5, rtol=1e-12)
-    (kernel,) = sess._arrays.kernels.values()
+    (kernel,) = sess.arrays_program().kernels.values()
     st = kernel.schedule.statement
     assert len(st.terms) == 4
     text = kernel.to_mlir(0)

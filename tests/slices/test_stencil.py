@@ -47,7 +47,7 @@ def test_sweep_is_one_kernel_moving_its_halo(n: int, p: int) -> None:
     assert sess.kernels_run == before + 4
     assert sess.compiles == 1  # one key for every sweep
     assert sess.moved_words == 0  # every block read where it lies: only the halo moves
-    (kernel,) = [k for key, k in sess._arrays.kernels.items() if key[0] == "region"]
+    (kernel,) = [k for key, k in sess.arrays_program().kernels.items() if key[0] == "region"]
     st = kernel.stats()
     assert st.words_received == halo(n, m, p)
     assert sum(st.words_sent) == sum(halo(n, m, p))

@@ -397,7 +397,7 @@ class Program:
                 self.materialize(product)
             finally:
                 leaf_dot, self._dot_of = self._dot_of is not None, None
-        fn = fused_function(steps)  # made once per process (``lower.remade``)
+        fn = fused_function(steps)  # data; its function is made once per process
         first = members[0]
         shape = first.operands[0].shape if isinstance(first, Contract) else first.shape
         operands = [
@@ -409,7 +409,7 @@ class Program:
         for m in members:
             out = f"_a{next(self._counter)}"
             outs.append((out, m.shape, m.dtype))
-        self.sess._fused_blocks(
+        self.sess.fused_blocks(
             fn,
             len(slots),
             operands,
@@ -432,8 +432,9 @@ class Program:
         """The vector ``p`` where the epilogue is the one reduction ``p @ (A @ p)`` (either
         order) of float64 vectors, ``product`` being ``A @ p`` on an MPI session: the
         product's leaf may compute each rank's part of it as it stores the result
-        (``Session._execute``'s ``dot_with``), saving the pass over both vectors."""
-        if len(members) != 1 or getattr(self.sess, "runtime", None) != "mpi":
+        (``Session.run_named``'s ``dot_with``, where the runtime can: ``leaf_dot``), saving
+        the pass over both vectors."""
+        if len(members) != 1 or not self.sess.rt.leaf_dot:
             return None
         m = members[0]
         if type(m) is not Contract or m.ndim or len(m.operands) != 2 or m.dtype != np.float64:
@@ -454,7 +455,7 @@ class Program:
         that nothing reads after this set: no live handle is on it, and no pending array a
         live handle leads to reads it except through this set's members (CG's
         ``x = x + alpha * p`` once the old ``x`` is rebound). The session decides whether
-        the block itself is free (:meth:`distal.session.Session._fused_blocks`)."""
+        the block itself is free (:meth:`distal.session.Session.fused_blocks`)."""
         maps = [m for m in members if not isinstance(m, Contract)]
         if not maps:
             return []
@@ -647,7 +648,7 @@ class Program:
         expr, slots = sig if sig is not None else map_signature(root, self.is_value)
         shape = root.shape
         operands = [(self.name_of(x), _map_dist(shape, x.shape)) for x in slots]
-        self.sess._map_blocks(
+        self.sess.map_blocks(
             map_function(expr),
             operands,
             out,
@@ -670,7 +671,7 @@ class Program:
             fn = _first
         else:
             raise InternalError(f"no host evaluation of {type(node).__name__}")
-        self.sess._host_op(fn, args, out, node.dtype)
+        self.sess.scalar_op(fn, args, out, node.dtype)
 
     def _kernel(self, root: Node, out: str, sig: Any = None) -> None:
         """Run ``root``'s group as one kernel (compiled once per key) into value ``out``."""
@@ -688,9 +689,9 @@ class Program:
             if dot_with is None:
                 self._dot_of = None  # (the run will not compute it: the set's pass will)
         if dot_with is None:
-            self.sess._run_as(kernel, names)
+            self.sess.run_named(kernel, names)
         else:
-            self.sess._run_as(kernel, names, dot_with=dot_with)
+            self.sess.run_named(kernel, names, dot_with=dot_with)
         self.kernels_run += 1
 
 

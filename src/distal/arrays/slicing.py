@@ -551,7 +551,7 @@ def run(program: Any, root: Node, out: str, sig: tuple) -> None:
         program.compiles += 1
     names = {slot_name(k): program.name_of(x) for k, x in enumerate(slots)}
     names[OUT] = out
-    program.sess._run_as(kernel, names)
+    program.sess.run_named(kernel, names)
     program.kernels_run += 1
     # the node is a value now: it lets go of what it was computed from, so a loop's chain
     # of assignments recorded before one flush frees each array as the next is made

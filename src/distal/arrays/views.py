@@ -43,11 +43,11 @@ class DView(DArray):
 
     def get(self) -> Any:
         """The view's values, gathered (as ``DArray.get``)."""
-        with self.session._pool_errors():
+        with self.session.runtime_errors():
             self.program.flush()
             node = self.node
             name = self.program.materialize(node)
-            return self.session._get_value(name)
+            return self.session.read(name)
 
     def __repr__(self) -> str:
         return f"DArray(shape={self.shape}, dtype={self.dtype}, view)"

@@ -51,7 +51,8 @@ from distal.plan.engine import loop_roles
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Rotate, Split
 from distal.sparse.array import Level, SparseArray
-from distal.sparse.formats import LevelFormat
+from distal.sparse.pieces import index_words
+from distal.sparse.pieces import level_positions as _level_positions
 from distal.values import sparse_value
 
 Interval = tuple[int, int]
@@ -502,65 +503,6 @@ class Owners:
         assert self.starts is not None
         assert self.owner is not None
         return np.repeat(self.owner, np.diff(self.starts))
-
-
-def _level_positions(arr: SparseArray, k: int, cache: dict) -> np.ndarray:
-    """The position at storage level ``k`` of every stored entry (cached per bind)."""
-    key = (id(arr), "anc", k)
-    if key not in cache:
-        cache[key] = arr._ancestors(k) if k < arr.ndim - 1 else np.arange(arr.nnz, dtype=np.int64)
-    return cache[key]
-
-
-def piece_levels(
-    arr: SparseArray, positions: np.ndarray, cache: dict
-) -> list[tuple[LevelFormat, int, int]]:
-    """Per storage level of a piece made of the stored entries ``positions`` (sorted):
-    ``(level format, parent positions, own positions)`` in the piece. A piece of a level
-    travels as its index arrays: ``pos`` (parents + 1 entries) where the level stores one,
-    ``crd`` (one per own position) where it stores one."""
-    out = []
-    prev = 1
-    for k, lv in enumerate(arr.levels):
-        q = _level_positions(arr, k, cache)[positions]
-        own = int(np.count_nonzero(q[1:] != q[:-1]) + 1) if len(q) else 0
-        out.append((lv.format, prev, own))
-        prev = own
-    return out
-
-
-def index_words(arr: SparseArray, positions: np.ndarray, cache: dict) -> int:
-    """Coordinates and positions a piece of these stored entries carries (see above)."""
-    n = 0
-    for lf, parents, own in piece_levels(arr, positions, cache):
-        if lf.stores_pos:
-            n += parents + 1 if own else 0
-        if lf.stores_crd:
-            n += own
-    return n
-
-
-def piece_arrays(arr: SparseArray, positions: np.ndarray, cache: dict) -> list[np.ndarray]:
-    """The index arrays of a piece of stored entries (what :func:`index_words` counts):
-    per compressed level its rebased ``pos`` and its ``crd``, per singleton level ``crd``."""
-    out: list[np.ndarray] = []
-    if not len(positions):
-        return out
-    parent = np.zeros(len(positions), np.int64)
-    n_parent = 1
-    for k, lv in enumerate(arr.levels):
-        q = _level_positions(arr, k, cache)[positions]
-        new = np.r_[True, q[1:] != q[:-1]]
-        first = np.flatnonzero(new)
-        if lv.format.stores_pos:
-            pos = np.zeros(n_parent + 1, np.int64)
-            np.cumsum(np.bincount(parent[first], minlength=n_parent), out=pos[1:])
-            out.append(pos)
-        if lv.format.stores_crd:
-            out.append(lv.crd[q[first]])
-        parent = np.cumsum(new) - 1
-        n_parent = len(first)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------

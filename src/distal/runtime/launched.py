@@ -54,7 +54,12 @@ def install_at_import() -> bool:
     """Import the MPI runtime (its failure hook) when :func:`launched_rank`; whether it did.
     Without mpi4py, or where importing it fails, nothing happens here: the first MPI run
     reports that as it always does."""
-    if not launched_rank() or importlib.util.find_spec("mpi4py") is None:
+    if not launched_rank():
+        return False
+    try:
+        if importlib.util.find_spec("mpi4py") is None:
+            return False
+    except (ImportError, ValueError, AttributeError):  # (a module entry that is not one)
         return False
     os.environ[MARK] = str(os.getpid())
     try:

@@ -106,7 +106,7 @@ def itemsize_of(exe: Any) -> int:
 
 def check_memory(
     exe: Any,
-    runtime: str,
+    runtime: Any,
     memory_limit: Any = None,
     *,
     rank: int | None = None,
@@ -119,7 +119,9 @@ def check_memory(
             ``peak_words`` per processor) and ``dtypes`` (tensor name to dtype): a
             ``Kernel``, a ``BoundKernel``, an ``Executable``. A ``stats()`` that cannot be
             given without inputs (an unbound sparse kernel) is not checked here.
-        runtime: the runtime's name (how its processors share memory: module docstring).
+        runtime: the runtime's name (how its processors share memory: module docstring),
+            or a runtime object with ``.name`` (and ``.rank`` under MPI, ``.client`` on
+            Dask, read from it in place of the arguments below).
         memory_limit: the run's option: None (detect), bytes per processor (check against
             that instead), or False (no check).
         rank: under MPI, this rank's processor number (it checks its own processor).
@@ -130,6 +132,10 @@ def check_memory(
             it has (``.needed``, ``.available``, ``.processor``).
         InputError: ``memory_limit`` is not None, False or a positive number.
     """
+    if not isinstance(runtime, str):  # a Runtime object: its name, rank and pool
+        rank = getattr(runtime, "rank", rank)
+        client = getattr(runtime, "client", client)
+        runtime = str(runtime.name)
     if memory_limit is False:
         return
     if memory_limit is not None and (
