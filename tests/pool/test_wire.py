@@ -101,6 +101,7 @@ def _head(**over: object) -> dict:
     arr = np.ones((4, 4))
     head = {
         "dtype": "<f8", "shape": [4, 4], "nbytes": 128, "seconds": 0.1, "iterations": 1,
+        "held": 16,
         "digest": wire.array_digest(arr.dtype, arr.shape, arr.tobytes()),
     }  # fmt: skip
     head.update(over)

@@ -31,6 +31,7 @@ from distal.runtime.elastic.units import Span, Unit, block_name, block_region, d
 from distal.runtime.pool import policy, program
 from distal.runtime.pool.engine import Engine, Summary, Task
 from distal.runtime.pool.wire import BlockRef, Expect, array_bytes, array_digest
+from distal.runtime.source import is_block_source, read_block
 from distal.typing import box_index, box_intersect, box_is_empty, box_volume
 
 STATS_NOTE = (
@@ -47,7 +48,6 @@ class Job:
     plan: Any
     kernels: tuple[Any, ...]
     dtypes: Mapping[str, np.dtype]
-    peak_words: tuple[int, ...] | None = None
 
 
 def _ref_of(data: memoryview, dtype: np.dtype, shp: tuple[int, ...]) -> BlockRef:
@@ -82,6 +82,8 @@ class PoolDriver:
             x = self.data[t]
             if isinstance(region, Entries):
                 got = np.ascontiguousarray(np.asarray(x.vals, dtype=dtype)[region.positions])
+            elif is_block_source(x):  # read here: the coordinator sends what it read
+                got = np.ascontiguousarray(read_block(t, x, region, dtype))
             else:
                 part = np.asarray(x[box_index(region, ((0, 0),) * len(region))], dtype=dtype)
                 # a contiguous block (a row block) is used in place; a 0-d one stays 0-d
@@ -189,11 +191,13 @@ class PoolDriver:
         (the whole array; a sparse output's stored values), the stats and the summary."""
         task_list, order, names = self.prepare()
         delivered, summary = link_call(engine.run(task_list, order, names, self.reduce))
-        value, stats = self.finish(delivered)
+        value, stats = self.finish(delivered, summary.held)
         return value, stats, summary
 
-    def finish(self, delivered: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Stats]:
-        """The output and the stats from every delivered block."""
+    def finish(self, delivered: Mapping[str, np.ndarray],
+               held: Mapping[str, int] | None = None) -> tuple[np.ndarray, Stats]:  # fmt: skip
+        """The output and the stats from every delivered block (``held``: what each unit
+        held at its fullest, as its volunteer measured it)."""
         if self.out_pl is None:
             nnz = sum(words(r) for r in self.plan.owned[self.plan.output] if r is not None)
             value = np.zeros((int(nnz),), self.out_dtype)
@@ -216,7 +220,7 @@ class PoolDriver:
                     inter = box_intersect(rbox, region) if region else rbox
                     if not box_is_empty(inter):
                         self.traffic.append((src, dst, box_volume(inter), 0))
-        return value, self._stats()
+        return value, self._stats(held or {})
 
     def _replicas(self) -> list[tuple[int, int, Any]]:
         got = getattr(self, "_replica_list", None)
@@ -229,9 +233,15 @@ class PoolDriver:
             ]
         return got
 
-    def _stats(self) -> Stats:
+    def _stats(self, held: Mapping[str, int]) -> Stats:
         plan = self.plan
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
+        for p in range(plan.nprocs):
+            stats.held(p, plan.owned_words(p))
+        for name, n in held.items():  # beside its processor's owned blocks
+            u = self.units.get(name)
+            if u is not None:
+                stats.held(u.proc, plan.owned_words(u.proc) + int(n))
         for u in self.units.values():
             blocks_u = [(t, h, self.block(t, idx)) for (t, idx), h in
                         zip(u.needs, self.holders(u), strict=True)]  # fmt: skip
@@ -240,8 +250,6 @@ class PoolDriver:
             stats.iterations[u.proc] += tasks.planned_iterations(u)
         for src, dst, n, iw in self.traffic:
             stats.record(src, dst, n, plan.level_of(src, dst), iw)
-        if self.job.peak_words is not None:
-            stats.peak_words = list(self.job.peak_words)
         return stats
 
 

@@ -175,6 +175,9 @@ class Summary:
     bytes_received: int = 0
     check_seconds: float = 0.0
     seconds: float = 0.0
+    #: per unit, the most elements it held beside its processor's owned blocks, as the
+    #: volunteer whose result was accepted measured it (``Result.stats.peak_words``)
+    held: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -288,6 +291,7 @@ class Engine:
         self.by_attempt: dict[str, str] = {}  # attempt id -> key
         self.results: dict[str, np.ndarray] = {}
         self.by_worker: dict[str, str] = {}  # key -> who made its result
+        self.held: dict[str, int] = {}  # key -> the most its unit held (its volunteer's word)
         self.agreed: dict[str, list[str]] = {}  # SubmitAgreed key -> its copies' keys
         self.delivered: dict[str, np.ndarray] = {}
         self.checking: set[asyncio.Task[Any]] = set()
@@ -371,7 +375,8 @@ class Engine:
                 await self._persist_trust(name)
         summary.volunteers = sorted(seen | set(summary.units_by_volunteer))
         summary.seconds = time.monotonic() - t0
-        for key in core.accepted.values():  # who made each accepted result
+        for uid, key in core.accepted.items():  # who made each accepted result
+            summary.held[uid] = self.held.get(key, 0)
             w = self.by_worker.get(key, "")
             if w and w != COORDINATOR:
                 summary.units_by_volunteer[w] = summary.units_by_volunteer.get(w, 0) + 1
@@ -436,8 +441,12 @@ class Engine:
                 self.results[ins.key] = self.reduce(ins.block, parts)
                 self.by_worker[ins.key] = COORDINATOR
                 todo = todo + self.core.handle(Finished(ins.key, COORDINATOR))
-            elif isinstance(ins, SubmitReduceCheck | SubmitRecheck):
+            elif isinstance(ins, SubmitReduceCheck):
                 # the coordinator summed it itself: there is nobody to check
+                self.results[ins.key] = self.results[ins.of]
+                self.by_worker[ins.key] = COORDINATOR
+                todo = todo + self.core.handle(Finished(ins.key, COORDINATOR))
+            elif isinstance(ins, SubmitRecheck):  # (no checkpoint entries in a pool run)
                 todo = todo + self.core.handle(Finished(ins.key, COORDINATOR))
             elif isinstance(ins, Release):
                 for k in ins.keys:
@@ -719,6 +728,7 @@ class Engine:
         assert out.array is not None
         self.results[key] = out.array
         self.by_worker[key] = name
+        self.held[key] = out.held
         log.debug("%s <- %s (%s): %.2f s, %.2f s computing", attempt, name, p.uid, elapsed,
                   out.seconds)  # fmt: skip
         events: list[Any] = [] if p.started else [
@@ -749,6 +759,7 @@ class Engine:
             return [Failed(agreed, error=f"no majority among the {len(keys)} copies of {uid}")]
         self.results[agreed] = self.results[best[0]]
         self.by_worker[agreed] = self.by_worker[best[0]]
+        self.held[agreed] = self.held.get(best[0], 0)
         losers = tuple(self.by_worker[k] for g in groups if g is not best for k in g)
         out: list[Any] = []
         if losers:
@@ -763,6 +774,8 @@ class Engine:
 
     def _check(self, ins: SubmitCheck, summary: Summary) -> None:
         arr = self.results.get(ins.of)
+        log.debug("check %s of %s (%s by %s): %s", ins.key[-16:], ins.of[-16:], ins.name,
+                  ins.by, "here" if arr is not None else "no result")  # fmt: skip
         t = self.tasks[ins.name]
         if arr is None or t.check is None:
             self.later.append(Finished(ins.key, COORDINATOR))
@@ -784,6 +797,7 @@ class Engine:
             if verdict.ok:
                 self.results[ins.key] = self.results[ins.of]
                 self.by_worker[ins.key] = ins.by
+                self.held[ins.key] = self.held.get(ins.of, 0)
                 self.later.append(Finished(ins.key, COORDINATOR))
                 await self._persist_trust(ins.by)
                 return

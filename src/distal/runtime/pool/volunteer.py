@@ -371,7 +371,9 @@ class Volunteer:
         finally:
             with contextlib.suppress(OSError):
                 path.unlink()
-        parts = wire.result_messages(arr, answer["seconds"], answer["iterations"])
+        parts = wire.result_messages(
+            arr, answer["seconds"], answer["iterations"], int(answer.get("held", 0))
+        )
         t0 = time.monotonic()
         await self._reply(unit, *parts)
         log.info("%s: unit %s: computed in %.2f s, %.1f MB replied in %.2f s", self.name,

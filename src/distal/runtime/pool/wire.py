@@ -228,7 +228,7 @@ RESULT = {
 }
 
 HEAD = {"dtype": str, "shape": list, "nbytes": int, "digest": str, "seconds": float,
-        "iterations": int}  # fmt: skip
+        "iterations": int, "held": int}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -295,6 +295,7 @@ class Outcome:
     reason: str = ""
     seconds: float = 0.0
     iterations: int = 0
+    held: int = 0
 
 
 @dataclass
@@ -351,8 +352,9 @@ class Receiver:
         if got != asm.head["digest"]:
             raise WireError("digest", "the data's digest is not the declared one")
         arr = np.frombuffer(asm.buffer, dtype=expect.dtype).reshape(expect.shape)
-        return Outcome("done", arr, seconds=float(asm.head["seconds"]),
-                       iterations=int(asm.head["iterations"]))  # fmt: skip
+        head = asm.head
+        return Outcome("done", arr, seconds=float(head["seconds"]),
+                       iterations=int(head["iterations"]), held=int(head["held"]))  # fmt: skip
 
     @staticmethod
     def _head(head: Any, expect: Expect) -> dict[str, Any]:
@@ -371,6 +373,8 @@ class Receiver:
         digest_field(head["digest"])
         if not 0 <= head["seconds"] < 1e9 or not 0 <= head["iterations"] < 1 << 62:
             raise WireError("envelope", "head: seconds or iterations out of range")
+        if not 0 <= head["held"] < 1 << 50:
+            raise WireError("envelope", "head: held out of range")
         return head
 
     def drop(self, attempt: str) -> None:
@@ -381,7 +385,9 @@ class Receiver:
         return sum(len(a.buffer) for a in self.open.values())
 
 
-def result_messages(arr: np.ndarray, seconds: float, iterations: int) -> list[bytes]:
+def result_messages(
+    arr: np.ndarray, seconds: float, iterations: int, held: int = 0
+) -> list[bytes]:
     """A volunteer's result as its messages (part 0 carries the head)."""
     data = array_bytes(arr)
     dt = np.dtype(arr.dtype).newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
@@ -390,7 +396,7 @@ def result_messages(arr: np.ndarray, seconds: float, iterations: int) -> list[by
     head = {
         "dtype": np.dtype(dt).str, "shape": list(arr.shape), "nbytes": n,
         "digest": array_digest(dt, arr.shape, data), "seconds": float(seconds),
-        "iterations": int(iterations),
+        "iterations": int(iterations), "held": int(held),
     }  # fmt: skip
     out = []
     for i in range(parts):
