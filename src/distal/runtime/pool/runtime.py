@@ -15,7 +15,8 @@ with ``checkpoint_key=`` sealed here (:mod:`distal.runtime.checkpoint_auth`).
 
 Options: ``pool``, ``volunteers``, ``verify`` (``"check"``, the default: every result
 checked here; ``"adaptive"``; ``k >= 2`` copies), ``granularity`` (as on Dask), ``wait``
-(seconds a run waits for volunteers), ``speculate``, ``timeout``.
+(seconds a run waits for volunteers), ``speculate``, ``timeout``; ``progress`` is accepted
+as on the other runtimes (a pool run shows none).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class PoolRuntime(Local):
     extra = "pool"
     options: ClassVar[tuple[str, ...]] = (
         "pool", "volunteers", "verify", "granularity", "wait", "speculate", "timeout",
+        "progress",
     )  # fmt: skip
     in_process = True
     #: a unit holds its own buffers on its volunteer, which measures them
