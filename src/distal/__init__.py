@@ -13,6 +13,8 @@ from distal.data import from_box_function, from_function, from_npy_dir, from_zar
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import (
+    CheckpointFailed,
+    CheckpointWarning,
     ConvergenceError,
     ConvergenceWarning,
     DistalError,
@@ -42,6 +44,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundKernel",
+    "CheckpointFailed",
+    "CheckpointWarning",
     "ConvergenceError",
     "ConvergenceWarning",
     "DArray",

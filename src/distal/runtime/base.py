@@ -282,6 +282,7 @@ _REGISTRY: dict[str, tuple[type[Runtime] | str, str | None]] = {
     "local": ("distal.runtime.local_runtime:Local", None),
     "mpi": ("distal.runtime.mpi.runtime:MPIRuntime", "mpi"),
     "dask": ("distal.runtime.dask:DaskRuntime", "dask"),
+    "pool": ("distal.runtime.pool.runtime:PoolRuntime", "pool"),
 }
 
 

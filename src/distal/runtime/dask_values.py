@@ -288,6 +288,7 @@ class HeldOnWorkers:
         self, store: Any, todo: Sequence[tuple[str, int, Any]], wanted: bool
     ) -> list[tuple[str, int, str, str | None]]:
         out: list[tuple[str, int, str, str | None]] = []
+        here: list[tuple[str, int, np.ndarray]] = []
         remote = []
         for v, k, arr in todo:
             if not isinstance(arr, np.ndarray) and store.protocol == "memory":
@@ -295,12 +296,15 @@ class HeldOnWorkers:
                 arr = np.asarray(self.client.gather(arr))
                 self._count(arr.size)
             if isinstance(arr, np.ndarray):
-                out.append((v, k, store.save(f"{v}.{k}", arr), content(arr, wanted)))
+                here.append((v, k, arr))
             else:
                 f = self.client.submit(
                     held_tasks.save_block, store, f"{v}.{k}", arr, wanted, pure=False
                 )
                 remote.append((v, k, f))
+        digests = store.save_many([(f"{v}.{k}", a) for v, k, a in here])
+        for (v, k, a), d in zip(here, digests, strict=True):
+            out.append((v, k, d, content(a, wanted)))
         for v, k, f in remote:
             digest, digest_content = f.result()
             out.append((v, k, digest, digest_content))

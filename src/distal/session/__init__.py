@@ -86,6 +86,8 @@ class Session(ArraysSession):
             )
         cls = runtime_class(runtime)
         options = dict(runtime_options)
+        #: what a checkpointed loop does when an iteration cannot be saved (session.loops)
+        self.checkpoint_errors = options.pop("checkpoint_errors", "stop")
         if "trace" in cls.options and "trace" not in options:
             options["trace"] = trace_default()
         #: the session's runtime (which holds its values)
@@ -120,6 +122,8 @@ class Session(ArraysSession):
         self._writing: Any = None  # the iteration being written behind (session.loops)
         self._write_free_at = 0.0  # when the writer takes the next iteration
         self._unsaved: Any = None  # (loop, snapshot) of an iteration left while writing
+        #: ``(loop name, iteration, reason)`` of every iteration a loop could not save
+        self.save_failures: list[tuple[str, int, str]] = []
         self.values: dict[str, Held] = {}
         self._copies: dict[tuple, Copy] = {}
         #: distributed kernels this session has executed (its arrays' and ``run``'s)
@@ -416,7 +420,13 @@ class Session(ArraysSession):
     # -- checkpointed loops ------------------------------------------------------------------
 
     def iterations(
-        self, n: int, keep: Sequence[str] = (), name: str = "loop", *, save: str = "every"
+        self,
+        n: int,
+        keep: Sequence[str] = (),
+        name: str = "loop",
+        *,
+        save: str = "every",
+        checkpoint_errors: str | None = None,
     ) -> Iterator[int]:
         """Iteration numbers ``0 .. n-1``, the ``keep`` values saved after each one.
 
@@ -425,11 +435,15 @@ class Session(ArraysSession):
         yields from the next one. Restoring happens here, before the first iteration.
         ``save="latest"`` saves an iteration only when the previous save is done (the
         iterations finished meanwhile are skipped, the last one is always saved), so
-        saving never holds up the computation.
+        saving never holds up the computation. ``checkpoint_errors`` (default: the session's,
+        ``"stop"``) says what an iteration that cannot be saved (a full disk, a read-only
+        or unwritable directory) does: ``"stop"`` ends the loop with a ``CheckpointFailed``
+        naming the iteration and the last one saved, ``"continue"`` goes on without saving
+        it, with a ``CheckpointWarning`` (see :mod:`distal.session.loops`).
         """
         from distal.session.loops import Loop
 
-        return Loop(self, n, keep, name, save).start()
+        return Loop(self, n, keep, name, save, checkpoint_errors).start()
 
     def summary(self) -> str:
         """What the session did, in a few lines: its runtime and values, the words its
@@ -447,6 +461,8 @@ class Session(ArraysSession):
         if self.checkpoint is not None:
             resumed = "no" if self.resumed_from is None else f"after iteration {self.resumed_from}"
             lines.append(f"checkpoint {self.checkpoint!s}: last loop resumed: {resumed}")
+        for loop, it, why in self.save_failures:
+            lines.append(f"loop {loop!r}: iteration {it} could not be saved ({why})")
         for loop in dict.fromkeys(name for name, _ in self.discarded):
             its = [it for name, it in self.discarded if name == loop]
             lines.append(

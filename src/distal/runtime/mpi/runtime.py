@@ -20,8 +20,9 @@ import numpy as np
 from mpi4py import MPI
 
 from distal.distribution.layout import Layout
-from distal.errors import InputError, InternalError
+from distal.errors import InputError, InternalError, RuntimeFailure
 from distal.runtime.base import Runtime
+from distal.runtime.checkpoint import WriteFailed
 from distal.runtime.executable import Executable
 from distal.runtime.local_runtime import added, content
 from distal.runtime.mpi.entry import fail_together, run
@@ -213,8 +214,20 @@ class MPIRuntime(Runtime):
     def save_blocks(
         self, store: Any, todo: Sequence[tuple[str, int, Any]], wanted: bool
     ) -> list[tuple[str, int, str, str | None]]:
-        mine = [(v, k, store.save(f"{v}.{k}", a), content(a, wanted)) for v, k, a in todo]
-        return [x for part in allgather_objects(mine, self.comm) for x in part]
+        # a rank that cannot write its entries says so in the same collective, so every
+        # rank raises together instead of the others waiting for it
+        try:
+            digests = store.save_many([(f"{v}.{k}", a) for v, k, a in todo])
+            mine: Any = [
+                (v, k, d, content(a, wanted)) for (v, k, a), d in zip(todo, digests, strict=True)
+            ]
+        except (OSError, RuntimeFailure) as e:
+            mine = f"rank {self.rank}: {type(e).__name__}: {e}"
+        parts = allgather_objects(mine, self.comm)
+        failed = [p for p in parts if isinstance(p, str)]
+        if failed:
+            raise WriteFailed(f"checkpoint entries could not be written ({failed[0]})")
+        return [x for part in parts for x in part]
 
     def agree(self, ok: bool) -> bool:
         return all(allgather_objects(bool(ok), self.comm))
