@@ -5,7 +5,12 @@ notation) and how the computation is mapped (a schedule); distal compiles the
 three into an exact per-processor plan and runs it.
 """
 
-from distal import algorithms, apps, data
+from distal import (
+    algorithms,
+    apps,
+    data,
+    numpy,
+)
 from distal.arrays import DArray, exp, maximum, minimum, sqrt, where
 from distal.arrays import absolute as abs
 from distal.cost.autoschedule import autoschedule
@@ -73,6 +78,7 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "numpy",
     "schedule",
     "sqrt",
     "where",

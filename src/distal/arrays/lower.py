@@ -79,8 +79,10 @@ class _Walk:
         if self.is_leaf(node):
             return ("slot", self.slot(node), vs)
         if isinstance(node, Transpose):
-            assert node.operand is not None
-            return self.expr(node.operand, tuple(reversed(vs)))
+            inner = [0] * len(vs)
+            for d, a in enumerate(node.axes):
+                inner[a] = vs[d]
+            return self.expr(node.operand, tuple(inner))
         if isinstance(node, Map) and node.op in ("add", "sub", "mul", "neg", "pos"):
             subs = tuple(self.expr(x, self.broadcast(x, node.shape, vs)) for x in node.operands)
             return (node.op, *subs)

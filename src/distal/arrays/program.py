@@ -40,8 +40,9 @@ from typing import Any
 
 import numpy as np
 
+from distal.arrays.blocks import Block, block_function, combine_function, units
 from distal.arrays.graph import (
-    MAP_OPS,
+    KERNEL_OPS,
     Const,
     Contract,
     Map,
@@ -56,6 +57,7 @@ from distal.arrays.graph import (
 from distal.arrays.lower import (
     MAX_TERMS,
     OUT,
+    _Walk,
     build,
     fused_function,
     fused_signature,
@@ -63,6 +65,7 @@ from distal.arrays.lower import (
     map_dist,
     map_function,
     map_signature,
+    remade,
     signature,
     slot_name,
     sums_cover,
@@ -131,6 +134,13 @@ class Program:
     def track_new(self, array: Any) -> None:
         """:meth:`track` of a handle on a node just made."""
         self.live[weakref.ref(array, self._untrack)] = None
+        self._pending += 1
+        if self._pending > MAX_PENDING:
+            self.flush()
+
+    def track_rebound(self) -> None:
+        """A live handle was rebound to another node (an in-place update): the next flush
+        evaluates it."""
         self._pending += 1
         if self._pending > MAX_PENDING:
             self.flush()
@@ -491,8 +501,9 @@ class Program:
             return have
         if isinstance(node, Const):
             raise InternalError("a constant reached materialize")
-        if 0 in node.shape or (
-            type(node) is not Map and any(0 in x.shape for x in node.args())
+        if type(node) is not Block and (
+            0 in node.shape
+            or (type(node) is not Map and any(0 in x.shape for x in node.args()))
         ):  # (an element-wise operand with an empty axis makes the result empty too)
             # an empty array, or sums over an empty axis: nothing to distribute (a tensor
             # has positive extents), numpy's own answer is zeros of the result's shape
@@ -514,6 +525,8 @@ class Program:
         out = name or f"_a{next(self._counter)}"
         if kind == "host":
             self._host(node, out)
+        elif kind == "block":
+            self._block(node, out, sig)
         elif kind == "map":
             self._map(node, out, sig)
         else:
@@ -532,6 +545,8 @@ class Program:
         numpy's, or the statement would have too many terms — the root's own operands),
         and for a kernel its :func:`~distal.arrays.lower.signature` when it is already
         final (``None``: worked out when it runs)."""
+        if type(root) is Block:
+            return self._block_group(root)
         contract = isinstance(root, Contract)
         if contract and is_spmv(root.ins, root.out, root.operands):
             # the sparse lowering fuses nothing: its vector is a value first
@@ -565,9 +580,9 @@ class Program:
             if id(n) in seen or isinstance(n, Const) or self.is_value(n):
                 continue
             seen.add(id(n))
-            if isinstance(n, Contract) or n.ndim == 0:
+            if isinstance(n, Contract | Block) or n.ndim == 0:
                 out.append(n)
-            elif isinstance(n, Map) and n.op in MAP_OPS:
+            elif isinstance(n, Map) and n.op not in KERNEL_OPS:
                 out.append(n)  # outside index notation: a map of its own, made first
             else:
                 stack.extend(n.args())
@@ -600,7 +615,7 @@ class Program:
         while stack:
             n, under_product = stack.pop()
             if isinstance(n, Map) and n.ndim:
-                if n.op in MAP_OPS or (under_product and n.op in SUMS):
+                if n.op not in KERNEL_OPS or (under_product and n.op in SUMS):
                     # a product of sums too: index notation would expand it into a sum of
                     # products, which cancels where numpy's order does not ((x - y) * z
                     # as x*z - y*z); numpy's own order is the map's
@@ -618,7 +633,7 @@ class Program:
         stack = [node]
         while stack:
             n = stack.pop()
-            if self.is_value(n) or isinstance(n, Const | Contract) or n.ndim == 0:
+            if self.is_value(n) or isinstance(n, Const | Contract | Block) or n.ndim == 0:
                 continue
             if isinstance(n, Map) and n.op in SUMS:
                 return True
@@ -627,7 +642,9 @@ class Program:
 
     def _map_leaf(self, node: Node) -> bool:
         """Where a map's expression stops: values, and what is made a value before it."""
-        return self.is_value(node) or node.ndim == 0 or isinstance(node, Contract | Transpose)
+        return (
+            self.is_value(node) or node.ndim == 0 or isinstance(node, Contract | Transpose | Block)
+        )
 
     def _map(self, root: Node, out: str, sig: Any = None) -> None:
         """A map group: numpy over each processor's blocks of its operands (laid out by
@@ -643,6 +660,38 @@ class Program:
             root.dtype,
             _held_dist(len(shape)),
             self.nprocs,
+        )
+
+    def _block_group(self, root: Block) -> tuple[str, list[Node], Any]:
+        """A block's group: its first operand's element-wise tree fused into it (rows and
+        partials modes), its other operands read as they are; the slots not yet values are
+        made first."""
+        w = _Walk(self._map_leaf)
+        exprs = []
+        for k, x in enumerate(root.operands):
+            fuse = k == 0 and root.mode != "boxes" and type(x) is Map and x.ndim > 0
+            fuse = fuse and not self.is_value(x)
+            exprs.append(w.map_expr(x, top=True) if fuse else ("slot", w.slot(x)))
+        slots = w.slots
+        deps = [x for x in slots if not self.is_value(x) and not isinstance(x, Const)]
+        return "block", sorted(dict.fromkeys(deps), key=_seq), (tuple(exprs), slots)
+
+    def _block(self, root: Block, out: str, sig: Any) -> None:
+        """A block operation (:mod:`distal.arrays.blocks`) on the session's runtime."""
+        exprs, slots = sig
+        fn = remade(block_function, (root.spec, exprs))
+        combine = remade(combine_function, root.spec) if root.mode == "partials" else None
+        needs, work = units(root, exprs, slots, self.nprocs)
+        self.sess._blockwise(
+            fn,
+            [self.name_of(x) for x in slots],
+            needs,
+            work,
+            out,
+            root.shape,
+            root.dtype,
+            self.nprocs,
+            combine=combine,
         )
 
     def _host(self, node: Node, out: str) -> None:

@@ -292,9 +292,17 @@ class Session:
         self._pool = None
 
     def __enter__(self) -> Session:
+        """The current session of ``distal.numpy`` inside the block (see
+        :mod:`distal.arrays.current`)."""
+        from distal.arrays.current import push
+
+        push(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from distal.arrays.current import pop
+
+        pop(self)
         self.close()
 
     def _count_driver(self, n: int) -> None:
@@ -687,6 +695,12 @@ class Session:
             f = client.submit(fused_sum, ordered, j, d, pure=False)
             value = WorkerValue((), d, {(): f}, client, self._count_driver)
             self.values[o] = Held((), d, None, value)
+
+    def _blockwise(self, *args: Any, **kwargs: Any) -> None:
+        """A block operation of the arrays front (:func:`distal.session.blocks.run_block`)."""
+        from distal.session.blocks import run_block
+
+        run_block(self, *args, **kwargs)
 
     def _machine_of(self, nprocs: int) -> Machine:
         """A line of ``nprocs`` processors, made once per count (``Machine`` checks its

@@ -1,0 +1,757 @@
+"""``distal.numpy``'s functions with numpy's signatures (and the array API's keywords:
+``device=``, ``copy=``, ``correction=``, ...), each a thin call of
+:mod:`distal.arrays.functions`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from distal.arrays import functions as F
+from distal.arrays.current import current
+from distal.arrays.darray import DArray
+from distal.arrays.methods import round_values
+from distal.errors import InputError, NotSupportedYet
+
+# -- creation --------------------------------------------------------------------------------------
+
+
+def _device(device: Any) -> None:
+    if device is not None and device != "cpu" and device is not current():
+        if not hasattr(device, "_arrays"):
+            raise InputError(f"device {device!r}: a distal.numpy device is a dl.Session")
+
+
+def _in(device: Any) -> DArray | None:
+    """A DArray of the session ``device`` names (so new arrays go there), or None."""
+    return None
+
+
+def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None, **kw: Any) -> DArray:
+    """numpy's ``asarray`` (the array API's): a DArray as it is (cast to ``dtype``), anything
+    else placed in the current session (``copy=False`` for a non-DArray is refused: placing
+    copies)."""
+    _device(device)
+    if kw.pop("order", None) not in (None, "C", "K", "A"):
+        raise NotSupportedYet("asarray: order='C' only")
+    if kw:
+        raise InputError(f"asarray: unknown keywords {sorted(kw)}")
+    if isinstance(obj, DArray):
+        if dtype is not None and np.dtype(dtype) != obj.dtype:
+            if copy is False:
+                raise ValueError("asarray: copy=False with a dtype change")
+            return F.astype(obj, dtype, copy=False)
+        return F.copy_of(obj) if copy else obj
+    if copy is False:
+        raise ValueError("asarray: copy=False: placing a value in the session copies it")
+    return F.asdarray(obj, None, dtype)
+
+
+def array(obj: Any, dtype: Any = None, copy: bool = True, **kw: Any) -> DArray:
+    return asarray(obj, dtype, None, True if copy else None, **kw)
+
+
+def zeros(shape: Any, dtype: Any = None, order: str = "C", *, device: Any = None) -> DArray:
+    _device(device)
+    return F.full(shape, 0, np.float64 if dtype is None else dtype)
+
+
+def ones(shape: Any, dtype: Any = None, order: str = "C", *, device: Any = None) -> DArray:
+    _device(device)
+    return F.full(shape, 1, np.float64 if dtype is None else dtype)
+
+
+def empty(shape: Any, dtype: Any = None, order: str = "C", *, device: Any = None) -> DArray:
+    """numpy's ``empty``: here zeros (a block of its own on each processor either way)."""
+    return zeros(shape, dtype, order, device=device)
+
+
+def full(
+    shape: Any, fill_value: Any, dtype: Any = None, order: str = "C", *, device: Any = None
+) -> DArray:
+    _device(device)
+    return F.full(shape, fill_value, dtype)
+
+
+def _like(x: Any, dtype: Any, shape: Any) -> tuple[Any, Any, DArray | None]:
+    d = x if isinstance(x, DArray) else None
+    x = np.asarray(x) if d is None else x
+    return (x.shape if shape is None else shape), (x.dtype if dtype is None else dtype), d
+
+
+def zeros_like(
+    x: Any,
+    dtype: Any = None,
+    order: str = "K",
+    subok: bool = True,
+    shape: Any = None,
+    *,
+    device: Any = None,
+) -> DArray:
+    s, dt, d = _like(x, dtype, shape)
+    return F.made(F.full(s, 0, dt).node, d)
+
+
+def ones_like(
+    x: Any,
+    dtype: Any = None,
+    order: str = "K",
+    subok: bool = True,
+    shape: Any = None,
+    *,
+    device: Any = None,
+) -> DArray:
+    s, dt, d = _like(x, dtype, shape)
+    return F.made(F.full(s, 1, dt).node, d)
+
+
+def empty_like(
+    x: Any,
+    dtype: Any = None,
+    order: str = "K",
+    subok: bool = True,
+    shape: Any = None,
+    *,
+    device: Any = None,
+) -> DArray:
+    return zeros_like(x, dtype, order, subok, shape, device=device)
+
+
+def full_like(
+    x: Any,
+    fill_value: Any,
+    dtype: Any = None,
+    order: str = "K",
+    subok: bool = True,
+    shape: Any = None,
+    *,
+    device: Any = None,
+) -> DArray:
+    s, dt, d = _like(x, dtype, shape)
+    return F.made(F.full(s, fill_value, dt).node, d)
+
+
+def arange(
+    start: Any, /, stop: Any = None, step: Any = None, dtype: Any = None, *, device: Any = None
+) -> DArray:
+    from distal.arrays import creation
+
+    _device(device)
+    return F.made(creation.arange(start, stop, step, dtype))
+
+
+def linspace(
+    start: Any,
+    stop: Any,
+    num: int = 50,
+    endpoint: bool = True,
+    retstep: bool = False,
+    dtype: Any = None,
+    axis: int = 0,
+    *,
+    device: Any = None,
+) -> Any:
+    from distal.arrays import creation
+
+    _device(device)
+    if axis != 0 or np.ndim(start) or np.ndim(stop):
+        raise NotSupportedYet("linspace: scalar start and stop along axis 0 only")
+    got = F.made(creation.linspace(start, stop, num, endpoint, dtype))
+    if retstep:
+        div = (num - 1) if endpoint else num
+        return got, ((stop - start) / div if div > 0 else np.nan)
+    return got
+
+
+def eye(
+    N: int,
+    M: int | None = None,
+    k: int = 0,
+    dtype: Any = float,
+    order: str = "C",
+    *,
+    device: Any = None,
+) -> DArray:
+    from distal.arrays import creation
+
+    _device(device)
+    return F.made(creation.eye(N, M, k, dtype))
+
+
+def identity(n: int, dtype: Any = None) -> DArray:
+    return eye(n, dtype=float if dtype is None else dtype)
+
+
+def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> Any:
+    got = F.meshgrid(*xi, indexing=indexing, sparse=sparse)
+    return tuple(got)
+
+
+# -- reductions ------------------------------------------------------------------------------------
+
+
+def _reduction(op: str) -> Any:
+    def f(
+        a: Any,
+        axis: Any = None,
+        dtype: Any = None,
+        out: Any = None,
+        keepdims: bool = False,
+        **kw: Any,
+    ) -> DArray:
+        if kw.get("initial") is not None or kw.get("where", True) is not True:
+            raise NotSupportedYet(f"distal.numpy.{op}: initial= and where=")
+        if op in ("max", "min", "any", "all"):
+            if dtype is not None and out is None and not isinstance(dtype, type | np.dtype | str):
+                out, dtype = dtype, None  # numpy's max(a, axis, out, keepdims)
+        return F.assign_out(F.reduce(a, op, axis, keepdims, dtype), out)
+
+    f.__name__ = f.__qualname__ = op
+    f.__doc__ = f"numpy's ``{op}``, distributed (``axis``, ``keepdims``, ``dtype``, ``out``)."
+    return f
+
+
+sum = _reduction("sum")
+prod = _reduction("prod")
+max = _reduction("max")
+min = _reduction("min")
+any = _reduction("any")
+all = _reduction("all")
+amax, amin = max, min
+
+
+def mean(
+    a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any
+) -> DArray:
+    if kw.get("where", True) is not True:
+        raise NotSupportedYet("distal.numpy.mean: where=")
+    return F.assign_out(F.mean(a, axis, dtype, keepdims), out)
+
+
+def var(
+    a: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    ddof: float = 0,
+    keepdims: bool = False,
+    *,
+    correction: Any = None,
+    **kw: Any,
+) -> DArray:
+    if correction is not None:
+        ddof = correction
+    return F.assign_out(F.var(a, axis, dtype, ddof, keepdims), out)
+
+
+def std(
+    a: Any,
+    axis: Any = None,
+    dtype: Any = None,
+    out: Any = None,
+    ddof: float = 0,
+    keepdims: bool = False,
+    *,
+    correction: Any = None,
+    **kw: Any,
+) -> DArray:
+    if correction is not None:
+        ddof = correction
+    return F.assign_out(F.std(a, axis, dtype, ddof, keepdims), out)
+
+
+def argmax(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> DArray:
+    return F.assign_out(F.arg(a, "argmax", axis, keepdims), out)
+
+
+def argmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> DArray:
+    return F.assign_out(F.arg(a, "argmin", axis, keepdims), out)
+
+
+def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> DArray:
+    return F.assign_out(F.cumulative(a, "cumsum", axis, dtype), out)
+
+
+def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> DArray:
+    return F.assign_out(F.cumulative(a, "cumprod", axis, dtype), out)
+
+
+def cumulative_sum(
+    x: Any, /, *, axis: Any = None, dtype: Any = None, include_initial: bool = False
+) -> DArray:
+    x = F.asdarray(x)
+    if axis is None:
+        if x.ndim > 1:
+            raise InputError("cumulative_sum: axis is required for arrays of two or more axes")
+        axis = 0
+    got = F.cumulative(x, "cumsum", axis, dtype)
+    if include_initial:
+        ax = int(axis) % x.ndim
+        shape = tuple(1 if d == ax else n for d, n in enumerate(x.shape))
+        got = F.concatenate([F.full(shape, 0, got.dtype), got], ax)
+    return got
+
+
+def count_nonzero(a: Any, axis: Any = None, *, keepdims: bool = False) -> DArray:
+    return F.count_nonzero(a, axis, keepdims)
+
+
+def average(
+    a: Any, axis: Any = None, weights: Any = None, returned: bool = False, *, keepdims: bool = False
+) -> Any:
+    if weights is None:
+        got = F.mean(a, axis, None, keepdims)
+        wsum = None
+    else:
+        a = F.asdarray(a)
+        w = F.asdarray(weights, a)
+        if w.shape != a.shape:
+            raise NotSupportedYet("average: weights of the array's own shape only")
+        wsum = F.sum_(w, axis, None, keepdims)
+        got = F.elementwise("div", F.sum_(a * w, axis, None, keepdims), wsum)
+    return (got, wsum) if returned else got
+
+
+# -- element-wise functions that are not ufuncs ----------------------------------------------------
+
+
+def where(condition: Any, x: Any = None, y: Any = None, /) -> DArray:
+    return F.where(condition, x, y)
+
+
+def clip(
+    a: Any,
+    a_min: Any = None,
+    a_max: Any = None,
+    out: Any = None,
+    *,
+    min: Any = None,
+    max: Any = None,
+    **kw: Any,
+) -> DArray:
+    lo = a_min if min is None else min
+    hi = a_max if max is None else max
+    return F.assign_out(F.clip(a, lo, hi), out)
+
+
+def round(a: Any, decimals: int = 0, out: Any = None) -> DArray:
+    return F.assign_out(round_values(a, decimals), out)
+
+
+around = round
+
+
+def isclose(
+    a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+) -> DArray:
+    return F.isclose(a, b, rtol, atol, equal_nan)
+
+
+def allclose(
+    a: Any, b: Any, rtol: float = 1e-05, atol: float = 1e-08, equal_nan: bool = False
+) -> bool:
+    """numpy's ``allclose``: a Python bool (one value read)."""
+    return bool(F.reduce(F.isclose(a, b, rtol, atol, equal_nan), "all"))
+
+
+def array_equal(a1: Any, a2: Any, equal_nan: bool = False) -> bool:
+    """numpy's ``array_equal``: a Python bool (one value read)."""
+    first = F.first_darray([a1, a2])
+    x, y = F.asdarray(a1, first), F.asdarray(a2, first)
+    if x.shape != y.shape:
+        return False
+    eq = F.elementwise("eq", x, y)
+    if equal_nan:
+        both = F.elementwise("logical_and", F.elementwise("isnan", x), F.elementwise("isnan", y))
+        eq = F.elementwise("logical_or", eq, both)
+    return bool(F.reduce(eq, "all"))
+
+
+def nan_to_num(
+    x: Any, copy: bool = True, nan: float = 0.0, posinf: Any = None, neginf: Any = None
+) -> DArray:
+    x = F.asdarray(x)
+    if x.dtype.kind not in "fc":
+        return F.copy_of(x)
+    fi = np.finfo(x.dtype)
+    out = F.where(F.elementwise("isnan", x), nan, x)
+    out = F.where(F.elementwise("isinf", x) & (x > 0), fi.max if posinf is None else posinf, out)
+    return F.where(F.elementwise("isinf", x) & (x < 0), fi.min if neginf is None else neginf, out)
+
+
+# -- shapes ----------------------------------------------------------------------------------------
+
+
+def reshape(
+    a: Any, /, shape: Any = None, order: str = "C", *, newshape: Any = None, copy: Any = None
+) -> DArray:
+    if shape is None:
+        shape = newshape
+    if order != "C":
+        raise NotSupportedYet("reshape: order='C' only")
+    got = F.reshape(a, shape)
+    return F.copy_of(got) if copy else got
+
+
+def ravel(a: Any, order: str = "C") -> DArray:
+    return F.reshape(a, (-1,))
+
+
+def transpose(a: Any, axes: Any = None) -> DArray:
+    return F.transpose(a, axes)
+
+
+def permute_dims(x: Any, /, axes: Any) -> DArray:
+    return F.transpose(x, tuple(axes))
+
+
+def matrix_transpose(x: Any, /) -> DArray:
+    return F.asdarray(x).mT
+
+
+moveaxis = F.moveaxis
+swapaxes = F.swapaxes
+
+
+def expand_dims(a: Any, axis: Any = 0) -> DArray:
+    return F.expand_dims(a, axis)
+
+
+def squeeze(a: Any, axis: Any = None) -> DArray:
+    return F.squeeze(a, axis)
+
+
+def concatenate(
+    arrays: Sequence[Any],
+    axis: Any = 0,
+    out: Any = None,
+    dtype: Any = None,
+    casting: str = "same_kind",
+) -> DArray:
+    return F.assign_out(F.concatenate(arrays, axis, dtype), out)
+
+
+def concat(arrays: Sequence[Any], /, *, axis: Any = 0) -> DArray:
+    return F.concatenate(arrays, axis)
+
+
+def stack(
+    arrays: Sequence[Any],
+    axis: int = 0,
+    out: Any = None,
+    *,
+    dtype: Any = None,
+    casting: str = "same_kind",
+) -> DArray:
+    got = F.stack(arrays, axis)
+    return F.assign_out(got if dtype is None else F.astype(got, dtype, copy=False), out)
+
+
+def unstack(x: Any, /, *, axis: int = 0) -> tuple[DArray, ...]:
+    raise NotSupportedYet("unstack: it takes slices of the array (indexing)")
+
+
+def hstack(tup: Sequence[Any], *, dtype: Any = None, casting: str = "same_kind") -> DArray:
+    got = F.hstack(tup)
+    return got if dtype is None else F.astype(got, dtype, copy=False)
+
+
+def vstack(tup: Sequence[Any], *, dtype: Any = None, casting: str = "same_kind") -> DArray:
+    got = F.vstack(tup)
+    return got if dtype is None else F.astype(got, dtype, copy=False)
+
+
+row_stack = vstack
+dstack = F.dstack
+column_stack = F.column_stack
+
+
+def atleast_1d(*arys: Any) -> Any:
+    got = [F.atleast_nd(a, 1, F.first_darray(arys)) for a in arys]
+    return got[0] if len(got) == 1 else tuple(got)
+
+
+def atleast_2d(*arys: Any) -> Any:
+    got = [F.atleast_nd(a, 2, F.first_darray(arys)) for a in arys]
+    return got[0] if len(got) == 1 else tuple(got)
+
+
+def atleast_3d(*arys: Any) -> Any:
+    got = [F.atleast_nd(a, 3, F.first_darray(arys)) for a in arys]
+    return got[0] if len(got) == 1 else tuple(got)
+
+
+def broadcast_to(array: Any, /, shape: Any, subok: bool = False) -> DArray:
+    return F.broadcast_to(array, shape)
+
+
+def broadcast_arrays(*args: Any, subok: bool = False) -> Any:
+    return tuple(F.broadcast_arrays(*args))
+
+
+def tile(A: Any, reps: Any) -> DArray:
+    return F.tile(A, reps)
+
+
+def repeat(a: Any, repeats: Any, axis: Any = None) -> DArray:
+    return F.repeat(a, repeats, axis)
+
+
+def flip(m: Any, axis: Any = None) -> DArray:
+    return F.flip(m, axis)
+
+
+def fliplr(m: Any) -> DArray:
+    return F.flip(m, 1)
+
+
+def flipud(m: Any) -> DArray:
+    return F.flip(m, 0)
+
+
+def roll(a: Any, shift: Any, axis: Any = None) -> DArray:
+    return F.roll(a, shift, axis)
+
+
+def diag(v: Any, k: int = 0) -> DArray:
+    return F.diag(v, k)
+
+
+def diagonal(a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1) -> DArray:
+    return F.diagonal(a, offset, axis1, axis2)
+
+
+def diagflat(v: Any, k: int = 0) -> DArray:
+    return F.diag(F.reshape(v, (-1,)), k)
+
+
+def trace(
+    a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None
+) -> DArray:
+    got = F.trace(F.diagonal(a, offset, axis1, axis2))
+    return F.assign_out(got if dtype is None else F.astype(got, dtype, copy=False), out)
+
+
+def triu(m: Any, k: int = 0) -> DArray:
+    return F.triu(m, k)
+
+
+def tril(m: Any, k: int = 0) -> DArray:
+    return F.tril(m, k)
+
+
+def sort(
+    a: Any,
+    axis: Any = -1,
+    kind: Any = None,
+    order: Any = None,
+    *,
+    descending: bool = False,
+    stable: bool = True,
+) -> DArray:
+    if order is not None:
+        raise NotSupportedYet("sort: order= (structured arrays)")
+    return F.sort(a, axis, descending)
+
+
+def argsort(
+    a: Any,
+    axis: Any = -1,
+    kind: Any = None,
+    order: Any = None,
+    *,
+    descending: bool = False,
+    stable: bool = True,
+) -> DArray:
+    if order is not None:
+        raise NotSupportedYet("argsort: order= (structured arrays)")
+    return F.argsort(a, axis, descending)
+
+
+def bincount(x: Any, /, weights: Any = None, minlength: int = 0) -> DArray:
+    return F.bincount(x, weights, minlength)
+
+
+def diff(a: Any, n: int = 1, axis: int = -1, prepend: Any = None, append: Any = None) -> DArray:
+    """numpy's ``diff`` (``prepend`` / ``append`` concatenated first, as numpy does)."""
+    x = F.asdarray(a)
+    if x.ndim == 0:
+        raise InputError("diff: a 0-d array has no axis")
+    ax = int(axis) % x.ndim
+    parts = []
+    for extra in (prepend, x, append):
+        if extra is None:
+            continue
+        e = F.asdarray(extra, x)
+        if e.ndim == 0:
+            e = F.broadcast_to(e, tuple(1 if d == ax else s for d, s in enumerate(x.shape)))
+        parts.append(e)
+    if len(parts) > 1:
+        x = F.concatenate(parts, ax)
+    for _ in range(int(n)):
+        x = F.diff_once(x, ax)
+    return x
+
+
+def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> DArray:
+    from distal.arrays import shapes
+
+    if sorter is not None:
+        raise NotSupportedYet("searchsorted: sorter=")
+    first = F.first_darray([a, v])
+    x1, x2 = F.asdarray(a, first), F.asdarray(v, first)
+    if x1.ndim != 1:
+        raise InputError("searchsorted: the sorted array must be 1-D")
+    node = shapes.Block(
+        x2.shape,
+        np.dtype(np.intp),
+        ("searchsorted", side),
+        (x2.node, x1.node),
+        "rows",
+        (True, False),
+    )
+    return x2._wrap(node, new=True)
+
+
+def nonzero(a: Any) -> Any:
+    raise NotSupportedYet("nonzero: its shape depends on the values")
+
+
+def unique(*args: Any, **kwargs: Any) -> Any:
+    raise NotSupportedYet("unique: its shape depends on the values")
+
+
+def unique_values(x: Any, /) -> Any:
+    raise NotSupportedYet("unique_values: its shape depends on the values")
+
+
+def unique_counts(x: Any, /) -> Any:
+    raise NotSupportedYet("unique_counts: its shape depends on the values")
+
+
+def unique_inverse(x: Any, /) -> Any:
+    raise NotSupportedYet("unique_inverse: its shape depends on the values")
+
+
+def unique_all(x: Any, /) -> Any:
+    raise NotSupportedYet("unique_all: its shape depends on the values")
+
+
+# -- products --------------------------------------------------------------------------------------
+
+
+def matmul(x1: Any, x2: Any, /, out: Any = None, **kw: Any) -> DArray:
+    if kw:
+        raise NotSupportedYet(f"matmul with {sorted(kw)}")
+    return F.assign_out(F.matmul(x1, x2), out)
+
+
+def dot(a: Any, b: Any, out: Any = None) -> DArray:
+    return F.assign_out(F.dot(a, b), out)
+
+
+def vdot(a: Any, b: Any, /) -> DArray:
+    return F.vdot(a, b)
+
+
+def inner(a: Any, b: Any, /) -> DArray:
+    return F.inner(a, b)
+
+
+def outer(a: Any, b: Any, out: Any = None) -> DArray:
+    return F.assign_out(F.outer(a, b), out)
+
+
+def tensordot(a: Any, b: Any, /, axes: Any = 2) -> DArray:
+    return F.tensordot(a, b, axes)
+
+
+def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> DArray:
+    return F.vecdot(x1, x2, axis)
+
+
+def einsum(subscripts: Any, *operands: Any, out: Any = None, **kwargs: Any) -> DArray:
+    if not isinstance(subscripts, str):
+        raise NotSupportedYet("einsum: the interleaved (operand, sublist) form")
+    return F.einsum(subscripts, *operands, out=out, **kwargs)
+
+
+def kron(a: Any, b: Any) -> Any:
+    raise NotSupportedYet("kron")
+
+
+def cross(a: Any, b: Any, **kw: Any) -> Any:
+    raise NotSupportedYet("cross")
+
+
+# -- type and shape queries ------------------------------------------------------------------------
+
+
+def shape(a: Any) -> tuple[int, ...]:
+    return tuple(a.shape) if isinstance(a, DArray) else np.shape(a)
+
+
+def ndim(a: Any) -> int:
+    return a.ndim if isinstance(a, DArray) else np.ndim(a)
+
+
+def size(a: Any, axis: Any = None) -> int:
+    if axis is None:
+        return int(np.prod(shape(a), dtype=np.int64))
+    return shape(a)[axis]
+
+
+def copy(a: Any, order: str = "K", subok: bool = False) -> DArray:
+    return F.copy_of(F.asdarray(a))
+
+
+def astype(x: Any, dtype: Any, /, *, copy: bool = True, device: Any = None) -> DArray:
+    return F.astype(x, dtype, copy)
+
+
+def _dt(x: Any) -> Any:
+    if isinstance(x, DArray):
+        return x.dtype
+    return x
+
+
+def result_type(*arrays_and_dtypes: Any) -> np.dtype:
+    return np.result_type(*[_dt(x) for x in arrays_and_dtypes])
+
+
+def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
+    return bool(np.can_cast(_dt(from_), to, casting=casting))
+
+
+def finfo(type: Any, /) -> Any:
+    return np.finfo(_dt(type))
+
+
+def iinfo(type: Any, /) -> Any:
+    return np.iinfo(_dt(type))
+
+
+def isdtype(dtype: Any, kind: Any) -> bool:
+    return bool(np.isdtype(np.dtype(_dt(dtype)), kind))
+
+
+def may_share_memory(a: Any, b: Any, max_work: Any = None) -> bool:
+    return isinstance(a, DArray) and isinstance(b, DArray) and a.node is b.node
+
+
+def shares_memory(a: Any, b: Any, max_work: Any = None) -> bool:
+    return may_share_memory(a, b)
+
+
+def isscalar(element: Any) -> bool:
+    return np.isscalar(element)
+
+
+def iscomplexobj(x: Any) -> bool:
+    return np.dtype(_dt(x) if isinstance(x, DArray) else np.asarray(x).dtype).kind == "c"
+
+
+def isrealobj(x: Any) -> bool:
+    return not iscomplexobj(x)
