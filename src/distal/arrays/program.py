@@ -78,6 +78,9 @@ from distal.kernels.fused import MIN_SIZE
 #: distributed (see :meth:`Program._is_map` and :meth:`Program._has_sum`)
 SUMS = ("add", "sub")
 
+#: element-wise operations a product's kernel computes inside its own statement
+_SCALING = frozenset(("mul", "neg", "pos"))
+
 #: pending nodes past which a new operation flushes (so a loop that never reads a value
 #: does not grow one ever longer expression)
 MAX_PENDING = 64
@@ -119,30 +122,60 @@ class Program:
         self.kernels_run = 0
         self._counter = itertools.count()
         self._pending = 0
+        #: session names bound to nodes not computed yet (``sess[name] = x``): computed at
+        #: the next flush with everything else pending, then held under the name
+        self.bound: dict[str, Node] = {}
 
     # -- recording ---------------------------------------------------------------------------
 
     def track(self, array: Any, new: bool = False) -> None:
         """A new handle: the program evaluates it at the next flush unless it dies first
         (``new``: its node was just made, so it is no value yet)."""
-        self.live[weakref.ref(array, self._untrack)] = None
         if new or not self.is_value(array.node):
-            self._pending += 1
-            if self._pending > MAX_PENDING:
-                self.flush()
+            self.track_new(array)
+            return
+        self.live[weakref.ref(array, self._untrack)] = None
 
     def track_new(self, array: Any) -> None:
-        """:meth:`track` of a handle on a node just made."""
+        """:meth:`track` of a handle on a node just made. A product with a vector or
+        matrix result over a pending operand that its kernel would compute first anyway
+        (an element-wise array that adds or applies a function, or another product)
+        flushes what is pending first: a loop's iteration begins with its product (CG's
+        ``q = A @ p``, ``p = r + beta * p`` made by the iteration before), so what one
+        iteration records is flushed together, as if it read a value at its end. (A
+        transposed or scaled operand, ``F.T @ F``, ``(2 * x) @ A``, is read by the product's
+        kernel itself: no flush.) Past :data:`MAX_PENDING` pending operations anything
+        recorded flushes (a loop that never reads a value does not grow one ever longer
+        expression)."""
+        node = array.node
+        if self._pending and type(node) is Contract and node.shape:
+            for x in node.operands:
+                t = type(x)
+                if x.as_value is None and (
+                    (t is Map and x.op not in _SCALING) or (t is Contract and x.shape)
+                ):
+                    # (the product's own operands are left to it: its kernel may compute
+                    # them, ``lr * X.T`` in ``lr * X.T @ (p - y)``)
+                    self.flush(keep=node.operands)
+                    break
+        elif self._pending >= MAX_PENDING:
+            self.flush()
         self.live[weakref.ref(array, self._untrack)] = None
         self._pending += 1
-        if self._pending > MAX_PENDING:
+
+    def bind(self, name: str, node: Node) -> None:
+        """``sess[name] = x``: ``name`` will hold ``x``'s value, computed at the next flush
+        (fused with what else is pending, as a local variable's would be)."""
+        self.bound[name] = node
+        self._pending += 1
+        if self._pending >= MAX_PENDING:
             self.flush()
 
     def track_rebound(self) -> None:
         """A live handle was rebound to another node (an in-place update): the next flush
         evaluates it."""
         self._pending += 1
-        if self._pending > MAX_PENDING:
+        if self._pending >= MAX_PENDING:
             self.flush()
 
     def is_value(self, node: Node) -> bool:
@@ -162,13 +195,24 @@ class Program:
 
     # -- evaluating ---------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Evaluate every live pending array (see the module docstring)."""
+    def flush(self, keep: tuple[Node, ...] = ()) -> None:
+        """Evaluate every live pending array (see the module docstring); ``keep``: pending
+        nodes left pending (a product about to be recorded reads them)."""
         if not self._pending:
             return  # every handle made since the last flush is on a value already
         handles = self.handles()
         todo = [a.node for a in handles if not self.is_value(a.node)]
+        if keep:
+            kept = {id(n) for n in keep}
+            todo = [n for n in todo if id(n) not in kept]
+        if self.bound:
+            seen = {id(n) for n in todo}
+            for n in self.bound.values():
+                if not self.is_value(n) and id(n) not in seen:
+                    seen.add(id(n))
+                    todo.append(n)
         if len(todo) > 1:
+            todo.extend(self._pending_products(todo))
             todo.sort(key=_seq)
         i = 0
         if len(todo) == 1 and math.prod(todo[0].shape) < LARGE:
@@ -191,11 +235,43 @@ class Program:
                 else:
                     self.materialize(members[0])
             i += used
+        left = 0
         for a in handles:
             node = a.node
             if not isinstance(node, Value):
+                if node.as_value is None:  # kept pending
+                    left += 1
+                    continue
                 a.node = node.as_value  # the handle now reads the value, not the recipe
-        self._pending = 0
+        if self.bound:
+            bound, self.bound = self.bound, {}
+            for name, node in bound.items():
+                if self.is_value(node) or not keep:
+                    self.materialize(node, name)
+                else:
+                    self.bound[name] = node
+                    left += 1
+        self._pending = left
+
+    def _pending_products(self, todo: list[Node]) -> list[Node]:
+        """The pending products (contractions with a vector or matrix result) the element-
+        wise trees of ``todo`` read: every one is computed as a kernel of its own before what
+        reads it, and computing it in creation order, as if a handle held it (``q`` in CG
+        written inside a function, where nothing holds ``q`` when the loop flushes), lets
+        what reads it form one fused set with the arrays beside it."""
+        seen = {id(n) for n in todo}
+        found: list[Node] = []
+        stack = [x for n in todo if type(n) is Map for x in n.operands]
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or type(n) is Const or type(n) is Value or n.as_value is not None:
+                continue
+            seen.add(id(n))
+            if type(n) is Map:
+                stack.extend(n.operands)
+            elif type(n) is Contract and n.shape:
+                found.append(n)
+        return found
 
     # -- fused sets ----------------------------------------------------------------------------
 
@@ -468,7 +544,7 @@ class Program:
         if not candidates:
             return []
         seen: set[int] = set()
-        stack = [a.node for a in self.handles()]
+        stack = [a.node for a in self.handles()] + list(self.bound.values())
         while stack and candidates:
             n = stack.pop()
             if id(n) in seen or id(n) in ids:
@@ -593,10 +669,34 @@ class Program:
             isinstance(root, Contract)
             and (any(self._has_sum(x) for x in root.operands) or not self._cover(key))
         ):
-            # cut here: the root's own operands become values first
-            out.extend(x for x in root.args() if not isinstance(x, Const) and id(x) not in stop)
+            # cut here: the operands that add become values first (only they would be
+            # expanded into several sums), or all of them where that is not enough; a
+            # transposed one as the array it transposes, which the kernel reads in another
+            # index order (``lr * X.T @ (p - y)`` reads X where it lies: made a value,
+            # ``lr * X.T`` would be X moved)
+            summing = [x for x in root.operands if self._has_sum(x)]
+            cut = summing if isinstance(root, Contract) and summing else list(root.args())
+            if cut is summing and term_count(key) <= MAX_TERMS:
+                extra = self._cut(cut, stop)
+                stop2 = stop | {id(x) for x in extra}
+                sig = signature(root, lambda n: self.is_value(n) or id(n) in stop2, self.nprocs)
+                if term_count(sig[0]) <= MAX_TERMS and self._cover(sig[0]):
+                    out.extend(extra)
+                    return "kernel", sorted(dict.fromkeys(out), key=_seq), sig
+            out.extend(self._cut(list(root.args()), stop))
             sig = None
         return "kernel", sorted(dict.fromkeys(out), key=_seq), sig
+
+    def _cut(self, xs: list[Node], stop: set[int]) -> list[Node]:
+        """The nodes to make values first for operands ``xs`` of a cut group: each as it
+        is, a transpose as the array it transposes (read in another index order)."""
+        got = []
+        for x in xs:
+            while type(x) is Transpose and x.as_value is None:
+                x = x.operand
+            if not isinstance(x, Const) and id(x) not in stop and not self.is_value(x):
+                got.append(x)
+        return got
 
     def _cover(self, key: tuple) -> bool:
         """:func:`~distal.arrays.lower.sums_cover`, once per key."""

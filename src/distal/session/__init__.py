@@ -325,6 +325,8 @@ class Session:
         distribution of the first kernel that reads it (not counted as moved words)."""
         if not isinstance(name, str) or not name:
             raise InputError(f"a session value needs a tensor name, got {name!r}")
+        for p in self._programs.values():  # a pending binding of the name is replaced
+            p.bound.pop(name, None)
         if is_block_source(array):
             shape = tuple(int(n) for n in array.shape)
             dtype = np.dtype(getattr(array, "dtype", np.float64))
@@ -345,18 +347,21 @@ class Session:
         self.values[name] = Held(arr.shape, arr.dtype, None, arr)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.values
+        return name in self.values or (isinstance(name, str) and self._bound_anywhere(name))
 
     def names(self) -> list[str]:
         """The names of the values held (not the arrays program's own: ``_a``, ``_c`` or
         ``_v`` and a number, the values behind unnamed DArrays)."""
-        return sorted(n for n in self.values if not _INTERNAL.fullmatch(n))
+        bound = {n for p in self._programs.values() for n in p.bound}
+        return sorted(n for n in {*self.values, *bound} if not _INTERNAL.fullmatch(n))
 
     def layout(self, name: str) -> Layout | None:
         """Where value ``name`` lives now (``None``: not placed yet)."""
         return self._held(name).layout
 
     def _held(self, name: str) -> Held:
+        if self._programs and self._bound_anywhere(name):
+            self.flush()  # the name's DArray is computed first
         try:
             return self.values[name]
         except KeyError:
@@ -412,22 +417,33 @@ class Session:
     def array(self, name: str, *, machine: Any = None) -> Any:
         """``sess[name]`` on ``machine`` (a ``dl.Machine`` or a count; default the
         session's): a ``dl.DArray`` over value ``name`` whose operations are spread over
-        that machine's processors."""
-        self.flush()
+        that machine's processors. A name bound to a DArray not computed yet reads that
+        DArray's recorded value (nothing runs)."""
         program = self._program_for(self.machine if machine is None else machine)
+        node = program.bound.get(name)
+        if node is not None:
+            return DArray(self, node, program)
         return DArray(self, self._hidden_value(self._held(name), None, program.nprocs), program)
 
+    def _bound_anywhere(self, name: str) -> bool:
+        """Whether ``name`` is bound to a DArray not computed yet (``sess[name] = x``)."""
+        return any(name in p.bound for p in self._programs.values())
+
     def __setitem__(self, name: str, value: Any) -> None:
-        """Bind ``name`` to a value: a ``DArray`` (computed now, with whatever is pending),
-        a numpy array, or a scipy / pydata sparse array or ``dl.SparseArray``."""
+        """Bind ``name`` to a value: a ``DArray`` (recorded: computed at the next flush with
+        whatever else is pending, fused with it, as a local variable would be), a numpy
+        array, or a scipy / pydata sparse array or ``dl.SparseArray``."""
         if not isinstance(name, str) or not name:
             raise InputError(f"a session value needs a tensor name, got {name!r}")
-        self.flush()
         if isinstance(value, DArray):
             if value.session is not self:
                 raise InputError(f"value {name!r}: a DArray of another session")
-            value.program.materialize(value.node, name)
+            for p in self._programs.values():
+                if p is not value.program:
+                    p.bound.pop(name, None)
+            value.program.bind(name, value.node)
             return
+        self.flush()
         self.put(name, _as_held_sparse(value))
 
     def asarray(self, value: Any, dist: str | None = None, *, machine: Any = None) -> Any:
