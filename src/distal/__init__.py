@@ -18,6 +18,8 @@ from distal.data import from_box_function, from_function, from_npy_dir, from_zar
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import (
+    ConvergenceError,
+    ConvergenceWarning,
     DistalError,
     DistalUserError,
     DistalWarning,
@@ -25,12 +27,13 @@ from distal.errors import (
     InternalError,
     NotationError,
     NotSupportedYet,
+    ResourceError,
     RuntimeFailure,
     ScheduleError,
     ShapeError,
 )
 from distal.kernel import BoundKernel, Kernel, Result, compile
-from distal.lang.nodes import IndexVar, Tensor, index_vars
+from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule, schedule
@@ -41,6 +44,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundKernel",
+    "ConvergenceError",
+    "ConvergenceWarning",
     "DArray",
     "DistalError",
     "DistalUserError",
@@ -53,6 +58,7 @@ __all__ = [
     "Machine",
     "NotSupportedYet",
     "NotationError",
+    "ResourceError",
     "Result",
     "RuntimeFailure",
     "Schedule",
@@ -79,6 +85,7 @@ __all__ = [
     "maximum",
     "minimum",
     "numpy",
+    "restrict",
     "schedule",
     "sqrt",
     "where",

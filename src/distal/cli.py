@@ -347,6 +347,9 @@ def build_parser() -> argparse.ArgumentParser:
     from distal.cli_study import add_subcommands  # explain, plot, simulate
 
     add_subcommands(sub)
+    from distal.cli_pool import add_subcommands as add_pool  # pool serve/invite/revoke, volunteer
+
+    add_pool(sub)
     return parser
 
 

@@ -56,3 +56,46 @@ class InternalError(DistalError, RuntimeError):
 class DistalWarning(UserWarning):
     """Base class of every warning distal gives: something went on differently than asked
     (e.g. a damaged checkpoint was not used), and the result is still right."""
+
+
+class ConvergenceWarning(DistalWarning):
+    """An iterative solver (``dl.apps``) stopped without meeting its tolerance: it ran out
+    of iterations, or its recurrence broke down. The result carries ``info``,
+    ``converged`` and the residual it reached; ``strict=True`` raises
+    :class:`ConvergenceError` instead."""
+
+
+class ConvergenceError(DistalError, ArithmeticError):
+    """An iterative solver called with ``strict=True`` did not converge.
+
+    Attributes:
+        result: what the solver computed (the same object a call without ``strict``
+            returns, with its ``info``, ``converged`` and residual), so the work is kept.
+    """
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ResourceError(DistalError, MemoryError):
+    """A run would need more of a resource than a processor has (its predicted peak
+    memory against the memory available to it). Raised before anything is allocated.
+
+    Attributes:
+        needed: the bytes the run is predicted to hold at its peak, on its largest processor.
+        available: the bytes that processor has.
+        processor: that processor's number.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        needed: int | None = None,
+        available: int | None = None,
+        processor: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.needed = needed
+        self.available = available
+        self.processor = processor

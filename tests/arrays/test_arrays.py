@@ -150,8 +150,7 @@ def test_functions_division_and_comparisons_on_arrays(sess: dl.Session) -> None:
     np.testing.assert_array_equal((i % 4 + i // 4).get(), np.arange(6) % 4 + np.arange(6) // 4)
     with pytest.raises(dl.InputError, match="negative integer powers"):
         i**-1
-    with pytest.raises(dl.NotSupportedYet, match="indexing a DArray"):
-        p[0]
+    np.testing.assert_array_equal(p[0].get(), pos[0])  # slices: tests/slices
 
 
 def test_differences_are_not_expanded_where_they_would_cancel(sess: dl.Session) -> None:
@@ -350,8 +349,6 @@ def test_errors_are_raised_by_the_operation(sess: dl.Session) -> None:
         sess["nope"]
     with pytest.raises(dl.InputError, match="condition must be boolean"):
         dl.where(x, x, x)
-    with pytest.raises(dl.InputError, match="divides by zero"):
-        x / 0
     with pytest.raises(dl.InputError, match="axis 2"):
         x.sum(2)
     with pytest.raises(dl.InputError, match="another session"):
@@ -364,6 +361,8 @@ def test_errors_are_raised_by_the_operation(sess: dl.Session) -> None:
     with pytest.raises(dl.ShapeError, match="label 'j'"):
         dl.einsum("ij,j->i", x, y)
     assert sess.kernels_run == 0  # nothing ran for any of them
+    with np.errstate(divide="ignore"):  # numpy's inf, as for an array of zeros
+        assert np.all(np.isinf(np.asarray(x / 0)))
 
 
 # -- checkpointed loops -------------------------------------------------------------------------

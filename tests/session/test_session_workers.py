@@ -78,6 +78,7 @@ def test_sparse_loop_places_the_matrix_once(dask_client: Any) -> None:
         y = A @ x
         x = y / (y @ y) ** 0.5
         sess["x"] = x
+    sess.flush()  # (bindings are recorded, computed at the next flush)
     held = sess.values[A.node.name]
     assert len(held.placed) == 3  # one block of values per processor, placed once
     assert sess.driver_words == 0

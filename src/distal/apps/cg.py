@@ -7,8 +7,13 @@ and the vector updates, fused into distributed kernels over a line of ``P`` proc
 stored entries with the vectors in blocks), while ``alpha`` and ``beta`` are 0-d values
 computed on each process.
 
-It stops when ``||r|| <= tol * ||b||`` (``r = b - A x``, updated recursively) or after
-``maxiter`` iterations.
+It stops when ``||r|| <= tol * ||b||`` (``r = b - A x``, updated recursively) and the
+true residual ``b - A x`` (one more product) agrees, or after ``maxiter`` iterations. The
+recursive residual drifts from the true one by rounding, and leaves it altogether when
+``A`` is not symmetric (the recurrences assume it): the first time they disagree the true
+residual replaces the recursive one and the iteration goes on; the second time it stops
+and says so. A non-positive ``p . A p`` (``A`` not positive definite) stops it too. The
+result says whether it converged, as scipy's ``info`` (:mod:`distal.apps._result`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from distal.apps._common import (
     session_for,
     sparse_input,
 )
+from distal.apps._result import BREAKDOWN, CGResult, check_strict, report
 from distal.arrays import sqrt
 from distal.distribution.machine import Machine
 from distal.errors import InputError
@@ -36,6 +42,8 @@ from distal.session import Session
 SPLITS = {"rows": "xy -> x", "nonzeros": "xy -> (xy)"}
 #: the values a checkpointed run keeps per iteration (loop ``"cg"``)
 KEEP = ["cg_x", "cg_r", "cg_p", "cg_rr"]
+#: ``info`` of a run whose recursive residual met ``tol`` twice while the true one did not
+DRIFT = -2
 
 
 def cg(
@@ -48,7 +56,8 @@ def cg(
     maxiter: int | None = None,
     schedule: str = "auto",
     callback: Callable[[Any], None] | None = None,
-) -> tuple[np.ndarray, int]:
+    strict: bool = False,
+) -> CGResult:
     """Solve ``A x = b`` (``A`` SPD) by conjugate gradients from ``x0 = 0``.
 
     Args:
@@ -69,9 +78,17 @@ def cg(
         callback: called after each iteration with the iterate ``x`` (a ``dl.DArray``,
             as scipy's ``cg`` calls its callback with ``xk``; reading it gathers it). On MPI
             every rank calls it.
+        strict: raise :class:`~distal.errors.ConvergenceError` (carrying the result) when
+            it does not converge, instead of warning.
 
     Returns:
-        ``(x, iterations)``: the solution and the number of iterations run in total.
+        ``(x, iterations)``: the solution and the number of iterations run in total, as a
+        :class:`~distal.apps._result.CGResult` that also says whether it converged:
+        ``.info`` (0 converged; ``> 0`` not within ``maxiter``: the iterations run; ``-1``
+        a breakdown, ``p.Ap`` not positive or a residual not finite; ``-2`` the recursive
+        residual met ``tol`` twice while ``b - A x`` did not), ``.converged``,
+        ``.residual`` (``||b - A x|| / ||b||`` of the returned ``x``) and ``.reason``.
+        Not converged, it warns (:class:`~distal.errors.ConvergenceWarning`).
     """
     split = check_schedule(schedule, "cg", is_sparse(A))
     a = dense_input(A, "A", 2) if split == "owner" else sparse_input(A, "A", "csr", 2)
@@ -85,12 +102,14 @@ def cg(
         raise InputError(f"cg: tol must be a non-negative number, got {tol!r}")
     if callback is not None and not callable(callback):
         raise InputError(f"cg: callback must be callable, got {type(callback).__name__}")
+    strict = check_strict(strict, "cg")
     maxiter = 10 * n if maxiter is None else int(maxiter)
     sess = session_for(session)
     M = machine_for(sess, machine)
     A_ = sess.asarray(a, None if schedule == "auto" else SPLITS.get(split), machine=M)
     b_ = sess.asarray(bv, machine=M)
     bnorm = float(sqrt(b_ @ b_))
+    goal = tol * bnorm
     # the loop's values are named (and so kept, for the checkpoint) only where they are
     # saved: unnamed, a vector the loop rebinds is read by nothing after its update, and
     # the update is written over it in place (``Session._fused_blocks``'s donations)
@@ -103,16 +122,22 @@ def cg(
         x, r, p, rs = (sess.array(name, machine=M) for name in KEEP)
     done = 0 if sess.resumed_from is None else sess.resumed_from + 1
     bar = progress(sess, maxiter, "cg iterations")
+    info, reason, true_norm = None, "", None
+    replaced = False  # the recursive residual was replaced by the true one once
     try:
-        if float(sqrt(rs)) <= tol * bnorm:
+        if float(sqrt(rs)) <= goal:
             loop.close()
         for it in loop:
             q = A_ @ p
             pq = p @ q
-            if float(pq) <= 0:
-                raise InputError(
-                    f"cg: p.Ap = {float(pq):.3g} <= 0 at iteration {it}: A is not positive definite"
+            pqv = float(pq)
+            if not pqv > 0 or not np.isfinite(pqv):
+                info = BREAKDOWN
+                reason = (
+                    f"p.Ap = {pqv:.3g} in iteration {it + 1}: A is not symmetric positive "
+                    "definite (or holds values that overflow)"
                 )
+                break
             alpha = rs / pq
             x = x + alpha * p
             r = r - alpha * q
@@ -122,13 +147,60 @@ def cg(
             bar.update(done, note=f"residual {residual / max(bnorm, 1e-300):.2e}")
             if callback is not None:
                 callback(x)
-            if residual <= tol * bnorm:
+            if not np.isfinite(residual):
+                info, reason = BREAKDOWN, f"the residual is {residual} in iteration {it + 1}"
                 break
-            p = r + (rs_new / rs) * p
-            rs = rs_new
+            if residual <= goal:
+                # the recurrence says done: the true residual decides (the recurrence
+                # drifts from it by rounding, and leaves it for good when A is not
+                # symmetric); once, the true residual replaces it and the iteration goes on
+                true_norm = _true_norm(A_, x, b_)
+                if true_norm <= goal:
+                    info = 0
+                    break
+                if replaced:
+                    info = DRIFT
+                    reason = (
+                        f"the recursive residual reached tol * ||b|| twice (the second time "
+                        f"in iteration {it + 1}, after it was replaced by b - A x) while "
+                        f"||b - A x|| / ||b|| stays {true_norm / bnorm:.3g}: A is not "
+                        "symmetric, or tol is below what rounding allows for this A"
+                    )
+                    break
+                replaced = True
+                r = b_ - A_ @ x
+                rs_new = r @ r
+                p = r
+                rs = rs_new
+                true_norm = None
+            else:
+                p = r + (rs_new / rs) * p
+                rs = rs_new
             if named:
                 sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = x, r, p, rs
     finally:
         loop.close()  # the last finished iteration is saved
         bar.close()
-    return np.asarray(x.get()), done
+    if true_norm is None:
+        true_norm = _true_norm(A_, x, b_)
+    if info is None:  # the loop ran out (or had nothing to do)
+        info = 0 if true_norm <= goal else max(done, 1)
+        if info:
+            reason = (
+                f"||b - A x|| / ||b|| = {true_norm / bnorm:.3g} > tol = {tol:g} after "
+                f"{done} iterations (maxiter={maxiter})"
+            )
+    result = CGResult(
+        np.asarray(x.get()),
+        done,
+        info=info,
+        residual=true_norm / bnorm if bnorm > 0 else true_norm,
+        reason=reason or "||b - A x|| <= tol * ||b||",
+    )
+    return report(result, "cg", strict=strict, rank=sess.rank)
+
+
+def _true_norm(A: Any, x: Any, b: Any) -> float:
+    """``||b - A x||``, computed from ``x`` (one more matrix-vector product)."""
+    t = b - A @ x
+    return float(sqrt(t @ t))

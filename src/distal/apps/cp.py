@@ -50,6 +50,7 @@ from distal.apps._common import (
     session_for,
     sparse_input,
 )
+from distal.apps._result import BREAKDOWN, CPResult, check_strict, report
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import InputError
@@ -133,7 +134,8 @@ def cp_als(
     session: Session | None = None,
     *,
     schedule: str = "auto",
-) -> tuple[np.ndarray, list[np.ndarray], float]:
+    strict: bool = False,
+) -> CPResult:
     """A rank-``rank`` CP decomposition of ``X`` by alternating least squares.
 
     Args:
@@ -151,10 +153,17 @@ def cp_als(
             restarted call resumes.
         schedule: ``"auto"``; ``"owner"`` (dense X: the schedules above); ``"rows"`` or
             ``"nonzeros"`` (sparse X; auto picks ``"nonzeros"``).
+        strict: raise :class:`~distal.errors.ConvergenceError` (carrying the result) when
+            the fit still changes by ``tol`` or more after ``iters`` iterations, instead of
+            warning.
 
     Returns:
         ``(weights, factors, fit)``: ``weights`` of shape ``(R,)``, ``factors[n]`` of shape
-        ``(I_n, R)`` with unit columns, and the fit of the last iteration.
+        ``(I_n, R)`` with unit columns, and the fit of the last iteration, as a
+        :class:`~distal.apps._result.CPResult` that also says whether it converged
+        (``.info``: 0, or ``iters`` when the fit still moved by ``tol`` or more, or ``-1``
+        when the fit is not finite; ``.converged``, ``.iterations``, ``.change``,
+        ``.reason``). Not converged, it warns (:class:`~distal.errors.ConvergenceWarning`).
     """
     split = check_schedule(schedule, "cp_als", is_sparse(X))
     x = dense_input(X, "X") if split == "owner" else sparse_input(X, "X", "csf", X.ndim)
@@ -165,6 +174,7 @@ def cp_als(
     if isinstance(iters, bool) or not isinstance(iters, int | np.integer) or iters < 0:
         raise InputError(f"cp_als: iters must be a non-negative integer, got {iters!r}")
     rank = int(rank)
+    strict = check_strict(strict, "cp_als")
     shape = tuple(int(s) for s in x.shape)
     order = len(shape)
     sess = session_for(session)
@@ -207,6 +217,8 @@ def cp_als(
     fit = float(sess.get("cp_fit"))
     grams = [np.asarray(sess.get(_gram(n))) for n in range(order)]
     bar = progress(sess, iters, "cp_als iterations")
+    done = 0 if sess.resumed_from is None else sess.resumed_from + 1
+    change, info = float("nan"), None
     try:
         for it in loop:
             for n in range(order):
@@ -232,10 +244,35 @@ def cp_als(
             change = abs(new_fit - fit)
             fit = new_fit
             sess["cp_fit"] = np.array(fit)
-            bar.update(it + 1, note=f"fit {fit:.6f}")
+            done = it + 1
+            bar.update(done, note=f"fit {fit:.6f}")
+            if not np.isfinite(fit) or not np.all(np.isfinite(weights)):
+                info = BREAKDOWN
+                break
             if change < tol:
+                info = 0
                 break
     finally:
         loop.close()  # the last finished iteration is saved
         bar.close()
-    return weights, [np.asarray(f.get()) for f in F], fit
+    if info is None:
+        info = max(done, 1)
+    if info == 0:
+        reason = f"the fit changed by {change:.3g} < tol in iteration {done}"
+    elif info == BREAKDOWN:
+        reason = f"the fit or the weights are not finite in iteration {done}"
+    else:
+        reason = (
+            f"the fit still changed by {change:.3g} >= tol = {tol:g} in iteration {done} "
+            f"(iters={iters})"
+        )
+    result = CPResult(
+        weights,
+        [np.asarray(f.get()) for f in F],
+        fit,
+        info=info,
+        iterations=done,
+        change=change,
+        reason=reason,
+    )
+    return report(result, "cp_als", strict=strict, rank=sess.rank)

@@ -37,6 +37,13 @@ from distal.apps._common import (
     session_for,
     sparse_input,
 )
+from distal.apps._result import (
+    BREAKDOWN,
+    PageRankVector,
+    check_strict,
+    pagerank_vector,
+    report,
+)
 from distal.apps.cg import SPLITS
 from distal.arrays import sqrt
 from distal.distribution.machine import Machine
@@ -53,7 +60,8 @@ def pagerank(
     *,
     maxiter: int = 1000,
     schedule: str = "auto",
-) -> np.ndarray:
+    strict: bool = False,
+) -> PageRankVector:
     """The PageRank vector of the graph ``A`` (``A[i, j] != 0``: a link ``i -> j``).
 
     Args:
@@ -70,9 +78,15 @@ def pagerank(
         schedule: ``"auto"``; ``"owner"`` (dense ``A``: the schedules above); ``"rows"`` or
             ``"nonzeros"`` (sparse ``A``; auto lets the session's cost model cut it:
             :func:`distal.arrays.lower.choose_split`).
+        strict: raise :class:`~distal.errors.ConvergenceError` (carrying the result) when
+            the bound does not reach ``tol`` within ``maxiter``, instead of warning.
 
     Returns:
-        The PageRank vector (sums to 1).
+        The PageRank vector (sums to 1), a numpy array that also says whether it
+        converged (:class:`~distal.apps._result.PageRankVector`: ``.info`` 0, or
+        ``maxiter`` when the bound did not reach ``tol``, or ``-1`` when it is not finite;
+        ``.converged``, ``.iterations``, ``.error_bound``, ``.reason``). Not converged,
+        it warns (:class:`~distal.errors.ConvergenceWarning`).
     """
     split = check_schedule(schedule, "pagerank", is_sparse(A))
     a = dense_input(A, "A", 2) if split == "owner" else sparse_input(A, "A", "csr", 2)
@@ -84,6 +98,7 @@ def pagerank(
     if not (isinstance(damping, int | float) and 0 <= damping < 1):
         raise InputError(f"pagerank: damping must be in [0, 1), got {damping!r}")
     d = float(damping)
+    strict = check_strict(strict, "pagerank")
     sess = session_for(session)
     M = machine_for(sess, machine)
     if split == "owner":
@@ -109,6 +124,8 @@ def pagerank(
     loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="latest")
     x = sess.array("pr_x", machine=M)  # restored by the loop when it resumes
     bar = progress(sess, maxiter, "pagerank iterations")
+    done = 0 if sess.resumed_from is None else sess.resumed_from + 1
+    err, info = float("inf"), None
     try:
         for it in loop:
             spread = (1 - d) / n if mask is None else (d * (mask @ x) + (1 - d)) / n
@@ -117,11 +134,27 @@ def pagerank(
             err = bound * float(sqrt(change @ change))
             x = xn
             sess["pr_x"] = x
-            bar.update(it + 1, note=f"error bound {err:.2e}")
+            done = it + 1
+            bar.update(done, note=f"error bound {err:.2e}")
+            if not np.isfinite(err):
+                info = BREAKDOWN
+                break
             if err <= tol:
+                info = 0
                 break
     finally:
         loop.close()  # the last finished iteration is saved
         bar.close()
     v = np.asarray(x.get())
-    return v / v.sum()
+    if info is None:
+        info = max(done, 1)
+    if info == 0:
+        reason = f"the error bound {err:.3g} <= tol"
+    elif info == BREAKDOWN:
+        reason = f"the error bound is {err} in iteration {done}: the values are not finite"
+    else:
+        reason = (
+            f"the error bound {err:.3g} > tol = {tol:g} after {done} iterations (maxiter={maxiter})"
+        )
+    out = pagerank_vector(v / v.sum(), info=info, iterations=done, error_bound=err, reason=reason)
+    return report(out, "pagerank", strict=strict, rank=sess.rank)

@@ -123,12 +123,13 @@ def arange(start: Any, stop: Any, step: Any, dtype: Any) -> Block:
     for v in (start, stop, step):
         if not isinstance(v, int | float | np.integer | np.floating | bool):
             raise InputError(f"arange: {v!r} is not a real number")
-    try:
-        probe = np.arange(start, start + step, step, dtype=dtype)  # numpy's dtype
+    try:  # numpy's dtype: of start, stop and step together, unless one is given
+        dt = np.dtype(dtype) if dtype is not None else np.array([start, stop, step]).dtype
+        if np.array([start, stop, step]).dtype == bool:
+            dt = np.dtype(np.int64) if dtype is None else dt
     except (TypeError, ValueError) as e:
         raise InputError(f"arange: {e}") from None
     n = max(0, int(np.ceil((stop - start) / step)))
-    dt = probe.dtype
     if dt.kind not in "biufc":
         raise InputError(f"arange: dtype {dt} is not numeric")
     start_v = int(start) if dt.kind in "iub" else float(start)

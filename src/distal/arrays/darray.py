@@ -11,9 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
 from distal.arrays import graph as g
-from distal.errors import InputError, NotSupportedYet
+from distal.errors import InputError
 
 
 class DArray:
@@ -89,6 +88,12 @@ class DArray:
     def _scalar(self, kind: Any) -> Any:
         if self.ndim != 0 and self.size != 1:
             raise TypeError(f"only a 0-d or 1-element DArray converts to {kind.__name__}")
+        if kind in (float, int) and self.dtype.kind == "c":
+            # (numpy's own refusal is a bare TypeError from inside its conversion)
+            raise InputError(
+                f"{kind.__name__}() of a complex value ({self!r}) would drop its imaginary "
+                "part: use complex(d), or take abs(d) first"
+            )
         return kind(np.asarray(self.get()).reshape(()))
 
     def __float__(self) -> float:
@@ -144,8 +149,8 @@ class DArray:
         d = self._node(o)
         if self.ndim and d.ndim == 0:
             if isinstance(d, g.Const):
-                if d.value == 0:
-                    raise InputError(f"{self!r} / 0 divides by zero")
+                if d.value == 0:  # numpy's inf and nan (and its warning), as for an array of zeros
+                    return self._map("div", o)
                 # numpy's true division: the result dtype of a / b, even for integers
                 dt = g.map_node("div", self.node, d).dtype
                 return self._wrap(g.map_node("mul", self.node, g.const(dt.type(1) / d.value)))
@@ -174,11 +179,36 @@ class DArray:
     def __rmod__(self, o: Any) -> DArray:
         return self._map("mod", o, right=True)
 
-    def __getitem__(self, key: Any) -> Any:
-        raise NotSupportedYet(
-            f"indexing a DArray ([{key!r}]): read the value with .get() and index that, or "
-            "write the computation with whole-array operations"
-        )
+    # -- slices and in-place updates (distal.arrays.views) ---------------------------------
+
+    def __getitem__(self, key: Any) -> DArray:
+        """``x[key]`` as numpy's: a basic index (integers, slices of any step, ``None``,
+        ``...``) gives a view (a write through either is seen by the other), an integer
+        for every axis a 0-d value."""
+        from distal.arrays import views  # (views builds on this module)
+
+        return views.getitem(self, key)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``x[key] = value``: the region replaced, in place (every holder of ``x`` and of
+        its views sees it; what was recorded before keeps the old values)."""
+        from distal.arrays import views
+
+        views.setitem(self, key, value)
+
+    def __iter__(self) -> Any:
+        if not self.shape:
+            raise TypeError("iteration over a 0-d DArray")
+        return (self[k] for k in range(self.shape[0]))
+
+    # ``a += b`` and the other in-place operators: set after the class (see :func:`_inplace`)
+    __iadd__: Callable[[DArray, Any], DArray]
+    __isub__: Callable[[DArray, Any], DArray]
+    __imul__: Callable[[DArray, Any], DArray]
+    __itruediv__: Callable[[DArray, Any], DArray]
+    __ipow__: Callable[[DArray, Any], DArray]
+    __ifloordiv__: Callable[[DArray, Any], DArray]
+    __imod__: Callable[[DArray, Any], DArray]
 
     def __neg__(self) -> DArray:
         return self._map("neg")
@@ -225,17 +255,6 @@ class DArray:
         if isinstance(node, g.Value) and node.sparse is not None:
             return DArray(self.session, self.session._sparse_transpose(node), self.program)
         return self._wrap(g.transpose(node))
-
-    def rebind(self, node: g.Node) -> None:
-        """Make this handle read ``node`` (a node of its program, of its shape): what an
-        in-place update (``out=``, ``x.sort()``, ``x.fill(v)``) does, so every holder of
-        this handle reads the new value and other handles on the old value keep it."""
-        if node is self.node:
-            return
-        if node.shape != self.shape:
-            raise InputError(f"a value of shape {node.shape} written into one of {self.shape}")
-        self.node = node
-        self.program.track_rebound()
 
     def dot(self, o: Any) -> DArray:
         return self @ o
@@ -359,3 +378,21 @@ def einsum_arrays(subscripts: str, operands: tuple[Any, ...]) -> DArray:
 DArray.__add__ = _operator("add")
 DArray.__sub__ = _operator("sub")
 DArray.__mul__ = _operator("mul")
+
+
+def _inplace(op: str) -> Any:
+    """``DArray.__iadd__`` and its kind: :func:`distal.arrays.views.inplace`."""
+
+    def method(self: DArray, o: Any) -> DArray:
+        from distal.arrays import views
+
+        return views.inplace(self, op, o)
+
+    name = "truediv" if op == "div" else op
+    method.__name__ = method.__qualname__ = f"__i{name}__"
+    method.__doc__ = f"``self {g._SYMBOL[op]}= o``: in place, as numpy's (every holder sees it)."
+    return method
+
+
+for _op in ("add", "sub", "mul", "div", "pow", "floordiv", "mod"):
+    setattr(DArray, f"__i{'truediv' if _op == 'div' else _op}__", _inplace(_op))

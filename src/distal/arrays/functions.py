@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from distal.arrays import creation, reductions, shapes, ufuncs
 from distal.arrays import graph as g
 from distal.arrays.blocks import Block, Kind, register
@@ -59,6 +58,10 @@ def asdarray(x: Any, like: DArray | None = None, dtype: Any = None) -> DArray:
             operand(like, x)  # one session, one machine
         return x if dtype is None else astype(x, dtype)
     sess, program = _session_program(like)
+    if _is_sparse(x):  # a scipy / pydata sparse array or dl.SparseArray: a sparse DArray
+        if dtype is not None:
+            raise NotSupportedYet("asarray of a sparse matrix with dtype=")
+        return sess.asarray(x, machine=program.nprocs)
     if isinstance(x, list | tuple) and first_darray(x) is not None:
         inner = like if like is not None else first_darray(x)
         got = stack([asdarray(e, inner) for e in x], 0)
@@ -81,6 +84,11 @@ def nodes(xs: Sequence[Any]) -> tuple[DArray, list[g.Node]]:
         first = asdarray(arrays[0] if arrays else xs[0])
         xs = [first if x is (arrays[0] if arrays else xs[0]) else x for x in xs]
     return first, [operand(first, x) for x in xs]
+
+
+def _is_sparse(x: Any) -> bool:
+    mod = type(x).__module__
+    return mod.startswith(("scipy.sparse", "sparse", "distal.sparse")) and hasattr(x, "shape")
 
 
 def _is_number(x: Any) -> bool:
@@ -616,9 +624,12 @@ def trace(x: Any, offset: int = 0) -> DArray:
 # -- out= ------------------------------------------------------------------------------------------
 
 
-def assign_out(value: DArray, out: Any) -> DArray:
-    """numpy's ``out=``: the value written into the DArray ``out`` (cast to its dtype, as
-    numpy's ``same_kind`` casting allows), which every holder of that handle then reads."""
+def assign_out(value: DArray, out: Any, what: str = "out=") -> DArray:
+    """numpy's ``out=``: the value written into the DArray ``out`` (broadcast to it, cast
+    by numpy's ``same_kind`` rule, through a view into its base), which every holder of
+    that handle then reads (:func:`distal.arrays.views.update`)."""
+    from distal.arrays import views
+
     if out is None:
         return value
     if isinstance(out, tuple):
@@ -630,14 +641,8 @@ def assign_out(value: DArray, out: Any) -> DArray:
             f"out= must be a DArray (got {type(out).__name__}): a numpy array would need the "
             "value gathered; assign np.asarray(result) yourself"
         )
-    if out.shape != value.shape:
-        raise ShapeError(f"out= has shape {out.shape}, the result {value.shape}")
-    if not np.can_cast(value.dtype, out.dtype, casting="same_kind"):
-        raise InputError(f"out=: cannot cast {value.dtype} to {out.dtype} (same_kind)")
     operand(out, value)
-    if value.dtype != out.dtype:
-        value = astype(value, out.dtype, copy=False)
-    out.rebind(value.node)
+    views.update(out, value.node, what)
     return out
 
 

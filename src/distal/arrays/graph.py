@@ -17,7 +17,6 @@ import itertools
 from typing import Any
 
 import numpy as np
-
 from distal.arrays import ufuncs
 from distal.errors import InputError, NotSupportedYet, ShapeError
 
@@ -438,7 +437,7 @@ def _probe(op: str, xs: tuple[Node, ...]) -> Any:
 
 
 #: operations whose result dtype is the operands' promoted dtype (numpy's promotion alone)
-_PROMOTING = frozenset(("add", "sub", "mul", "neg", "pos", "abs", "maximum", "minimum"))
+_PROMOTING = frozenset(("add", "sub", "mul", "neg", "pos", "maximum", "minimum"))
 
 
 def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
@@ -469,7 +468,8 @@ def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
             raise InputError(f"{name}: numpy does not negate or subtract booleans")
     else:
         # numpy's own rule for the function (true division and float functions make
-        # integers float64; predicates are boolean; integer-only functions refuse floats)
+        # integers float64; the absolute value of a complex number is real; predicates
+        # are boolean; integer-only functions refuse floats)
         try:
             dtype = np.asarray(_probe(op, xs)).dtype
         except (TypeError, ValueError) as e:  # e.g. integers to a negative integer power

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from distal.arrays import dispatch
 from distal.arrays import functions as F
 from distal.arrays.darray import DArray
@@ -162,8 +161,10 @@ def conj(self: DArray) -> DArray:
 
 
 def sort(self: DArray, axis: int = -1, kind: Any = None, order: Any = None) -> None:
-    """numpy's in-place ``sort``: the handle is rebound to the sorted value."""
-    self.rebind(F.sort(self, axis).node)
+    """numpy's in-place ``sort``: the array (every holder of it) now holds its values sorted."""
+    from distal.arrays import views
+
+    views.update(self, F.sort(self, axis).node, "sort()")
 
 
 def argsort(self: DArray, axis: int = -1, kind: Any = None, order: Any = None) -> DArray:
@@ -171,8 +172,10 @@ def argsort(self: DArray, axis: int = -1, kind: Any = None, order: Any = None) -
 
 
 def fill(self: DArray, value: Any) -> None:
-    """numpy's in-place ``fill``: the handle is rebound to a full array."""
-    self.rebind(F.full(self.shape, value, self.dtype).node)
+    """numpy's in-place ``fill``: the array (every holder of it) now holds ``value``."""
+    from distal.arrays import views
+
+    views.update(self, F.full(self.shape, value, self.dtype).node, "fill()")
 
 
 def item(self: DArray, *args: Any) -> Any:
@@ -228,6 +231,29 @@ def to_device(self: DArray, device: Any, stream: Any = None) -> DArray:
     return self
 
 
+def __dlpack__(  # noqa: N807
+    self: DArray,
+    /,
+    *,
+    stream: Any = None,
+    max_version: Any = None,
+    dl_device: Any = None,
+    copy: Any = None,
+) -> Any:
+    """DLPack export: a read, as ``np.asarray`` is (the value gathered to this process,
+    then handed over as numpy's array would be)."""
+    arr = np.ascontiguousarray(self.get())
+    kw: dict[str, Any] = {}
+    if max_version is not None:
+        kw["max_version"] = max_version
+    return arr.__dlpack__(stream=stream, **kw)
+
+
+def __dlpack_device__(self: DArray) -> tuple[int, int]:  # noqa: N807
+    """Where an export lands: this process's memory (DLPack's CPU device)."""
+    return (1, 0)
+
+
 def _mT(self: DArray) -> DArray:
     if self.ndim < 2:
         raise InputError("mT: the array needs two or more axes")
@@ -276,6 +302,8 @@ def attach() -> None:
         ("to_device", to_device),
         ("__index__", __index__),
         ("__array_namespace__", __array_namespace__),
+        ("__dlpack__", __dlpack__),
+        ("__dlpack_device__", __dlpack_device__),
         ("__array_ufunc__", __array_ufunc__),
         ("__array_function__", __array_function__),
     ]:

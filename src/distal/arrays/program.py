@@ -9,7 +9,7 @@ never a value of its own: it is fused into the kernels that read it.
 
 How the pending nodes become kernels:
 
-* a node the user holds, a contraction (``@``, ``.sum``, ``einsum``), and a node bound to a
+* a node the user holds (a session name's handle too), a contraction (``@``, ``.sum``, ``einsum``), and a node bound to a
   session name are *materialized*: each is the root of one group, computed by one kernel
   (:mod:`distal.arrays.lower`) into a session value;
 * every other element-wise node is fused into the group that reads it (recomputed where
@@ -39,7 +39,7 @@ import weakref
 from typing import Any
 
 import numpy as np
-
+from distal.arrays import slicing
 from distal.arrays.blocks import Block, block_function, combine_function, units
 from distal.arrays.graph import (
     KERNEL_OPS,
@@ -122,9 +122,15 @@ class Program:
         self.kernels_run = 0
         self._counter = itertools.count()
         self._pending = 0
-        #: session names bound to nodes not computed yet (``sess[name] = x``): computed at
-        #: the next flush with everything else pending, then held under the name
-        self.bound: dict[str, Node] = {}
+        #: the handle of each session name read or bound through this program (``sess[name]``
+        #: returns it while the binding holds, so an in-place update through it updates the
+        #: name): at every flush a name whose handle's node is not its value yet is bound to
+        #: the value computed (``sess[name] = x`` is recorded, fused with the rest)
+        self.named: dict[str, Any] = {}
+        #: names whose handle was bound or updated in place since the last flush (the flush
+        #: binds each to its handle's value), and each named handle's name (by identity)
+        self.dirty: set[str] = set()
+        self._handle_names: dict[int, str] = {}
 
     # -- recording ---------------------------------------------------------------------------
 
@@ -163,19 +169,55 @@ class Program:
         self.live[weakref.ref(array, self._untrack)] = None
         self._pending += 1
 
-    def bind(self, name: str, node: Node) -> None:
-        """``sess[name] = x``: ``name`` will hold ``x``'s value, computed at the next flush
-        (fused with what else is pending, as a local variable's would be)."""
-        self.bound[name] = node
+    def bind(self, name: str, handle: Any) -> None:
+        """``sess[name] = x``: ``name`` will hold what ``handle`` (a new handle on ``x``'s
+        node) holds, computed at the next flush (fused with what else is pending, as a
+        local variable's would be)."""
+        self.remember(name, handle)
+        self.dirty.add(name)
         self._pending += 1
         if self._pending >= MAX_PENDING:
             self.flush()
 
-    def track_rebound(self) -> None:
-        """A live handle was rebound to another node (an in-place update): the next flush
-        evaluates it."""
+    def remember(self, name: str, handle: Any) -> None:
+        """``handle`` is the one ``sess[name]`` returns while the name holds its value."""
+        old = self.named.get(name)
+        if old is not None:
+            self._handle_names.pop(id(old), None)
+        self.named[name] = handle
+        self._handle_names[id(handle)] = name
+
+    def forget(self, name: str) -> None:
+        """``name`` holds another value now (given, or a kernel's result): its handle no
+        longer stands for it."""
+        old = self.named.pop(name, None)
+        if old is not None:
+            self._handle_names.pop(id(old), None)
+        self.dirty.discard(name)
+
+    def handle_of(self, name: str) -> Any:
+        """The handle of ``name`` when it still stands for the name's value (bound, or on
+        the very value the session holds under the name), else None."""
+        h = self.named.get(name)
+        if h is None or name in self.dirty:
+            return h
+        node = h.node
+        v = node if type(node) is Value else node.as_value
+        values = self.sess.values
+        if v is not None and values.get(name) is values.get(v.name):
+            return h
+        self.forget(name)
+        return None
+
+    def touched(self, array: Any) -> None:
+        """Live handle ``array`` was given a new node in place (``x += y``, ``x[k] = v``):
+        the next flush evaluates it (and binds it to its session name, if it is a name's
+        handle)."""
+        name = self._handle_names.get(id(array))
+        if name is not None:
+            self.dirty.add(name)
         self._pending += 1
-        if self._pending >= MAX_PENDING:
+        if self._pending > MAX_PENDING:
             self.flush()
 
     def is_value(self, node: Node) -> bool:
@@ -202,15 +244,11 @@ class Program:
             return  # every handle made since the last flush is on a value already
         handles = self.handles()
         todo = [a.node for a in handles if not self.is_value(a.node)]
+        if len(todo) > 1:  # (two handles on one node: a name's and a variable's)
+            todo = list({id(n): n for n in todo}.values())
         if keep:
             kept = {id(n) for n in keep}
             todo = [n for n in todo if id(n) not in kept]
-        if self.bound:
-            seen = {id(n) for n in todo}
-            for n in self.bound.values():
-                if not self.is_value(n) and id(n) not in seen:
-                    seen.add(id(n))
-                    todo.append(n)
         if len(todo) > 1:
             todo.extend(self._pending_products(todo))
             todo.sort(key=_seq)
@@ -243,14 +281,12 @@ class Program:
                     left += 1
                     continue
                 a.node = node.as_value  # the handle now reads the value, not the recipe
-        if self.bound:
-            bound, self.bound = self.bound, {}
-            for name, node in bound.items():
-                if self.is_value(node) or not keep:
+        if self.dirty:  # each name bound or updated holds what its handle holds now
+            for name in sorted(self.dirty):
+                node = self.named[name].node
+                if self.is_value(node):
                     self.materialize(node, name)
-                else:
-                    self.bound[name] = node
-                    left += 1
+            self.dirty = {n for n in self.dirty if not self.is_value(self.named[n].node)}
         self._pending = left
 
     def _pending_products(self, todo: list[Node]) -> list[Node]:
@@ -544,7 +580,7 @@ class Program:
         if not candidates:
             return []
         seen: set[int] = set()
-        stack = [a.node for a in self.handles()] + list(self.bound.values())
+        stack = [a.node for a in self.handles()]
         while stack and candidates:
             n = stack.pop()
             if id(n) in seen or id(n) in ids:
@@ -599,7 +635,9 @@ class Program:
         for dep in deps:
             self.materialize(dep)
         out = name or f"_a{next(self._counter)}"
-        if kind == "host":
+        if kind == "region":
+            slicing.run(self, node, out, sig)
+        elif kind == "host":
             self._host(node, out)
         elif kind == "block":
             self._block(node, out, sig)
@@ -623,6 +661,8 @@ class Program:
         final (``None``: worked out when it runs)."""
         if type(root) is Block:
             return self._block_group(root)
+        if slicing.reads_region(root, self.is_value):  # a slice's group (arrays/slicing.py)
+            return slicing.group(self, root)
         contract = isinstance(root, Contract)
         if contract and is_spmv(root.ins, root.out, root.operands):
             # the sparse lowering fuses nothing: its vector is a value first
@@ -656,7 +696,7 @@ class Program:
             if id(n) in seen or isinstance(n, Const) or self.is_value(n):
                 continue
             seen.add(id(n))
-            if isinstance(n, Contract | Block) or n.ndim == 0:
+            if isinstance(n, Contract | Block | slicing.Slice | slicing.SetSlice) or n.ndim == 0:
                 out.append(n)
             elif isinstance(n, Map) and n.op not in KERNEL_OPS:
                 out.append(n)  # outside index notation: a map of its own, made first
@@ -771,7 +811,13 @@ class Program:
         for k, x in enumerate(root.operands):
             fuse = k == 0 and root.mode != "boxes" and type(x) is Map and x.ndim > 0
             fuse = fuse and not self.is_value(x)
-            exprs.append(w.map_expr(x, top=True) if fuse else ("slot", w.slot(x)))
+            if fuse:
+                exprs.append(w.map_expr(x, top=True))
+            elif root.mode == "boxes":  # a slot of its own: its boxes are this operand's
+                w.slots.append(x)
+                exprs.append(("slot", len(w.slots) - 1))
+            else:
+                exprs.append(("slot", w.slot(x)))
         slots = w.slots
         deps = [x for x in slots if not self.is_value(x) and not isinstance(x, Const)]
         return "block", sorted(dict.fromkeys(deps), key=_seq), (tuple(exprs), slots)

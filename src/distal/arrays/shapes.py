@@ -15,10 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from distal.arrays import graph as g
 from distal.arrays.blocks import Block, Kind, register, rows_of, whole
-from distal.errors import InputError, ShapeError
+from distal.errors import InputError, NotSupportedYet, ShapeError
 from distal.typing import Box, box_shape
 
 
@@ -237,8 +236,6 @@ register("repeat", Kind(_repeat, reads=_repeat_reads))
 
 def repeat(x: g.Node, reps: Any, axis: int | None) -> g.Node:
     if not isinstance(reps, int | np.integer) or isinstance(reps, bool) or reps < 0:
-        from distal.errors import NotSupportedYet
-
         raise NotSupportedYet("repeat: only one non-negative integer count of repetitions")
     if axis is None:
         x = reshape(x, (-1,))
@@ -427,8 +424,6 @@ def sort(x: g.Node, axis: int, kind: str, descending: bool = False) -> g.Node:
     (ax,) = _axes(axis, x.ndim, kind)
     dt = np.dtype(np.intp) if kind == "argsort" else x.dtype
     if x.dtype.kind == "c":
-        from distal.errors import NotSupportedYet
-
         raise NotSupportedYet(f"{kind} of complex numbers")
     spec = ("sort", ax, kind, x.shape, bool(descending))
     return Block(x.shape, dt, spec, (x,), "boxes")
@@ -468,3 +463,91 @@ def _searchsorted(spec: tuple, arrays: list[np.ndarray], box: Box) -> np.ndarray
 
 
 register("searchsorted", Kind(_searchsorted))
+
+
+# -- take, take_along_axis --------------------------------------------------------------------------
+
+
+def _take_reads(spec: tuple, out: tuple, ins: list, box: Box) -> list[Box | None]:
+    _, axis, along = spec
+    xs, idx = ins
+    if axis != 0:
+        return [rows_of(box, xs), rows_of(box, idx) if along else whole(idx)]
+    # along the first axis: any row of x may be asked for (the indices are values)
+    return [whole(xs), rows_of(box, idx) if (along or len(idx) == 1) else whole(idx)]
+
+
+def _take(spec: tuple, arrays: list[np.ndarray], box: Box) -> np.ndarray:
+    _, axis, along = spec
+    x, idx = arrays
+    if along:
+        return np.take_along_axis(x, idx, axis=axis)
+    return np.take(x, idx, axis=axis)
+
+
+register("take", Kind(_take, reads=_take_reads))
+
+
+def take(x: g.Node, indices: g.Node, axis: int, along: bool) -> g.Node:
+    """numpy's ``take`` (``indices`` 1-D, as the array API's) or ``take_along_axis``: an
+    index along the first axis may name any row, so there each block reads all of ``x``."""
+    if indices.dtype.kind not in "iu":
+        raise InputError(f"take: indices must be integers, got {indices.dtype}")
+    (ax,) = _axes(axis, x.ndim, "take") if x.ndim else (0,)
+    if along:
+        if indices.ndim != x.ndim:
+            raise ShapeError("take_along_axis: indices need the array's number of axes")
+        shape = tuple(int(n) for n in np.broadcast_shapes(
+            tuple(1 if d == ax else n for d, n in enumerate(x.shape)),
+            tuple(1 if d == ax else n for d, n in enumerate(indices.shape)),
+        ))  # fmt: skip
+        shape = tuple(indices.shape[d] if d == ax else n for d, n in enumerate(shape))
+        if shape != indices.shape or any(x.shape[d] != n for d, n in enumerate(shape) if d != ax):
+            raise NotSupportedYet("take_along_axis: broadcasting between x and indices")
+    else:
+        if indices.ndim != 1:
+            raise NotSupportedYet("take: one-dimensional indices")
+        shape = (*x.shape[:ax], indices.shape[0], *x.shape[ax + 1 :])
+    return Block(shape, x.dtype, ("take", ax, along), (x, indices), "boxes")
+
+
+# -- fft along an axis ---------------------------------------------------------------------------------
+
+
+def _fft_reads(spec: tuple, out: tuple, ins: list, box: Box) -> list[Box | None]:
+    _, _, _, axes, _, shape = spec
+    return [whole(shape) if 0 in axes else rows_of(box, shape)]
+
+
+def _fft(spec: tuple, arrays: list[np.ndarray], box: Box) -> np.ndarray:
+    _, name, s, axes, norm, _ = spec
+    f = getattr(np.fft, name)
+    if name in ("fftn", "ifftn", "rfftn", "irfftn"):
+        got = f(arrays[0], s=s, axes=axes, norm=norm)
+    else:
+        got = f(arrays[0], n=s, axis=axes[0], norm=norm)
+    if 0 in axes:
+        lo, hi = _lohi(box)
+        got = got[lo:hi]
+    return got
+
+
+register("fft", Kind(_fft, reads=_fft_reads))
+
+
+def fft(x: g.Node, name: str, s: Any, axes: tuple[int, ...], norm: str | None) -> g.Node:
+    """numpy's ``fft.<name>`` along ``axes``: along other axes than the first each processor
+    transforms its own rows; along the first each block reads the whole axis."""
+    probe_shape = tuple(max(n, 1) if d not in axes else n for d, n in enumerate(x.shape))
+    probe = np.zeros(probe_shape, x.dtype)
+    f = getattr(np.fft, name)
+    try:
+        if name in ("fftn", "ifftn", "rfftn", "irfftn"):
+            got = f(probe, s=s, axes=axes, norm=norm)
+        else:
+            got = f(probe, n=s, axis=axes[0], norm=norm)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"fft.{name}: {e}") from None
+    shape = tuple(got.shape[d] if d in axes else n for d, n in enumerate(x.shape))
+    spec = ("fft", name, s, axes, norm, x.shape)
+    return Block(shape, got.dtype, spec, (x,), "boxes")

@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 import opt_einsum as oe
 
-from distal.kernels import blas
+from distal.errors import NotSupportedYet
+from distal.kernels import blas, pointwise
 from distal.kernels import cores as _cores
 from distal.lang.concrete import Statement
 from distal.typing import Box, box_volume
@@ -685,6 +686,17 @@ class TermKernel:
     #: than the factors' own result: a sum of booleans or of int8 values into an int64
     #: output counts in int64 (einsum would or the booleans, wrap the int8s)
     widen: str = ""
+    #: shifted factors (``u[i - 1, j]``): per factor, the offset and the scale of each of
+    #: its indices (empty: every factor plain); dimension ``d`` of factor ``n`` is read at
+    #: ``scales[n][d] * i + offsets[n][d]``
+    offsets: tuple[tuple[int, ...], ...] = ()
+    scales: tuple[tuple[int, ...], ...] = ()
+    #: the box the term is restricted to: ``(position, lo, hi)`` per restricted variable
+    domain: tuple[tuple[int, int, int], ...] = ()
+    #: on the first term of a statement computed point by point (:mod:`distal.kernels.
+    #: pointwise`: a stencil, a slice read or assignment), the whole right side in the
+    #: order it is written; :func:`run_leaf` runs it instead of the terms one by one
+    tree: tuple = ()
 
 
 #: the leaf routines a dense kernel can be compiled with (``dl.compile(s, leaf=...)``):
@@ -786,13 +798,20 @@ def term_kernels(
     par = parallel_positions(st, schedule)
     pos = {v: n for n, v in enumerate(st.variables)}
     lhs = set(st.lhs_vars)
+    tree = pointwise.tree_of(st) if leaf == "default" else ()
     out = []
     for t, spec in zip(st.terms, term_specs(st), strict=True):
         used = t.used()
         contraction(spec)
+        shifted = any(f.shifted for f in t.factors)
+        if leaf != "default" and (shifted or t.domain):
+            raise NotSupportedYet(
+                f"the {leaf!r} leaf of {st.assignment!r}: shifted accesses and restricted "
+                "terms run on the default leaf"
+            )
         out.append(
             TermKernel(
-                coeff=t.coeff,
+                coeff=wrapped(t.coeff, st.output.dtype),
                 spec=spec,
                 factors=tuple((f.tensor.name, tuple(pos[v] for v in f.indices)) for f in t.factors),
                 gates=tuple(pos[v] for v in st.variables if v not in lhs and v not in t.summed),
@@ -801,9 +820,32 @@ def term_kernels(
                 parallel=par,
                 leaf=leaf,
                 widen=widen_to([f.tensor.dtype for f in t.factors], st.output.dtype),
+                offsets=tuple(f.offsets or (0,) * len(f.indices) for f in t.factors)
+                if shifted
+                else (),
+                scales=tuple(f.scales or (1,) * len(f.indices) for f in t.factors)
+                if shifted
+                else (),
+                domain=tuple((pos[v], lo, hi) for v, lo, hi in t.domain),
+                tree=tree if not out else (),
             )
         )
     return tuple(out)
+
+
+def wrapped(coeff: Any, dtype: np.dtype) -> Any:
+    """A term's integer coefficient as ``dtype``'s arithmetic takes it: modulo ``2**bits``,
+    in the dtype's range. Integer arithmetic in numpy is modular, so the expanded statement's
+    coefficients may be taken modulo too: ``u - 2`` of a uint64 ``u`` is the term
+    ``u + (-2)``, and ``-2`` is ``2**64 - 2`` there (numpy refuses the Python integer ``-2``
+    for a uint64 operand, while its own ``u - 2`` wraps)."""
+    if np.dtype(dtype).kind not in "iu" or not isinstance(coeff, int | np.integer):
+        return coeff
+    info = np.iinfo(dtype)
+    c = int(coeff)
+    if info.min <= c <= info.max:
+        return coeff
+    return (c - info.min) % (1 << info.bits) + info.min
 
 
 PARALLEL_MIN_POINTS = 1 << 15  # iterations below which a parallelized leaf stays on one thread
@@ -844,6 +886,10 @@ def run_leaf(
     BLAS threads are shared out (``blas threads // chunks`` per chunk, at least one) so
     chunks x BLAS threads never exceeds the cores.
     """
+    if kernels and kernels[0].tree:
+        tk = kernels[0]
+        pointwise.run(tk.tree, tk.out, box, operands, out, out_origin, fresh, _parallel)
+        return
     par = kernels[0].parallel if kernels else ()
     if par and not threading.current_thread().name.startswith("distal-leaf"):
         for p in par:
@@ -924,15 +970,53 @@ class _LeafPlan:
         for tk in self.kernels:
             if not _runs_on(tk, box):
                 continue
+            b = _within(box, tk.domain)
+            if b is None:
+                continue
             alpha = tk.coeff
             if tk.multipliers:
-                alpha = alpha * math.prod(box[m][1] - box[m][0] for m in tk.multipliers)
-            ops = tuple(
-                (name, _slices(tuple(box[i] for i in idx), operands[name][1]))
-                for name, idx in tk.factors
-            )
-            dst = None if out_origin is None else _slices(tuple(box[i] for i in tk.out), out_origin)
+                alpha = alpha * math.prod(b[m][1] - b[m][0] for m in tk.multipliers)
+            if tk.offsets:
+                ops = tuple(
+                    (name, _shifted(b, idx, tk.scales[n], tk.offsets[n], operands[name][1]))
+                    for n, (name, idx) in enumerate(tk.factors)
+                )
+            else:
+                ops = tuple(
+                    (name, _slices(tuple(b[i] for i in idx), operands[name][1]))
+                    for name, idx in tk.factors
+                )
+            dst = None if out_origin is None else _slices(tuple(b[i] for i in tk.out), out_origin)
             yield tk, routine(tk), alpha, ops, dst
+
+
+def _within(box: Box, domain: tuple[tuple[int, int, int], ...]) -> Box | None:
+    """``box`` cut to a term's domain (None where they do not meet)."""
+    if not domain:
+        return box
+    b = list(box)
+    for p, lo, hi in domain:
+        x, y = max(b[p][0], lo), min(b[p][1], hi)
+        if y <= x:
+            return None
+        b[p] = (x, y)
+    return tuple(b)
+
+
+def _shifted(
+    box: Box, idx: tuple[int, ...], scales: tuple[int, ...], offsets: tuple[int, ...], origin: Box
+) -> tuple[slice, ...] | None:
+    """The index of a shifted factor's elements over ``box`` in an array holding
+    ``origin``: dimension ``d`` from ``scales[d] * lo + offsets[d]`` in steps of the scale."""
+    if not idx:
+        return None
+    out = []
+    for i, a, c, (o, _) in zip(idx, scales, offsets, origin, strict=True):
+        lo, hi = box[i]
+        start, last = a * lo + c - o, a * (hi - 1) + c - o
+        stop = last + (1 if a > 0 else -1)
+        out.append(slice(start, None if stop < 0 else stop, a))
+    return tuple(out)
 
 
 def _runs_on(tk: TermKernel, box: Box) -> bool:
@@ -947,9 +1031,14 @@ def stores_all(kernels: Sequence[TermKernel], box: Box, out_origin: Box) -> bool
     default routine (each stores into its destination when ``fresh``, never reading it:
     :func:`contraction`) over the whole block. A recycled block need not be zeroed first
     then (TTM's four 2.3 ms fills of 128 MiB blocks before GEMMs that write every element)."""
+    if kernels and kernels[0].tree:  # computed point by point: zeros where no term is
+        return tuple(box[i] for i in kernels[0].out) == tuple(out_origin)
     for tk in kernels:
         if _runs_on(tk, box):
-            return tk.leaf == "default" and tuple(box[i] for i in tk.out) == tuple(out_origin)
+            b = _within(box, tk.domain)
+            if b is None:
+                continue
+            return tk.leaf == "default" and tuple(b[i] for i in tk.out) == tuple(out_origin)
     return False
 
 
@@ -996,6 +1085,11 @@ def term_calls(
     that reads here (one that does not use a statement variable runs only at its first
     value), its coefficient times the extents of the variables it sums without using.
     Running a leaf and checking one (the elastic runtime's verification) both start here."""
+    if any(tk.domain for tk in kernels):
+        raise NotSupportedYet(
+            "checking a leaf whose terms are restricted (a slice assignment's kernel): each "
+            "term covers part of the box; run it without verify="
+        )
     return [
         (tk, alpha, [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops])
         for tk, _, alpha, ops, _ in _leaf_plan(kernels).get(box, operands, None)

@@ -12,7 +12,10 @@ expression on any box of the iteration space:
   ``D`` in ``A[i,j] = B[i,k]*C[k,j] + D[i,j]``) contributes only at its first
   value, ``k == 0``, so ``D`` is added once however ``k`` is split;
 * a summed variable of the term that none of its factors uses multiplies the
-  term by the size of its range in the box.
+  term by the size of its range in the box;
+* a term under a restriction (:func:`distal.lang.nodes.restrict`) has a *domain*: the
+  box of left-side variables it is computed on (zero elsewhere), its restrictions
+  intersected and cut to the variables' extents; a term whose domain is empty is dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from distal.lang.nodes import (
     Literal,
     Mul,
     Neg,
+    Restrict,
     Sum,
     Tensor,
 )
@@ -37,11 +41,13 @@ from distal.lang.verify import accesses, extents
 
 @dataclass(frozen=True, slots=True)
 class Term:
-    """``coeff * prod(factors)`` summed over ``summed``."""
+    """``coeff * prod(factors)`` summed over ``summed``, computed where the left-side
+    variables lie in ``domain`` (``((var, lo, hi), ...)``; empty: everywhere)."""
 
     coeff: complex | float | int
     factors: tuple[Access, ...]
     summed: frozenset[IndexVar]
+    domain: tuple[tuple[IndexVar, int, int], ...] = ()
 
     def used(self) -> set[IndexVar]:
         """Variables the factors index with."""
@@ -106,6 +112,9 @@ def place_sums(rhs: Expr, lhs_vars: tuple[IndexVar, ...]) -> Expr:
         elif isinstance(e, Neg):
             new = Neg(walk(e.a))
             done = complete(e.a)
+        elif isinstance(e, Restrict):
+            new = Restrict(walk(e.a), e.box)
+            done = complete(e.a)
         else:
             new, done = e, set()
         order = [v for v in total if v in complete(e) - done]
@@ -123,18 +132,52 @@ def expand(e: Expr) -> list[Term]:
     if isinstance(e, Literal):
         return [Term(e.value, (), frozenset())]
     if isinstance(e, Neg):
-        return [Term(-t.coeff, t.factors, t.summed) for t in expand(e.a)]
+        return [Term(-t.coeff, t.factors, t.summed, t.domain) for t in expand(e.a)]
     if isinstance(e, Add):
         return expand(e.a) + expand(e.b)
     if isinstance(e, Mul):
         return [
-            Term(x.coeff * y.coeff, x.factors + y.factors, x.summed | y.summed)
+            Term(
+                x.coeff * y.coeff,
+                x.factors + y.factors,
+                x.summed | y.summed,
+                _meet(x.domain, y.domain),
+            )
             for x in expand(e.a)
             for y in expand(e.b)
         ]
     if isinstance(e, Sum):
-        return [Term(t.coeff, t.factors, t.summed | {e.var}) for t in expand(e.body)]
+        return [Term(t.coeff, t.factors, t.summed | {e.var}, t.domain) for t in expand(e.body)]
+    if isinstance(e, Restrict):
+        return [Term(t.coeff, t.factors, t.summed, _meet(t.domain, e.box)) for t in expand(e.a)]
     raise TypeError(f"unknown node {e!r}")
+
+
+def _meet(
+    a: tuple[tuple[IndexVar, int, int], ...], b: tuple[tuple[IndexVar, int, int], ...]
+) -> tuple[tuple[IndexVar, int, int], ...]:
+    """Two domains intersected (in order of first mention)."""
+    if not a:
+        return b
+    if not b:
+        return a
+    out = {v: (lo, hi) for v, lo, hi in a}
+    for v, lo, hi in b:
+        x, y = out.get(v, (lo, hi))
+        out[v] = (max(x, lo), min(y, hi))
+    return tuple((v, lo, hi) for v, (lo, hi) in out.items())
+
+
+def _clipped(t: Term, lhs: tuple[IndexVar, ...], ext: dict[IndexVar, int]) -> Term | None:
+    """``t`` with its domain cut to the extents, in left-side order and without the ranges
+    that are whole; None where it is empty."""
+    if not t.domain:
+        return t
+    box = {v: (max(lo, 0), min(hi, ext[v])) for v, lo, hi in t.domain}
+    if any(hi <= lo for lo, hi in box.values()):
+        return None
+    dom = tuple((v, *box[v]) for v in lhs if v in box and box[v] != (0, ext[v]))
+    return Term(t.coeff, t.factors, t.summed, dom)
 
 
 def concretize(a: Assignment) -> Statement:
@@ -144,5 +187,6 @@ def concretize(a: Assignment) -> Statement:
     for acc in accesses(a.rhs):
         order.update(dict.fromkeys(v for v in acc.indices if v not in order))
     rhs = place_sums(a.rhs, a.lhs.indices)
-    terms = tuple(t for t in expand(rhs) if t.coeff != 0)
+    clipped = (_clipped(t, a.lhs.indices, ext) for t in expand(rhs) if t.coeff != 0)
+    terms = tuple(t for t in clipped if t is not None)
     return Statement(a, tuple(order), ext, terms, rhs)

@@ -18,6 +18,7 @@ import numpy as np
 from distal.distribution.machine import Machine
 from distal.distribution.notation import Distribution, parse_layout
 from distal.errors import NotationError, ShapeError
+from distal.lang.affine import Affine, spell
 from distal.sparse.formats import Format, parse_format
 
 
@@ -26,11 +27,14 @@ class IndexVar:
 
     The name is a Python identifier (not a keyword): ``repr(schedule)`` prints schedules as
     code that names the variables, which must paste back as Python.
+
+    ``extent``: declared, for a variable whose uses are all shifted accesses (which give it
+    none, see :class:`Access`); a plain use must agree with it.
     """
 
-    __slots__ = ("name",)
+    __slots__ = ("extent", "name")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, extent: int | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise NotationError(f"an index variable needs a non-empty string name, got {name!r}")
         if not name.isidentifier() or keyword.iskeyword(name):
@@ -39,10 +43,37 @@ class IndexVar:
                 f"index variable name {name!r} is {what}; use letters, digits and '_', not "
                 "starting with a digit (schedules print as code that names the variable)"
             )
+        if extent is not None and (
+            isinstance(extent, bool) or not isinstance(extent, numbers.Integral) or extent < 1
+        ):
+            raise NotationError(f"index variable {name!r}: extent {extent!r} is not a positive int")
         self.name = name
+        self.extent = None if extent is None else int(extent)
 
     def __repr__(self) -> str:
         return self.name
+
+    # ``i + 1``, ``i - 1``, ``2 * i``: an affine index (a shifted access, see Access)
+    def __add__(self, c: Any) -> Affine:
+        return Affine(self) + c
+
+    def __radd__(self, c: Any) -> Affine:
+        return Affine(self) + c
+
+    def __sub__(self, c: Any) -> Affine:
+        return Affine(self) - c
+
+    def __rsub__(self, c: Any) -> Affine:
+        return c - Affine(self)
+
+    def __mul__(self, k: Any) -> Affine:
+        return Affine(self) * k
+
+    def __rmul__(self, k: Any) -> Affine:
+        return Affine(self) * k
+
+    def __neg__(self) -> Affine:
+        return -Affine(self)
 
 
 def index_vars(names: str) -> tuple[IndexVar, ...]:
@@ -166,13 +197,35 @@ class Expr:
 
 @dataclass(frozen=True, slots=True, eq=True)
 class Access(Expr):
-    """``tensor[indices]``: one use of a tensor."""
+    """``tensor[indices]``: one use of a tensor.
+
+    A *shifted* access (written with an affine index, ``u[i - 1, j]``, ``x[2 * i]``) has
+    ``scales`` and ``offsets``, one per index: dimension ``d`` is read at
+    ``scales[d] * indices[d] + offsets[d]``. It is checked to lie inside the tensor over its
+    variables' ranges and never defines an extent (``y[i] = x[i + 1] - x[i + 0]`` with ``y``
+    one shorter than ``x``). A plain access has both empty."""
 
     tensor: Tensor
     indices: tuple[IndexVar, ...]
+    offsets: tuple[int, ...] = ()
+    scales: tuple[int, ...] = ()
+
+    @property
+    def shifted(self) -> bool:
+        """Whether the access was written with affine indices."""
+        return bool(self.offsets)
+
+    def affine(self) -> tuple[tuple[IndexVar, int, int], ...]:
+        """``(variable, scale, offset)`` per dimension (``(v, 1, 0)`` for a plain access)."""
+        if not self.offsets:
+            return tuple((v, 1, 0) for v in self.indices)
+        return tuple(zip(self.indices, self.scales, self.offsets, strict=True))
 
     def __repr__(self) -> str:
-        return f"{self.tensor.name}({','.join(v.name for v in self.indices)})"
+        if not self.offsets:
+            return f"{self.tensor.name}({','.join(v.name for v in self.indices)})"
+        shown = ",".join(spell(v.name, a, c) for v, a, c in self.affine())
+        return f"{self.tensor.name}({shown})"
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -215,6 +268,50 @@ class Neg(Expr):
 
     def __repr__(self) -> str:
         return f"-{self.a!r}"
+
+
+@dataclass(frozen=True, slots=True, eq=True)
+class Restrict(Expr):
+    """``a`` inside the box ``box`` of left-side variables, zero outside it: a term's
+    *domain* (see :func:`restrict`). ``box`` is ``((var, lo, hi), ...)``, half-open."""
+
+    a: Expr
+    box: tuple[tuple[IndexVar, int, int], ...]
+
+    def __repr__(self) -> str:
+        ranges = ", ".join(f"{v.name} in {lo}:{hi}" for v, lo, hi in self.box)
+        return f"[{ranges}]({self.a!r})"
+
+
+def restrict(expr: Any, ranges: Any) -> Restrict:
+    """``expr`` where every variable of ``ranges`` (``{i: (lo, hi)}``, half-open) lies in its
+    range, and zero elsewhere: one statement can compute a stencil on the interior of its
+    output and something else (a copy, a boundary value) on the rest,
+    ``u2[i] = restrict(u[i - 1] + u[i + 1], {i: (1, n - 1)}) + restrict(u[i + 0], {i: (0, 1)})
+    + ...``. Only left-side variables may be restricted.
+
+    Raises:
+        NotationError: a key that is no index variable, or a range that is not two
+            integers ``lo < hi``.
+    """
+    if not isinstance(ranges, dict) or not ranges:
+        raise NotationError(f"restrict takes a dict {{index_var: (lo, hi)}}, got {ranges!r}")
+    box = []
+    for v, rng in ranges.items():
+        if not isinstance(v, IndexVar):
+            raise NotationError(f"restrict: {v!r} is not an index variable")
+        try:
+            lo, hi = rng
+        except (TypeError, ValueError):
+            raise NotationError(
+                f"restrict: the range of {v.name!r} is {rng!r}, need (lo, hi)"
+            ) from None
+        if any(isinstance(x, bool) or not isinstance(x, numbers.Integral) for x in (lo, hi)):
+            raise NotationError(f"restrict: the range of {v.name!r} is {rng!r}, need integers")
+        if not lo < hi:
+            raise NotationError(f"restrict: the range of {v.name!r} is empty ({lo}, {hi})")
+        box.append((v, int(lo), int(hi)))
+    return Restrict(as_expr(expr), tuple(box))
 
 
 @dataclass(frozen=True, slots=True, eq=True)
@@ -263,8 +360,10 @@ def _term_count(e: Expr) -> int:
         return _term_count(e.a) + _term_count(e.b)
     if isinstance(e, Mul):
         return _term_count(e.a) * _term_count(e.b)
-    if isinstance(e, Neg | Sum):
-        return _term_count(e.a if isinstance(e, Neg) else e.body)
+    if isinstance(e, Neg | Restrict):
+        return _term_count(e.a)
+    if isinstance(e, Sum):
+        return _term_count(e.body)
     return 1
 
 
@@ -380,22 +479,32 @@ class Tensor:
     def _access(self, key: Any) -> Access:
         idx: tuple[Any, ...] = key if isinstance(key, tuple) else (key,)
         for v in idx:
-            if not isinstance(v, IndexVar):
+            if not isinstance(v, IndexVar | Affine):
                 raise NotationError(
                     f"tensor {self.name!r} is indexed with {v!r}; accesses take index "
-                    "variables made by dl.index_vars"
+                    "variables made by dl.index_vars (or affine ones: i + 1, 2 * i)"
                 )
         if len(idx) != self.ndim:
             raise NotationError(
                 f"tensor {self.name!r} has order {self.ndim} but is accessed with "
                 f"{len(idx)} indices {list(idx)}"
             )
-        return Access(self, idx)
+        if all(isinstance(v, IndexVar) for v in idx):
+            return Access(self, idx)
+        aff = [v if isinstance(v, Affine) else Affine(v) for v in idx]
+        return Access(
+            self,
+            tuple(a.var for a in aff),
+            tuple(a.offset for a in aff),
+            tuple(a.scale for a in aff),
+        )
 
     def __getitem__(self, key: Any) -> Access:
         return self._access(key)
 
     def __setitem__(self, key: Any, value: Any) -> None:
+        from distal.lang.verify import check_assignment  # (verify imports this module)
+
         lhs = self._access(key)
         self.assignment = check_assignment(Assignment(lhs, as_expr(value)))
 
@@ -405,9 +514,7 @@ class Tensor:
         return f"Tensor({self.name!r}, {self.shape}{d}{f})"
 
 
-# -- checks an assignment must pass before it becomes a tensor's computation ----------------
-# (here, beside the nodes they inspect, so that this module imports no other part of
-# ``distal.lang``; ``distal.lang.verify`` re-exports them)
+# -- walks over expressions (the checks an assignment must pass are in ``distal.lang.verify``)
 
 
 def accesses(e: Expr) -> Iterator[Access]:
@@ -417,7 +524,7 @@ def accesses(e: Expr) -> Iterator[Access]:
     elif isinstance(e, Add | Mul):
         yield from accesses(e.a)
         yield from accesses(e.b)
-    elif isinstance(e, Neg):
+    elif isinstance(e, Neg | Restrict):
         yield from accesses(e.a)
     elif isinstance(e, Sum):
         yield from accesses(e.body)
@@ -425,101 +532,24 @@ def accesses(e: Expr) -> Iterator[Access]:
         raise NotationError(f"unknown expression node {e!r}")
 
 
-def extents(a: Assignment) -> dict[IndexVar, int]:
-    """Extent of every index variable, from the tensors it indexes (first use wins)."""
-    out: dict[IndexVar, int] = {}
-    for acc in [a.lhs, *accesses(a.rhs)]:
-        for d, v in enumerate(acc.indices):
-            n = acc.tensor.shape[d]
-            if v in out and out[v] != n:
-                raise ShapeError(
-                    f"index variable {v.name!r} has extent {out[v]} in one use but extent {n} "
-                    f"as dimension {d} of tensor {acc.tensor.name!r}"
-                )
-            out.setdefault(v, n)
-    return out
-
-
-def check_assignment(a: Assignment) -> Assignment:
-    """Validate ``a`` and return it unchanged.
-
-    Raises:
-        NotationError: repeated left-side variables, or the output read on the right.
-        ShapeError: a variable used with two different extents.
-    """
-    seen: set[IndexVar] = set()
-    for v in a.lhs.indices:
-        if v in seen:
-            raise NotationError(
-                f"index variable {v.name!r} appears twice on the left side of {a.lhs!r}"
-            )
-        seen.add(v)
-    names: dict[str, object] = {a.lhs.tensor.name: a.lhs.tensor}
-    for acc in accesses(a.rhs):
-        if acc.tensor is a.lhs.tensor:
-            raise NotationError(
-                f"output tensor {acc.tensor.name!r} also appears on the right side; "
-                "an assignment overwrites its output, so read another tensor"
-            )
-        other = names.setdefault(acc.tensor.name, acc.tensor)
-        if other is not acc.tensor:
-            raise NotationError(f"two different tensors are named {acc.tensor.name!r}")
-    check_kinds(a)
-    extents(a)
-    return a
-
-
-#: numpy's order of number kinds: a value of a later kind does not fit an earlier one
-_KIND_RANK = {"b": 0, "u": 1, "i": 1, "f": 2, "c": 3}
-_KIND_NAME = {"i": "an integer", "f": "a real (float)", "c": "a complex"}
-
-
-def literals(e: Expr) -> Iterator[Literal]:
-    """All literals of ``e``, left to right."""
-    if isinstance(e, Literal):
-        yield e
+def domained(
+    e: Expr, box: dict[IndexVar, tuple[int, int]] | None = None
+) -> Iterator[tuple[Access, dict[IndexVar, tuple[int, int]]]]:
+    """All accesses of ``e`` with the domain the restrictions around each put on its
+    variables (``{var: (lo, hi)}``, intersected; empty where none)."""
+    box = {} if box is None else box
+    if isinstance(e, Access):
+        yield e, box
     elif isinstance(e, Add | Mul):
-        yield from literals(e.a)
-        yield from literals(e.b)
+        yield from domained(e.a, box)
+        yield from domained(e.b, box)
     elif isinstance(e, Neg):
-        yield from literals(e.a)
+        yield from domained(e.a, box)
     elif isinstance(e, Sum):
-        yield from literals(e.body)
-
-
-def _literal_kind(v: Any) -> str:
-    if isinstance(v, numbers.Integral):
-        return "i"
-    return "f" if isinstance(v, numbers.Real) else "c"
-
-
-def check_kinds(a: Assignment) -> None:
-    """Every operand of ``a`` fits its output's dtype by numpy's ``same_kind`` rule.
-
-    A leaf computes in the output's dtype, so a complex scalar or tensor in a real
-    statement would lose its imaginary part, and a float one in an integer statement would
-    be truncated, without a word: both are refused (the input rule of
-    :func:`distal.casting.check_cast`, applied to the statement itself).
-
-    Raises:
-        NotationError: naming the statement, the operand and the output tensor.
-    """
-    out = a.lhs.tensor
-    rank = _KIND_RANK[out.dtype.kind]
-
-    def refuse(what: str, dtype: np.dtype) -> NotationError:
-        return NotationError(
-            f"{a!r}: {what} but output tensor {out.name!r} is {out.dtype}, so the result "
-            f"would be cut to {out.dtype}; give {out.name!r} dtype=np.{dtype.name} or leave "
-            "the operand out"
-        )
-
-    for lit in literals(a.rhs):
-        k = _literal_kind(lit.value)
-        if _KIND_RANK[k] > rank:
-            want = np.result_type(out.dtype, np.float64 if k == "f" else np.complex128)
-            raise refuse(f"the number {lit.value!r} is {_KIND_NAME[k]} scalar", want)
-    for acc in accesses(a.rhs):
-        t = acc.tensor
-        if not np.can_cast(t.dtype, out.dtype, "same_kind"):
-            raise refuse(f"tensor {t.name!r} is {t.dtype}", np.result_type(t.dtype, out.dtype))
+        yield from domained(e.body, box)
+    elif isinstance(e, Restrict):
+        inner = dict(box)
+        for v, lo, hi in e.box:
+            a, b = inner.get(v, (lo, hi))
+            inner[v] = (max(a, lo), min(b, hi))
+        yield from domained(e.a, inner)

@@ -20,18 +20,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as _np
-
 from distal.arrays import dispatch as _dispatch
 from distal.arrays.current import current as _current
 from distal.arrays.current import set_default_factory as _set_default_factory
 from distal.arrays.darray import DArray
+from distal.numpy import fft as fft
 from distal.numpy import linalg as linalg
 from distal.numpy import random as random
 from distal.numpy._elementwise import FUNCTIONS as _ELEMENTWISE
 from distal.numpy._functions import *  # noqa: F403
 from distal.numpy._functions import __dict__ as _fdict
 
-__array_api_version__ = "2023.12"
+__array_api_version__ = "2024.12"
 
 ndarray = DArray
 
@@ -70,7 +70,7 @@ class _Info:
     """The array API's inspection namespace (``__array_namespace_info__()``)."""
 
     def capabilities(self) -> dict[str, Any]:
-        return {"boolean indexing": False, "data-dependent shapes": False, "max dimensions": 64}
+        return {"boolean indexing": True, "data-dependent shapes": True, "max dimensions": 64}
 
     def default_device(self) -> Any:
         return "cpu"
@@ -118,10 +118,15 @@ def _register() -> None:
         if name.startswith("_") or not callable(impl) or name in skip:
             continue
         theirs = getattr(_np, name, None)
-        if theirs is not None and callable(theirs) and not isinstance(theirs, _np.ufunc):
+        if getattr(theirs, "__name__", None) != name:
+            continue  # (another name of a numpy function: np.permute_dims is np.transpose)
+        if callable(theirs) and not isinstance(theirs, _np.ufunc):
             _dispatch.register_function(theirs, impl)
     _dispatch.register_function(_np.result_type, result_type)  # noqa: F405
     _dispatch.register_function(_np.can_cast, can_cast)  # noqa: F405
+    for name in ("fft", "ifft", "rfft", "irfft", "fftn", "ifftn", "rfftn", "irfftn", "hfft",
+                 "ihfft", "fftshift", "ifftshift"):  # fmt: skip
+        _dispatch.register_function(getattr(_np.fft, name), getattr(fft, name))
     for name in ("norm", "vector_norm", "matrix_norm", "matmul", "tensordot", "outer", "vecdot",
                  "matrix_transpose", "trace", "diagonal", *linalg._REFUSED):  # fmt: skip
         theirs = getattr(_np.linalg, name, None)

@@ -4,11 +4,11 @@
 
 from __future__ import annotations
 
+from collections import namedtuple
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-
 from distal.arrays import functions as F
 from distal.arrays.current import current
 from distal.arrays.darray import DArray
@@ -185,8 +185,7 @@ def identity(n: int, dtype: Any = None) -> DArray:
 
 
 def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> Any:
-    got = F.meshgrid(*xi, indexing=indexing, sparse=sparse)
-    return tuple(got)
+    return F.meshgrid(*xi, indexing=indexing, sparse=sparse)
 
 
 # -- reductions ------------------------------------------------------------------------------------
@@ -323,14 +322,17 @@ def where(condition: Any, x: Any = None, y: Any = None, /) -> DArray:
 
 def clip(
     a: Any,
-    a_min: Any = None,
-    a_max: Any = None,
-    out: Any = None,
-    *,
+    /,
     min: Any = None,
     max: Any = None,
+    out: Any = None,
+    *,
+    a_min: Any = None,
+    a_max: Any = None,
     **kw: Any,
 ) -> DArray:
+    """numpy's ``clip`` (the array API's names ``min`` and ``max``; numpy's ``a_min`` and
+    ``a_max`` by keyword)."""
     lo = a_min if min is None else min
     hi = a_max if max is None else max
     return F.assign_out(F.clip(a, lo, hi), out)
@@ -450,7 +452,13 @@ def stack(
 
 
 def unstack(x: Any, /, *, axis: int = 0) -> tuple[DArray, ...]:
-    raise NotSupportedYet("unstack: it takes slices of the array (indexing)")
+    """The array's slices along ``axis`` (each a view, as numpy's indexing gives)."""
+    x = F.asdarray(x)
+    if x.ndim == 0:
+        raise InputError("unstack: a 0-d array has no axis")
+    ax = int(axis) % x.ndim
+    lead = (slice(None),) * ax
+    return tuple(x[(*lead, i)] for i in range(x.shape[ax]))
 
 
 def hstack(tup: Sequence[Any], *, dtype: Any = None, casting: str = "same_kind") -> DArray:
@@ -488,7 +496,7 @@ def broadcast_to(array: Any, /, shape: Any, subok: bool = False) -> DArray:
 
 
 def broadcast_arrays(*args: Any, subok: bool = False) -> Any:
-    return tuple(F.broadcast_arrays(*args))
+    return F.broadcast_arrays(*args)
 
 
 def tile(A: Any, reps: Any) -> DArray:
@@ -616,27 +624,110 @@ def searchsorted(a: Any, v: Any, side: str = "left", sorter: Any = None) -> DArr
 
 
 def nonzero(a: Any) -> Any:
-    raise NotSupportedYet("nonzero: its shape depends on the values")
+    """numpy's ``nonzero`` (its count is read first: the shape depends on the values)."""
+    from distal.arrays import datadep
+
+    return datadep.nonzero(F.asdarray(a))
 
 
-def unique(*args: Any, **kwargs: Any) -> Any:
-    raise NotSupportedYet("unique: its shape depends on the values")
+def argwhere(a: Any) -> DArray:
+    return F.stack(list(nonzero(a)), 1)
 
 
-def unique_values(x: Any, /) -> Any:
-    raise NotSupportedYet("unique_values: its shape depends on the values")
+def flatnonzero(a: Any) -> DArray:
+    return nonzero(F.reshape(a, (-1,)))[0]
+
+
+def unique(
+    ar: Any,
+    return_index: bool = False,
+    return_inverse: bool = False,
+    return_counts: bool = False,
+    axis: Any = None,
+    *,
+    equal_nan: bool = True,
+) -> Any:
+    """numpy's ``unique`` (flattened; the number of distinct values is read first)."""
+    from distal.arrays import datadep
+
+    if axis is not None:
+        raise NotSupportedYet("unique: axis=")
+    x = F.asdarray(ar)
+    if equal_nan and x.dtype.kind in "fc" and bool(F.reduce(F.elementwise("isnan", x), "any")):
+        raise NotSupportedYet("unique with NaNs and equal_nan=True (NaNs are distinct here)")
+    got = datadep.unique(F.reshape(x, (-1,)), return_index, return_inverse, return_counts)
+    return got[0] if len(got) == 1 else got
+
+
+def unique_values(x: Any, /) -> DArray:
+    from distal.arrays import datadep
+
+    return datadep.unique(F.asdarray(x), False, False, False)[0]
 
 
 def unique_counts(x: Any, /) -> Any:
-    raise NotSupportedYet("unique_counts: its shape depends on the values")
+    from distal.arrays import datadep
+
+    return _UniqueCounts(*datadep.unique(F.asdarray(x), False, False, True))
 
 
 def unique_inverse(x: Any, /) -> Any:
-    raise NotSupportedYet("unique_inverse: its shape depends on the values")
+    from distal.arrays import datadep
+
+    return _UniqueInverse(*datadep.unique(F.asdarray(x), False, True, False))
 
 
 def unique_all(x: Any, /) -> Any:
-    raise NotSupportedYet("unique_all: its shape depends on the values")
+    from distal.arrays import datadep
+
+    return _UniqueAll(*datadep.unique(F.asdarray(x), True, True, True))
+
+
+_UniqueCounts = namedtuple("UniqueCountsResult", ["values", "counts"])
+_UniqueInverse = namedtuple("UniqueInverseResult", ["values", "inverse_indices"])
+_UniqueAll = namedtuple("UniqueAllResult", ["values", "indices", "inverse_indices", "counts"])
+
+
+def take(x: Any, indices: Any, /, axis: Any = None, out: Any = None, mode: str = "raise") -> DArray:
+    """numpy's ``take`` (one-dimensional ``indices``)."""
+    from distal.arrays import shapes
+
+    a = F.asdarray(x)
+    if axis is None:
+        a, axis = F.reshape(a, (-1,)), 0
+    idx = F.asdarray(indices, a)
+    return F.assign_out(a._wrap(shapes.take(a.node, idx.node, axis, False), new=True), out)
+
+
+def take_along_axis(x: Any, indices: Any, /, axis: Any = -1) -> DArray:
+    from distal.arrays import shapes
+
+    a = F.asdarray(x)
+    if axis is None:
+        a, axis = F.reshape(a, (-1,)), 0
+    idx = F.asdarray(indices, a)
+    return a._wrap(shapes.take(a.node, idx.node, axis, True), new=True)
+
+
+def cumulative_prod(
+    x: Any, /, *, axis: Any = None, dtype: Any = None, include_initial: bool = False
+) -> DArray:
+    x = F.asdarray(x)
+    if axis is None:
+        if x.ndim > 1:
+            raise InputError("cumulative_prod: axis is required for arrays of two or more axes")
+        axis = 0
+    got = F.cumulative(x, "cumprod", axis, dtype)
+    if include_initial:
+        ax = int(axis) % x.ndim
+        shape = tuple(1 if d == ax else n for d, n in enumerate(x.shape))
+        got = F.concatenate([F.full(shape, 1, got.dtype), got], ax)
+    return got
+
+
+def from_dlpack(x: Any, /, *, device: Any = None, copy: Any = None) -> DArray:
+    """An array of this process (anything with ``__dlpack__``) placed in the session."""
+    return F.asdarray(np.from_dlpack(x))
 
 
 # -- products --------------------------------------------------------------------------------------
@@ -725,12 +816,32 @@ def can_cast(from_: Any, to: Any, /, casting: str = "safe") -> bool:
     return bool(np.can_cast(_dt(from_), to, casting=casting))
 
 
+class _FInfo:
+    """The array API's ``finfo``: its fields as Python numbers."""
+
+    def __init__(self, dt: Any) -> None:
+        fi = np.finfo(dt)
+        self.bits = int(fi.bits)
+        self.eps = float(fi.eps)
+        self.max = float(fi.max)
+        self.min = float(fi.min)
+        self.smallest_normal = float(fi.smallest_normal)
+        self.resolution = float(fi.resolution)
+        self.dtype = np.dtype(fi.dtype)
+
+
+class _IInfo:
+    def __init__(self, dt: Any) -> None:
+        ii = np.iinfo(dt)
+        self.bits, self.max, self.min, self.dtype = int(ii.bits), int(ii.max), int(ii.min), ii.dtype
+
+
 def finfo(type: Any, /) -> Any:
-    return np.finfo(_dt(type))
+    return _FInfo(_dt(type))
 
 
 def iinfo(type: Any, /) -> Any:
-    return np.iinfo(_dt(type))
+    return _IInfo(_dt(type))
 
 
 def isdtype(dtype: Any, kind: Any) -> bool:

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from distal.arrays import functions as F
 from distal.errors import InputError, NotSupportedYet
 
@@ -110,22 +109,121 @@ def diagonal(x: Any, /, *, offset: int = 0) -> Any:
     return F.diagonal(x, offset)
 
 
-def _refuse(name: str) -> Any:
-    def f(*args: Any, **kwargs: Any) -> Any:
-        raise NotSupportedYet(
-            f"numpy.linalg.{name}: dense factorizations are not in this version of "
-            "distal.numpy (gather the matrix with np.asarray if it fits on one process)"
-        )
-
-    f.__name__ = f.__qualname__ = name
-    return f
+def _refused(name: str) -> NotSupportedYet:
+    return NotSupportedYet(
+        f"numpy.linalg.{name}: dense factorizations are not in this version of distal.numpy "
+        "(gather the matrix with np.asarray if it fits on one process)"
+    )
 
 
-_REFUSED = (
-    "solve inv pinv cholesky qr svd svdvals eig eigh eigvals eigvalsh det slogdet lstsq "
-    "matrix_rank matrix_power cond tensorsolve tensorinv multi_dot cross"
-).split()
-for _n in _REFUSED:
-    globals()[_n] = _refuse(_n)
+def solve(a: Any, b: Any, /) -> Any:
+    raise _refused("solve")
+
+
+def inv(a: Any, /) -> Any:
+    raise _refused("inv")
+
+
+def pinv(x: Any, /, *, rtol: Any = None, **kw: Any) -> Any:
+    raise _refused("pinv")
+
+
+def cholesky(x: Any, /, *, upper: bool = False) -> Any:
+    raise _refused("cholesky")
+
+
+def qr(x: Any, /, *, mode: str = "reduced") -> Any:
+    raise _refused("qr")
+
+
+def svd(x: Any, /, *, full_matrices: bool = True, **kw: Any) -> Any:
+    raise _refused("svd")
+
+
+def svdvals(x: Any, /) -> Any:
+    raise _refused("svdvals")
+
+
+def eig(a: Any, /) -> Any:
+    raise _refused("eig")
+
+
+def eigh(x: Any, /, UPLO: str = "L") -> Any:
+    raise _refused("eigh")
+
+
+def eigvals(a: Any, /) -> Any:
+    raise _refused("eigvals")
+
+
+def eigvalsh(x: Any, /, UPLO: str = "L") -> Any:
+    raise _refused("eigvalsh")
+
+
+def det(x: Any, /) -> Any:
+    raise _refused("det")
+
+
+def slogdet(x: Any, /) -> Any:
+    raise _refused("slogdet")
+
+
+def lstsq(a: Any, b: Any, /, rcond: Any = None) -> Any:
+    raise _refused("lstsq")
+
+
+def matrix_rank(x: Any, /, *, rtol: Any = None, **kw: Any) -> Any:
+    raise _refused("matrix_rank")
+
+
+def matrix_power(x: Any, n: int, /) -> Any:
+    raise _refused("matrix_power")
+
+
+def cond(x: Any, p: Any = None) -> Any:
+    raise _refused("cond")
+
+
+def tensorsolve(a: Any, b: Any, axes: Any = None) -> Any:
+    raise _refused("tensorsolve")
+
+
+def tensorinv(a: Any, ind: int = 2) -> Any:
+    raise _refused("tensorinv")
+
+
+def multi_dot(arrays: Any, *, out: Any = None) -> Any:
+    raise _refused("multi_dot")
+
+
+def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
+    raise _refused("cross")
+
+
+_REFUSED = tuple(
+    [
+        "solve",
+        "inv",
+        "pinv",
+        "cholesky",
+        "qr",
+        "svd",
+        "svdvals",
+        "eig",
+        "eigh",
+        "eigvals",
+        "eigvalsh",
+        "det",
+        "slogdet",
+        "lstsq",
+        "matrix_rank",
+        "matrix_power",
+        "cond",
+        "tensorsolve",
+        "tensorinv",
+        "multi_dot",
+        "cross",
+    ]
+)
 
 LinAlgError = np.linalg.LinAlgError

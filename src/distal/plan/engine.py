@@ -17,10 +17,12 @@ The rules, evaluated step by step with numpy arrays over processors:
    time the loops down to ``v`` change, bounds inference (:meth:`Bounds.hull_arrays`) gives
    the hull of every variable over the iterations nested inside; the tensor's needed box is
    the hull of its accesses (a term that does not use a statement variable reads only at
-   that variable's first value). An unchanged box is kept; a box inside the processor's own
-   block is a view; any other box is cut along owner blocks and each piece comes from the
-   processor itself or from the replica agreeing with it on replicated machine dimensions
-   (:meth:`Placement.source_arrays`).
+   that variable's first value; a term's domain cuts its variables' ranges first, and a
+   shifted access ``u[i - 1, j]`` reads their image, :func:`access_hulls`: a stencil's
+   block needs its neighbours' halo rows). An unchanged box is kept; a box inside the
+   processor's own block is a view; any other box is cut along owner blocks and each piece
+   comes from the processor itself or from the replica agreeing with it on replicated
+   machine dimensions (:meth:`Placement.source_arrays`).
 4. **Leaf.** At every step the exact iteration boxes (:meth:`Bounds.exact_boxes`) become one
    ``Compute``; ``iterations`` counts the same points (:meth:`Bounds.count`).
 5. **Outputs.** A processor accumulates each output box in a buffer (or straight into its own
@@ -74,7 +76,7 @@ from distal.plan.ir import (
 from distal.plan.sinks import KINDS, MessageRows, PlanSummary, Tally
 from distal.plan.stats import Stats
 from distal.schedule.api import Schedule
-from distal.schedule.bounds import Bounds
+from distal.schedule.bounds import Bounds, access_hulls
 
 Arr = np.ndarray
 
@@ -337,7 +339,7 @@ class Engine:
                 if fac.tensor.name != name:
                     continue
                 m = ok.copy()
-                ivs = [hull(v) for v in fac.indices]
+                ivs = access_hulls(fac, term.domain, hull)
                 for vlo, vhi in ivs:
                     m &= vhi > vlo
                 for d, (vlo, vhi) in enumerate(ivs):

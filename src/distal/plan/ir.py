@@ -26,7 +26,7 @@ from distal.distribution.partition import Placement
 from distal.errors import InternalError
 from distal.lang.concrete import Statement
 from distal.plan.region import Region, words
-from distal.typing import Box
+from distal.typing import Box, box_volume
 
 FETCH, PARTIAL, FINAL = "fetch", "partial", "final"
 
@@ -126,6 +126,13 @@ class Compute:
     step: int
     boxes: tuple[Box, ...]
     work: EntryWork | None = None
+
+    @property
+    def iterations(self) -> int:
+        """Iteration points the instruction visits (what a runtime's leaves execute)."""
+        if self.work is not None:
+            return self.work.iterations
+        return sum(box_volume(b) for b in self.boxes)
 
 
 @dataclass(frozen=True, slots=True)

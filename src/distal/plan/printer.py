@@ -24,6 +24,7 @@ from distal.plan.ir import (
 from distal.plan.region import describe
 from distal.plan.sinks import PlanSummary
 from distal.plan.stats import Stats
+from distal.plan.visit import Interpreter, impl
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Relation, Rotate
 from distal.text import plural
@@ -151,9 +152,11 @@ def _box(box) -> str:
     return describe(box)
 
 
-def _op_text(op, p: int) -> str:
+class _OpText(Interpreter):
     """One instruction of processor ``p``, as a line."""
-    if isinstance(op, Fetch):
+
+    @impl(Fetch)
+    def fetch(self, op: Fetch, p: int) -> str:
         if op.box is None:
             return f"fetch {op.tensor}: nothing (buffer released)"
         if op.view:
@@ -162,28 +165,46 @@ def _op_text(op, p: int) -> str:
             f"{_box(piece)} {'own' if src == p else f'from {src}'}" for src, piece in op.pieces
         )
         return f"fetch {op.tensor}{_box(op.box)}: {parts}"
-    if isinstance(op, Forward):
+
+    @impl(Forward)
+    def forward(self, op: Forward, p: int) -> str:
         return f"forward {op.tensor}{_box(op.piece)} to {op.dst} (once it has arrived)"
-    if isinstance(op, OpenOutput):
+
+    @impl(OpenOutput)
+    def open_output(self, op: OpenOutput, p: int) -> str:
         how = "into the own block" if op.direct else "in a partial buffer"
         return f"open output {_box(op.box)} {how}"
-    if isinstance(op, Compute):
+
+    @impl(Compute)
+    def compute(self, op: Compute, p: int) -> str:
         if op.work is not None:
             w = op.work
             return f"compute {w.entries} stored entries x {w.width} ({len(w.terms)} term(s))"
         return "compute " + " + ".join(_box(b) for b in op.boxes)
-    if isinstance(op, Combine):
+
+    @impl(Combine)
+    def combine(self, op: Combine, p: int) -> str:
         return f"combine partial {_box(op.box)} from {op.src}"
-    if isinstance(op, Flush):
+
+    @impl(Flush)
+    def flush(self, op: Flush, p: int) -> str:
         sends = [f"{_box(b)} to {d}" for d, b in op.sends] + [f"{_box(b)} own" for b in op.local]
         return f"flush partial {_box(op.box)}: " + ", ".join(sends)
-    if isinstance(op, Reduce):
+
+    @impl(Reduce)
+    def reduce(self, op: Reduce, p: int) -> str:
         return f"reduce partial {_box(op.box)} from {op.src}"
-    if isinstance(op, SendFinal):
+
+    @impl(SendFinal)
+    def send_final(self, op: SendFinal, p: int) -> str:
         return f"send final {_box(op.box)} to {op.dst}"
-    if isinstance(op, RecvFinal):
+
+    @impl(RecvFinal)
+    def recv_final(self, op: RecvFinal, p: int) -> str:
         return f"receive final {_box(op.box)} from {op.src}"
-    return repr(op)
+
+
+_OP_TEXT = _OpText()
 
 
 def program_text(plan: Plan, p: int) -> list[str]:
@@ -201,7 +222,7 @@ def program_text(plan: Plan, p: int) -> list[str]:
         if at != step:
             step = at
             out.append(f"  step {at}:" if at < plan.nsteps else "  after the last step:")
-        out.append("    " + _op_text(op, p))
+        out.append("    " + _OP_TEXT.visit(op, p))
     return out
 
 

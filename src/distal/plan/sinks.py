@@ -16,14 +16,17 @@ from distal.plan.ir import (
     Compute,
     Fetch,
     Flush,
+    Forward,
     Message,
     OpenOutput,
     Plan,
+    RecvFinal,
     Reduce,
+    SendFinal,
 )
 from distal.plan.region import words
 from distal.plan.stats import Stats
-from distal.typing import box_volume
+from distal.plan.visit import Interpreter, impl
 
 Arr = np.ndarray
 
@@ -235,12 +238,9 @@ def count_plan(plan: Plan) -> PlanSummary:
     peak = [0] * P
     iterations = [0] * P
     for p in range(P):
-        for op in plan.ops(p):
-            if isinstance(op, Compute):
-                iterations[p] += (
-                    op.work.iterations if op.work is not None else sum(map(box_volume, op.boxes))
-                )
-        peak[p] = plan.owned_words(p) + max(_extra_by_step(plan, p), default=0)
+        fp = Footprint(plan, p)
+        iterations[p] = fp.iterations
+        peak[p] = plan.owned_words(p) + max(fp.extra_by_step(), default=0)
     wr, ws, mr, ms_ = (tally.ints(x) for x in tally.totals)
     ir_, is_ = (tally.ints(x) for x in tally.index)
     st = Stats(
@@ -258,32 +258,55 @@ def count_plan(plan: Plan) -> PlanSummary:
     return PlanSummary(st, dict(tally.moved), S, ps)
 
 
-def _extra_by_step(plan: Plan, p: int) -> list[int]:
-    """Words ``p`` holds beyond its owned regions at the end of each step (the memory model
-    of :func:`count_plan`)."""
-    S = plan.nsteps
-    fetch_at: list[dict[str, int]] = [{} for _ in range(S + 1)]
-    partial = [0] * (S + 1)
-    received = [0] * (S + 1)
-    opened: dict[int, int] = {}
-    for op in plan.ops(p):
-        step = getattr(op, "step", S)
-        if isinstance(op, Fetch):
-            fetch_at[step][op.tensor] = 0 if op.view or op.box is None else words(op.box)
-        elif isinstance(op, OpenOutput) and not op.direct:
-            opened[step] = words(op.box)
-        elif isinstance(op, Flush):
-            for s in list(opened):
-                if s <= step:
-                    for k in range(s, step + 1):
-                        partial[k] += opened[s]
-                    del opened[s]
-        elif isinstance(op, Reduce | Combine):
-            received[step] += words(op.box)
-    held: dict[str, int] = {}
-    out = []
-    for s in range(S):
-        held.update(fetch_at[s])
-        nxt = sum(fetch_at[s + 1].values()) if s + 1 < S else 0
-        out.append(sum(held.values()) + nxt + partial[s] + received[s])
-    return out
+class Footprint(Interpreter):
+    """What processor ``p``'s program holds beyond its owned regions at the end of each step,
+    and the iterations it computes: the memory model of :func:`count_plan`, read off the
+    program instruction by instruction (the runtimes measure the same arrays as they run)."""
+
+    ignores = (Forward, SendFinal, RecvFinal)  # the final phase follows the last step's peak
+
+    def __init__(self, plan: Plan, p: int) -> None:
+        S = self.nsteps = plan.nsteps
+        self.fetch_at: list[dict[str, int]] = [{} for _ in range(S + 1)]
+        self.partial = [0] * (S + 1)
+        self.received = [0] * (S + 1)
+        self.opened: dict[int, int] = {}
+        self.iterations = 0
+        for op in plan.ops(p):
+            self.visit(op)
+
+    @impl(Fetch)
+    def fetch(self, op: Fetch) -> None:
+        self.fetch_at[op.step][op.tensor] = 0 if op.view or op.box is None else words(op.box)
+
+    @impl(OpenOutput)
+    def open_output(self, op: OpenOutput) -> None:
+        if not op.direct:
+            self.opened[op.step] = words(op.box)
+
+    @impl(Compute)
+    def compute(self, op: Compute) -> None:
+        self.iterations += op.iterations
+
+    @impl(Flush)
+    def flush(self, op: Flush) -> None:
+        for s in list(self.opened):
+            if s <= op.step:
+                for k in range(s, op.step + 1):
+                    self.partial[k] += self.opened[s]
+                del self.opened[s]
+
+    @impl(Reduce, Combine)
+    def receive(self, op: Reduce | Combine) -> None:
+        self.received[op.step] += words(op.box)
+
+    def extra_by_step(self) -> list[int]:
+        """Words held beyond the owned regions at the end of each step."""
+        S, fetch_at = self.nsteps, self.fetch_at
+        held: dict[str, int] = {}
+        out = []
+        for s in range(S):
+            held.update(fetch_at[s])
+            nxt = sum(fetch_at[s + 1].values()) if s + 1 < S else 0
+            out.append(sum(held.values()) + nxt + self.partial[s] + self.received[s])
+        return out

@@ -119,6 +119,12 @@ class Analysis:
         self.grid: tuple[int, ...] = tuple(machine.shape)
         self.nprocs = math.prod(self.grid)
         accesses = [f for t in st.terms for f in t.factors]
+        odd = [f for f in accesses if f.shifted] or [t for t in st.terms if t.domain]
+        if odd:
+            raise NotSupportedYet(
+                f"{odd[0]!r} in a kernel with sparse tensors: shifted accesses and restricted "
+                "terms are lowered for dense kernels only"
+            )
         self.sparse_inputs = tuple(t.name for t in st.inputs() if not t.format.is_dense)
         if not self.sparse_inputs:
             raise NotSupportedYet(

@@ -65,13 +65,18 @@ class Stats:
 
     @classmethod
     def zeros(cls, nprocs: int, nlevels: int = 1) -> Stats:
-        """All-zero stats for ``nprocs`` processors (runtimes fill these in)."""
-        lists = [[0] * nprocs for f in fields(cls) if f.compare]
+        """All-zero stats for ``nprocs`` processors: the counter a runtime fills in as it
+        runs (:meth:`record`, :meth:`sent`, :meth:`received`, :meth:`computed`,
+        :meth:`held`)."""
+        lists = [[0] * nprocs for _ in COUNTED]
         return cls(*lists, level_words_received=[[0] * nprocs for _ in range(nlevels)])
+
+    # -- the one counter: every runtime counts what it does through these ----------------
 
     def record(self, src: int, dst: int, words: int, level: int = 0, index: int = 0) -> None:
         """Count one message of ``words`` (and ``index`` index words) from ``src`` to ``dst``
-        crossing machine ``level``."""
+        crossing machine ``level``, seen from both ends (a runtime whose processors share
+        one process)."""
         self.words_received[dst] += words
         self.words_sent[src] += words
         if index:
@@ -82,11 +87,40 @@ class Stats:
         if self.level_words_received is not None:
             self.level_words_received[level][dst] += words
 
+    def sent(self, src: int, words: int, index: int = 0) -> None:
+        """Count the sending end of one message (a runtime that sees only its own end)."""
+        self.words_sent[src] += words
+        self.messages_sent[src] += 1
+        if index:
+            self.index_words_sent[src] += index
+
+    def received(self, dst: int, words: int, level: int = 0, index: int = 0) -> None:
+        """Count the receiving end of one message crossing machine ``level``."""
+        self.words_received[dst] += words
+        self.messages_received[dst] += 1
+        if index:
+            self.index_words_received[dst] += index
+        if self.level_words_received is not None:
+            self.level_words_received[level][dst] += words
+
+    def computed(self, p: int, iterations: int) -> None:
+        """Count iteration points processor ``p``'s leaves executed."""
+        self.iterations[p] += iterations
+
+    def held(self, p: int, words: int) -> None:
+        """Note that processor ``p`` holds ``words`` elements now (its peak keeps the most)."""
+        if words > self.peak_words[p]:
+            self.peak_words[p] = words
+
     @property
     def inter_node_words_received(self) -> list[int]:
         """Words each processor receives across the outermost machine level."""
         lw = self.level_words_received
         return list(lw[0]) if lw else list(self.words_received)
+
+
+#: the per-processor counts of a ``Stats``, in its field order
+COUNTED: tuple[str, ...] = tuple(f.name for f in fields(Stats) if f.compare)
 
 
 def ops_by_step(plan: Plan, p: int) -> list[list]:

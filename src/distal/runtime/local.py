@@ -25,7 +25,6 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -50,6 +49,7 @@ from distal.plan.ir import (
 )
 from distal.plan.region import Entries, as_slice, content, index_words, shape, words
 from distal.plan.stats import Stats, ops_by_step
+from distal.plan.visit import Interpreter, impl
 from distal.progress import Progress
 from distal.progress import _wanted as progress_wanted
 from distal.runtime.source import read_block
@@ -135,10 +135,6 @@ def _copy_all(jobs: list[Job]) -> None:
 
 
 _KIND = {Compute: COMPUTE, Flush: FLUSH, RecvFinal: FINAL}
-# instructions with nothing to do here (the sender's Flush / the receiver's copy moves the
-# data) and nothing traced: left out of the prepared work
-_MOVED_ELSEWHERE = (Reduce, SendFinal, Forward, Combine)
-_STAT_LISTS = sum(1 for f in fields(Stats) if f.compare)  # as ``Stats.zeros`` makes them
 
 
 class _NoBar:
@@ -313,9 +309,8 @@ class Prepared:
         self._copies: dict[tuple[int, str, int], dict[Any, Any]] = {}
         if relayed:
             for p in range(n):
-                for op in plan.ops(p):
-                    if isinstance(op, Fetch):
-                        self.fetch_of[op.step, op.tensor, p] = op
+                for op in LocalRuntime.split(plan.ops(p))["fetch"]:
+                    self.fetch_of[op.step, op.tensor, p] = op
         self.fetches: list[list[list[tuple]]] = []
         self.work: list[list[list[Any]]] = []
         self.fetch_words: list[int] = []
@@ -323,16 +318,12 @@ class Prepared:
         for s in range(nsteps):
             fs, ws, copied = [], [], 0
             for p in range(n):
-                mine, other = [], []
-                for op in by_step[p][s]:
-                    if isinstance(op, Fetch):
-                        mine.append(self._fetch(op, p, owned_box[p], relayed))
-                        if not op.view:
-                            copied += sum(words(piece) for _, piece in op.pieces)
-                    elif not isinstance(op, _MOVED_ELSEWHERE):
-                        other.append(op)
-                fs.append(mine)
-                ws.append(other)
+                phase = LocalRuntime.split(by_step[p][s])
+                fs.append([self._fetch(op, p, owned_box[p], relayed) for op in phase["fetch"]])
+                copied += sum(
+                    words(piece) for op in phase["fetch"] if not op.view for _, piece in op.pieces
+                )
+                ws.append(phase["work"])
             self.fetches.append(fs)
             self.work.append(ws)
             self.fetch_words.append(copied)
@@ -344,9 +335,7 @@ class Prepared:
                 and any(isinstance(op, Compute) and op.work is not None for w in ws for op in w)
             )
         self._read_whole(dtypes)
-        self.finals = [
-            [op for op in by_step[p][nsteps] if isinstance(op, RecvFinal)] for p in range(n)
-        ]
+        self.finals = [LocalRuntime.split(by_step[p][nsteps])["final"] for p in range(n)]
         self.spare: list[_Buffers] = []  # buffers of an earlier run, free to take
         self.results = Recycler(RESULTS_KEPT)  # large results of earlier runs (see result)
         self.nlevels = plan.machine.nlevels if plan.machine else 1
@@ -521,8 +510,13 @@ def prepared(plan: Plan, dtypes: dict[str, Any]) -> Prepared:
     return e
 
 
-class LocalRuntime:
-    """Executes a plan in this process."""
+class LocalRuntime(Interpreter):
+    """Executes a plan in this process: a handler per instruction type, in three phases
+    (``fetch``: a step's fetches, copied ahead of the step before; ``work``: the step's
+    output buffer and leaves; ``final``: finished blocks copied to the other replicas)."""
+
+    #: the sender's Flush / the receiver's copy moves their data; nothing to do or trace
+    ignores = (Reduce, SendFinal, Forward, Combine)
 
     def __init__(
         self,
@@ -579,9 +573,7 @@ class LocalRuntime:
                         scatter.append((owned[name][0], sl))
                 else:
                     owned[name] = (_zeros(shape(box), out_dtype), box)
-        n, nlevels = plan.nprocs, prep.nlevels
-        stats = Stats(*[[0] * n for _ in range(_STAT_LISTS)],
-                      level_words_received=[[0] * n for _ in range(nlevels)])  # fmt: skip
+        stats = Stats.zeros(plan.nprocs, prep.nlevels)
         try:
             self.bufs = prep.spare.pop()
         except IndexError:
@@ -628,9 +620,8 @@ class LocalRuntime:
                 self._step(s, procs, stats, bar)
         finally:
             bar.close()
-        peak = stats.peak_words
         for q in procs:
-            peak[q.p] = max(peak[q.p], self._held(q))
+            stats.held(q.p, self._held(q))
         for q in procs:
             for op in prep.finals[q.p]:
                 self._exec(q, op, procs, stats)
@@ -685,9 +676,8 @@ class LocalRuntime:
                 bar.advance(q.p, s)
         self._relay_fetches(procs, stats)
         self._send_partials(procs, stats)
-        peak = stats.peak_words
         for q in procs:
-            peak[q.p] = max(peak[q.p], self._held(q))
+            stats.held(q.p, self._held(q))
             t = self.trace.now()
             words = q.reduce_inbox()
             if words and self.tracing:
@@ -752,104 +742,132 @@ class LocalRuntime:
     ) -> None:
         """Carry out processor ``q``'s fetches of step ``s`` (into its next buffers); with
         ``jobs``, the copies are left there and the trace events in ``events``."""
+        for item in self.prep.fetches[s][q.p]:
+            self.visit(item[0], q, item, procs, stats, jobs, events)
+
+    @impl(Fetch, phase="fetch")
+    def _fetch(
+        self,
+        op: Fetch,
+        q: Store,
+        item: tuple,
+        procs: list[Store],
+        stats: Stats,
+        jobs: list[Job] | None,
+        events: list[tuple[int, int]] | None,
+    ) -> None:
+        """Carry out fetch ``op`` of processor ``q`` as derived once per plan (``item``: see
+        :class:`Prepared`), into its next buffers; ``jobs`` and ``events`` as for
+        :meth:`_fetch_all`."""
         p = q.p
         tracing = self.tracing and events is None
-        whole_here = self.prep.whole[p] if p in self.whole_now else {}
-        for item in self.prep.fetches[s][p]:
-            op, what, tensor, box, shape, own_sl, pieces, whole, borrow, inplace = item
-            caller = self.caller.get(tensor) if inplace is not None else None
-            t = self.trace.now() if tracing else 0.0
-            words = 0
-            try:
-                if tensor in whole_here:  # its leaves read the caller's array by global rows
-                    view = self.caller[tensor].view()
-                    view.flags.writeable = False
-                    self.stand_in[id(view)] = (view, whole_here[tensor])
-                    for src, _, _, w, level, _, piece in pieces:
-                        if src != p:
-                            stats.record(src, p, w, level, index_words(piece))
-                            words += w
-                    q.next[tensor] = (view, box)
-                elif what == _NOTHING:
-                    q.next[tensor] = None
-                elif what == _VIEW:
-                    q.next[tensor] = (read(q.owned[tensor][0], own_sl), box)
-                elif caller is not None:  # the caller's array holds the buffer as it is
-                    view = caller[inplace]
-                    view.flags.writeable = False  # as the owned blocks: inputs are read only
-                    self.borrowed[id(view)] = view
-                    for src, _, _, w, level, _, piece in pieces:
-                        if src != p:
-                            stats.record(src, p, w, level, index_words(piece))
-                            words += w
-                    q.next[tensor] = (view, box)
-                elif borrow:  # an input's block is never written: read it where it is
+        _, what, tensor, box, shape, own_sl, pieces, whole, borrow, inplace = item
+        caller = self.caller.get(tensor) if inplace is not None else None
+        t = self.trace.now() if tracing else 0.0
+        words = 0
+        try:
+            if p in self.whole_now and tensor in self.prep.whole[p]:
+                # its leaves read the caller's array by global rows
+                view = self.caller[tensor].view()
+                view.flags.writeable = False
+                self.stand_in[id(view)] = (view, self.prep.whole[p][tensor])
+                for src, _, _, w, level, _, piece in pieces:
+                    if src != p:
+                        stats.record(src, p, w, level, index_words(piece))
+                        words += w
+                q.next[tensor] = (view, box)
+            elif what == _NOTHING:
+                q.next[tensor] = None
+            elif what == _VIEW:
+                q.next[tensor] = (read(q.owned[tensor][0], own_sl), box)
+            elif caller is not None:  # the caller's array holds the buffer as it is
+                view = caller[inplace]
+                view.flags.writeable = False  # as the owned blocks: inputs are read only
+                self.borrowed[id(view)] = view
+                for src, _, _, w, level, _, piece in pieces:
+                    if src != p:
+                        stats.record(src, p, w, level, index_words(piece))
+                        words += w
+                q.next[tensor] = (view, box)
+            elif borrow:  # an input's block is never written: read it where it is
+                src, _, ssl, w, level, _, _ = pieces[0]
+                view = read(procs[src].owned[tensor][0], ssl)
+                self.borrowed[id(view)] = view
+                if src != p:
+                    stats.record(src, p, w, level, index_words(pieces[0][6]))
+                    words = w
+                q.next[tensor] = (view, box)
+            else:
+                if whole and jobs is None:
                     src, _, ssl, w, level, _, _ = pieces[0]
-                    view = read(procs[src].owned[tensor][0], ssl)
-                    self.borrowed[id(view)] = view
+                    buf = self.bufs.take(shape, self.dtypes[tensor])
+                    copy_into(buf, procs[src].owned[tensor][0], ssl)
                     if src != p:
                         stats.record(src, p, w, level, index_words(pieces[0][6]))
                         words = w
-                    q.next[tensor] = (view, box)
                 else:
-                    if whole and jobs is None:
-                        src, _, ssl, w, level, _, _ = pieces[0]
-                        buf = self.bufs.take(shape, self.dtypes[tensor])
-                        copy_into(buf, procs[src].owned[tensor][0], ssl)
+                    buf = self.bufs.take(shape, self.dtypes[tensor])
+                    for src, dsl, ssl, w, level, hop, piece in pieces:
+                        if hop is not None:  # from the relay's fetch buffer, once it has it
+                            self.pending_fetch.append((hop, p, tensor, dsl, ssl, piece, src))
+                            continue
+                        if jobs is None:
+                            _copy((buf, dsl, procs[src].owned[tensor][0], ssl, w))
+                        else:
+                            jobs.append((buf, dsl, procs[src].owned[tensor][0], ssl, w))
                         if src != p:
-                            stats.record(src, p, w, level, index_words(pieces[0][6]))
-                            words = w
-                    else:
-                        buf = self.bufs.take(shape, self.dtypes[tensor])
-                        for src, dsl, ssl, w, level, hop, piece in pieces:
-                            if hop is not None:  # from the relay's fetch buffer, once it has it
-                                self.pending_fetch.append((hop, p, tensor, dsl, ssl, piece, src))
-                                continue
-                            if jobs is None:
-                                _copy((buf, dsl, procs[src].owned[tensor][0], ssl, w))
-                            else:
-                                jobs.append((buf, dsl, procs[src].owned[tensor][0], ssl, w))
-                            if src != p:
-                                stats.record(src, p, w, level, index_words(piece))
-                                words += w
-                    q.next[tensor] = (buf, box)
-            except Exception as e:
-                raise RuntimeFailure(f"processor {p} failed at {op}: {e}", processor=p) from e
-            if tracing:
-                self.trace.add(p, FETCH, s, t, words)
-            elif events is not None:
-                events.append((p, words))
+                            stats.record(src, p, w, level, index_words(piece))
+                            words += w
+                q.next[tensor] = (buf, box)
+        except Exception as e:
+            raise RuntimeFailure(f"processor {p} failed at {op}: {e}", processor=p) from e
+        if tracing:
+            self.trace.add(p, FETCH, op.step, t, words)
+        elif events is not None:
+            events.append((p, words))
 
     def _exec(self, q: Store, op: Any, procs: list[Store], stats: Stats) -> None:
-        plan = self.plan
+        """Carry out ``op`` of processor ``q`` by its handler (and trace it)."""
         t = self.trace.now() if self.tracing else 0.0
-        words = 0
         try:
-            if isinstance(op, Compute):
-                leaves = (
-                    self.prep.whole_leaves.get(id(op))
-                    if q.p in self.whole_now
-                    else self.prep.leaves.get(id(op))
-                )
-                stats.iterations[q.p] += q.compute(op, self.kernels, leaves)
-            elif isinstance(op, OpenOutput):
-                q.open_output(op)
-            elif isinstance(op, Flush):
-                q.flush_local(op)
-                for dst, box in op.sends:
-                    hop, relay = self.prep.partial_route[op.step, q.p, box]
-                    self.pending_partial.append((hop, q.p, dst, box, relay))
-            elif isinstance(op, RecvFinal):
-                src_arr, sorigin = procs[op.src].own_output()
-                own, origin = q.own_output()
-                own[box_index(op.box, origin)] = src_arr[box_index(op.box, sorigin)].copy()
-                words = self._count(stats, op.src, q.p, op.box) * (1 + (op.src == q.p))
+            words = self.table[type(op)](self, op, q, procs, stats)
         except Exception as e:
             raise RuntimeFailure(f"processor {q.p} failed at {op}: {e}", processor=q.p) from e
         if self.tracing:
             kind = _KIND.get(type(op))
             if kind is not None:
-                self.trace.add(q.p, kind, getattr(op, "step", plan.nsteps), t, words)
+                self.trace.add(q.p, kind, getattr(op, "step", self.plan.nsteps), t, words)
+
+    @impl(Compute, phase="work")
+    def _compute(self, op: Compute, q: Store, procs: list[Store], stats: Stats) -> int:
+        leaves = (
+            self.prep.whole_leaves.get(id(op))
+            if q.p in self.whole_now
+            else self.prep.leaves.get(id(op))
+        )
+        stats.computed(q.p, q.compute(op, self.kernels, leaves))
+        return 0
+
+    @impl(OpenOutput, phase="work")
+    def _open_output(self, op: OpenOutput, q: Store, procs: list[Store], stats: Stats) -> int:
+        q.open_output(op)
+        return 0
+
+    @impl(Flush, phase="work")
+    def _flush(self, op: Flush, q: Store, procs: list[Store], stats: Stats) -> int:
+        """Local pieces now; the sends after every processor's work (:meth:`_send_partials`)."""
+        q.flush_local(op)
+        for dst, box in op.sends:
+            hop, relay = self.prep.partial_route[op.step, q.p, box]
+            self.pending_partial.append((hop, q.p, dst, box, relay))
+        return 0
+
+    @impl(RecvFinal, phase="final")
+    def _recv_final(self, op: RecvFinal, q: Store, procs: list[Store], stats: Stats) -> int:
+        src_arr, sorigin = procs[op.src].own_output()
+        own, origin = q.own_output()
+        own[box_index(op.box, origin)] = src_arr[box_index(op.box, sorigin)].copy()
+        return self._count(stats, op.src, q.p, op.box) * (1 + (op.src == q.p))
 
     def _relay_fetches(self, procs: list[Store], stats: Stats) -> None:
         """Copies of routed pieces out of relays' buffers, nearest the owner first."""

@@ -10,11 +10,15 @@ original variables are independent and the iteration set is their product.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from distal.errors import InternalError
-from distal.lang.nodes import IndexVar
+from distal.lang.affine import clip as clip_domain
+from distal.lang.affine import image_arrays
+from distal.lang.nodes import Access, IndexVar
 from distal.schedule.api import Schedule
 from distal.schedule.relations import (
     Divide,
@@ -148,3 +152,23 @@ class Bounds:
         if any(not s for s in sets):
             return []
         return [tuple(combo) for combo in itertools.product(*sets)]
+
+
+def access_hulls(
+    access: Access,
+    domain: tuple[tuple[IndexVar, int, int], ...],
+    hull: Callable[[IndexVar], tuple[Any, Any]],
+) -> list[tuple[Any, Any]]:
+    """The box ``access`` reads, per tensor dimension, given ``hull(v)`` (the ranges of each
+    variable, ints or arrays over processors): each variable's range cut to the term's
+    ``domain``, then mapped through the access's affine index (``u[i - 1]`` over ``i`` in
+    ``[lo, hi)`` reads ``[lo - 1, hi - 1)``; ``x[-i + 7]`` the mirror image). Empty ranges
+    stay ``(0, 0)``."""
+    cut = {v: (lo, hi) for v, lo, hi in domain}
+    out = []
+    for v, scale, offset in access.affine():
+        lo, hi = hull(v)
+        if v in cut:
+            lo, hi = clip_domain(lo, hi, *cut[v])
+        out.append(image_arrays(lo, hi, scale, offset) if access.shifted else (lo, hi))
+    return out

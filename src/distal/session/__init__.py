@@ -286,6 +286,9 @@ class Session:
         """Drop every value and close what the session started (a Dask pool without
         ``client=``); a pool given as ``client=`` stays open."""
         self.values.clear()
+        for p in self._programs.values():
+            for name in list(p.named):
+                p.forget(name)
         self._unsettled = []
         if self._closer is not None:
             self._closer()
@@ -325,8 +328,8 @@ class Session:
         distribution of the first kernel that reads it (not counted as moved words)."""
         if not isinstance(name, str) or not name:
             raise InputError(f"a session value needs a tensor name, got {name!r}")
-        for p in self._programs.values():  # a pending binding of the name is replaced
-            p.bound.pop(name, None)
+        for p in self._programs.values():  # the name's handles read the old value on
+            p.forget(name)
         if is_block_source(array):
             shape = tuple(int(n) for n in array.shape)
             dtype = np.dtype(getattr(array, "dtype", np.float64))
@@ -347,12 +350,14 @@ class Session:
         self.values[name] = Held(arr.shape, arr.dtype, None, arr)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.values or (isinstance(name, str) and self._bound_anywhere(name))
+        if name in self.values:
+            return True
+        return isinstance(name, str) and any(name in p.dirty for p in self._programs.values())
 
     def names(self) -> list[str]:
         """The names of the values held (not the arrays program's own: ``_a``, ``_c`` or
         ``_v`` and a number, the values behind unnamed DArrays)."""
-        bound = {n for p in self._programs.values() for n in p.bound}
+        bound = {n for p in self._programs.values() for n in p.dirty}
         return sorted(n for n in {*self.values, *bound} if not _INTERNAL.fullmatch(n))
 
     def layout(self, name: str) -> Layout | None:
@@ -420,14 +425,18 @@ class Session:
         that machine's processors. A name bound to a DArray not computed yet reads that
         DArray's recorded value (nothing runs)."""
         program = self._program_for(self.machine if machine is None else machine)
-        node = program.bound.get(name)
-        if node is not None:
-            return DArray(self, node, program)
-        return DArray(self, self._hidden_value(self._held(name), None, program.nprocs), program)
+        h = program.handle_of(name)
+        if h is None:
+            if any(name in p.dirty for p in self._programs.values()):
+                self.flush()  # bound through another machine's program: computed first
+            node = self._hidden_value(self._held(name), None, program.nprocs)
+            h = DArray(self, node, program)
+            program.remember(name, h)
+        return h
 
     def _bound_anywhere(self, name: str) -> bool:
-        """Whether ``name`` is bound to a DArray not computed yet (``sess[name] = x``)."""
-        return any(name in p.bound for p in self._programs.values())
+        """Whether ``name``'s handle holds an update not computed yet."""
+        return any(name in p.dirty for p in self._programs.values())
 
     def __setitem__(self, name: str, value: Any) -> None:
         """Bind ``name`` to a value: a ``DArray`` (recorded: computed at the next flush with
@@ -440,8 +449,8 @@ class Session:
                 raise InputError(f"value {name!r}: a DArray of another session")
             for p in self._programs.values():
                 if p is not value.program:
-                    p.bound.pop(name, None)
-            value.program.bind(name, value.node)
+                    p.forget(name)
+            value.program.bind(name, DArray(self, value.node, value.program))
             return
         self.flush()
         self.put(name, _as_held_sparse(value))

@@ -44,11 +44,14 @@ from distal.plan.ir import (
     Fetch,
     Flush,
     Forward,
+    OpenOutput,
     Plan,
+    RecvFinal,
     Reduce,
+    SendFinal,
 )
 from distal.plan.region import words
-from distal.plan.stats import ops_by_step
+from distal.plan.visit import Interpreter, impl
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.trace import FETCH as EV_FETCH
 from distal.trace import FINAL as EV_FINAL
@@ -296,6 +299,82 @@ class Engine:
         return end
 
 
+class _Costs(Interpreter):
+    """Adds each instruction's CPU seconds to the step it runs in (see :func:`step_costs`)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        p: int,
+        compute_seconds: Callable[[tuple], float],
+        mem_bandwidth: float,
+        itemsize: Callable[[str], int],
+        overhead: float,
+        copy_remote: bool,
+    ) -> None:
+        n = plan.nsteps + 1
+        self.c = StepCosts([0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0] * n)
+        self.p, self.nsteps = p, plan.nsteps
+        self.compute_seconds = compute_seconds
+        self.bw, self.itemsize, self.overhead = mem_bandwidth, itemsize, overhead
+        self.copy_remote = copy_remote
+        self.out_b = itemsize(plan.output)
+
+    @impl(Fetch)
+    def fetch(self, op: Fetch) -> None:
+        c = self.c
+        c.copy[op.step] += self.overhead
+        if op.box is None or op.view:
+            return
+        w = sum(words(pc) for src, pc in op.pieces if self.copy_remote or src == self.p)
+        c.copy[op.step] += 2 * w * self.itemsize(op.tensor) / self.bw
+
+    @impl(Compute)
+    def compute(self, op: Compute) -> None:
+        c, s = self.c, op.step
+        if op.work is not None:
+            # a leaf over stored entries streams memory: per iteration point the entry's
+            # value and index, the gathered operand words and the output word
+            per = 3 + sum(len(t.dense) for t in op.work.terms)
+            c.compute[s] += op.work.iterations * per * self.out_b / self.bw + self.overhead
+        else:
+            for box in op.boxes:
+                c.compute[s] += self.compute_seconds(box) + self.overhead
+        c.iterations[s] += op.iterations
+
+    @impl(Flush)
+    def flush(self, op: Flush) -> None:
+        c, s, out_b = self.c, op.step, self.out_b
+        w = sum(words(b) for b in op.local)
+        sent = sum(words(b) for _, b in op.sends)
+        c.flush[s] += self.overhead * (1 + len(op.sends)) + 3 * w * out_b / self.bw
+        if self.copy_remote:
+            c.flush[s] += 2 * sent * out_b / self.bw
+
+    @impl(Reduce)
+    def reduce(self, op: Reduce) -> None:
+        self.c.reduce[op.step] += self.overhead + 3 * words(op.box) * self.out_b / self.bw
+
+    @impl(Combine)
+    def combine(self, op: Combine) -> None:
+        """A child's sum added into the partial buffer."""
+        self.c.flush[op.step] += self.overhead + 3 * words(op.box) * self.out_b / self.bw
+
+    @impl(Forward)
+    def forward(self, op: Forward) -> None:
+        """One more send call while the fetches are posted."""
+        self.c.copy[op.step] += self.overhead
+
+    @impl(SendFinal, RecvFinal)
+    def final(self, op: SendFinal | RecvFinal) -> None:
+        s = self.nsteps
+        self.c.reduce[s] += self.overhead + 2 * box_volume(op.box) * self.out_b / self.bw
+
+    @impl(OpenOutput)
+    def open_output(self, op: OpenOutput) -> None:
+        self.c.compute[op.step] += self.overhead
+
+
 def step_costs(
     plan: Plan,
     p: int,
@@ -307,45 +386,10 @@ def step_costs(
 ) -> StepCosts:
     """CPU seconds of each step of processor ``p`` (``copy_remote``: the local runtime copies
     remote pieces itself)."""
-    steps = ops_by_step(plan, p)
-    n = plan.nsteps + 1
-    c = StepCosts([0.0] * n, [0.0] * n, [0.0] * n, [0.0] * n, [0] * n)
-    out_b = itemsize(plan.output)
-    for s, ops in enumerate(steps):
-        for op in ops:
-            if isinstance(op, Fetch):
-                c.copy[s] += overhead
-                if op.box is None or op.view:
-                    continue
-                w = sum(words(pc) for src, pc in op.pieces if copy_remote or src == p)
-                c.copy[s] += 2 * w * itemsize(op.tensor) / mem_bandwidth
-            elif isinstance(op, Compute) and op.work is not None:
-                # a leaf over stored entries streams memory: per iteration point the entry's
-                # value and index, the gathered operand words and the output word
-                per = 3 + sum(len(t.dense) for t in op.work.terms)
-                c.compute[s] += op.work.iterations * per * out_b / mem_bandwidth + overhead
-                c.iterations[s] += op.work.iterations
-            elif isinstance(op, Compute):
-                for box in op.boxes:
-                    c.compute[s] += compute_seconds(box) + overhead
-                    c.iterations[s] += box_volume(box)
-            elif isinstance(op, Flush):
-                w = sum(words(b) for b in op.local)
-                sent = sum(words(b) for _, b in op.sends)
-                c.flush[s] += overhead * (1 + len(op.sends)) + 3 * w * out_b / mem_bandwidth
-                if copy_remote:
-                    c.flush[s] += 2 * sent * out_b / mem_bandwidth
-            elif isinstance(op, Reduce):
-                c.reduce[s] += overhead + 3 * words(op.box) * out_b / mem_bandwidth
-            elif isinstance(op, Combine):  # a child's sum added into the partial buffer
-                c.flush[s] += overhead + 3 * words(op.box) * out_b / mem_bandwidth
-            elif isinstance(op, Forward):  # one more send call while the fetches are posted
-                c.copy[s] += overhead
-            elif s == plan.nsteps:  # SendFinal / RecvFinal
-                c.reduce[s] += overhead + 2 * box_volume(op.box) * out_b / mem_bandwidth
-            else:
-                c.compute[s] += overhead  # OpenOutput
-    return c
+    costs = _Costs(plan, p, compute_seconds, mem_bandwidth, itemsize, overhead, copy_remote)
+    for op in plan.ops(p):
+        costs.visit(op)
+    return costs.c
 
 
 def processor(

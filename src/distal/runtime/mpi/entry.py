@@ -203,12 +203,12 @@ def run(
         me.where = "collecting the stats"
         if trace is None:
             trace = os.environ.get("DISTAL_TRACE", "1") != "0"
-        row = [me.counts[f] for f in STAT_FIELDS]
+        row = [getattr(me.stats, f)[rank] for f in STAT_FIELDS]
         # the trace rides with the stats: its event count, whether this rank wants it, and
         # up to INLINE_EVENTS events (a run of a few steps has no more): one collective
         nevents = len(me.trace.events)
         row += [exec_seconds, me.compute_seconds, gather_seconds, nevents, bool(trace)]
-        row += me.level_words
+        row += [lw[rank] for lw in me.stats.level_words_received]
         inline = _event_rows(me.trace.events if trace and nevents <= INLINE_EVENTS else [])
         table = chan.allgather(np.concatenate([np.array(row, np.float64), inline.ravel()]))
         nf = len(STAT_FIELDS)

@@ -36,6 +36,8 @@ from distal.plan.ir import (
 )
 from distal.plan.region import Entries, Region, as_slice, content, index_words, shape
 from distal.plan.region import words as region_words
+from distal.plan.stats import COUNTED, Stats
+from distal.plan.visit import Interpreter, impl
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
@@ -44,16 +46,7 @@ from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Recorder
 from distal.typing import Box, box_shape, box_volume
 
-STAT_FIELDS = (
-    "words_received",
-    "words_sent",
-    "messages_received",
-    "messages_sent",
-    "iterations",
-    "peak_words",
-    "index_words_received",
-    "index_words_sent",
-)
+STAT_FIELDS = COUNTED  # the counts a rank gathers, in their order
 
 
 #: plans whose leaves and arrays are kept (the most recently used), as the local runtime
@@ -108,8 +101,14 @@ class _At:
     __repr__ = __str__
 
 
-class Rank(Store):
-    """One rank's store (see ``runtime/store.py``), requests and counters."""
+class Rank(Store, Interpreter):
+    """One rank's store (see ``runtime/store.py``), requests and counters: a handler per
+    instruction type, in four phases of a step (``fetch``: the next step's fetches, posted
+    before this step computes; ``post``: the receives of this step's partial sums; ``work``:
+    the output buffer, the leaves and the flush; ``final``: finished blocks to replicas)."""
+
+    #: a relay's forwards follow the plan's relayed messages (:meth:`_index_messages`)
+    ignores = (Forward,)
 
     def __init__(self, kernel: Any, data: dict[str, Any], chan: Channel) -> None:
         plan: Plan = kernel.program(chan.rank)  # this rank's program and messages only
@@ -130,9 +129,9 @@ class Rank(Store):
         self.step_reqs: list[Any] = []
         self.step_recvs: list[Any] = []  # the receives among step_reqs (partial sums)
         self.fetch_sends: list[Any] = []
-        self.counts = dict.fromkeys(STAT_FIELDS, 0)
         machine = getattr(self.plan, "machine", None)
-        self.level_words = [0] * (machine.nlevels if machine is not None else 1)
+        # the counter: this rank counts its own column (its ends of every message)
+        self.stats = Stats.zeros(plan.nprocs, machine.nlevels if machine is not None else 1)
         self.types: dict[tuple, Any] = {}
         self.mpitypes: dict[str, Any] = {}
         self.compute_seconds = 0.0
@@ -197,26 +196,27 @@ class Rank(Store):
         return [arr, 1, self.types[tkey]]
 
     def _send(self, arr: np.ndarray, box: Region, origin: Region, dst: int, tag: int) -> Any:
-        self.counts["words_sent"] += region_words(box)
-        self.counts["messages_sent"] += 1
         if isinstance(box, tuple) and isinstance(origin, tuple):
+            self.stats.sent(self.p, region_words(box))
             return self.chan.data.Isend(self._spec(arr, box, origin), dest=dst, tag=tag)
         msg = np.ascontiguousarray(read(arr, where(box, origin)))
+        index = 0
         if index_words(box):  # stored entries travel with their pos/crd
-            msg = self._with_index(msg, box)
+            msg, index = self._with_index(msg, box)
+        self.stats.sent(self.p, region_words(box), index)
         self.keep.append(msg)
         return self.chan.data.Isend(self._flat(msg), dest=dst, tag=tag)
 
-    def _with_index(self, values: np.ndarray, box: Entries) -> np.ndarray:
-        """The bytes of a piece of stored entries: its values, then its index arrays."""
+    def _with_index(self, values: np.ndarray, box: Entries) -> tuple[np.ndarray, int]:
+        """The bytes of a piece of stored entries: its values, then its index arrays; and
+        the index words they carry."""
         from distal.plan.sparse import piece_arrays
 
         pattern = self.plan.patterns[self._tensor_of(box)]
         index = piece_arrays(pattern, box.positions, self._piece_cache)
-        self.counts["index_words_sent"] += sum(x.size for x in index)
         parts = [values.view(np.uint8).ravel()]
         parts += [np.ascontiguousarray(x, np.int64).view(np.uint8).ravel() for x in index]
-        return np.concatenate(parts)
+        return np.concatenate(parts), sum(x.size for x in index)
 
     def _tensor_of(self, box: Region) -> str:
         return self._region_tensor[id(box)]
@@ -232,19 +232,18 @@ class Rank(Store):
         message lands in, when not ``arr``'s box itself, is left in ``_landing``."""
         self._landing = None
         n = region_words(box)
-        self.counts["words_received"] += n
-        self.counts["messages_received"] += 1
-        self.level_words[self.plan.level_of(src, self.p)] += n
+        level = self.plan.level_of(src, self.p)
         if isinstance(box, tuple) and isinstance(origin, tuple):
+            self.stats.received(self.p, n, level)
             return self.chan.data.Irecv(self._spec(arr, box, origin), source=src, tag=tag)
         ix = where(box, origin)
         iw = index_words(box)
+        self.stats.received(self.p, n, level, iw)
         if not iw and isinstance(ix, tuple) and all(isinstance(x, slice) for x in ix):
             view = arr[ix]
             if view.flags.c_contiguous:  # lies in one piece of the holder: in place
                 self._landing = view
                 return self.chan.data.Irecv(self._flat(view), source=src, tag=tag)
-        self.counts["index_words_received"] += iw
         if iw:
             msg = np.empty(n * arr.dtype.itemsize + iw * 8, np.uint8)
         else:
@@ -266,7 +265,7 @@ class Rank(Store):
         self.arrivals.clear()
 
     def _peak(self) -> None:
-        self.counts["peak_words"] = max(self.counts["peak_words"], self.held_words())
+        self.stats.held(self.p, self.held_words())
 
     # -- phases ----------------------------------------------------------------------------
 
@@ -304,6 +303,7 @@ class Rank(Store):
     def execute(self, steps: list[list[Any]], fail_at: int | None) -> None:
         """All steps in order, then the final phase."""
         plan = self.plan
+        steps = [self.split(ops) for ops in steps]  # each step's instructions by phase
         self.where = "step 0 (prefetch)"
         if plan.nsteps > 0:
             self._start_fetches(steps, 0)
@@ -315,27 +315,11 @@ class Rank(Store):
                 raise RuntimeError(f"injected failure at step {s}")
             if s + 1 < plan.nsteps:
                 self._start_fetches(steps, s + 1)
-            for op in steps[s]:
-                if isinstance(op, Combine):
-                    arr = np.empty(shape(op.box), self.dtypes[plan.output])
-                    tag = self._recv_tag(s, PARTIAL, plan.output, op.src, op.box)
-                    self.combine_reqs.append(self._recv(arr, op.box, op.box, op.src, tag))
-                    self.combined.append((arr, op.box))
-                if isinstance(op, Reduce):
-                    arr = np.empty(shape(op.box), self.dtypes[plan.output])
-                    tag = self._recv_tag(s, PARTIAL, plan.output, op.src, op.box)
-                    self.step_recvs.append(self._recv(arr, op.box, op.box, op.src, tag))
-                    self.step_reqs.append(self.step_recvs[-1])
-                    self.inbox.append((arr, op.box))
-            for op in steps[s]:
-                if not isinstance(op, Fetch | Reduce | Combine | Forward):
-                    self.where = _At(s, op)  # (its text made only if it is read)
-                    t = self.trace.now()
-                    self._exec(op)
-                    kind = COMPUTE if isinstance(op, Compute) else FLUSH
-                    if isinstance(op, Compute | Flush):
-                        sent = sum(region_words(b) for _, b in op.sends) if kind == FLUSH else 0
-                        self.trace.add(self.p, kind, s, t, sent)
+            for op in steps[s]["post"]:
+                self.visit(op)
+            for op in steps[s]["work"]:
+                self.where = _At(s, op)  # (its text made only if it is read)
+                self.visit(op)
             self.where = f"step {s}: waiting for partial sums"
             t = self.trace.now()
             self.chan.wait(self.step_reqs, cancel=self.step_recvs)
@@ -360,21 +344,21 @@ class Rank(Store):
             self.own_output()  # (a block nothing wrote into is zero all the same)
         self.where = "final phase"
         t = self.trace.now()
-        self._finals(steps[plan.nsteps])
-        if steps[plan.nsteps]:
+        finals = steps[plan.nsteps]["final"]
+        self._finals(finals)
+        if finals:
             self.trace.add(self.p, FINAL, plan.nsteps, t)
         self.where = "final phase: waiting for fetch sends"
         self.chan.wait(self.fetch_sends)
         self.fetch_sends = []
 
-    def _start_fetches(self, steps: list[list[Any]], s: int) -> None:
+    def _start_fetches(self, steps: list[dict[str, list[Any]]], s: int) -> None:
         """Issue this rank's sends of step ``s`` fetches and post its own step-``s`` fetches."""
         for m, tag in self.fetch_out[s]:
             own, origin = self.owned[m.tensor]
             self.fetch_sends.append(self._send(own, m.box, origin, m.dst, tag))
-        for op in steps[s]:
-            if isinstance(op, Fetch):
-                self._fetch(op)
+        for op in steps[s]["fetch"]:
+            self.visit(op)
         if self.forwards:
             self._start_forwarder()
 
@@ -396,8 +380,7 @@ class Rank(Store):
                 spec = self._flat(landing)
             sends: list[Send] = []
             for dst, tag in self.forwards.pop(key):
-                self.counts["words_sent"] += region_words(piece)
-                self.counts["messages_sent"] += 1
+                self.stats.sent(self.p, region_words(piece), index_words(piece))
                 sends.append((spec, dst, tag))
             todo.append((req, sends))
         if todo:
@@ -410,6 +393,7 @@ class Rank(Store):
             return np.empty(box_shape, dtype)
         return self.spare.take(box_shape, dtype)
 
+    @impl(Fetch, phase="fetch")
     def _fetch(self, op: Fetch) -> None:
         buf = self.fetch_buffer(op, self.dtypes[op.tensor])
         if buf is None:
@@ -448,39 +432,74 @@ class Rank(Store):
         self.next_reqs, self.next_keys = [], []
         self.swap()
 
-    def _exec(self, op: Any) -> None:
-        if isinstance(op, OpenOutput):
-            self.open_output(op)
-        elif isinstance(op, Compute):
-            t0 = time.perf_counter()
-            self.counts["iterations"] += self.compute(
-                op, self.kernel.kernels, self.leaves.get(id(op))
-            )
-            self.compute_seconds += time.perf_counter() - t0
-        elif isinstance(op, Flush):
-            if self.combine_reqs:  # routing: children's partial sums ride along
-                keep = tuple(a for a, _ in self.combined)
-                self.chan.wait(self.combine_reqs, keep=keep, cancel=self.combine_reqs)
-                self.combine_reqs = []
-                self.combine()
-            arr, origin = self.flush_local(op)
-            for dst, box in op.sends:
-                tag = self.send_tags[(op.step, PARTIAL, dst, box)].popleft()
-                self.step_reqs.append(self._send(arr, box, origin, dst, tag))
+    @impl(Combine, phase="post")
+    def _post_combine(self, op: Combine) -> None:
+        """Routing: post the receive of a child's partial sum, added in before the Flush."""
+        plan = self.plan
+        arr = np.empty(shape(op.box), self.dtypes[plan.output])
+        tag = self._recv_tag(op.step, PARTIAL, plan.output, op.src, op.box)
+        self.combine_reqs.append(self._recv(arr, op.box, op.box, op.src, tag))
+        self.combined.append((arr, op.box))
+
+    @impl(Reduce, phase="post")
+    def _post_reduce(self, op: Reduce) -> None:
+        """Post the receive of a partial sum, added into the own block at the step's end."""
+        plan = self.plan
+        arr = np.empty(shape(op.box), self.dtypes[plan.output])
+        tag = self._recv_tag(op.step, PARTIAL, plan.output, op.src, op.box)
+        self.step_recvs.append(self._recv(arr, op.box, op.box, op.src, tag))
+        self.step_reqs.append(self.step_recvs[-1])
+        self.inbox.append((arr, op.box))
+
+    @impl(OpenOutput, phase="work")
+    def _open_output(self, op: OpenOutput) -> None:
+        self.open_output(op)
+
+    @impl(Compute, phase="work")
+    def _compute(self, op: Compute) -> None:
+        t = self.trace.now()
+        t0 = time.perf_counter()
+        self.stats.computed(self.p, self.compute(op, self.kernel.kernels, self.leaves.get(id(op))))
+        self.compute_seconds += time.perf_counter() - t0
+        self.trace.add(self.p, COMPUTE, op.step, t, 0)
+
+    @impl(Flush, phase="work")
+    def _flush(self, op: Flush) -> None:
+        t = self.trace.now()
+        if self.combine_reqs:  # routing: children's partial sums ride along
+            keep = tuple(a for a, _ in self.combined)
+            self.chan.wait(self.combine_reqs, keep=keep, cancel=self.combine_reqs)
+            self.combine_reqs = []
+            self.combine()
+        arr, origin = self.flush_local(op)
+        for dst, box in op.sends:
+            tag = self.send_tags[(op.step, PARTIAL, dst, box)].popleft()
+            self.step_reqs.append(self._send(arr, box, origin, dst, tag))
+        sent = sum(region_words(b) for _, b in op.sends)
+        self.trace.add(self.p, FLUSH, op.step, t, sent)
 
     def _finals(self, ops: list[Any]) -> None:
         """Finished blocks go from their reducers to the other replicas."""
-        plan = self.plan
-        recvs, sends = [], []
+        reqs: list[Any] = []
+        recvs: list[Any] = []
         for op in ops:
-            own, origin = self.owned[plan.output]
-            if isinstance(op, RecvFinal):
-                tag = self._recv_tag(plan.nsteps, FINAL, plan.output, op.src, op.box)
-                recvs.append(self._recv(own, op.box, origin, op.src, tag))
-            elif isinstance(op, SendFinal):
-                tag = self.send_tags[(plan.nsteps, FINAL, op.dst, op.box)].popleft()
-                sends.append(self._send(own, op.box, origin, op.dst, tag))
-        self.chan.wait(recvs + sends, cancel=recvs)
+            self.visit(op, reqs, recvs)
+        self.chan.wait(reqs, cancel=recvs)
+
+    @impl(RecvFinal, phase="final")
+    def _recv_final(self, op: RecvFinal, reqs: list[Any], recvs: list[Any]) -> None:
+        plan = self.plan
+        own, origin = self.owned[plan.output]
+        tag = self._recv_tag(plan.nsteps, FINAL, plan.output, op.src, op.box)
+        recvs.append(self._recv(own, op.box, origin, op.src, tag))
+        reqs.append(recvs[-1])
+
+    @impl(SendFinal, phase="final")
+    def _send_final(self, op: SendFinal, reqs: list[Any], recvs: list[Any]) -> None:
+        plan = self.plan
+        own, origin = self.owned[plan.output]
+        tag = self.send_tags[(plan.nsteps, FINAL, op.dst, op.box)].popleft()
+        reqs.append(self._send(own, op.box, origin, op.dst, tag))
 
     def gather(self, mode: str) -> Any:
         """The whole output on the ranks ``mode`` names (not counted as traffic)."""
