@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from distal.arrays import functions as F
+from distal.arrays import products as P
 from distal.arrays import ufuncs
 from distal.errors import InputError, NotSupportedYet
 
@@ -49,7 +50,7 @@ def array_function(func: Any, types: Any, args: tuple, kwargs: dict) -> Any:
 
 
 #: numpy's generalized ufuncs distal runs (contractions)
-_GUFUNCS = {"matmul": F.matmul, "vecdot": F.vecdot}
+_GUFUNCS = {"matmul": P.matmul, "vecdot": P.vecdot}
 
 #: ufunc methods recorded as reductions, by (ufunc name, method): distal's reduction
 _REDUCE = {

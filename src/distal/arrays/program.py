@@ -83,7 +83,7 @@ _SCALING = frozenset(("mul", "neg", "pos"))
 
 #: pending nodes past which a new operation flushes (so a loop that never reads a value
 #: does not grow one ever longer expression)
-MAX_PENDING = 64
+MAX_PENDING = 256
 
 #: members of one fused set at most
 MAX_FUSED = 16
@@ -246,9 +246,9 @@ class Program:
         todo = [a.node for a in handles if not self.is_value(a.node)]
         if len(todo) > 1:  # (two handles on one node: a name's and a variable's)
             todo = list({id(n): n for n in todo}.values())
-        if keep:
+        if keep:  # (a flush before a product: its operands, and transposes, wait for it)
             kept = {id(n) for n in keep}
-            todo = [n for n in todo if id(n) not in kept]
+            todo = [n for n in todo if id(n) not in kept and type(n) is not Transpose]
         if len(todo) > 1:
             todo.extend(self._pending_products(todo))
             todo.sort(key=_seq)
@@ -495,10 +495,13 @@ class Program:
         steps, slots = fused_signature(
             members, lambda n: n is product or self.is_value(n) or id(n) in ids or n.ndim == 0
         )
+        # the set's own temporaries (nodes read from two places, computed once per block)
+        temps = {id(x) for kind, _, k in steps if kind == "temp" for x in (slots[k],)}
         for x in slots:  # the 0-d operands not yet values (alpha = rs / pq)
             if (
                 x is not product
                 and id(x) not in ids
+                and id(x) not in temps
                 and not isinstance(x, Const)
                 and not self.is_value(x)
             ):
@@ -517,7 +520,7 @@ class Program:
         operands = [
             (k, self.name_of(x), _held_dist(x.ndim))
             for k, x in enumerate(slots)
-            if id(x) not in ids
+            if id(x) not in ids and id(x) not in temps
         ]
         outs = []
         for m in members:

@@ -27,9 +27,13 @@ from distal.arrays.darray import DArray
 from distal.numpy import fft as fft
 from distal.numpy import linalg as linalg
 from distal.numpy import random as random
+from distal.numpy._creation import *  # noqa: F403
+from distal.numpy._creation import __dict__ as _cdict
 from distal.numpy._elementwise import FUNCTIONS as _ELEMENTWISE
 from distal.numpy._functions import *  # noqa: F403
 from distal.numpy._functions import __dict__ as _fdict
+from distal.numpy._stats import *  # noqa: F403
+from distal.numpy._stats import __dict__ as _sdict
 
 __array_api_version__ = "2024.12"
 
@@ -112,7 +116,7 @@ _set_default_factory(_default_session)
 
 def _register() -> None:
     """numpy's functions run by this module's on DArrays (``__array_function__``)."""
-    ours = {**_fdict, **_ELEMENTWISE}
+    ours = {**_cdict, **_sdict, **_fdict, **_ELEMENTWISE}
     skip = {"asarray", "array", "isscalar", "result_type", "can_cast", "finfo", "iinfo"}
     for name, impl in ours.items():
         if name.startswith("_") or not callable(impl) or name in skip:

@@ -10,308 +10,10 @@ from typing import Any
 
 import numpy as np
 from distal.arrays import functions as F
-from distal.arrays.current import current
+from distal.arrays import products as P
 from distal.arrays.darray import DArray
 from distal.arrays.methods import round_values
 from distal.errors import InputError, NotSupportedYet
-
-# -- creation --------------------------------------------------------------------------------------
-
-
-def _device(device: Any) -> None:
-    if device is not None and device != "cpu" and device is not current():
-        if not hasattr(device, "_arrays"):
-            raise InputError(f"device {device!r}: a distal.numpy device is a dl.Session")
-
-
-def _in(device: Any) -> DArray | None:
-    """A DArray of the session ``device`` names (so new arrays go there), or None."""
-    return None
-
-
-def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None, **kw: Any) -> DArray:
-    """numpy's ``asarray`` (the array API's): a DArray as it is (cast to ``dtype``), anything
-    else placed in the current session (``copy=False`` for a non-DArray is refused: placing
-    copies)."""
-    _device(device)
-    if kw.pop("order", None) not in (None, "C", "K", "A"):
-        raise NotSupportedYet("asarray: order='C' only")
-    if kw:
-        raise InputError(f"asarray: unknown keywords {sorted(kw)}")
-    if isinstance(obj, DArray):
-        if dtype is not None and np.dtype(dtype) != obj.dtype:
-            if copy is False:
-                raise ValueError("asarray: copy=False with a dtype change")
-            return F.astype(obj, dtype, copy=False)
-        return F.copy_of(obj) if copy else obj
-    if copy is False:
-        raise ValueError("asarray: copy=False: placing a value in the session copies it")
-    return F.asdarray(obj, None, dtype)
-
-
-def array(obj: Any, dtype: Any = None, copy: bool = True, **kw: Any) -> DArray:
-    return asarray(obj, dtype, None, True if copy else None, **kw)
-
-
-def zeros(shape: Any, dtype: Any = None, order: str = "C", *, device: Any = None) -> DArray:
-    _device(device)
-    return F.full(shape, 0, np.float64 if dtype is None else dtype)
-
-
-def ones(shape: Any, dtype: Any = None, order: str = "C", *, device: Any = None) -> DArray:
-    _device(device)
-    return F.full(shape, 1, np.float64 if dtype is None else dtype)
-
-
-def empty(shape: Any, dtype: Any = None, order: str = "C", *, device: Any = None) -> DArray:
-    """numpy's ``empty``: here zeros (a block of its own on each processor either way)."""
-    return zeros(shape, dtype, order, device=device)
-
-
-def full(
-    shape: Any, fill_value: Any, dtype: Any = None, order: str = "C", *, device: Any = None
-) -> DArray:
-    _device(device)
-    return F.full(shape, fill_value, dtype)
-
-
-def _like(x: Any, dtype: Any, shape: Any) -> tuple[Any, Any, DArray | None]:
-    d = x if isinstance(x, DArray) else None
-    x = np.asarray(x) if d is None else x
-    return (x.shape if shape is None else shape), (x.dtype if dtype is None else dtype), d
-
-
-def zeros_like(
-    x: Any,
-    dtype: Any = None,
-    order: str = "K",
-    subok: bool = True,
-    shape: Any = None,
-    *,
-    device: Any = None,
-) -> DArray:
-    s, dt, d = _like(x, dtype, shape)
-    return F.made(F.full(s, 0, dt).node, d)
-
-
-def ones_like(
-    x: Any,
-    dtype: Any = None,
-    order: str = "K",
-    subok: bool = True,
-    shape: Any = None,
-    *,
-    device: Any = None,
-) -> DArray:
-    s, dt, d = _like(x, dtype, shape)
-    return F.made(F.full(s, 1, dt).node, d)
-
-
-def empty_like(
-    x: Any,
-    dtype: Any = None,
-    order: str = "K",
-    subok: bool = True,
-    shape: Any = None,
-    *,
-    device: Any = None,
-) -> DArray:
-    return zeros_like(x, dtype, order, subok, shape, device=device)
-
-
-def full_like(
-    x: Any,
-    fill_value: Any,
-    dtype: Any = None,
-    order: str = "K",
-    subok: bool = True,
-    shape: Any = None,
-    *,
-    device: Any = None,
-) -> DArray:
-    s, dt, d = _like(x, dtype, shape)
-    return F.made(F.full(s, fill_value, dt).node, d)
-
-
-def arange(
-    start: Any, /, stop: Any = None, step: Any = None, dtype: Any = None, *, device: Any = None
-) -> DArray:
-    from distal.arrays import creation
-
-    _device(device)
-    return F.made(creation.arange(start, stop, step, dtype))
-
-
-def linspace(
-    start: Any,
-    stop: Any,
-    num: int = 50,
-    endpoint: bool = True,
-    retstep: bool = False,
-    dtype: Any = None,
-    axis: int = 0,
-    *,
-    device: Any = None,
-) -> Any:
-    from distal.arrays import creation
-
-    _device(device)
-    if axis != 0 or np.ndim(start) or np.ndim(stop):
-        raise NotSupportedYet("linspace: scalar start and stop along axis 0 only")
-    got = F.made(creation.linspace(start, stop, num, endpoint, dtype))
-    if retstep:
-        div = (num - 1) if endpoint else num
-        return got, ((stop - start) / div if div > 0 else np.nan)
-    return got
-
-
-def eye(
-    N: int,
-    M: int | None = None,
-    k: int = 0,
-    dtype: Any = float,
-    order: str = "C",
-    *,
-    device: Any = None,
-) -> DArray:
-    from distal.arrays import creation
-
-    _device(device)
-    return F.made(creation.eye(N, M, k, dtype))
-
-
-def identity(n: int, dtype: Any = None) -> DArray:
-    return eye(n, dtype=float if dtype is None else dtype)
-
-
-def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> Any:
-    return F.meshgrid(*xi, indexing=indexing, sparse=sparse)
-
-
-# -- reductions ------------------------------------------------------------------------------------
-
-
-def _reduction(op: str) -> Any:
-    def f(
-        a: Any,
-        axis: Any = None,
-        dtype: Any = None,
-        out: Any = None,
-        keepdims: bool = False,
-        **kw: Any,
-    ) -> DArray:
-        if kw.get("initial") is not None or kw.get("where", True) is not True:
-            raise NotSupportedYet(f"distal.numpy.{op}: initial= and where=")
-        if op in ("max", "min", "any", "all"):
-            if dtype is not None and out is None and not isinstance(dtype, type | np.dtype | str):
-                out, dtype = dtype, None  # numpy's max(a, axis, out, keepdims)
-        return F.assign_out(F.reduce(a, op, axis, keepdims, dtype), out)
-
-    f.__name__ = f.__qualname__ = op
-    f.__doc__ = f"numpy's ``{op}``, distributed (``axis``, ``keepdims``, ``dtype``, ``out``)."
-    return f
-
-
-sum = _reduction("sum")
-prod = _reduction("prod")
-max = _reduction("max")
-min = _reduction("min")
-any = _reduction("any")
-all = _reduction("all")
-amax, amin = max, min
-
-
-def mean(
-    a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any
-) -> DArray:
-    if kw.get("where", True) is not True:
-        raise NotSupportedYet("distal.numpy.mean: where=")
-    return F.assign_out(F.mean(a, axis, dtype, keepdims), out)
-
-
-def var(
-    a: Any,
-    axis: Any = None,
-    dtype: Any = None,
-    out: Any = None,
-    ddof: float = 0,
-    keepdims: bool = False,
-    *,
-    correction: Any = None,
-    **kw: Any,
-) -> DArray:
-    if correction is not None:
-        ddof = correction
-    return F.assign_out(F.var(a, axis, dtype, ddof, keepdims), out)
-
-
-def std(
-    a: Any,
-    axis: Any = None,
-    dtype: Any = None,
-    out: Any = None,
-    ddof: float = 0,
-    keepdims: bool = False,
-    *,
-    correction: Any = None,
-    **kw: Any,
-) -> DArray:
-    if correction is not None:
-        ddof = correction
-    return F.assign_out(F.std(a, axis, dtype, ddof, keepdims), out)
-
-
-def argmax(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> DArray:
-    return F.assign_out(F.arg(a, "argmax", axis, keepdims), out)
-
-
-def argmin(a: Any, axis: Any = None, out: Any = None, *, keepdims: bool = False) -> DArray:
-    return F.assign_out(F.arg(a, "argmin", axis, keepdims), out)
-
-
-def cumsum(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> DArray:
-    return F.assign_out(F.cumulative(a, "cumsum", axis, dtype), out)
-
-
-def cumprod(a: Any, axis: Any = None, dtype: Any = None, out: Any = None) -> DArray:
-    return F.assign_out(F.cumulative(a, "cumprod", axis, dtype), out)
-
-
-def cumulative_sum(
-    x: Any, /, *, axis: Any = None, dtype: Any = None, include_initial: bool = False
-) -> DArray:
-    x = F.asdarray(x)
-    if axis is None:
-        if x.ndim > 1:
-            raise InputError("cumulative_sum: axis is required for arrays of two or more axes")
-        axis = 0
-    got = F.cumulative(x, "cumsum", axis, dtype)
-    if include_initial:
-        ax = int(axis) % x.ndim
-        shape = tuple(1 if d == ax else n for d, n in enumerate(x.shape))
-        got = F.concatenate([F.full(shape, 0, got.dtype), got], ax)
-    return got
-
-
-def count_nonzero(a: Any, axis: Any = None, *, keepdims: bool = False) -> DArray:
-    return F.count_nonzero(a, axis, keepdims)
-
-
-def average(
-    a: Any, axis: Any = None, weights: Any = None, returned: bool = False, *, keepdims: bool = False
-) -> Any:
-    if weights is None:
-        got = F.mean(a, axis, None, keepdims)
-        wsum = None
-    else:
-        a = F.asdarray(a)
-        w = F.asdarray(weights, a)
-        if w.shape != a.shape:
-            raise NotSupportedYet("average: weights of the array's own shape only")
-        wsum = F.sum_(w, axis, None, keepdims)
-        got = F.elementwise("div", F.sum_(a * w, axis, None, keepdims), wsum)
-    return (got, wsum) if returned else got
-
 
 # -- element-wise functions that are not ufuncs ----------------------------------------------------
 
@@ -538,7 +240,7 @@ def diagflat(v: Any, k: int = 0) -> DArray:
 def trace(
     a: Any, offset: int = 0, axis1: int = 0, axis2: int = 1, dtype: Any = None, out: Any = None
 ) -> DArray:
-    got = F.trace(F.diagonal(a, offset, axis1, axis2))
+    got = P.trace(F.diagonal(a, offset, axis1, axis2))
     return F.assign_out(got if dtype is None else F.astype(got, dtype, copy=False), out)
 
 
@@ -736,37 +438,37 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Any = None) -> DArray:
 def matmul(x1: Any, x2: Any, /, out: Any = None, **kw: Any) -> DArray:
     if kw:
         raise NotSupportedYet(f"matmul with {sorted(kw)}")
-    return F.assign_out(F.matmul(x1, x2), out)
+    return F.assign_out(P.matmul(x1, x2), out)
 
 
 def dot(a: Any, b: Any, out: Any = None) -> DArray:
-    return F.assign_out(F.dot(a, b), out)
+    return F.assign_out(P.dot(a, b), out)
 
 
 def vdot(a: Any, b: Any, /) -> DArray:
-    return F.vdot(a, b)
+    return P.vdot(a, b)
 
 
 def inner(a: Any, b: Any, /) -> DArray:
-    return F.inner(a, b)
+    return P.inner(a, b)
 
 
 def outer(a: Any, b: Any, out: Any = None) -> DArray:
-    return F.assign_out(F.outer(a, b), out)
+    return F.assign_out(P.outer(a, b), out)
 
 
 def tensordot(a: Any, b: Any, /, axes: Any = 2) -> DArray:
-    return F.tensordot(a, b, axes)
+    return P.tensordot(a, b, axes)
 
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> DArray:
-    return F.vecdot(x1, x2, axis)
+    return P.vecdot(x1, x2, axis)
 
 
 def einsum(subscripts: Any, *operands: Any, out: Any = None, **kwargs: Any) -> DArray:
     if not isinstance(subscripts, str):
         raise NotSupportedYet("einsum: the interleaved (operand, sublist) form")
-    return F.einsum(subscripts, *operands, out=out, **kwargs)
+    return P.einsum(subscripts, *operands, out=out, **kwargs)
 
 
 def kron(a: Any, b: Any) -> Any:

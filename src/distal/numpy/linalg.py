@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 from distal.arrays import functions as F
+from distal.arrays import products as P
 from distal.errors import InputError, NotSupportedYet
 
 
@@ -87,13 +88,13 @@ def _matrix(x: Any, axes: tuple, keepdims: bool, ord: Any) -> Any:
     return got
 
 
-matmul = F.matmul
-tensordot = F.tensordot
-outer = F.outer
+matmul = P.matmul
+tensordot = P.tensordot
+outer = P.outer
 
 
 def vecdot(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
-    return F.vecdot(x1, x2, axis)
+    return P.vecdot(x1, x2, axis)
 
 
 def matrix_transpose(x: Any, /) -> Any:
@@ -101,7 +102,7 @@ def matrix_transpose(x: Any, /) -> Any:
 
 
 def trace(x: Any, /, *, offset: int = 0, dtype: Any = None) -> Any:
-    got = F.trace(x, offset)
+    got = P.trace(x, offset)
     return got if dtype is None else F.astype(got, dtype, copy=False)
 
 
