@@ -295,7 +295,8 @@ def programs(scale: float, rows: int) -> list[tuple[str, Callable[..., Any], tup
     )
     return [
         ("black_scholes", black_scholes,
-         (hashed(rows, 5.0) * 90 + 10, hashed(rows, 6.0) * 90 + 10, hashed(rows, 7.0) * 2 + 0.1), ()),
+         (hashed(rows, 5.0) * 90 + 10, hashed(rows, 6.0) * 90 + 10,
+          hashed(rows, 7.0) * 2 + 0.1), ()),
         ("jacobi", jacobi, (), (n_grid, 20)),
         ("stencil5", stencil5, (hashed(n_grid * n_grid, 8.0, (n_grid, n_grid)),), (20,)),
         ("cfd_burgers", cfd_burgers, (), (int(201 * s**0.5), 20)),
@@ -304,7 +305,8 @@ def programs(scale: float, rows: int) -> list[tuple[str, Callable[..., Any], tup
         ("normal_equations", normal_equations, (X, y_lin), ()),
         ("logistic_regression", logistic_regression, (Xl, yl), (10,)),
         ("cg_dense", conjugate_gradients, (A_dense, hashed(nd, 11.0)), (50,)),
-        ("cg_scipy_sparse", conjugate_gradients, (A_sparse, hashed(A_sparse.shape[0], 12.0)), (100,)),
+        ("cg_scipy_sparse", conjugate_gradients,
+         (A_sparse, hashed(A_sparse.shape[0], 12.0)), (100,)),
         ("lstm_cell", lstm_cell,
          (hashed(batch * In, 13.0, (batch, In)), hashed(batch * H, 14.0, (batch, H)),
           hashed(batch * H, 15.0, (batch, H)), hashed(In * 4 * H, 16.0, (In, 4 * H)) * 0.1,
@@ -339,7 +341,9 @@ def rel_error(got: list[numpy.ndarray], want: list[numpy.ndarray]) -> float:
             return float("inf")
         scale = max(float(numpy.max(numpy.abs(w))) if w.size else 0.0, 1e-300)
         if g.size:
-            worst = max(worst, float(numpy.max(numpy.abs(g.astype(float) - w.astype(float)))) / scale)
+            worst = max(
+                worst, float(numpy.max(numpy.abs(g.astype(float) - w.astype(float)))) / scale
+            )
     return worst
 
 
@@ -352,14 +356,21 @@ def timed(f: Callable[[], Any], repeats: int) -> tuple[float, Any]:
     return best, out
 
 
-def run(name: str, prog: Callable[..., Any], arrays: tuple, args: tuple, repeats: int) -> tuple[str, float, float, str]:  # noqa: E501
+def run(
+    name: str, prog: Callable[..., Any], arrays: tuple, args: tuple, repeats: int
+) -> tuple[str, float, float, str]:
     t_np, want = timed(lambda: as_numpy(prog(numpy, *arrays, *args)), repeats)
     placed = [dnp.asarray(a) for a in arrays]
     try:
         as_numpy(prog(dnp, *placed, *args))  # the first run compiles
         t_dl, got = timed(lambda: as_numpy(prog(dnp, *placed, *args)), repeats)
     except dl.NotSupportedYet as e:
-        return ("refused" if name in FACTORIZATIONS else "error"), float("nan"), float("nan"), str(e)
+        return (
+            ("refused" if name in FACTORIZATIONS else "error"),
+            float("nan"),
+            float("nan"),
+            str(e),
+        )
     except Exception as e:  # a failure is reported, and the run goes on
         if os.environ.get("DISTAL_BENCH_TRACE"):
             traceback.print_exc()
@@ -415,7 +426,9 @@ def dispatch(procs: int, repeats: int) -> None:
         ):
             cpu = cpu_timed(f, max(repeats, 3)) / n
             wall, _ = timed(f, max(repeats, 3))
-            rows.append(f"  {what:40s} {cpu * 1e6:6.2f} us an operation ({wall / n * 1e6:.2f} wall)")
+            rows.append(
+                f"  {what:40s} {cpu * 1e6:6.2f} us an operation ({wall / n * 1e6:.2f} wall)"
+            )
     print("dispatch, 1000-element vectors (processor time; wall time under this load):")
     print("\n".join(rows))
 

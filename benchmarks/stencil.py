@@ -24,9 +24,8 @@ import os
 import time
 from typing import Any
 
-import numpy as np
-
 import distal as dl
+import numpy as np
 
 
 def sweeps(u: Any, iters: int) -> Any:

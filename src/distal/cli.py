@@ -14,9 +14,8 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 import distal as dl
+import numpy as np
 from distal.text import plural, time_text
 
 ALGORITHMS = ("cannon", "summa", "pumma")

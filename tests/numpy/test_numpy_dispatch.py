@@ -51,7 +51,9 @@ def test_ufunc_methods(sess: dl.Session) -> None:
     np.testing.assert_allclose(np.asarray(np.add.reduce(x, axis=1)), np.add.reduce(a, axis=1))
     np.testing.assert_allclose(np.asarray(np.maximum.reduce(x)), np.maximum.reduce(a))
     np.testing.assert_allclose(np.asarray(np.multiply.accumulate(x)), np.multiply.accumulate(a))
-    np.testing.assert_allclose(np.asarray(np.subtract.outer(x[0], x[1])), np.subtract.outer(a[0], a[1]))  # noqa: E501
+    np.testing.assert_allclose(
+        np.asarray(np.subtract.outer(x[0], x[1])), np.subtract.outer(a[0], a[1])
+    )
 
 
 @pytest.mark.parametrize(

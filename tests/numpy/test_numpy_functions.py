@@ -86,16 +86,34 @@ def test_integer_and_bitwise_functions_keep_numpys_dtypes(sess: Any, dtype: Any)
 REDUCTIONS = ["sum", "prod", "max", "min", "mean", "std", "var", "any", "all"]
 
 
+@pytest.mark.parametrize("procs", [1, 3])
 @pytest.mark.parametrize("op", REDUCTIONS)
 @pytest.mark.parametrize("axis", [None, 0, 1, -1, (0, 2), (1, 2)])
 @pytest.mark.parametrize("keepdims", [False, True])
-def test_reductions_with_axis_and_keepdims(sess: Any, op: str, axis: Any, keepdims: bool) -> None:
+def test_reductions_with_axis_and_keepdims(procs: int, op: str, axis: Any, keepdims: bool) -> None:
     a = rand(5, 3, 4, seed=4)
+    with dl.Session("local", machine=procs):
+        _reductions_as_numpy(a, op, axis, keepdims)
+
+
+def _reductions_as_numpy(a: np.ndarray, op: str, axis: Any, keepdims: bool) -> None:
     x = dnp.asarray(a)
-    same(getattr(dnp, op)(x, axis=axis, keepdims=keepdims), getattr(np, op)(a, axis=axis, keepdims=keepdims), rtol=1e-10)  # noqa: E501
+    same(
+        getattr(dnp, op)(x, axis=axis, keepdims=keepdims),
+        getattr(np, op)(a, axis=axis, keepdims=keepdims),
+        rtol=1e-10,
+    )
     # the method and numpy's own function record the same reduction
-    same(getattr(x, op)(axis=axis, keepdims=keepdims), getattr(a, op)(axis=axis, keepdims=keepdims), rtol=1e-10)  # noqa: E501
-    same(getattr(np, op)(x, axis=axis, keepdims=keepdims), getattr(np, op)(a, axis=axis, keepdims=keepdims), rtol=1e-10)  # noqa: E501
+    same(
+        getattr(x, op)(axis=axis, keepdims=keepdims),
+        getattr(a, op)(axis=axis, keepdims=keepdims),
+        rtol=1e-10,
+    )
+    same(
+        getattr(np, op)(x, axis=axis, keepdims=keepdims),
+        getattr(np, op)(a, axis=axis, keepdims=keepdims),
+        rtol=1e-10,
+    )
 
 
 def test_reduction_dtypes_as_numpy(sess: Any) -> None:
@@ -156,11 +174,14 @@ def test_random_values_do_not_depend_on_the_processor_count(sess: Any) -> None:
         want = np.asarray(dnp.random.default_rng(7).standard_normal((300, 3)))
     np.testing.assert_array_equal(got, want)
     u = np.asarray(dnp.random.default_rng(7).random(1000))
-    assert 0.0 <= u.min() and u.max() < 1.0 and abs(u.mean() - 0.5) < 0.05
+    assert 0.0 <= u.min()
+    assert u.max() < 1.0
+    assert abs(u.mean() - 0.5) < 0.05
     r = dnp.random.default_rng(3)
     assert not np.array_equal(np.asarray(r.random(10)), np.asarray(r.random(10)))
     ints = np.asarray(r.integers(0, 5, size=200))
-    assert ints.dtype == np.int64 and set(ints) <= set(range(5))
+    assert ints.dtype == np.int64
+    assert set(ints) <= set(range(5))
     dnp.random.seed(1)
     a = np.asarray(dnp.random.rand(4, 2))
     dnp.random.seed(1)
@@ -176,7 +197,9 @@ def test_shapes_as_numpy(sess: Any) -> None:
     same(x.ravel(), a.ravel())
     same(x.flatten(), a.flatten())
     same(x.T, a.T)
-    same(dnp.transpose(dnp.asarray(rand(2, 3, 4)), (2, 0, 1)), np.transpose(rand(2, 3, 4), (2, 0, 1)))
+    same(
+        dnp.transpose(dnp.asarray(rand(2, 3, 4)), (2, 0, 1)), np.transpose(rand(2, 3, 4), (2, 0, 1))
+    )
     same(dnp.expand_dims(x, 1), np.expand_dims(a, 1))
     same(dnp.squeeze(dnp.asarray(a.reshape(6, 1, 4))), a)
     same(dnp.concatenate([x, 2 * x], axis=0), np.concatenate([a, 2 * a], axis=0))

@@ -22,7 +22,6 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
 from distal.apps._common import (
     check_schedule,
     dense_input,

@@ -27,7 +27,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-
 from distal.apps._common import (
     check_schedule,
     dense_input,

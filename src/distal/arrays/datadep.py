@@ -25,7 +25,7 @@ def _row(shape: tuple[int, ...]) -> int:
     return int(np.prod(shape[1:], dtype=np.int64)) if shape else 1
 
 
-# -- nonzero ------------------------------------------------------------------------------------------
+# -- nonzero ---------------------------------------------------------------------------------------
 
 
 def _flat_nonzero(spec: tuple, arrays: list[np.ndarray], box: Box) -> Any:
@@ -68,11 +68,11 @@ def nonzero(x: DArray) -> tuple[DArray, ...]:
     return tuple(out)
 
 
-# -- unique ---------------------------------------------------------------------------------------------
+# -- unique ----------------------------------------------------------------------------------------
 
 
 def _unique_block(spec: tuple, arrays: list[np.ndarray], box: Box) -> Any:
-    _, what, shape = spec
+    _, _, shape = spec
     x = arrays[0].reshape(-1)
     lo = (box[0][0] if box else 0) * _row(shape)
     vals, first, counts = np.unique(x, return_index=True, return_counts=True, equal_nan=False)
@@ -80,7 +80,7 @@ def _unique_block(spec: tuple, arrays: list[np.ndarray], box: Box) -> Any:
 
 
 def _unique_combine(spec: tuple, parts: list[Any]) -> Any:
-    _, what, shape = spec
+    _, what, _ = spec
     if parts:
         vals = np.concatenate([p[0] for p in parts])
         first = np.concatenate([p[1] for p in parts])

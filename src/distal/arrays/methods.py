@@ -222,16 +222,18 @@ def __array_namespace__(self: DArray, api_version: str | None = None) -> Any:
 
 
 def _device(self: DArray) -> Any:
-    return self.session
+    """The array API's device: ``"cpu"`` (a DArray lives in its session's processors,
+    ``.session``)."""
+    return "cpu"
 
 
 def to_device(self: DArray, device: Any, stream: Any = None) -> DArray:
-    if device is not self.session and device != "cpu":
+    if device != "cpu" and device is not self.session:
         raise NotSupportedYet("to_device: another session's device (move it with sess.asarray)")
     return self
 
 
-def __dlpack__(  # noqa: N807
+def __dlpack__(
     self: DArray,
     /,
     *,
@@ -249,7 +251,7 @@ def __dlpack__(  # noqa: N807
     return arr.__dlpack__(stream=stream, **kw)
 
 
-def __dlpack_device__(self: DArray) -> tuple[int, int]:  # noqa: N807
+def __dlpack_device__(self: DArray) -> tuple[int, int]:
     """Where an export lands: this process's memory (DLPack's CPU device)."""
     return (1, 0)
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 from distal.arrays import graph as g
+from distal.arrays.blocks import Block, Kind, register
 from distal.arrays.darray import DArray, einsum_arrays
 from distal.arrays.functions import (
     asdarray,
@@ -88,10 +89,22 @@ def inner(a: Any, b: Any) -> DArray:
     return einsum(f"{la}z,{lb}z->{la}{lb}", a, b)
 
 
+def _outer(spec: tuple, arrays: list[np.ndarray], box: Any) -> np.ndarray:
+    return np.multiply.outer(arrays[0], arrays[1])
+
+
+register("outer", Kind(_outer))
+
+
 def outer(a: Any, b: Any) -> DArray:
+    """numpy's ``outer``: every product of the flattened operands, as numpy computes each
+    (``-0.0 * 1.0`` keeps its sign): each processor its rows, the second operand read
+    whole."""
     first = first_darray([a, b])
     x, y = reshape(asdarray(a, first), (-1,)), reshape(asdarray(b, first), (-1,))
-    return einsum("i,j->ij", x, y)
+    dt = np.result_type(x.dtype, y.dtype)
+    node = Block((x.shape[0], y.shape[0]), dt, ("outer",), (x.node, y.node), "rows", (True, False))
+    return x._wrap(node, new=True)
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> DArray:
@@ -115,11 +128,22 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> DArray:
 
 
 def vecdot(a: Any, b: Any, axis: int = -1) -> DArray:
-    first, (x, _) = nodes([a, b])
+    """The array API's ``vecdot``: the (conjugated) products summed along ``axis``, whose
+    extent must agree (no broadcasting along it), in the operands' promoted dtype."""
+    first, (x, y) = nodes([a, b])
+    if not x.ndim or not y.ndim:
+        raise ShapeError("vecdot: the operands need an axis to sum")
+    if not -min(x.ndim, y.ndim) <= axis < 0 and not 0 <= axis < min(x.ndim, y.ndim):
+        raise InputError(f"vecdot: axis {axis} is out of range")
+    ax = axis if axis < 0 else axis - min(x.ndim, y.ndim)
+    if x.shape[ax] != y.shape[ax]:
+        raise ShapeError(f"vecdot: extents {x.shape[ax]} and {y.shape[ax]} along axis {axis}")
     xa = new(x, first) if not isinstance(a, DArray) else a
     if xa.dtype.kind == "c":
         xa = elementwise("conjugate", xa)
-    return sum_(elementwise("mul", xa, b), axis)
+    prod = elementwise("mul", xa, b)
+    dt = np.result_type(x.dtype, y.dtype)
+    return sum_(prod, ax, dt if dt.kind not in "fc" else None)
 
 
 def einsum(subscripts: str, *operands: Any, out: Any = None, **kwargs: Any) -> DArray:

@@ -9,7 +9,8 @@ never a value of its own: it is fused into the kernels that read it.
 
 How the pending nodes become kernels:
 
-* a node the user holds (a session name's handle too), a contraction (``@``, ``.sum``, ``einsum``), and a node bound to a
+* a node the user holds (a session name's handle too), a contraction (``@``, ``.sum``,
+  ``einsum``), and a node bound to a
   session name are *materialized*: each is the root of one group, computed by one kernel
   (:mod:`distal.arrays.lower`) into a session value;
 * every other element-wise node is fused into the group that reads it (recomputed where
@@ -816,11 +817,9 @@ class Program:
             fuse = fuse and not self.is_value(x)
             if fuse:
                 exprs.append(w.map_expr(x, top=True))
-            elif root.mode == "boxes":  # a slot of its own: its boxes are this operand's
+            else:  # a slot of its own: what it reads is this operand's (outer(w, w))
                 w.slots.append(x)
                 exprs.append(("slot", len(w.slots) - 1))
-            else:
-                exprs.append(("slot", w.slot(x)))
         slots = w.slots
         deps = [x for x in slots if not self.is_value(x) and not isinstance(x, Const)]
         return "block", sorted(dict.fromkeys(deps), key=_seq), (tuple(exprs), slots)

@@ -465,7 +465,7 @@ def _searchsorted(spec: tuple, arrays: list[np.ndarray], box: Box) -> np.ndarray
 register("searchsorted", Kind(_searchsorted))
 
 
-# -- take, take_along_axis --------------------------------------------------------------------------
+# -- take, take_along_axis -------------------------------------------------------------------------
 
 
 def _take_reads(spec: tuple, out: tuple, ins: list, box: Box) -> list[Box | None]:
@@ -511,7 +511,7 @@ def take(x: g.Node, indices: g.Node, axis: int, along: bool) -> g.Node:
     return Block(shape, x.dtype, ("take", ax, along), (x, indices), "boxes")
 
 
-# -- fft along an axis ---------------------------------------------------------------------------------
+# -- fft along an axis -----------------------------------------------------------------------------
 
 
 def _fft_reads(spec: tuple, out: tuple, ins: list, box: Box) -> list[Box | None]:

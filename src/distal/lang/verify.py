@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
-
 from distal.errors import NotationError, ShapeError
 from distal.lang.affine import image
 from distal.lang.nodes import (

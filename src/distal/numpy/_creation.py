@@ -182,5 +182,3 @@ def identity(n: int, dtype: Any = None) -> DArray:
 
 def meshgrid(*xi: Any, copy: bool = True, sparse: bool = False, indexing: str = "xy") -> Any:
     return F.meshgrid(*xi, indexing=indexing, sparse=sparse)
-
-

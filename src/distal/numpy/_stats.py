@@ -133,5 +133,3 @@ def average(
         wsum = F.sum_(w, axis, None, keepdims)
         got = F.elementwise("div", F.sum_(a * w, axis, None, keepdims), wsum)
     return (got, wsum) if returned else got
-
-

@@ -6,7 +6,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-
 from distal.plan.arrays import volumes
 from distal.plan.ir import (
     FETCH,

@@ -34,7 +34,6 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
 from distal.plan.ir import (
     FETCH,
     FINAL,
