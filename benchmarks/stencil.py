@@ -24,8 +24,9 @@ import os
 import time
 from typing import Any
 
-import distal as dl
 import numpy as np
+
+import distal as dl
 
 
 def sweeps(u: Any, iters: int) -> Any:

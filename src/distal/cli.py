@@ -14,8 +14,9 @@ import sys
 import time
 from typing import Any
 
-import distal as dl
 import numpy as np
+
+import distal as dl
 from distal.text import plural, time_text
 
 ALGORITHMS = ("cannon", "summa", "pumma")

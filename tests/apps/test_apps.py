@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from _problems import cp_tensor, graph, numpy_pagerank, reconstruct, spd
 
 import distal as dl
-import numpy as np
 
 
 def _session() -> dl.Session:

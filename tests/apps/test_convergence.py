@@ -7,11 +7,11 @@ from __future__ import annotations
 import pickle
 import warnings
 
+import numpy as np
 import pytest
 from _problems import cp_tensor, graph, spd
 
 import distal as dl
-import numpy as np
 
 
 def laplacian(n: int) -> np.ndarray:

@@ -3,11 +3,11 @@ makes them, deferral, fusion and compile counts, and checkpointed loops."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import distal as dl
-import numpy as np
 
 RTOL = 1e-10
 

@@ -4,10 +4,10 @@ kernels by key) never mixes up operations that only look alike: ``2 == 2.0 == Tr
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import distal as dl
-import numpy as np
 from distal.errors import InputError
 
 

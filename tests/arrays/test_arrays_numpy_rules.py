@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
 import distal as dl
-import numpy as np
 
 
 @pytest.fixture

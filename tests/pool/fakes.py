@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
-
 import numpy as np
+
 from distal.runtime.pool import child, program, wire
 from distal.runtime.pool.wire import UnitMsg
 

@@ -42,7 +42,6 @@ class Rogue(volunteer.Volunteer):
             return await super()._reply(unit, *parts)
         if self.mode in ("liar", "malformed") and parts and len(parts[0]) > 0:
             import msgpack
-
             import numpy as np
 
             doc = msgpack.unpackb(parts[0], raw=False)

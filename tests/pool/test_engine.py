@@ -9,11 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from fakes import MALFORMED, FakeLink, FakeVolunteer, run_loop
 
 import distal as dl
-import numpy as np
 from distal.runtime.pool.driver import Job, PoolDriver
 from distal.runtime.pool.engine import Engine, Options, VerificationFailed
 

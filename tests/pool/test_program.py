@@ -4,12 +4,12 @@ to the local runtime's numbers, and anything else refused by name (property-base
 from __future__ import annotations
 
 import msgpack
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import distal as dl
-import numpy as np
 from distal.plan.region import shape
 from distal.runtime.elastic.units import Span, block_region, decompose
 from distal.runtime.pool import child, program

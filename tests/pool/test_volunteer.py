@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import distal as dl
-import numpy as np
 from conftest import HERE, LocalPool, child_env, wait_for
 from distal.runtime.pool.driver import Job, PoolDriver
 from distal.runtime.pool.engine import Engine, Options

@@ -8,11 +8,11 @@ import tracemalloc
 from pathlib import Path
 
 import msgpack
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import numpy as np
 from distal.runtime.pool import wire
 from distal.runtime.pool.wire import CHUNK, Expect, Receiver, WireError
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 import scipy.sparse as sp
 
 import distal as dl
-import numpy as np
 
 distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
 

@@ -8,10 +8,10 @@ from the block sizes, not read back from the plan.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import distal as dl
-import numpy as np
 from distal.errors import NotationError, NotSupportedYet, ShapeError
 from distal.lang.concrete import concretize
 from distal.lang.nodes import restrict

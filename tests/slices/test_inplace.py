@@ -3,10 +3,10 @@ array every holder of it sees; what was recorded before a write keeps the old va
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import distal as dl
-import numpy as np
 from distal.arrays import views
 from distal.errors import InputError, ShapeError
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 import distal as dl
-import numpy as np
 from distal.arrays.masks import Masked
 from distal.arrays.slicing import IndexOutOfRange
 from distal.errors import InputError, NotSupportedYet, ShapeError

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import distal as dl
-import numpy as np
 from distal.arrays.slicing import IndexOutOfRange
 from distal.errors import InputError, NotSupportedYet, ShapeError
 

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 import distal as dl
-import numpy as np
 from mpi_jobs import run_job
 
 HERE = Path(__file__).resolve().parent

@@ -23,6 +23,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+
 from distal.errors import ConvergenceError, ConvergenceWarning
 
 #: ``info`` of a recurrence that broke down

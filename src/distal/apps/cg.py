@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from distal.apps._common import (
     check_schedule,
     dense_input,

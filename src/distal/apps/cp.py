@@ -39,6 +39,7 @@ from functools import reduce
 from typing import Any
 
 import numpy as np
+
 from distal.apps._common import (
     check_schedule,
     dense_input,

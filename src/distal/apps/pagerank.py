@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from distal.apps._common import (
     check_schedule,
     dense_input,

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from distal.arrays.blocks import Block, Kind, register
 from distal.errors import InputError
 from distal.typing import Box, box_shape

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from distal.arrays import graph as g
 from distal.errors import InputError
 

@@ -17,6 +17,7 @@ import itertools
 from typing import Any
 
 import numpy as np
+
 from distal.arrays import ufuncs
 from distal.errors import InputError, NotSupportedYet, ShapeError
 

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+
 from distal.arrays.graph import Const, Contract, Map, Node, Transpose, Value, is_spmv, numpy_op
 from distal.costmodel.seconds import (
     Cost,

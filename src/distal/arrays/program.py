@@ -40,6 +40,7 @@ import weakref
 from typing import Any
 
 import numpy as np
+
 from distal.arrays import slicing
 from distal.arrays.blocks import Block, block_function, combine_function, units
 from distal.arrays.graph import (

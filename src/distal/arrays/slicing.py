@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from distal.arrays.graph import (
     KERNEL_OPS,
     Const,

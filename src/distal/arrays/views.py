@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from distal.arrays import masks, slicing
 from distal.arrays.darray import DArray, operand
 from distal.arrays.graph import Node

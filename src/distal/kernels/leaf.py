@@ -42,9 +42,9 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
 import opt_einsum as oe
 
-import numpy as np
 from distal.errors import NotSupportedYet
 from distal.kernels import blas, pointwise
 from distal.kernels import cores as _cores

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from distal.lang.concrete import Statement
 from distal.lang.nodes import Access, Add, Expr, Literal, Mul, Neg, Restrict, Sum
 

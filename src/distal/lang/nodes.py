@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from distal.distribution.machine import Machine
 from distal.distribution.notation import Distribution, parse_layout
 from distal.errors import NotationError, ShapeError

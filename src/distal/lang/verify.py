@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+
 from distal.errors import NotationError, ShapeError
 from distal.lang.affine import image
 from distal.lang.nodes import (

@@ -50,6 +50,7 @@ import math
 from collections import defaultdict
 
 import numpy as np
+
 from distal.distribution.notation import parse_layout, whole_on_processor0
 from distal.distribution.partition import Placement
 from distal.errors import ScheduleError

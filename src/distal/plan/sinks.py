@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+
 from distal.plan.arrays import volumes
 from distal.plan.ir import (
     FETCH,

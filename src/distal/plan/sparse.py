@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from distal.distribution.machine import Machine
 from distal.distribution.notation import (
     GROUP,

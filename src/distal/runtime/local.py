@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from distal.errors import InternalError, RuntimeFailure
 from distal.kernels.leaf import TermKernel, cores
 from distal.kernels.recycle import Recycler

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
 from distal.errors import InternalError
 from distal.lang.affine import clip as clip_domain
 from distal.lang.affine import image_arrays

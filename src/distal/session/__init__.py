@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from distal.arrays.darray import DArray
 from distal.arrays.graph import Value
 from distal.arrays.lower import choose_split, held_dist, made_by_a_pass

@@ -42,6 +42,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
+
 from distal.errors import DistalWarning, InputError
 from distal.runtime.checkpoint import OK, CheckpointStore
 from distal.runtime.checkpoint_auth import DIGEST, MAC, content_digest

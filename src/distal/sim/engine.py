@@ -34,6 +34,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from distal.plan.ir import (
     FETCH,
     FINAL,

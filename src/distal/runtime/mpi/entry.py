@@ -17,9 +17,9 @@ import time
 import zlib
 from typing import Any
 
+import numpy as np
 from mpi4py import MPI
 
-import numpy as np
 from distal.errors import DistalUserError, InputError, RuntimeFailure
 from distal.plan.ir import FETCH, FINAL, Plan
 from distal.plan.stats import Stats, ops_by_step

@@ -13,9 +13,9 @@ import time
 from collections import defaultdict, deque
 from typing import Any
 
+import numpy as np
 from mpi4py.util.dtlib import from_numpy_dtype
 
-import numpy as np
 from distal.kernels.recycle import Recycler
 from distal.kernels.sparse_leaf import EntryLeaves
 from distal.plan.ir import (

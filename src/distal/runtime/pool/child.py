@@ -25,6 +25,7 @@ import traceback
 from typing import Any, BinaryIO
 
 import numpy as np
+
 from distal.runtime.pool import program as programs
 from distal.runtime.pool.wire import WireError, array_bytes, array_digest, pack, unpack
 

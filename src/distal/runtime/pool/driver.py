@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from distal.plan.ir import RecvFinal
 from distal.plan.region import Entries, shape, words
 from distal.plan.stats import Stats

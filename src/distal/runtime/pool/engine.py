@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from distal.errors import RuntimeFailure
 from distal.runtime.elastic.trust import Trust
 from distal.runtime.pool import policy, wire

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from distal.kernels.leaf import LEAVES, TermKernel
 from distal.plan.ir import EntryWork, TermWork
 from distal.plan.region import Entries, Location, Rows

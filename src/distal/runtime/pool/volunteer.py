@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from distal.runtime.pool import subjects, wire
 from distal.runtime.pool.blocks import CacheBook, ObjectMissing, read_object
 from distal.runtime.pool.credentials import Credentials

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
-
 import numpy as np
+
 from distal.errors import DistalError
 
 VERSION = 1

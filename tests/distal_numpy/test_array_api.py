@@ -8,13 +8,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import distal as dl
 import distal.numpy as dnp
-import numpy as np
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

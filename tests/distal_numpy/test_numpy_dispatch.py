@@ -3,11 +3,11 @@ return DArrays, or refuse by name -- never a silent gather."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import distal as dl
 import distal.numpy as dnp
-import numpy as np
 
 
 @pytest.fixture

@@ -3,10 +3,10 @@ index order, not moved."""
 
 from __future__ import annotations
 
+import numpy as np
 import scipy.sparse as sp
 
 import distal as dl
-import numpy as np
 
 
 def laplacian(n: int) -> sp.csr_matrix:

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
 import distal as dl
 import distal.numpy as dnp
-import numpy as np
 
 PROCS = [1, 2, 3, 4]
 
