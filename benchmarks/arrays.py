@@ -10,7 +10,10 @@ the local runtime:
 * PageRank's power iteration on an R-MAT graph (2^18 nodes, about 4 M links) written on
   arrays, against the same iteration with scipy;
 * dispatch: a chain of five element-wise operations on 1000-element vectors, computed as
-  one fused kernel, against numpy running the five operations.
+  one fused kernel, against numpy running the five operations;
+* the same CG on a Dask session (``--dask``, on by default where the dask extra is
+  installed): two single-threaded worker processes of a ``LocalCluster``, P = 2, against the
+  local runtime's iteration measured in this run.
 
 Ratios are ``peer time / distal time`` (above 1: distal is faster). The load average is
 printed first; compare ratios from one run.
@@ -129,6 +132,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--grid", type=int, default=1000)
     ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--dask", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--only-cg", action="store_true", help="CG rows only (local and Dask)")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     A = laplacian(args.grid)
@@ -160,6 +165,10 @@ def main() -> None:
           f"fused x{t_unf / t_arr:.2f} faster)")  # fmt: skip
     print(f"  dl.apps.cg      {t_app * 1e3:8.2f} ms/iter  (arrays, with its checks and names)")
     print(f"  scipy cg        {t_sp * 1e3:8.2f} ms/iter  (ratio scipy/distal {t_sp / t_arr:.2f})")
+    if args.dask:
+        dask_cg(A, b, k, t_arr)
+    if args.only_cg:
+        return
 
     pagerank(k)
 
@@ -182,6 +191,41 @@ def main() -> None:
     print(f"  numpy (five operations)   {t_np * 1e6:8.1f} us  ({t_np / 5 * 1e6:.1f} us each)")
     dask_chain(v, reps)
     cupynumeric_op()
+
+
+def dask_cg(A: Any, b: np.ndarray, k: int, t_local: float) -> None:
+    """The arrays CG on a Dask session: two single-threaded worker processes on this machine,
+    P = 2, values held on the workers; per iteration, against the local runtime's
+    ``t_local`` measured in the same run."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError as e:
+        print(f"  Dask session: not measured ({e}; pip install -e '.[dask]')")
+        return
+    with (
+        LocalCluster(
+            n_workers=2,
+            threads_per_worker=1,
+            processes=True,
+            host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        sess = dl.Session("dask", client=client, machine=2, progress=False)
+        dA, db = sess.asarray(A), sess.asarray(b)
+        cg_arrays(sess, dA, db, 2).get()  # compile, place, and the workers' first leaves
+        runs0, words0 = sess.kernels_run, sess.driver_words
+        t = best(lambda: cg_arrays(sess, dA, db, k).get()) / k
+        kernels = (sess.kernels_run - runs0) / (3 * k)
+        words = (sess.driver_words - words0) / (3 * k)
+        x = cg_arrays(sess, dA, db, k).get()
+    local = dl.Session("local", machine=2)
+    want = cg_arrays(local, local.asarray(A), local.asarray(b), k).get()
+    diff = float(np.max(np.abs(x - want)))
+    print(f"  Dask session    {t * 1e3:8.2f} ms/iter  ({kernels:.1f} kernels/iter, "
+          f"{words - A.shape[0] / k:.0f} driver words/iter beside x; "
+          f"{t / t_local:.1f}x the local iteration; max diff {diff:.1e})")  # fmt: skip
 
 
 def cupynumeric_op() -> None:
@@ -217,5 +261,5 @@ def dask_chain(v: np.ndarray, reps: int) -> None:
     print(f"  Dask array (2 chunks)     {t * 1e6:8.1f} us  (one .compute() of the chain)")
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # Dask's worker processes import this file again
     main()

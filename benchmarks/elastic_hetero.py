@@ -6,9 +6,10 @@ Run (from the repository root, with the ``dask`` extra installed)::
 
 A GEMM is compiled for a ``grid x grid`` machine of *virtual* processors (over-decomposition:
 64 units of work for 4 workers by default) and run on an in-process pool of four
-single-threaded workers. Every unit is padded with the test hook ``_delay`` seconds (so the
-figures measure scheduling, not this shared 2-core machine's BLAS), and worker 0 is made 4x
-slower with ``_slow`` (its delay and its compute are stretched 4x). The ideal time is the
+single-threaded workers. Every unit is padded with ``faults={"delay": ...}`` seconds (so
+the figures measure scheduling, not this shared 2-core machine's BLAS), and worker 0 is
+made 4x slower with ``faults={"slow": ...}`` (its delay and its compute are stretched 4x).
+The ideal time is the
 speed-weighted split of the same work: ``units * delay / (3 + 1/4)``. Because a shared,
 loaded 2-core machine adds a per-task overhead of its own, the run on an equal pool is
 measured too, and a second ideal uses that measured per-unit cost (the slow worker paying
@@ -89,8 +90,7 @@ def main() -> None:
                 client=client,
                 window=args.window,
                 speculate=speculate,
-                _delay=args.delay,
-                _slow=slow,
+                faults={"delay": args.delay, "slow": slow},
             )
             dt = time.perf_counter() - t0
             assert np.allclose(res.value, x["B"] @ x["C"])
@@ -112,7 +112,7 @@ def main() -> None:
             time.sleep(0.5)
             t0 = time.perf_counter()
             r3 = kernel.run(
-                x, runtime="dask", client=client3, window=args.window, _delay=args.delay
+                x, runtime="dask", client=client3, window=args.window, faults={"delay": args.delay}
             )
             without.append(time.perf_counter() - t0)
             assert np.allclose(r3.value, x["B"] @ x["C"])

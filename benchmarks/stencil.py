@@ -99,13 +99,17 @@ def main() -> None:
             f"ratio {t_np / t_dl:5.2f}x   ({kernels:.0f} kernel/iter, {ok})"
         )
         del u, got
-    print(f"best: numpy {best_np * 1e3:.1f} ms, distal {best_dl * 1e3:.1f} ms/iter: "
-          f"ratio {best_np / best_dl:.2f}x")
-    kernel = next(k for key, k in sess._arrays.kernels.items() if key[0] == "region")
+    print(
+        f"best: numpy {best_np * 1e3:.1f} ms, distal {best_dl * 1e3:.1f} ms/iter: "
+        f"ratio {best_np / best_dl:.2f}x"
+    )
+    kernel = next(k for key, k in sess.arrays_program().kernels.items() if key[0] == "region")
     print(f"halo words by hand:  {halo_words(n, args.procs)}")
     print(f"predicted (Stats):   {kernel.stats().words_received}")
-    print(f"runs checked against their prediction: {sess.stats_checked}, "
-          f"differing: {len(sess.stats_differ)}")
+    print(
+        f"runs checked against their prediction: {sess.stats_checked}, "
+        f"differing: {len(sess.stats_differ)}"
+    )
 
 
 if __name__ == "__main__":

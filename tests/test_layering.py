@@ -346,3 +346,269 @@ def test_the_checks_see_what_they_look_for() -> None:
         "distal.cost <-> distal.kernel\n  distal.cost -> distal.kernel: c\n"
         "  distal.kernel -> distal.cost: k"
     ]
+
+
+# -- sparse levels are asked what they can do, never compared by letter ------------------------
+
+#: the level letters of ``sparse/formats.py``, the one module that may compare them
+LEVEL_LETTERS = frozenset("dcqs")
+LETTERS_HOME = "distal.sparse.formats"
+#: names under which a numpy dtype's ``kind`` is compared with a letter (``"c"``: complex)
+DTYPE_NAMES = frozenset({"dtype", "dt", "src", "dst"})
+
+
+def _is_letters(node: ast.AST) -> bool:
+    """A string of level letters, or a collection of them."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str) and bool(node.value) and set(node.value) <= LEVEL_LETTERS
+    if isinstance(node, ast.Set | ast.Tuple | ast.List | ast.Dict):
+        items = node.keys if isinstance(node, ast.Dict) else node.elts
+        return bool(items) and all(x is not None and _is_letters(x) for x in items)
+    return False
+
+
+def _names_a_level(node: ast.AST) -> bool:
+    """An expression reading a level's letter (``lv.kind``, ``letter``, ``fmt.levels[k]``),
+    not a numpy dtype's kind."""
+    names = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            names.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            names.add(n.attr)
+    return bool(names & {"kind", "letter", "levels"}) and not names & DTYPE_NAMES
+
+
+def _letter_comparisons(tree: ast.AST) -> list[int]:
+    """Lines comparing level letters: ``kind == "c"``, ``lv.kind in "cq"``,
+    ``"d" in fmt.levels``, ``set(fmt.levels) - {"d", "c"}``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.BinOp):
+            operands = [node.left, node.right]
+        else:
+            continue
+        if any(_is_letters(o) for o in operands) and any(
+            _names_a_level(o) for o in operands if not _is_letters(o)
+        ):
+            out.append(node.lineno)
+    return sorted(set(out))
+
+
+def test_no_level_letter_comparison_outside_the_formats_module() -> None:
+    """The sparse code asks a level what it can do (``Level.format`` / ``Format.level(k)``:
+    ``locate``, ``iterate_positions``, ``unique``, ...), as TACO asks a ``ModeFormat``;
+    only ``sparse/formats.py`` knows which letter answers what."""
+    bad = []
+    for module, tree in TREES.items():
+        if module == LETTERS_HOME:
+            continue
+        for line in _letter_comparisons(tree):
+            bad.append(f"{MODULES[module].relative_to(SRC)}:{line}")
+    assert not bad, "level letters compared (ask the level format instead):\n" + "\n".join(bad)
+
+
+def test_the_letter_check_sees_what_it_looks_for() -> None:
+    found = _letter_comparisons(
+        ast.parse(
+            'a = lv.kind in "cq"\n'
+            'b = kind == "d"\n'
+            'c = "d" in fmt.levels[1:]\n'
+            'd = set(fmt.levels) - {"d", "c"}\n'
+            'e = np.dtype(t).kind == "c"\n'
+            'f = dtype.kind == "c"\n'
+            "g = m.kind == FETCH\n"
+        )
+    )
+    assert found == [1, 2, 3, 4]
+
+
+# -- the boundary between compiling and running ---------------------------------------------------
+
+#: the registered runtimes' names, which the layers that look a runtime up never compare
+RUNTIME_NAMES = frozenset({"local", "mpi", "dask", "pool"})
+#: the layers that look a runtime up (``distal.runtime.base``) and never ask which one they have
+RUNTIME_AGNOSTIC = ("distal.session", "distal.arrays", "distal.kernel")
+#: the runtime modules those layers may import: the interface, the executable, and what every
+#: runtime shares (results, block sources, the checkpoint store); never one runtime's own
+SHARED_RUNTIME = (
+    "distal.runtime",
+    "distal.runtime.base",
+    "distal.runtime.executable",
+    "distal.runtime.codec",
+    "distal.runtime.result",
+    "distal.runtime.source",
+    "distal.runtime.checkpoint",
+    "distal.runtime.checkpoint_auth",
+)
+#: what no runtime imports: the lowering, the kernel and the session (a runtime runs an
+#: executable; nothing it runs calls back into the compiler)
+COMPILER = ("distal.kernel", "distal.plan.engine", "distal.plan.sparse", "distal.session")
+#: parameters through which a kernel or a bound kernel would reach a runtime untyped
+KERNEL_PARAMETERS = frozenset({"kernel", "bound"})
+#: what is still left on the boundary, with what removes it (each must disappear, and the
+#: entry with it): modules with a ``kernel: Any`` parameter
+PENDING_KERNEL_ANY: dict[str, str] = {
+    "distal.runtime.elastic.driver": "the elastic driver names its argument exe",
+}
+
+
+def _runtime_name_branches(tree: ast.AST) -> list[int]:
+    """Lines comparing something with a runtime's name (``runtime == "mpi"``, ``name in
+    ("local", "mpi")``) or matching on one."""
+
+    def named(node: ast.AST) -> bool:
+        if isinstance(node, ast.Constant):
+            return node.value in RUNTIME_NAMES
+        if isinstance(node, ast.Set | ast.Tuple | ast.List):
+            return any(named(x) for x in node.elts)
+        return False
+
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(
+            named(o) for o in (node.left, *node.comparators)
+        ):
+            out.append(node.lineno)
+        elif isinstance(node, ast.match_case) and any(
+            isinstance(p, ast.MatchValue) and named(p.value) for p in ast.walk(node.pattern)
+        ):
+            out.append(node.pattern.lineno)
+    return sorted(set(out))
+
+
+def _agnostic(module: str) -> bool:
+    return _within(module, RUNTIME_AGNOSTIC)
+
+
+def test_no_branch_on_a_runtime_name_above_the_runtimes() -> None:
+    """The session, the arrays front and the kernel look their runtime up by name and then
+    ask it (its methods and capabilities), never compare the name."""
+    bad = [
+        f"{MODULES[m].relative_to(SRC)}:{line}"
+        for m, tree in TREES.items()
+        if _agnostic(m)
+        for line in _runtime_name_branches(tree)
+    ]
+    assert not bad, "branches on a runtime's name:\n" + "\n".join(bad)
+
+
+def test_the_layers_above_import_no_runtime_of_their_own() -> None:
+    """They reach a runtime through ``distal.runtime.base`` only (function-level imports
+    counted): no ``runtime.mpi``, ``runtime.dask``, ``runtime.elastic``, ``runtime.local``."""
+    bad = []
+    for module, tree in TREES.items():
+        if not _agnostic(module):
+            continue
+        for line, target in _imports(tree, module, top_level=False):
+            if _within(target, ("distal.runtime",)) and target not in SHARED_RUNTIME:
+                bad.append(_where(module, line, target))
+    assert not bad, "a runtime's own module imported above the runtimes:\n" + "\n".join(bad)
+
+
+def test_runtimes_never_import_the_compiler_the_kernel_or_the_session() -> None:
+    bad = []
+    for module, tree in TREES.items():
+        if not _within(module, ("distal.runtime",)):
+            continue
+        for line, target in _imports(tree, module, top_level=False):
+            if _within(target, COMPILER):
+                bad.append(_where(module, line, target))
+    assert not bad, "runtimes reaching into the compiler:\n" + "\n".join(bad)
+
+
+def _untyped_kernels(tree: ast.AST) -> list[int]:
+    """Lines of parameters named ``kernel`` or ``bound`` annotated ``Any``."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.arg in KERNEL_PARAMETERS:
+            ann = node.annotation
+            text = ast.unparse(ann) if ann is not None else ""
+            if text in ("Any", "typing.Any", "'Any'"):
+                out.append(node.lineno)
+    return out
+
+
+def test_no_runtime_takes_a_kernel_as_any() -> None:
+    """A runtime receives an ``Executable`` (typed), never a kernel through ``Any``."""
+    found = {
+        m: _untyped_kernels(tree) for m, tree in TREES.items() if _within(m, ("distal.runtime",))
+    }
+    bad = [
+        f"{MODULES[m].relative_to(SRC)}:{line}"
+        for m, lines in found.items()
+        if m not in PENDING_KERNEL_ANY
+        for line in lines
+    ]
+    assert not bad, "kernel: Any in the runtimes:\n" + "\n".join(bad)
+    stale = [m for m in PENDING_KERNEL_ANY if not found.get(m)]
+    assert not stale, f"PENDING_KERNEL_ANY entries that are gone: {stale}"
+
+
+def test_no_private_option_rides_on_the_public_run() -> None:
+    """Every registered runtime's options are public names: what a session needs of its
+    runtime is a method of the runtime, never an ``_`` option through ``run(**options)``."""
+    from distal.runtime.base import runtime_class, runtimes
+
+    bad = {}
+    for name in runtimes():
+        try:
+            cls = runtime_class(name)
+        except Exception:  # a runtime whose extra is missing here has nothing to check
+            continue
+        private = [o for o in cls.options if o.startswith("_")]
+        if private:
+            bad[name] = private
+    assert not bad, f"private options on the public run: {bad}"
+
+
+def test_the_boundary_checks_see_what_they_look_for() -> None:
+    branches = _runtime_name_branches(
+        ast.parse(
+            'a = runtime == "mpi"\n'
+            'b = self.runtime in ("local", "mpi")\n'
+            'c = name != "dask"\n'
+            'd = sess.rt.leaf_dot\n'
+            'e = kind == "fetch"\n'
+            'match runtime:\n    case "pool":\n        pass\n'
+        )
+    )
+    assert branches == [1, 2, 3, 7]
+    typed = _untyped_kernels(
+        ast.parse("def f(kernel: Any, exe: Executable, bound: Any = None, k: Any = 0): pass\n")
+    )
+    assert typed == [1, 1]
+
+
+#: names under which the layers built on sessions hold one
+SESSION_NAMES = frozenset({"session", "sess"})
+
+
+def _private_session_calls(tree: ast.AST) -> list[int]:
+    """Lines reaching a session's private members (``self.sess._x``, ``session._x``)."""
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        if node.attr.startswith("__"):
+            continue
+        base = node.value
+        name = base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", None)
+        if name in SESSION_NAMES:
+            out.append(node.lineno)
+    return out
+
+
+def test_the_arrays_front_and_the_apps_use_the_session_s_public_interface() -> None:
+    bad = [
+        f"{MODULES[m].relative_to(SRC)}:{line}"
+        for m, tree in TREES.items()
+        if _within(m, ("distal.arrays", "distal.apps", "distal.numpy"))
+        for line in _private_session_calls(tree)
+    ]
+    assert not bad, "private session members used:\n" + "\n".join(bad)
+    assert _private_session_calls(
+        ast.parse("a = self.sess._fused_blocks(1)\nb = sess.values\nc = session.__class__\n")
+    ) == [1]

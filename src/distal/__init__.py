@@ -35,7 +35,10 @@ from distal.errors import (
 from distal.kernel import BoundKernel, Kernel, Result, compile
 from distal.lang.nodes import IndexVar, Tensor, index_vars, restrict
 from distal.mlir import from_mlir
+from distal.mlir_program import mlir_function
 from distal.plan.stats import Stats
+from distal.runtime.base import runtimes
+from distal.runtime.executable import Executable
 from distal.schedule.api import Schedule, schedule
 from distal.session import Session
 from distal.sparse import Format, SparseArray
@@ -50,6 +53,7 @@ __all__ = [
     "DistalError",
     "DistalUserError",
     "DistalWarning",
+    "Executable",
     "Format",
     "IndexVar",
     "InputError",
@@ -84,10 +88,18 @@ __all__ = [
     "index_vars",
     "maximum",
     "minimum",
+    "mlir_function",
     "numpy",
     "restrict",
+    "runtimes",
     "schedule",
     "sqrt",
     "where",
     "write_npy_dir",
 ]
+
+# under an MPI launcher the MPI runtime's failure hook is installed now, so a rank that
+# raises before its first run ends the job at once (distal.runtime.launched)
+from distal.runtime.launched import install_at_import as _install_mpi_hook
+
+_install_mpi_hook()

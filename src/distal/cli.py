@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -267,11 +268,52 @@ def cmd_run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    target = run_target(args.script, list(args.args))
+    if isinstance(target, str):
+        print(f"error: distal run: {target}", file=sys.stderr)
+        return 2
     cmd = [mpiexec, "-n", str(args.n), *args.mpi_arg, sys.executable]
-    cmd += ["-m", "distal.runtime._mpi_launch", args.script, *args.args]
+    cmd += ["-m", "distal.runtime._mpi_launch", *target]
     if args.verbose:
         print(" ".join(cmd), file=sys.stderr)
     return subprocess.call(cmd)
+
+
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?(\.exe)?$")
+
+
+def is_python(word: str) -> bool:
+    """Whether ``word`` names a Python interpreter (``python``, ``python3.11``, a path to
+    one, this interpreter)."""
+    return bool(_PYTHON.match(os.path.basename(word))) or (
+        os.path.exists(word) and os.path.realpath(word) == os.path.realpath(sys.executable)
+    )
+
+
+def run_target(script: str, rest: list[str]) -> list[str] | str:
+    """What ``distal run`` hands each rank's launcher (``SCRIPT ARGS`` or ``-m MODULE
+    ARGS``), or the sentence saying why it cannot.
+
+    ``distal run -n 2 python script.py`` (as one would type after ``mpiexec -n 2``) means
+    the script: every rank runs this interpreter already, so a leading interpreter name is
+    dropped (with ``-m MODULE`` kept); its other options are not taken."""
+    if is_python(script):
+        if rest and rest[0] == "-m" and len(rest) >= 2:
+            return ["-m", *rest[1:]]
+        if not rest or rest[0].startswith("-"):
+            got = " ".join(rest) or "nothing"
+            return (
+                f"after {script!r} give the script (or -m MODULE), got {got}: "
+                "distal run -n P SCRIPT [ARGS] runs SCRIPT with this interpreter on every rank"
+            )
+        script, rest = rest[0], rest[1:]
+    if not os.path.isfile(script):
+        why = "a directory" if os.path.isdir(script) else "no such file"
+        return (
+            f"cannot run {script!r}: {why}; distal run -n P SCRIPT [ARGS] runs the Python "
+            "file SCRIPT on every rank (or -m MODULE)"
+        )
+    return [script, *rest]
 
 
 def build_parser() -> argparse.ArgumentParser:

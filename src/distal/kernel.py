@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import time
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Iterable, Mapping
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
-from distal.errors import InputError, NotSupportedYet, ScheduleError
+from distal.errors import DistalError, InputError, NotSupportedYet, ScheduleError
 from distal.kernels.leaf import LEAVES, term_kernels
 from distal.plan.engine import ROUTINGS, Engine, lower, placements_of, program, summarize
 from distal.plan.ir import Plan
@@ -18,41 +17,11 @@ from distal.plan.printer import explain, program_text
 from distal.plan.sinks import PlanSummary
 from distal.plan.sparse import Analysis, is_sparse_schedule
 from distal.plan.stats import Stats
+from distal.runtime.base import Runtime, get_runtime
+from distal.runtime.executable import Executable, TensorSpec, check_values, restrict
 from distal.runtime.result import Result
-from distal.runtime.source import check_source, is_block_source
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Fuse, Pos
-from distal.values import dense_value
-
-RUNTIMES = ("local", "mpi", "dask")
-#: where each runtime runs a bound sparse kernel (``run(bound, inputs, **options)``); every
-#: runtime runs every plan with its one executor
-_SPARSE_RUNTIMES = {
-    "mpi": "distal.runtime.mpi",
-    "dask": "distal.runtime.dask",
-}
-
-
-def _local_options(options: Mapping[str, Any]) -> None:
-    unknown = set(options) - {"trace", "progress"}
-    if unknown:
-        raise InputError(
-            f"unknown option(s) {sorted(unknown)} for the local runtime; "
-            "valid options are ['progress', 'trace']"
-        )
-
-
-def _runtime_module(path: str, runtime: str, what: str) -> Any:
-    """The module running kernels on ``runtime``; a missing one or a missing extra is a
-    ``NotSupportedYet`` saying which."""
-    try:
-        return importlib.import_module(path)
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith("distal"):
-            raise NotSupportedYet(f"{what}the {runtime!r} runtime is not in this version") from e
-        raise NotSupportedYet(
-            f"runtime {runtime!r} needs {e.name!r}: pip install 'distal[{runtime}]'"
-        ) from e
 
 
 class Planned:
@@ -128,6 +97,76 @@ class Planned:
         """Exact predicted traffic, work and memory per processor (a fresh copy)."""
         return Stats(**self.summary.stats.as_dict())
 
+    def executable(self, processors: Iterable[int] | None = None) -> Executable:
+        """The kernel as an :class:`~distal.runtime.executable.Executable`: plain data, all
+        a runtime needs to run it (made once, then kept).
+
+        ``processors``: only those processors' programs and the messages they exchange
+        (what one MPI rank or one volunteer executes), built without the other processors'
+        programs where the lowering can.
+
+        Raises:
+            InputError: a processor that does not exist.
+        """
+        procs = None
+        if processors is not None:
+            procs = tuple(sorted({self._processor(p) for p in processors}))
+            if procs == tuple(range(self.nprocs)):
+                procs = None
+        made = self.__dict__.setdefault("_executables", {})
+        got = made.get(procs)
+        if got is None:
+            if procs is None:
+                plan, stats = self.plan, self.summary.stats
+            else:
+                plan = self.program(procs[0]) if len(procs) == 1 else restrict(self.plan, procs)
+                stats = self._part_stats()
+            stats = None if stats is None else Stats(**stats.as_dict())
+            code = repr(self.schedule)
+            got = made[procs] = Executable(
+                plan, tuple(self.kernels), self._specs(), stats, self._key(code), code
+            )
+        return got
+
+    def _part_stats(self) -> Stats | None:
+        """The stats a part of the plan carries: the whole kernel's, where they are known
+        without writing the whole plan."""
+        return self.summary.stats
+
+    def _specs(self) -> tuple[TensorSpec, ...]:
+        """Every tensor's spec, the output first, then the inputs in the statement's order."""
+        s = self.schedule
+        tensors, layouts = s.tensors(), s.layouts()
+        prints = getattr(self, "fingerprints", {})
+        out = []
+        for name in tensors:
+            dist, machine = layouts[name]
+            if dist is None or machine is None:
+                dist, machine = None, s.machine
+            out.append(TensorSpec.of(tensors[name], dist, machine, prints.get(name)))
+        return tuple(out)
+
+    def _key(self, code: str) -> str:
+        """What the plan and the leaves are a function of (compiling reads nothing else):
+        machine size, schedule, routing, leaves, tensors and, for a kernel bound to sparse
+        patterns, their fingerprints; equal on every process that compiled the same kernel."""
+        s = self.schedule
+        tensors = sorted((n, t.shape, str(t.dtype)) for n, t in s.tensors().items())
+        dists = sorted((n, str(d)) for n, d in s.distributions.items())
+        prints = sorted(getattr(self, "fingerprints", {}).items())
+        leaf = getattr(self, "leaf", None) or getattr(getattr(self, "kernel", None), "leaf", "")
+        text = repr((self.nprocs, code, self.routing, leaf, tensors, dists, prints))
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def _run_on(self, rt: Runtime, inputs: Mapping[str, Any]) -> Result:
+        """Run on ``rt``: the executable of the processors it runs, then the run."""
+        try:
+            exe = self.executable(rt.processors(self.nprocs))
+        except DistalError as e:  # (MPI: the other ranks fail with it, never wait)
+            rt.abort(e)
+            raise
+        return rt.run(exe, inputs)
+
     def explain(self, processor: int | None = None) -> str:
         """The scheduled loop nest, where each tensor moves, and the per-processor table;
         with ``processor``, also that processor's program, instruction by instruction."""
@@ -152,13 +191,23 @@ class Planned:
 
         return simulate(self, network=network, **options)
 
-    def to_mlir(self, processor: int = 0) -> str:
+    def to_mlir(
+        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
+    ) -> str:
         """Processor ``processor``'s leaf computation as MLIR text: a ``func.func`` of
-        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``).
+        ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``); with
+        ``distributed=True`` the whole distributed program as one module (``shard.grid``,
+        each tensor's ``shard.sharding``, the schedule as SPMD code around the leaves;
+        ``form="global"``: the statement on whole tensors with their shardings, see
+        ``distal.mlir.distributed``).
 
         Raises:
-            InputError: ``processor`` is not a processor of the machine.
+            InputError: ``processor`` is not a processor of the machine, or an unknown form.
         """
+        if distributed:
+            from distal.mlir.distributed import to_mlir_distributed
+
+            return to_mlir_distributed(self, form)
         p = self._processor(processor)
         from distal.mlir.export import to_mlir
 
@@ -343,40 +392,47 @@ class Kernel(Planned):
         An input is a numpy array (or anything ``np.asarray`` takes) or a *block
         source*: an object with a ``shape`` and ``read_block(box) -> array`` that
         produces any box of the tensor on demand, so data never has to sit whole
-        on one host.
+        on one host. (The rule is :func:`distal.runtime.executable.check_values`, the one
+        every executable applies.)
         """
-        return _check_inputs(self.schedule.statement, self.schedule.tensors(), inputs, {})
+        if self.sparse is not None:
+            return self.bind(inputs).check_inputs(inputs)
+        specs = self._specs()
+        return check_values(specs[1:], specs[0].name, inputs)
+
+    def executable(
+        self, processors: Iterable[int] | None = None, *, inputs: Mapping[str, Any] | None = None
+    ) -> Executable:
+        """The kernel as an :class:`~distal.runtime.executable.Executable` (see
+        :meth:`Planned.executable`). A kernel with sparse inputs needs their patterns:
+        ``executable(inputs=...)`` binds it to them first (as ``stats(inputs)`` does).
+
+        Raises:
+            InputError: a sparse kernel without ``inputs``, naming its sparse inputs.
+        """
+        if self.sparse is not None and inputs is not None:
+            return self.bind(inputs).executable(processors)
+        self._unbound("kernel.executable()")
+        return super().executable(processors)
 
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
-        """Execute the plan on a runtime and return the output with measured stats."""
-        if self.sparse is not None:
+        """Execute the plan on a runtime (``dl.runtimes()``) and return the output with
+        measured stats."""
+        with get_runtime(runtime, **options) as rt:
+            if self.sparse is None:
+                return self._run_on(rt, inputs)
             from distal.plan.sparse import load_patterns
 
-            if runtime != "mpi":
+            try:  # (MPI: one rank's bad pattern fails every rank together, never a hang)
                 # the sparse inputs are converted (and their patterns hashed) once: binding
-                # and the run then see the same arrays (a scipy matrix's values in place:
-                # a binding keeps only what the patterns decide)
+                # and the run then see the same arrays (a scipy matrix's values in place: a
+                # binding keeps only what the patterns decide)
                 arrays = load_patterns(self.sparse, inputs, copy=False)
-                return self.bind(arrays).run({**inputs, **arrays}, runtime, **options)
-            try:  # one rank's bad pattern fails every rank together, never a hang
-                arrays = load_patterns(self.sparse, inputs)
                 bound = self.bind(arrays)
-            except Exception as e:
-                from distal.runtime.mpi.entry import fail_together
-
-                fail_together(e, options.get("comm"))
+            except DistalError as e:
+                rt.abort(e)
                 raise
-            return bound.run({**inputs, **arrays}, runtime, **options)
-        # mpi: every rank checks its inputs inside the runtime, which agrees on the outcome
-        # with the other ranks first, so one rank's bad input fails them all instead of a hang
-        data = inputs if runtime == "mpi" else self.check_inputs(inputs)
-        if runtime == "local":
-            _local_options(options)
-            return _run_local(self.plan, self.kernels, self.dtypes, data, options)
-        if runtime in RUNTIMES:
-            mod = _runtime_module(f"distal.runtime.{runtime}", runtime, "")
-            return mod.run(self, data, **options)
-        raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+            return bound._run_on(rt, {**inputs, **arrays})
 
     def plot_distribution(self, tensor: Any, path: str | None = None, **options: Any) -> Any:
         """Picture of ``tensor``'s blocks coloured by owner (see ``distal.viz``)."""
@@ -393,9 +449,11 @@ class Kernel(Planned):
         self._unbound("kernel.plot_traffic()")
         return super().plot_traffic(path, **options)
 
-    def to_mlir(self, processor: int = 0) -> str:
+    def to_mlir(
+        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
+    ) -> str:
         self._unbound("kernel.to_mlir()")
-        return super().to_mlir(processor)
+        return super().to_mlir(processor, distributed=distributed, form=form)
 
     def simulate(self, network: Any = "local", **options: Any) -> Any:
         self._unbound("kernel.simulate()")
@@ -469,42 +527,24 @@ class BoundKernel(Planned):
 
         return explain_bound(self.binding, self._bound_summary)
 
+    def _part_stats(self) -> Stats | None:
+        # a bound plan's stats are counted from the whole plan, which a part never writes
+        return self.kernel.summary.stats if self.binding is None else None
+
     def check_inputs(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
         """Inputs as the runtimes take them: sparse ones as SparseArrays with the bound
         patterns, dense ones as arrays of the tensors' shapes and dtypes."""
         if self.binding is None:
             return self.kernel.check_inputs(inputs)
-        from distal.plan.sparse import load_patterns
-
-        a = self.kernel.sparse
-        assert a is not None
-        if not isinstance(inputs, Mapping):
-            raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
-        _check_names(a.statement, inputs)
-        arrays = load_patterns(a, inputs, copy=False)  # read during this run only
-        for name, arr in arrays.items():
-            if arr is not self.binding.arrays[name]:
-                if arr.pattern_fingerprint() != self.fingerprints[name]:
-                    raise InputError(
-                        f"input {name!r} has another pattern than the one this kernel was bound "
-                        "to (values may change, the pattern may not): bind again"
-                    )
-        dense = {n: v for n, v in inputs.items() if n not in arrays}
-        return _check_inputs(a.statement, a.tensors, dense, arrays)
+        specs = self._specs()
+        return check_values(specs[1:], specs[0].name, inputs, self.binding.arrays)
 
     def run(self, inputs: Mapping[str, Any], runtime: str = "local", **options: Any) -> Result:
         """Execute on a runtime; ``Result.stats`` equals :meth:`stats`."""
         if self.binding is None:
             return self.kernel.run(inputs, runtime, **options)
-        if runtime == "local":
-            _local_options(options)
-            return _run_local(self.plan, (), self.dtypes, self.check_inputs(inputs), options)
-        if runtime in RUNTIMES:
-            mod = _runtime_module(_SPARSE_RUNTIMES[runtime], runtime, "sparse kernels on ")
-            # dask: the driver reads checked inputs; mpi: every rank checks its own
-            data = self.check_inputs(inputs) if runtime == "dask" else inputs
-            return mod.run(self, data, **options)
-        raise InputError(f"unknown runtime {runtime!r}; valid options are {list(RUNTIMES)}")
+        with get_runtime(runtime, **options) as rt:
+            return self._run_on(rt, inputs)
 
     def plot_distribution(self, tensor: Any, path: str | None = None, **options: Any) -> Any:
         """Picture of ``tensor`` over the bound pattern: a sparse tensor's stored entries as a
@@ -518,51 +558,6 @@ class BoundKernel(Planned):
 
     def __repr__(self) -> str:
         return f"BoundKernel({self.kernel.schedule!r})"
-
-
-def _check_names(st: Any, inputs: Mapping[str, Any]) -> tuple[str, ...]:
-    """The statement's input names; an unknown name or the output is an ``InputError``."""
-    need = tuple(t.name for t in st.inputs())
-    for name in inputs:
-        if name not in need:
-            role = "the output" if name == st.output.name else "not a tensor of this kernel"
-            raise InputError(f"input {name!r} is {role}; inputs are {list(need)}")
-    return need
-
-
-def _check_inputs(
-    st: Any, tensors: Mapping[str, Any], inputs: Mapping[str, Any], arrays: Mapping[str, Any]
-) -> dict[str, Any]:
-    """Every input of ``st`` checked: ``arrays`` (sparse inputs, already read) as they are,
-    the others dense arrays in their tensors' shapes and dtypes, or block sources."""
-    if not isinstance(inputs, Mapping):
-        raise InputError(f"inputs must map tensor names to arrays, got {type(inputs).__name__}")
-    need = _check_names(st, inputs)
-    out: dict[str, Any] = dict(arrays)
-    for name in need:
-        if name in arrays:
-            continue
-        if name not in inputs:
-            raise InputError(f"input {name!r} is missing; inputs are {list(need)}")
-        t = tensors[name]
-        x = inputs[name]
-        if is_block_source(x):  # read one owned block at a time (sessions' blocks)
-            out[name] = check_source(name, x, t.shape)
-            continue
-        out[name] = dense_value(name, x, t)
-    return out
-
-
-def _run_local(
-    plan: Plan, kernels: Any, dtypes: dict[str, Any], data: dict[str, Any], options: dict
-) -> Result:
-    """Any plan on the local runtime."""
-    from distal.runtime.local import LocalRuntime
-
-    t0 = time.perf_counter()
-    rt = LocalRuntime(plan, kernels, dtypes, **options)
-    value, stats, _ = rt.run(data)
-    return Result(value, stats, time.perf_counter() - t0, trace=rt.trace.events)
 
 
 def _bound_lines(kernel: Kernel) -> list[str]:

@@ -19,7 +19,21 @@ from distal.sparse.array import as_sparse
 
 def dense_value(name: str, x: Any, t: Any) -> np.ndarray:
     """Input ``name`` for dense tensor ``t``: a numeric array of its shape, in its dtype
-    (converted only where :func:`check_cast` allows)."""
+    (converted only where :func:`check_cast` allows). A sparse array given for a dense
+    tensor is refused by name (numpy would make it a 0-d array of objects)."""
+    if is_sparse_input(x):
+        kind = type(x).__module__.split(".")[0] + "." + type(x).__name__
+        shape = "x".join(str(int(s)) for s in getattr(x, "shape", ()))
+        dense = (
+            "toarray()"
+            if hasattr(x, "toarray")
+            else ("to_dense()" if hasattr(x, "to_dense") else "todense()")
+        )
+        raise InputError(
+            f"input {name!r} is a sparse array ({kind}, {shape}) but tensor {t.name!r} is "
+            f"dense: pass {name}.{dense} to compute with it densely, or declare the tensor "
+            f"sparse (dl.Tensor({t.name!r}, ..., format='csr'))"
+        )
     try:
         arr = np.asarray(x)
     except Exception as e:
@@ -30,6 +44,13 @@ def dense_value(name: str, x: Any, t: Any) -> np.ndarray:
     if arr.shape != t.shape:
         raise InputError(f"input {name!r} has shape {arr.shape}; tensor expects {t.shape}")
     return np.asarray(arr, dtype=t.dtype)
+
+
+def is_sparse_input(x: Any) -> bool:
+    """A scipy.sparse or pydata sparse array, or a ``dl.SparseArray``."""
+    from distal.sparse.array import SparseArray, is_pydata_sparse, is_scipy_sparse
+
+    return isinstance(x, SparseArray) or is_scipy_sparse(x) or is_pydata_sparse(x)
 
 
 def sparse_value(name: str, x: Any, t: Any, copy: bool = True) -> Any:

@@ -27,15 +27,15 @@ app, runtime, location, out, pause = sys.argv[1:6]
 
 class Slow(dl.Session):
     """Every kernel run (``sess.run``'s and the arrays program's: both go through
-    ``_run_as``) and every fused set of the arrays program PAUSE seconds slower."""
+    ``run_named``) and every fused set of the arrays program PAUSE seconds slower."""
 
-    def _run_as(self, kernel, names, inputs=None, **kw):  # type: ignore[no-untyped-def]
+    def run_named(self, kernel, names, inputs=None, **kw):  # type: ignore[no-untyped-def]
         time.sleep(float(pause))
-        return super()._run_as(kernel, names, inputs, **kw)
+        return super().run_named(kernel, names, inputs, **kw)
 
-    def _fused_blocks(self, *args, **kw):  # type: ignore[no-untyped-def]
+    def fused_blocks(self, *args, **kw):  # type: ignore[no-untyped-def]
         time.sleep(float(pause))
-        return super()._fused_blocks(*args, **kw)
+        return super().fused_blocks(*args, **kw)
 
 
 opts: dict = {} if runtime == "mpi" else {"progress": False}

@@ -19,7 +19,7 @@ def client(dask_client: Any) -> Any:
 @pytest.fixture(scope="module")
 def pool() -> Any:
     """Three in-process workers, one thread each, named 0, 1, 2: enough for ``verify=3``,
-    and the ``_lie`` hook names worker 0."""
+    and ``faults={"lie": {0}}`` names worker 0."""
     with (
         distributed.LocalCluster(
             n_workers=3, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
@@ -27,17 +27,3 @@ def pool() -> Any:
         distributed.Client(cluster) as c,
     ):
         yield c
-
-
-def trace_lines(path: Any) -> list[tuple[str, str, str]]:
-    """(event, task, status) lines a run's ``_trace`` hook wrote."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        parts = line.split(" ")
-        if len(parts) >= 2:
-            out.append((parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
-    return out

@@ -23,8 +23,7 @@ if __name__ == "__main__":
         n_workers=2,
         processes=False,
         progress=False,
-        _delay=delay,
-        _trace=trace,
+        faults={"delay": delay, "trace": trace},
         **key,
     )
     print("tasks", res.tasks_executed, res.tasks_reused, flush=True)

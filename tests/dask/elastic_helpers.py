@@ -19,6 +19,24 @@ import numpy as np
 import distal as dl
 
 
+def assert_stats(measured: Any, kernel: Any) -> None:
+    """A Dask run's stats against the kernel's prediction: every count of words, index
+    words, messages and iterations equal; ``peak_words`` measured on the workers (each
+    processor's owned blocks plus the most one of its tasks held: buffers, partial sums),
+    so at least its owned blocks wherever a task of it ran, and more for some processor
+    (a task holds its output or a buffer) -- compared with the model in
+    ``test_dask_runtime.py::test_peak_words_are_measured_on_the_workers``."""
+    got, want = measured.as_dict(), kernel.stats().as_dict()
+    peak = got.pop("peak_words")
+    want.pop("peak_words")
+    assert got == want
+    owned = [kernel.plan.owned_words(p) for p in range(kernel.plan.nprocs)]
+    ran = [p for p, n in enumerate(measured.iterations) if n]
+    assert ran
+    assert all(peak[p] >= owned[p] for p in ran)
+    assert any(peak[p] > owned[p] for p in ran)
+
+
 def ints(shape: tuple[int, ...], seed: int) -> np.ndarray:
     """Small integer-valued float64 data: exact sums in any order."""
     return np.random.default_rng(seed).integers(-3, 4, shape).astype(np.float64)
@@ -316,4 +334,18 @@ def entry_calls(bound: Any, x: Any) -> list[tuple[Any, Any, Any, list[Any], np.n
         ]
         y, _, _ = tasks._compute(ctx, u, blocks)
         out.append((u, blocks, ctx, calls, y))
+    return out
+
+
+def trace_lines(path: Any) -> list[tuple[str, str, str]]:
+    """(event, task, status) lines a run's ``faults={"trace": ...}`` file got."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split(" ")
+        if len(parts) >= 2:
+            out.append((parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
     return out

@@ -88,6 +88,9 @@ class DelayRelay:
     and the delay does not cap throughput (a bounded queue passes back-pressure on).
     """
 
+    #: bytes read at a time (a relay carrying many MB/s per link wants larger reads)
+    chunk = 1 << 16
+
     def __init__(self, host: str, delay: float) -> None:
         self.host, self.delay = host, delay
         self.loop = asyncio.new_event_loop()
@@ -139,7 +142,7 @@ class DelayRelay:
         async def feed() -> None:
             try:
                 while True:
-                    data = await reader.read(1 << 16)
+                    data = await reader.read(self.chunk)
                     await line.put((loop.time() + self.delay, data))
                     if not data:
                         return

@@ -27,10 +27,10 @@ import pytest
 from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "session"))
+from elastic_helpers import trace_lines
 from test_loops import _kernels as loop_kernels
 
 import distal as dl
-from conftest import trace_lines
 from distal.errors import DistalWarning, InputError
 from distal.runtime import checkpoint as ck
 from distal.runtime import checkpoint_tools
@@ -192,7 +192,7 @@ def test_a_forged_report_in_the_event_log_gets_no_seal(client: Any, tmp_path: Pa
 
     spy = threading.Thread(target=forge)
     spy.start()
-    r1 = _run(k, x, client, tmp_path, checkpoint_key=KEY, _delay=0.3)
+    r1 = _run(k, x, client, tmp_path, checkpoint_key=KEY, faults={"delay": 0.3})
     spy.join()
     assert forged_by, "the forgery was not made during the run"
     assert np.array_equal(r1.value, want)  # the run itself used the values in memory
@@ -482,7 +482,7 @@ def test_a_forged_report_does_not_end_the_wait_for_an_honest_one() -> None:
     """The driver waits for the entries each worker says it wrote, by name: a forged
     report logged in a worker's name must not stand in for one of its honest reports still
     on the way (a count would be met, and the honest entry left unsealed)."""
-    from distal.runtime.elastic.driver import drain_checkpoint
+    from distal.runtime.elastic.checkpointing import drain_checkpoint
     from distal.runtime.elastic.summary import Events
 
     class Pool:  # the two calls drain_checkpoint makes of a Dask client

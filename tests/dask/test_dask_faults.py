@@ -18,15 +18,16 @@ from typing import Any
 import numpy as np
 import pytest
 from elastic_helpers import (
+    assert_stats,
     gemm_problem,
     mttkrp,
     mttkrp_expected,
     mttkrp_inputs,
     sparse_problem,
+    trace_lines,
 )
 
 import distal as dl
-from conftest import trace_lines
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(150)]
 
@@ -80,8 +81,7 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
                     runtime="dask",
                     client=c,
                     checkpoint=tmp_path / "ck",
-                    _delay=delay,
-                    _trace=str(trace),
+                    faults={"delay": delay, "trace": str(trace)},
                 )
             except BaseException as e:  # surfaced below
                 out["err"] = e
@@ -113,7 +113,7 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
     assert res.tasks_executed + res.tasks_reused == s.tasks_total
     # recomputed tasks count their delivery once, loaded ones nothing; a fresh checkpoint
     # means every task computed once in this run before any reload
-    assert res.stats.as_dict() == bound.stats().as_dict()
+    assert_stats(res.stats, bound)
 
 
 def test_killing_the_driver_recomputes_at_most_the_tasks_in_flight(tmp_path: Path) -> None:

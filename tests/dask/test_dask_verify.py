@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from elastic_helpers import (
     Problem,
+    assert_stats,
     bits,
     dense_of,
     entry_calls,
@@ -96,7 +97,7 @@ def _until_caught(p: Problem, local: Any, client: Any, runs: int, **opts: Any) -
         s = res.extra["summary"]
         assert s.excluded_workers in ([], [liar]), str(s)
         assert all(r["worker"] == liar for r in s.rejections), s.rejections
-        assert res.stats.as_dict() == bound.stats().as_dict()
+        assert_stats(res.stats, bound)
         if s.excluded_workers:
             return res
     pytest.fail(f"the liar was never caught in {runs} run(s)")
@@ -193,7 +194,7 @@ def test_a_lying_reducer_is_caught_and_its_block_summed_again(liar_pool: Any, na
         assert s.excluded_workers in ([], [liar]), str(s)
         assert all(r["worker"] == liar for r in s.rejections)
         assert s.reductions_checked == len(blocks)
-        assert res.stats.as_dict() == bound.stats().as_dict()
+        assert_stats(res.stats, bound)
         red = [r for r in s.rejections if r["kind"] == "reduction"]
         if red:
             break
@@ -789,9 +790,9 @@ def test_a_tls_pool_runs_and_refuses_a_worker_without_the_certificate(tmp_path: 
 @pytest.mark.parametrize("verify", ["check", "adaptive"])
 def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, verify: str) -> None:
     """CG on the 12x12 Laplacian in a Dask session whose worker 0 returns a wrong result
-    for every unit (``_lie``): the first run that hands it a unit catches and excludes it,
-    the session keeps it out of every later run, and the iterates are, bit for bit, those
-    of the same session without the liar (and scipy's to rounding)."""
+    for every unit (``faults={"lie": {0}}``): the first run that hands it a unit catches
+    and excludes it, the session keeps it out of every later run, and the iterates are,
+    bit for bit, those of the same session without the liar (and scipy's to rounding)."""
     import scipy.sparse as sp
     import scipy.sparse.linalg as spla
 
@@ -800,7 +801,7 @@ def test_a_liar_in_a_cg_session_is_excluded_and_the_solution_exact(pool: Any, ve
     b = np.ones(144)
     liar = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
     with dl.Session(
-        "dask", client=pool, machine=4, progress=False, verify=verify, _lie={0}
+        "dask", client=pool, machine=4, progress=False, verify=verify, faults={"lie": {0}}
     ) as sess:
         x, its = dl.apps.cg(A, b, session=sess, maxiter=12, tol=0.0)
         assert sess.excluded_workers == {liar}

@@ -1,4 +1,4 @@
-"""A sparse plan's unit descriptions held on the workers (``Driver.unit_arg``,
+"""A sparse plan's unit descriptions held on the workers (``Submitter.unit_arg``,
 ``units.HeldUnit``): a second run of the same plan sends each unit a future, not its
 stored-entry structure; the workers keep the prepared leaves with it; the bits are the
 local runtime's; under ``verify=`` every task still gets its description from the driver."""
@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elastic_helpers import problem, unit_blocks
+from elastic_helpers import assert_stats, problem, unit_blocks
 
 from distal.runtime.dask import decompose
+from distal.runtime.elastic import core, submit, tasks
 from distal.runtime.elastic import driver as drv
-from distal.runtime.elastic import tasks
+from distal.runtime.elastic.events import Where
 from distal.runtime.elastic.units import (
     ForgedDescription,
     HeldUnit,
@@ -56,14 +57,14 @@ def test_a_held_unit_travels_as_its_bytes_and_is_read_only_with_their_digest() -
 def _spy_unit_args(monkeypatch: Any) -> list[tuple[Any, Any]]:
     """Every ``(unit, what its task is handed)`` the driver gives out from now on."""
     handed: list[tuple[Any, Any]] = []
-    real = drv.Driver.unit_arg
+    real = submit.Submitter.unit_arg
 
-    def spy(self: Any, ctx: Any, u: Any, where: Any = None) -> Any:
-        got = real(self, ctx, u, where)
+    def spy(self: Any, u: Any, where: Any = None) -> Any:
+        got = real(self, u, where)
         handed.append((u, got))
         return got
 
-    monkeypatch.setattr(drv.Driver, "unit_arg", spy)
+    monkeypatch.setattr(submit.Submitter, "unit_arg", spy)
     return handed
 
 
@@ -77,7 +78,7 @@ def test_a_second_run_hands_units_their_held_description(client: Any, monkeypatc
     second = p.bound.run(p.inputs, runtime="dask", client=client)
     for res in (first, second):
         p.check(res.value, local.value)
-        assert res.stats.as_dict() == p.bound.stats().as_dict()
+        assert_stats(res.stats, p.bound)
     # every unit of the sparse plan was handed a future, the same one in both runs
     assert made
     assert all(type(f).__name__ == "Future" for f in made)
@@ -118,7 +119,7 @@ def test_verified_runs_hand_held_descriptions_with_the_drivers_digest(
 def test_a_forged_held_description_is_refused_and_the_run_made_again(
     pool: Any, monkeypatch: Any
 ) -> None:
-    """Worker 0 holds other bytes than the driver sent (``_lie``): a task handed them
+    """Worker 0 holds other bytes than the driver sent (``faults={"lie": {0}}``): a task handed them
     refuses them, and the run is made again with the descriptions sent by the driver;
     the result is the local runtime's bits, and the plan's held descriptions are dropped."""
     p = problem("spmv row")
@@ -134,16 +135,14 @@ def test_a_forged_held_description_is_refused_and_the_run_made_again(
     # every unit and its held description go to worker 0 first (the spread's first worker)
     zero = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
     monkeypatch.setattr(
-        drv.Driver,
-        "spread",
-        lambda self, n: (
-            self.restrict() if self.excluded else {"workers": [zero], "allow_other_workers": True}
-        ),
+        core.Core,
+        "_spread",
+        lambda self, n, out: self.restrict(out) if self.excluded else Where((zero,), False),
     )
-    res = p.bound.run(p.inputs, runtime="dask", client=pool, verify="check", _lie={0})
+    res = p.bound.run(p.inputs, runtime="dask", client=pool, verify="check", faults={"lie": {0}})
     p.check(res.value, local.value)
     assert len(attempts) == 2
-    got = drv._HELD.get(p.bound.plan)
+    got = submit.HELD.get(p.bound.plan)
     assert got is not None
     assert got.forged
     assert got.futures == {}

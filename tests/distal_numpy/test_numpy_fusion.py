@@ -114,7 +114,7 @@ def test_black_scholes_is_one_fused_set_with_its_shared_nodes_computed_once() ->
     with dl.Session("local", machine=2) as sess:
         s, x, t = (dnp.asarray(v) for v in (S, X, T))
         call, put = bs(dnp, s, x, t)
-        steps, _ = fused_signature([call.node, put.node], sess._arrays.is_value)
+        steps, _ = fused_signature([call.node, put.node], sess.arrays_program().is_value)
         assert [k for k, _, _ in steps].count("temp") >= 2  # d1 and d2, once each
         before = sess.kernels_run
         got = (np.asarray(call), np.asarray(put))

@@ -1,4 +1,4 @@
-"""Runs on every rank under ``mpiexec -n 2``; driven by ``tests/test_mlir.py``.
+"""Runs on every rank under ``mpiexec -n 2``; driven by ``tests/mlir/test_mlir.py``.
 
 SUMMA with IREE leaves on the MPI runtime: rank 0 prints the largest difference from the
 default leaves' result and whether the measured stats equal the prediction.

@@ -310,7 +310,7 @@ def fail(mode: str, rank: int, step: int) -> None:
         kernel, inputs, _ = gemm((2, 2) if SIZE == 4 else (SIZE, 1), 32, "summa")
 
     def run() -> None:
-        kernel.run(inputs, runtime="mpi", _fail_on_rank=rank, _fail_at_step=step)
+        kernel.run(inputs, runtime="mpi", fault=(rank, step))
 
     if mode == "raise":
         run()

@@ -6,6 +6,11 @@ start-up (when distal starts MPI) or in distal's first collective on the communi
 the script started MPI itself). The join deadline (``DISTAL_MPI_JOIN``) ends such a job
 with the reason on every waiting rank; a job whose ranks all come, even late, is not held
 up by it. Without the deadline every failing job here hangs until ``run_job`` kills it.
+
+These jobs run with ``DISTAL_MPI_HOOK=0``: by default ``import distal`` under a launcher
+installs the failure hook at once (``distal.runtime.launched``, tested by
+``test_mpi_import_hook.py``), so a rank that raises ends the job before any deadline; the
+deadline is what is left for a rank that is stuck, or for scripts that turn the hook off.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from mpi_jobs import Job, run_job
 SCRIPT = Path(__file__).resolve().parent / "_join_script.py"
 JOIN, GRACE = 3, 3  # grace: a rank that reaches the deadline late still prints its reason
 ENDS_WITHIN = 30.0  # JOIN + GRACE + start-up, with room for a loaded machine
-FAST = {"DISTAL_MPI_JOIN": str(JOIN), "DISTAL_MPI_GRACE": str(GRACE)}
+FAST = {"DISTAL_MPI_JOIN": str(JOIN), "DISTAL_MPI_GRACE": str(GRACE), "DISTAL_MPI_HOOK": "0"}
 
 pytestmark = pytest.mark.mpi
 

@@ -79,6 +79,7 @@ class FakeLink:
         self.kv: dict[str, bytes] = {}
         self.sent: list[tuple[str, UnitMsg]] = []
         self.controls: list[tuple[str, bytes]] = []
+        self.shut: list[str] = []
         self.consumers: dict[str, float] = {}
         self.beat = beat
         self.puts = 0
@@ -109,6 +110,9 @@ class FakeLink:
         self.sent.append((name, unit))
         v = self.volunteers[name]
         v.tasks.append(asyncio.ensure_future(self._answer(v, unit)))
+
+    async def shut_out(self, name: str) -> None:
+        self.shut.append(name)
 
     async def control(self, name: str, msg: bytes) -> None:
         self.controls.append((name, msg))

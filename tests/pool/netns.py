@@ -74,11 +74,17 @@ class Donors:
     def rate_bytes(self) -> float:
         return self.rate_mbit * 1e6 / 8
 
-    def start(self, k: int, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
-        """Run ``cmd`` in namespace ``k`` (its output in ``logs/NAME.log``)."""
+    def start(self, k: int, name: str, cmd: list[str], env: dict[str, str],
+              cores: list[int] | None = None) -> subprocess.Popen:  # fmt: skip
+        """Run ``cmd`` in namespace ``k`` (its output in ``logs/NAME.log``), on ``cores``."""
+
+        def pin() -> None:  # pragma: no cover - runs in the child
+            if cores is not None:
+                os.sched_setaffinity(0, cores)
+
         log = open(self.logs / f"{name}.log", "wb")
         p = subprocess.Popen(["ip", "netns", "exec", self.links[k].netns, *cmd], stdout=log,
-                             stderr=subprocess.STDOUT, env=env)  # fmt: skip
+                             stderr=subprocess.STDOUT, env=env, preexec_fn=pin)  # fmt: skip
         log.close()
         self.procs[name] = p
         return p
@@ -141,7 +147,7 @@ def donors(
              for i in range(n)]  # fmt: skip
     made_ns: list[str] = []
     made_dev: list[str] = []
-    relay: subprocess.Popen[str] | None = None
+    relays: list[subprocess.Popen[str]] = []
     logs = logs or Path(os.environ.get("TMPDIR", "/tmp"))
     tbf = ["tbf", "rate", f"{rate_mbit}mbit", "burst", str(burst), "latency", "100ms"]
     try:
@@ -176,16 +182,20 @@ def donors(
             _run(["ip", "link", "set", lk.root_dev, "up"])
             _run(["ip", "-n", lk.netns, "addr", "add", f"{lk.ns_addr}/30", "dev", lk.ns_dev])
             _run(["ip", "-n", lk.netns, "link", "set", lk.ns_dev, "up"])
-        specs = [f"{lk.root_addr}:{RELAY_PORT}=127.0.0.1:{nats_port}" for lk in links]
-        relay = subprocess.Popen([sys.executable, str(HERE / "relay.py"), str(delay_s), *specs],
+        # one relay process a link: a Python relay carries a few MB/s per core
+        for lk in links:
+            spec = f"{lk.root_addr}:{RELAY_PORT}=127.0.0.1:{nats_port}"
+            r = subprocess.Popen([sys.executable, str(HERE / "relay.py"), str(delay_s), spec],
                                  stdout=subprocess.PIPE, text=True)  # fmt: skip
-        assert relay.stdout is not None
-        if relay.stdout.readline().strip() != "ready":
-            raise RuntimeError("the latency relay did not start")
+            relays.append(r)
+            assert r.stdout is not None
+            if r.stdout.readline().strip() != "ready":
+                raise RuntimeError("a latency relay did not start")
         yield Donors(links, rate_mbit, delay_s, logs)
     finally:
-        if relay is not None:
+        for relay in relays:
             relay.terminate()
+        for relay in relays:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 relay.wait(10)
             if relay.poll() is None:

@@ -57,3 +57,9 @@ def test_a_unit_goes_back_to_the_volunteer_holding_its_blocks() -> None:
     # within its share (and the slack): a volunteer holding everything does not get it all
     home = policy.partition(order, {"a": 1.0, "b": 1.0}, {"a": {"x", "y", "z", "w"}}, inputs)
     assert sum(v == "a" for v in home.values()) == 3
+
+
+def test_speed_classes_round_noise_and_keep_real_differences() -> None:
+    assert policy.speed_classes({"a": 1.0, "b": None}) == {"a": 1.0, "b": 1.0}
+    got = policy.speed_classes({"a": 100.0, "b": 83.0, "c": 48.0, "d": 26.0})
+    assert got == {"a": 1.0, "b": 1.0, "c": 0.5, "d": 0.25}

@@ -76,7 +76,7 @@ def test_a_program_reads_back_and_computes_what_the_unit_computes(make) -> None:
 def drv_compute(drv, u, blocks):
     from distal.runtime.elastic import tasks
 
-    return tasks._compute(drv.ctx, u, blocks)
+    return tasks.compute(drv.job.kernels, drv.out_dtype, u, blocks)
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +142,15 @@ def test_a_program_of_another_version_or_leaf_is_refused(sample: bytes) -> None:
     tree["kernels"] = [[1.0, "ij->i", [], [], [], [0], [], "cuda-magic", ""]]
     with pytest.raises(WireError, match="leaf routine"):
         program.decode(msgpack.packb(tree, use_bin_type=True))
+
+
+def test_a_shifted_access_is_refused_by_name_not_computed_unshifted() -> None:
+    import dataclasses
+
+    from distal.errors import NotSupportedYet
+
+    kernel, plan, _ = _gemm()
+    u = decompose(plan)[0]
+    shifted = dataclasses.replace(kernel.kernels[0], offsets=((1, 0), (0, 0)))
+    with pytest.raises(NotSupportedYet, match="shifted accesses"):
+        program.encode(u, (shifted,), np.dtype("<f8"), {}, [])

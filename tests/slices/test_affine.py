@@ -141,3 +141,40 @@ def test_sparse_kernels_refuse_shifted_accesses() -> None:
     y[i] = a[i, j] * x[j + 1]
     with pytest.raises(NotSupportedYet, match="shifted accesses"):
         dl.compile(dl.schedule(y))
+
+
+def test_term_calls_of_restricted_terms_cover_the_box(rng: np.random.Generator) -> None:
+    """What the elastic runtime's check projects: every term over the whole leaf box (a
+    restricted one zero outside its part), summing to what the leaf computed."""
+    from distal.kernels.leaf import run_leaf, term_calls
+
+    n, m = 7, 6
+    i, j = dl.index_vars("i j")
+    u = dl.Tensor("u", (n, m))
+    v = dl.Tensor("v", (m,))
+    o = dl.Tensor("o", (n, m))
+    o[i, j] = (
+        restrict(u[i - 1, j] - u[i + 1, j], {i: (1, n - 1)})
+        + restrict(u[i, j], {i: (0, 1)})
+        + restrict(v[j], {i: (n - 1, n)})  # a row broadcast onto the last row only
+    )
+    kernel = dl.compile(dl.schedule(o))
+    box = ((0, n), (0, m))
+    ops = {"u": (rng.standard_normal((n, m)), box), "v": (rng.standard_normal(m), ((0, m),))}
+    got = np.zeros((n, m))
+    run_leaf(kernel.kernels, box, ops, got, box, fresh=True)
+    total = np.zeros((n, m))
+    for tk, alpha, views in term_calls(kernel.kernels, box, ops):
+        total += alpha * np.einsum(tk.spec, *views)
+    np.testing.assert_allclose(total, got, rtol=0, atol=1e-15)
+    a, w = ops["u"][0], ops["v"][0]
+    want = a.copy()
+    want[1:-1] = a[:-2] - a[2:]
+    want[-1] = w
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_stencil_kernel_is_simulated() -> None:
+    """The simulator times a leaf on operands as large as its shifted accesses reach."""
+    result = _jacobi(40, 30, dl.Machine(4)).simulate()
+    assert result.seconds > 0

@@ -3,8 +3,12 @@ array every holder of it sees; what was recorded before a write keeps the old va
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import distal as dl
 from distal.arrays import views
@@ -109,3 +113,46 @@ def test_update_for_out_arguments(sess: dl.Session) -> None:
     np.testing.assert_array_equal(alias.get(), np.arange(6.0).reshape(2, 3) + 1.0)
     views.update(c[1], (a[0] * 2.0).node)  # into a view: its base's row
     np.testing.assert_array_equal(alias.get()[1], np.arange(3.0) * 2.0)
+
+
+@st.composite
+def programs(draw: Any, n: int = 12) -> list[tuple]:
+    """A few writes and deferred reads of a vector: shifted assignments between slices of
+    one length (steps 1 and -1), in-place updates of slices, reads recorded in between."""
+
+    def window(length: int) -> slice:
+        start = draw(st.integers(0, n - length))
+        if draw(st.booleans()):
+            return slice(start, start + length)
+        stop = start - 1
+        return slice(start + length - 1, None if stop < 0 else stop, -1)
+
+    out = []
+    for _ in range(draw(st.integers(1, 6))):
+        length = draw(st.integers(1, n))
+        kind = draw(st.sampled_from(["shift", "iadd", "read"]))
+        out.append((kind, window(length), window(length), draw(st.integers(-3, 3)) * 0.5))
+    return out
+
+
+@settings(max_examples=30)
+@given(prog=programs(), p=st.integers(1, 4))
+def test_reads_and_writes_keep_numpys_order(prog: list[tuple], p: int) -> None:
+    a = np.arange(12.0) * 1.25 - 3.0
+    sess = dl.Session("local", machine=p)
+    x = sess.asarray(a)
+    reads, wants = [], []
+    for kind, s1, s2, c in prog:
+        if kind == "shift":
+            x[s1] = x[s2] * c + 1.0
+            a[s1] = a[s2] * c + 1.0
+        elif kind == "iadd":
+            view = x[s1]
+            view += c
+            a[s1] += c
+        else:
+            reads.append(x[s1] * 1.0)  # deferred: computed at the end, from these values
+            wants.append(a[s1] * 1.0)
+    np.testing.assert_array_equal(x.get(), a)
+    for got, want in zip(reads, wants, strict=True):
+        np.testing.assert_array_equal(got.get(), want)

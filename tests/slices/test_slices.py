@@ -117,6 +117,21 @@ def test_stencils_and_shifted_assignment(p: int, rng: np.random.Generator) -> No
     assert sess.moved_words == 0 or p > 1
 
 
+@pytest.mark.parametrize("p", [1, 3])
+def test_strided_assignment_of_a_vector(p: int) -> None:
+    """Steps of 2 or more: a vector's are a scatter (its views' too); a matrix's refused."""
+    want = np.arange(10.0)
+    x = session(p).asarray(want)
+    x[::3] = -1.0
+    want[::3] = -1.0
+    x[7:0:-2] = np.array([1.0, 2.0, 3.0, 4.0])
+    want[7:0:-2] = [1.0, 2.0, 3.0, 4.0]
+    v, w = x[1:], want[1:]
+    v[::2][:4] = v[1::2] * 10.0
+    w[::2][:4] = w[1::2] * 10.0
+    np.testing.assert_array_equal(x.get(), want)
+
+
 def test_integer_reads_are_values_and_iteration(rng: np.random.Generator) -> None:
     a = rng.standard_normal((4, 3))
     sess = session(2)

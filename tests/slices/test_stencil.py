@@ -47,7 +47,7 @@ def test_sweep_is_one_kernel_moving_its_halo(n: int, p: int) -> None:
     assert sess.kernels_run == before + 4
     assert sess.compiles == 1  # one key for every sweep
     assert sess.moved_words == 0  # every block read where it lies: only the halo moves
-    (kernel,) = [k for key, k in sess._arrays.kernels.items() if key[0] == "region"]
+    (kernel,) = [k for key, k in sess.arrays_program().kernels.items() if key[0] == "region"]
     st = kernel.stats()
     assert st.words_received == halo(n, m, p)
     assert sum(st.words_sent) == sum(halo(n, m, p))
@@ -81,3 +81,9 @@ def test_stencil_program_on_dask(dask_client: Any) -> None:
     assert got["same"], got
     assert not sess.stats_differ
     assert sess.driver_words == 7 * 8  # only the final read: u[::-2, 1:] of 13 x 9
+    # verified: every unit's result checked by a projection of its terms (a restricted
+    # term's operands zero outside its part), none rejected
+    checked = dl.Session("dask", client=dask_client, machine=2, verify="check")
+    got = run(checked)
+    assert got["same"], got
+    assert not checked.excluded_workers

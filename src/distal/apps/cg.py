@@ -112,7 +112,7 @@ def cg(
     goal = tol * bnorm
     # the loop's values are named (and so kept, for the checkpoint) only where they are
     # saved: unnamed, a vector the loop rebinds is read by nothing after its update, and
-    # the update is written over it in place (``Session._fused_blocks``'s donations)
+    # the update is written over it in place (``Session.fused_blocks``'s donations)
     named = sess.checkpoint is not None
     x, r, p, rs = b_ * 0.0, b_, b_, b_ @ b_
     if named:

@@ -11,7 +11,7 @@ on every process alike, and what a processor reads but does not hold is moved (c
 
 A block's *kind* is a registered :class:`Kind`; a node records the kind's name and its
 parameters as one hashable ``spec`` tuple, so its function is made again from the spec
-on any process (a Dask worker: :func:`distal.arrays.lower.remade`).
+on any process (a Dask worker: a :class:`distal.kernels.passes.Pass` of kind ``"block"``).
 
 Modes:
 
@@ -40,6 +40,7 @@ import numpy as np
 
 from distal.arrays.graph import Node
 from distal.errors import InternalError
+from distal.kernels.passes import register_pass
 from distal.typing import Box
 
 Spec = tuple
@@ -153,6 +154,10 @@ def combine_function(spec: Spec) -> Callable[[list[Any]], Any]:
         return combine(spec, parts)
 
     return run
+
+
+register_pass("block", block_function)
+register_pass("combine", combine_function)
 
 
 def rows_of(box: Box, shape: tuple[int, ...]) -> Box:

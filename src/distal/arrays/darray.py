@@ -26,7 +26,7 @@ class DArray:
 
     def __init__(self, session: Any, node: g.Node, program: Any = None, new: bool = False) -> None:
         self.session = session
-        self.program = session._arrays if program is None else program
+        self.program = session.arrays_program() if program is None else program
         self.node = node
         self.program.track(self, new)
 
@@ -78,9 +78,9 @@ class DArray:
     def get(self) -> Any:
         """The value, gathered: a numpy array, or a ``dl.SparseArray`` for a sparse one (on
         Dask a lost scheduler is ``PoolLost``, as for ``sess.get``)."""
-        with self.session._pool_errors():
+        with self.session.runtime_errors():
             self.program.flush()  # this handle is live: it is among what the flush computes
-            return self.session._get_value(self.program.name_of(self.node))
+            return self.session.read(self.program.name_of(self.node))
 
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         v = np.asarray(self.get())
@@ -254,7 +254,7 @@ class DArray:
         SpMV like ``A @ x``."""
         node = self.node
         if isinstance(node, g.Value) and node.sparse is not None:
-            return DArray(self.session, self.session._sparse_transpose(node), self.program)
+            return DArray(self.session, self.session.transposed(node), self.program)
         return self._wrap(g.transpose(node))
 
     def dot(self, o: Any) -> DArray:

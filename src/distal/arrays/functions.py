@@ -39,7 +39,7 @@ def _session_program(like: DArray | None) -> tuple[Any, Any]:
     if like is not None:
         return like.session, like.program
     sess = current()
-    return sess, sess._arrays
+    return sess, sess.arrays_program()
 
 
 def new(node: g.Node, like: DArray | None = None) -> DArray:

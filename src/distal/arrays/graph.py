@@ -559,6 +559,17 @@ def reduce_sum(x: Node, axis: Any) -> Node:
         x = map_node("mul", x, const(acc.type(1)))
     if not axes:
         return x
+    if (
+        type(x) is Contract
+        and x.as_value is None
+        and not any(isinstance(o, Value) and o.sparse is not None for o in x.operands)
+    ):
+        # the sum of an einsum is one einsum, its summed axes left out of the output: the
+        # product is never formed (``einsum("i,j->ij", x, x).sum()`` of 10^5 elements would
+        # be 10^10 of them), and the leaf sums each operand over the letters it alone
+        # carries first (distal.kernels.leaf._presummed)
+        out = "".join(c for d, c in enumerate(x.out) if d not in axes)
+        return contract(x.ins, out, x.operands, "sum")
     out = "".join(c for d, c in enumerate(letters) if d not in axes)
     return contract((letters,), out, (x,), "sum")
 

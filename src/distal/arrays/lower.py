@@ -45,7 +45,9 @@ from distal.errors import InternalError
 from distal.kernel import Kernel, compile
 from distal.kernels import blas
 from distal.kernels import fused as fused_kernels
+from distal.kernels.passes import Pass, register_pass
 from distal.kernels.recycle import Recycler
+from distal.kernels.sums import total as pairwise_total
 from distal.lang.concrete import concretize, expand
 from distal.lang.nodes import Expr, IndexVar, Literal, Tensor, index_vars
 from distal.schedule.api import schedule as default_schedule
@@ -422,47 +424,11 @@ def evaluator(expr: tuple) -> Callable[[list[Any]], Any]:
     return fn
 
 
-class Described:
-    """A generated function that pickles as the description it is made from.
-
-    The functions of maps and fused sets are made at run time (generated text, closures),
-    so a pickler must copy them by value -- cloudpickle, for Dask, also searches every
-    loaded module for a generated lambda's home (it has none): 14 ms a task for a CG
-    iteration's fused sets, more than their arithmetic. Pickled as ``(maker, key)`` it is
-    a few hundred bytes, and each process makes it once (:func:`remade`), so a worker's
-    compiled loops are reused from task to task instead of being made again."""
-
-    __slots__ = ("fn", "key", "maker")
-
-    def __init__(self, maker: Callable[[Any], Callable[..., Any]], key: Any) -> None:
-        self.maker, self.key = maker, key
-        self.fn = maker(key)
-
-    def __call__(self, *args: Any) -> Any:
-        return self.fn(*args)
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, Any]]:
-        return remade, (self.maker, self.key)
-
-
-#: this process's described functions, by (maker, key): made once, reused by every task
-_REMADE: dict[tuple[Any, Any], Described] = {}
-
-
-def remade(maker: Callable[[Any], Callable[..., Any]], key: Any) -> Described:
-    """The :class:`Described` function ``maker(key)``, made once in this process."""
-    got = _REMADE.get((maker, key))
-    if got is None:
-        got = Described(maker, key)
-        if len(_REMADE) < _EVALUATORS_MAX:
-            _REMADE[(maker, key)] = got
-    return got
-
-
-def map_function(expr: tuple) -> Described:
-    """:func:`evaluator` of ``expr`` as a :class:`Described` function (what a map's blocks
-    are computed by, on any runtime: on Dask it travels as ``expr``)."""
-    return remade(evaluator, expr)
+def map_function(expr: tuple) -> Pass:
+    """A map's pass: :func:`evaluator` of ``expr``, as data (a
+    :class:`~distal.kernels.passes.Pass`: what a map's blocks are computed by, on any
+    runtime; on Dask it travels as ``expr``, and each worker makes its function once)."""
+    return Pass("map", expr)
 
 
 #: nesting past which an expression's evaluator is closures (Python's parser has a limit)
@@ -603,7 +569,8 @@ def split_costs(
     entries would look free). Rows win on a matrix whose rows are even (no partial sums
     of split rows); stored entries where a few rows hold most of them (R-MAT, Zipf)."""
     n, m = matrix.shape
-    dtypes = (matrix.dtype, np.dtype(np.float64), np.dtype(np.float64))
+    # (the cut is costed for a float64 vector; a complex matrix's product is complex)
+    dtypes = (matrix.dtype, np.dtype(np.float64), np.result_type(matrix.dtype, np.float64))
     index = max((c.dtype.itemsize for c in matrix.crd if c is not None), default=8)
     params = params if params is not None else load_params()
     costs = {}
@@ -714,10 +681,10 @@ def _shared_nodes(members: list[Node], is_leaf: Callable[[Node], bool]) -> dict[
     return {k: nodes[k] for k, c in uses.items() if c > 1}
 
 
-def fused_function(steps: tuple[Step, ...]) -> Described:
-    """:func:`fused_evaluator` of ``steps`` as a :class:`Described` function (on Dask it
-    travels as ``steps``; each worker makes it, and compiles its loops, once)."""
-    return remade(fused_evaluator, steps)
+def fused_function(steps: tuple[Step, ...]) -> Pass:
+    """A fused set's pass: :func:`fused_evaluator` of ``steps``, as data (on Dask it travels
+    as ``steps``; each worker makes it, and compiles its loops, once)."""
+    return Pass("fused", steps)
 
 
 def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]:
@@ -732,7 +699,8 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
     large float64 blocks, by one generated loop over each cut that computes them all at
     each element (:mod:`distal.kernels.fused`, the same values bit for bit). A reduction of
     two operands is :func:`distal.kernels.fused.dot` of each cut (a compiled loop for large
-    float64 cuts, numpy's ``p @ q`` otherwise), of one ``numpy.sum``. Where the generated
+    float64 cuts, numpy's ``p @ q`` otherwise), of one numpy's pairwise sum
+    (:func:`distal.kernels.sums.total`: float32 accumulated in float64). Where the generated
     loop runs and every cut is large enough for dot's compiled loop, the loop adds the
     two-operand reductions up itself, in dot's order (the same bits, without reading the
     members back)."""
@@ -769,7 +737,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
                 continue
             xs = [np.broadcast_to(np.asarray(f(cut)), rows) for f in fs]
             if len(xs) == 1:
-                out.append(np.sum(xs[0]))
+                out.append(pairwise_total(xs[0]))
             else:
                 out.append(fused_kernels.dot(xs[0].reshape(-1), xs[1].reshape(-1)))
         return out
@@ -930,7 +898,7 @@ def _donated(
     """Member ``j``'s output slot ``k`` for each ``(j, k)`` of ``donate`` whose slot holds a
     whole block of ``shape`` (the loop's slots are C-contiguous float64 already,
     :func:`~distal.kernels.fused.fits`): the caller's word that nothing reads that
-    value after this pass (:meth:`distal.session.Session._fused_blocks`), so the pass
+    value after this pass (:meth:`distal.session.Session.fused_blocks`), so the pass
     writes the member over it in place (one array fewer through the cache: CG's
     ``x = x + alpha * p``). Only where the generated loop computes every member and
     reduction (it reads each element before it stores there); each block given once."""
@@ -963,3 +931,7 @@ def _one_blas_thread(f: Callable[[Any], Any]) -> Callable[[Any], Any]:
             return f(x)
 
     return g
+
+
+register_pass("map", evaluator)
+register_pass("fused", fused_evaluator)

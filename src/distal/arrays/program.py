@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from distal.arrays import slicing
-from distal.arrays.blocks import Block, block_function, combine_function, units
+from distal.arrays.blocks import Block, units
 from distal.arrays.graph import (
     KERNEL_OPS,
     Const,
@@ -67,7 +67,6 @@ from distal.arrays.lower import (
     map_dist,
     map_function,
     map_signature,
-    remade,
     signature,
     slot_name,
     sums_cover,
@@ -75,6 +74,7 @@ from distal.arrays.lower import (
 )
 from distal.errors import InternalError
 from distal.kernels.fused import MIN_SIZE
+from distal.kernels.passes import Pass
 
 #: element-wise operations that add: under a product or a contraction they would be
 #: distributed (see :meth:`Program._is_map` and :meth:`Program._has_sum`)
@@ -292,10 +292,10 @@ class Program:
         self._pending = left
 
     def _pending_products(self, todo: list[Node]) -> list[Node]:
-        """The pending products (contractions with a vector or matrix result) the element-
-        wise trees of ``todo`` read: every one is computed as a kernel of its own before what
-        reads it, and computing it in creation order, as if a handle held it (``q`` in CG
-        written inside a function, where nothing holds ``q`` when the loop flushes), lets
+        """The pending sparse matrix-vector products the element-wise trees of ``todo`` read:
+        each is computed as a kernel of its own before what reads it (the sparse lowering
+        fuses nothing), and computing it in creation order, as if a handle held it (``q`` in
+        CG written inside a function, where nothing holds ``q`` when the loop flushes), lets
         what reads it form one fused set with the arrays beside it."""
         seen = {id(n) for n in todo}
         found: list[Node] = []
@@ -307,8 +307,8 @@ class Program:
             seen.add(id(n))
             if type(n) is Map:
                 stack.extend(n.operands)
-            elif type(n) is Contract and n.shape:
-                found.append(n)
+            elif type(n) is Contract and n.shape and is_spmv(n.ins, n.out, n.operands):
+                found.append(n)  # (a dense product may be fused into what reads it)
         return found
 
     # -- fused sets ----------------------------------------------------------------------------
@@ -516,7 +516,7 @@ class Program:
                 self.materialize(product)
             finally:
                 leaf_dot, self._dot_of = self._dot_of is not None, None
-        fn = fused_function(steps)  # made once per process (``lower.remade``)
+        fn = fused_function(steps)  # data; its function is made once per process
         first = members[0]
         shape = first.operands[0].shape if isinstance(first, Contract) else first.shape
         operands = [
@@ -528,7 +528,7 @@ class Program:
         for m in members:
             out = f"_a{next(self._counter)}"
             outs.append((out, m.shape, m.dtype))
-        self.sess._fused_blocks(
+        self.sess.fused_blocks(
             fn,
             len(slots),
             operands,
@@ -551,8 +551,9 @@ class Program:
         """The vector ``p`` where the epilogue is the one reduction ``p @ (A @ p)`` (either
         order) of float64 vectors, ``product`` being ``A @ p`` on an MPI session: the
         product's leaf may compute each rank's part of it as it stores the result
-        (``Session._execute``'s ``dot_with``), saving the pass over both vectors."""
-        if len(members) != 1 or getattr(self.sess, "runtime", None) != "mpi":
+        (``Session.run_named``'s ``dot_with``, where the runtime can: ``leaf_dot``), saving
+        the pass over both vectors."""
+        if len(members) != 1 or not self.sess.rt.leaf_dot:
             return None
         m = members[0]
         if type(m) is not Contract or m.ndim or len(m.operands) != 2 or m.dtype != np.float64:
@@ -573,7 +574,7 @@ class Program:
         that nothing reads after this set: no live handle is on it, and no pending array a
         live handle leads to reads it except through this set's members (CG's
         ``x = x + alpha * p`` once the old ``x`` is rebound). The session decides whether
-        the block itself is free (:meth:`distal.session.Session._fused_blocks`)."""
+        the block itself is free (:meth:`distal.session.Session.fused_blocks`)."""
         maps = [m for m in members if not isinstance(m, Contract)]
         if not maps:
             return []
@@ -797,7 +798,7 @@ class Program:
         expr, slots = sig if sig is not None else map_signature(root, self.is_value)
         shape = root.shape
         operands = [(self.name_of(x), _map_dist(shape, x.shape)) for x in slots]
-        self.sess._map_blocks(
+        self.sess.map_blocks(
             map_function(expr),
             operands,
             out,
@@ -828,10 +829,10 @@ class Program:
     def _block(self, root: Block, out: str, sig: Any) -> None:
         """A block operation (:mod:`distal.arrays.blocks`) on the session's runtime."""
         exprs, slots = sig
-        fn = remade(block_function, (root.spec, exprs))
-        combine = remade(combine_function, root.spec) if root.mode == "partials" else None
+        fn = Pass("block", (root.spec, exprs))  # data: its function is made once per process
+        combine = Pass("combine", root.spec) if root.mode == "partials" else None
         needs, work = units(root, exprs, slots, self.nprocs)
-        self.sess._blockwise(
+        self.sess.blockwise(
             fn,
             [self.name_of(x) for x in slots],
             needs,
@@ -856,7 +857,7 @@ class Program:
             fn = _first
         else:
             raise InternalError(f"no host evaluation of {type(node).__name__}")
-        self.sess._host_op(fn, args, out, node.dtype)
+        self.sess.scalar_op(fn, args, out, node.dtype)
 
     def _kernel(self, root: Node, out: str, sig: Any = None) -> None:
         """Run ``root``'s group as one kernel (compiled once per key) into value ``out``."""
@@ -874,9 +875,9 @@ class Program:
             if dot_with is None:
                 self._dot_of = None  # (the run will not compute it: the set's pass will)
         if dot_with is None:
-            self.sess._run_as(kernel, names)
+            self.sess.run_named(kernel, names)
         else:
-            self.sess._run_as(kernel, names, dot_with=dot_with)
+            self.sess.run_named(kernel, names, dot_with=dot_with)
         self.kernels_run += 1
 
 

@@ -39,7 +39,6 @@ import numpy as np
 from distal.arrays.graph import (
     KERNEL_OPS,
     Const,
-    Contract,
     Map,
     Node,
     Transpose,
@@ -81,10 +80,7 @@ class Region:
 
     def whole(self, shape: tuple[int, ...]) -> bool:
         """Whether the region is all of an array of ``shape``, its axes unchanged."""
-        return not self.new and all(
-            p == (0, 1, n) or (n == 1 and p == (0, 1, 1))
-            for p, n in zip(self.picks, shape, strict=True)
-        )
+        return not self.new and all(p == (0, 1, n) for p, n in zip(self.picks, shape, strict=True))
 
     def box(self, what: str) -> tuple[tuple[int, int], ...]:
         """The region as a box of the indexed array, where it is one (steps of 1 or -1).
@@ -101,8 +97,9 @@ class Region:
             s, st, n = p
             if n > 1 and abs(st) != 1:
                 raise NotSupportedYet(
-                    f"{what}: assigning to a slice with step {st} (every {abs(st)}-th element "
-                    "is not a box); read such slices, or assign with steps 1 or -1"
+                    f"{what}: assigning to a slice with step {st} of an array of "
+                    f"{len(self.picks)} dimensions (elements {abs(st)} apart are not a box): "
+                    "read such slices, or assign a vector's, or with steps 1 and -1"
                 )
             out.append((s, s + n) if st > 0 else (s - n + 1, s + 1))
         return tuple(out)
@@ -255,9 +252,15 @@ def read(x: Node, key: Any) -> Node:
     if region is None:
         raise InternalError(f"read() of an advanced index {key!r}")
     _refuse_sparse(x, f"[{key!r}]")
+    return sliced(x, region)
+
+
+def sliced(x: Node, region: Region) -> Node:
+    """The node of ``x``'s ``region``: ``x`` itself for all of it, one region of the
+    operand for a slice of a slice (not yet a value)."""
     if region.whole(x.shape):
         return x
-    if isinstance(x, Slice):  # a slice of a slice: one region of the first's operand
+    if type(x) is Slice and x.operand is not None:
         return Slice(x.operand, compose(x.region, region))
     return Slice(x, region)
 
@@ -490,7 +493,10 @@ def _expr(e: tuple, slots: list[Tensor], vs: list[IndexVar]) -> Expr:
 def build(key: tuple) -> Kernel:
     """The kernel of a region key: the result and every slot in blocks of their first axis
     (where held values lie), owner-computes by the result's first index (its one variable
-    of extent 1 for a 0-d result)."""
+    of extent 1 for a 0-d result), routed directly: its fetches are the rows next to a
+    block, each from the one neighbour that owns them (no piece is shared by many
+    receivers for a tree to spread), and a loop reading ``x[t]`` compiles a kernel per
+    ``t``, so the cost model's comparison of routings (2.5x the compile) is left out."""
     _, outs, tree, extents, descs, dtype, nprocs = key
     machine = Machine(nprocs)
     vs = [IndexVar(f"v{n}", extent=x) for n, x in enumerate(extents)]
@@ -511,7 +517,7 @@ def build(key: tuple) -> Kernel:
     if owner is not None:
         po, pi = index_vars("po pi")
         s = s.distribute([vs[owner]], [po], [pi], machine)
-    return compile(s)
+    return compile(s, routing="direct")
 
 
 def group(program: Any, root: Node) -> tuple[str, list[Node], Any]:
@@ -519,15 +525,13 @@ def group(program: Any, root: Node) -> tuple[str, list[Node], Any]:
     module docstring) and what must be values before it."""
 
     def is_leaf(n: Node) -> bool:
+        # walked through: slices, transposes and index notation's element-wise operations;
+        # anything else (a value, a 0-d node, a contraction, an earlier assignment, a
+        # function, a node kind of another module) is read as a value
         t = type(n)
-        return (
-            program.is_value(n)
-            or n.ndim == 0
-            or t is Contract
-            or t is SetSlice
-            or (t is Map and n.op not in KERNEL_OPS)
-            or t not in (Map, Slice, Transpose)  # (other node kinds are read as values)
-        )
+        if program.is_value(n) or n.ndim == 0:
+            return True
+        return not (t is Slice or t is Transpose or (t is Map and n.op in KERNEL_OPS))
 
     key, slots = signature(root, lambda n: n is not root and is_leaf(n), program.nprocs)
     deps = sorted(
@@ -547,7 +551,7 @@ def run(program: Any, root: Node, out: str, sig: tuple) -> None:
         program.compiles += 1
     names = {slot_name(k): program.name_of(x) for k, x in enumerate(slots)}
     names[OUT] = out
-    program.sess._run_as(kernel, names)
+    program.sess.run_named(kernel, names)
     program.kernels_run += 1
     # the node is a value now: it lets go of what it was computed from, so a loop's chain
     # of assignments recorded before one flush frees each array as the next is made

@@ -37,28 +37,20 @@ class DView(DArray):
     def node(self) -> Node:
         b = self.base.node
         if b is not self._seen:
-            self._made = _region_of(b, self.region)
+            self._made = slicing.sliced(b, self.region)
             self._seen = b
         return self._made
 
     def get(self) -> Any:
         """The view's values, gathered (as ``DArray.get``)."""
-        with self.session._pool_errors():
+        with self.session.runtime_errors():
             self.program.flush()
             node = self.node
             name = self.program.materialize(node)
-            return self.session._get_value(name)
+            return self.session.read(name)
 
     def __repr__(self) -> str:
         return f"DArray(shape={self.shape}, dtype={self.dtype}, view)"
-
-
-def _region_of(node: Node, region: slicing.Region) -> Node:
-    if region.whole(node.shape):
-        return node
-    if isinstance(node, slicing.Slice):
-        return slicing.Slice(node.operand, slicing.compose(node.region, region))
-    return slicing.Slice(node, region)
 
 
 def _view(base: DArray, region: slicing.Region) -> DView:
@@ -91,7 +83,7 @@ def getitem(a: DArray, key: Any) -> Any:
         (a.base, slicing.compose(a.region, region)) if isinstance(a, DView) else (a, region)
     )
     if _scalar_key(key, a.ndim):  # numpy's scalar: the value now, not a view
-        return a._wrap(_region_of(base.node, whole), new=True)
+        return a._wrap(slicing.sliced(base.node, whole), new=True)
     if whole.whole(base.shape):
         return base
     return _view(base, whole)
@@ -104,13 +96,24 @@ def setitem(a: DArray, key: Any, value: Any) -> None:
     if region is None:
         masks.setitem(a, key, value)
         return
-    node = operand(a, value)
     what = f"[{key!r}] = ..."
     if isinstance(a, DView):
         base, region = a.base, slicing.compose(a.region, region)
     else:
         base = a
+    if isinstance(value, DView) and value.base is base and value.region == region:
+        return  # ``x[k] += y``: Python writes the updated view back onto itself
+    if base.ndim == 1 and _strided(region):  # every k-th element of a vector: a scatter
+        (start, step, length) = region.picks[0]  # type: ignore[misc]
+        masks.setitem(base, start + step * np.arange(length), value)
+        return
+    node = operand(a, value)
     _assign(base, slicing.write(base.node, region, node, what))
+
+
+def _strided(region: slicing.Region) -> bool:
+    p = region.picks[0]
+    return not region.new and not isinstance(p, int) and p[2] > 1 and abs(p[1]) > 1
 
 
 def update(a: DArray, node: Node, what: str = "an update") -> None:

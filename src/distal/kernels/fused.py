@@ -25,9 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from distal.kernels import sums
+
 #: elements of a block from which the generated loop is used (below, numpy's calls cost
-#: less than the loop's dispatch and the first call's compile is not worth it)
-MIN_SIZE = 1 << 16
+#: less than the loop's dispatch and the first call's compile is not worth it): the size
+#: from which an inner product's compiled loop runs, so the loop's reductions are its bits
+MIN_SIZE = sums.MIN_SIZE
 
 #: operations the loop spells (numpy's element-wise float64 arithmetic)
 _SPELL = {
@@ -87,9 +90,9 @@ def elementwise_pass(
     ``dots``: reductions ``sum(a * b)`` of two expressions over the same slots and members,
     accumulated in the same pass (CG's ``r @ r`` right after ``r = r - alpha * q``: the
     values are not read back from memory); the loop returns their sums over the rows, each
-    added in :func:`dot`'s order (four interleaved partial sums over the elements, then
-    ``(s0 + s1) + (s2 + s3)``), so they are :func:`dot`'s bits on the same ``hi - lo`` rows
-    of :data:`MIN_SIZE` elements or more.
+    added in :func:`dot`'s order (blocks of four interleaved partial sums, their totals
+    added pairwise: :mod:`distal.kernels.sums`), so they are :func:`dot`'s bits on the same
+    ``hi - lo`` rows of :data:`MIN_SIZE` elements or more.
 
     ``outs[j]`` may be the array of an input slot (a block donated by a value nothing reads
     after this pass): the loop reads every input at an element before it stores a member
@@ -159,24 +162,54 @@ def _build(
         src += "".join(f"        {line}\n" for line in body + stores)
         src += "    return ()\n"
     else:
-        # dot's order: element i into partial sum i % 4 over the first n - n % 4 elements,
-        # the rest into the first, the four added pairwise at the end
-        src += "    n = hi - lo\n    m = n - n % 4\n"
-        for d in range(len(terms)):
-            src += f"    a{d}_0 = a{d}_1 = a{d}_2 = a{d}_3 = 0.0\n"
-        src += "    for i4 in range(0, m, 4):\n"
-        for q in range(4):
-            src += f"        i = i4 + {q}\n"
-            src += "".join(f"        {line}\n" for line in body)
-            src += "".join(f"        a{d}_{q} += {t}\n" for d, t in enumerate(terms))
-            src += "".join(f"        {line}\n" for line in stores)
-        src += "    for i in range(m, n):\n"
-        src += "".join(f"        {line}\n" for line in body)
-        src += "".join(f"        a{d}_0 += {t}\n" for d, t in enumerate(terms))
-        src += "".join(f"        {line}\n" for line in stores)
-        sums = ", ".join(f"(a{d}_0 + a{d}_1) + (a{d}_2 + a{d}_3)" for d in range(len(terms)))
-        src += f"    return ({sums},)\n"
-    namespace: dict[str, Any] = {"np": np}
+        # dot's order (:mod:`distal.kernels.sums`): blocks of BLOCK elements, element i
+        # into partial sum i % 4 (past the last multiple of 4, the first), each block's
+        # total into a pairwise tree; the last, partial block after the full ones
+        nd = len(terms)
+        BLOCK = sums.BLOCK
+        src += f"    n = hi - lo\n    m = n - n % 4\n    full = n // {BLOCK}\n"
+        for d in range(nd):
+            src += f"    st{d} = np.empty(64)\n    dp{d} = 0\n    ct{d} = 0\n"
+
+        def block(full: bool) -> str:
+            """One block's accumulation from element ``b0``: a full one of BLOCK elements
+            (a constant trip count: the loop vectorizes), or the last, partial one up to
+            ``n``, whose elements from ``m`` on go into the first partial sum."""
+            out = "".join(f"        a{d}_0 = a{d}_1 = a{d}_2 = a{d}_3 = 0.0\n" for d in range(nd))
+            if full:
+                out += f"        for j in range(0, {BLOCK}, 4):\n            i4 = b0 + j\n"
+            else:
+                out += "        for i4 in range(b0, m, 4):\n"
+            for q in range(4):
+                out += f"            i = i4 + {q}\n"
+                out += "".join(f"            {line}\n" for line in body)
+                out += "".join(f"            a{d}_{q} += {t}\n" for d, t in enumerate(terms))
+                out += "".join(f"            {line}\n" for line in stores)
+            if not full:
+                out += "        for i in range(max(m, b0), n):\n"
+                out += "".join(f"            {line}\n" for line in body)
+                out += "".join(f"            a{d}_0 += {t}\n" for d, t in enumerate(terms))
+                out += "".join(f"            {line}\n" for line in stores)
+            out += "".join(
+                f"        dp{d}, ct{d} = _push(st{d}, dp{d}, ct{d}, "
+                f"(a{d}_0 + a{d}_1) + (a{d}_2 + a{d}_3))\n"
+                for d in range(nd)
+            )
+            return out
+
+        src += "    for k in range(full):\n"
+        src += f"        b0 = k * {BLOCK}\n"
+        src += block(True)
+        src += f"    b0 = full * {BLOCK}\n"
+        src += "    if b0 < n:\n"
+        src += block(False)
+        sums_ = ", ".join(f"_fold(st{d}, dp{d}, 0.0)" for d in range(nd))
+        src += f"    return ({sums_},)\n"
+    namespace: dict[str, Any] = {
+        "np": np,
+        "_push": sums.compiled("push"),
+        "_fold": sums.compiled("fold"),
+    }
     exec(compile(src, "<distal fused pass>", "exec"), namespace)
     jitted = numba.njit(nogil=True, error_model="numpy")(namespace["_pass"])
 
@@ -203,61 +236,6 @@ def fits(slots: list[Any], size: int) -> bool:
 
 # -- the partial dot products of a fused set's reductions ------------------------------------
 
-
-def _dot_loop(a: np.ndarray, b: np.ndarray) -> float:
-    """``sum(a * b)`` in four interleaved partial sums (their chains run side by side),
-    added as ``(s0 + s1) + (s2 + s3)``: one fixed order, so every runtime gets the same bits."""
-    n = a.shape[0]
-    m = n - n % 4
-    s0 = s1 = s2 = s3 = 0.0
-    for i in range(0, m, 4):
-        s0 += a[i] * b[i]
-        s1 += a[i + 1] * b[i + 1]
-        s2 += a[i + 2] * b[i + 2]
-        s3 += a[i + 3] * b[i + 3]
-    for i in range(m, n):
-        s0 += a[i] * b[i]
-    return (s0 + s1) + (s2 + s3)
-
-
-_DOT: list[Any] = []
-
-
-def compiled_dot(a: np.ndarray, b: np.ndarray) -> bool:
-    """Whether :func:`dot` takes its compiled loop for ``a`` and ``b`` (and so whether a
-    product's leaf computing the same sum, :mod:`distal.kernels.spmv_dot`, gives its bits):
-    C-contiguous 1-D float64 arrays of one shape, :data:`MIN_SIZE` elements or more, and
-    numba installed."""
-    return (
-        a.size >= MIN_SIZE
-        and a.dtype == _F64
-        and b.dtype == _F64
-        and a.ndim == 1
-        and a.shape == b.shape
-        and a.flags.c_contiguous
-        and b.flags.c_contiguous
-    )
-
-
-def dot(a: np.ndarray, b: np.ndarray) -> Any:
-    """``numpy.dot`` of two 1-D arrays, by a compiled loop for C-contiguous float64 ones of
-    :data:`MIN_SIZE` elements or more (numpy's otherwise).
-
-    Why not BLAS: a reduction's dot product over a block is memory-bound, so a second BLAS
-    thread gains little, while numpy's OpenBLAS (a library of its own, which distal's
-    per-thread BLAS setting does not reach) starts its threads for such a call and leaves
-    them spinning after it, taking a core from the sparse leaves that run next: a CG
-    iteration on 10^6 rows took 12.6 ms with numpy's dot and 8.0 ms without it."""
-    if not compiled_dot(a, b):
-        return np.dot(a, b)
-    if not _DOT:
-        with _LOCK:
-            if not _DOT:
-                try:
-                    import numba
-                except ImportError:
-                    _DOT.append(None)
-                else:
-                    _DOT.append(numba.njit(nogil=True, error_model="numpy")(_dot_loop))
-    f = _DOT[0]
-    return np.dot(a, b) if f is None else np.float64(f(a, b))
+#: (the inner products' order, and when their compiled loop runs: :mod:`distal.kernels.sums`)
+compiled_dot = sums.compiled_dot
+dot = sums.dot

@@ -35,6 +35,7 @@ through numpy with the same layouts (then accumulation costs a temporary).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -46,7 +47,7 @@ import numpy as np
 import opt_einsum as oe
 
 from distal.errors import NotSupportedYet
-from distal.kernels import blas, pointwise
+from distal.kernels import blas, pointwise, sums
 from distal.kernels import cores as _cores
 from distal.lang.concrete import Statement
 from distal.typing import Box, box_volume
@@ -483,26 +484,19 @@ def _slabs(
 
 
 def _inner(xa: str, ya: str) -> Contraction:
-    """A full contraction: numpy's einsum loop streams both blocks once, strided or not
-    (a BLAS dot per contiguous run was slower on cut blocks: one call per row). Large
-    blocks are cut into slabs along x's first axis, one per BLAS thread: the loop is
-    memory-bound and one core streams at about half the machine's bandwidth."""
-    spec = f"{xa},{ya}->"
-    ya_axis = ya.index(xa[0]) if xa else 0
+    """A full contraction, added in distal's order (:mod:`distal.kernels.sums`): one inner
+    product (:func:`~distal.kernels.sums.dot`, blocked and pairwise) of the two blocks
+    flattened in row-major order of ``x``'s letters. A block that is not C-contiguous in
+    that order (a strided view, ``y`` with its letters in another order) is copied first,
+    so the bits depend on the shapes alone, never on how a runtime happens to hold a block
+    (a view of another processor's array here, a received copy there)."""
+    to_x = None if xa == ya else tuple(ya.index(c) for c in xa)
 
     def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
         x, y = ops
-        if x.size < SLABS_MIN or x.shape[0] < 2:
-            r = np.einsum(spec, x, y)
-        else:
-            partial: dict[int, Any] = {}
-            lead = (slice(None),) * ya_axis
-
-            def one(lo: int, hi: int) -> None:
-                partial[lo] = np.einsum(spec, x[lo:hi], y[(*lead, slice(lo, hi))])
-
-            _parallel(one, x.shape[0])
-            r = sum(partial[lo] for lo in sorted(partial))
+        if to_x is not None:
+            y = y.transpose(to_x)
+        r = sums.dot(np.ascontiguousarray(x).reshape(-1), np.ascontiguousarray(y).reshape(-1))
         r = r * alpha
         if fresh:
             dst[...] = r
@@ -587,6 +581,15 @@ def _einsum(ins: str, out: str) -> Contraction:
     if "," not in ins and len(set(ins)) == len(ins) == len(kept):
         perm = tuple(ins.index(c) for c in kept)
     identity = tuple(range(len(kept)))
+    # one operand, every letter once, some summed: the summed axes, and how the kept ones
+    # are ordered after the sum (None: as they are)
+    reduce: tuple[int, ...] | None = None
+    rest: tuple[int, ...] | None = None
+    if "," not in ins and len(set(ins)) == len(ins) and len(kept) < len(ins):
+        reduce = tuple(n for n, c in enumerate(ins) if c not in kept)
+        left = [c for c in ins if c in kept]
+        order = tuple(left.index(c) for c in kept)
+        rest = None if order == tuple(range(len(order))) else order
     exprs: dict[tuple[tuple[int, ...], ...], Any] = {}
     lock = threading.Lock()
 
@@ -612,6 +615,10 @@ def _einsum(ins: str, out: str) -> Contraction:
             r = expression(ops)(*ops)
         elif perm is not None:
             r = ops[0] if perm == identity else ops[0].transpose(perm)
+        elif reduce is not None:  # a sum over axes: numpy's pairwise sum (distal.kernels.sums)
+            r = sums.total(ops[0], reduce)
+            if rest is not None:
+                r = r.transpose(rest)
         else:
             r = np.einsum(inner, ops[0])
         if alpha != 1:
@@ -648,7 +655,10 @@ def contraction(spec: str) -> Contraction:
     distinct = all(len(set(p)) == len(p) for p in parts) and len(set(out)) == len(out)
     run: Any = None
     kind = "einsum"
-    if distinct and len(parts) == 2 and set(out) <= set(ins):
+    private = _private_letters(parts, out) if distinct and len(parts) >= 2 else []
+    if any(private):
+        run, kind = _presummed(parts, private, out), "presummed"
+    elif distinct and len(parts) == 2 and set(out) <= set(ins):
         x, y = parts
         both = set(x) & set(y)
         alone = (set(x) ^ set(y)) - set(out)
@@ -667,6 +677,37 @@ def contraction(spec: str) -> Contraction:
         run.kind = kind
     except AttributeError:  # bound methods / instances without a __dict__ slot
         pass
+    return run
+
+
+def _private_letters(parts: list[str], out: str) -> list[str]:
+    """Per operand, its summed letters that no other operand carries."""
+    return [
+        "".join(
+            c for c in p if c not in out and not any(c in q for k, q in enumerate(parts) if k != n)
+        )
+        for n, p in enumerate(parts)
+    ]
+
+
+def _presummed(parts: list[str], private: list[str], out: str) -> Contraction:
+    """A contraction whose operands carry summed letters of their own: each operand is
+    summed over those first (:func:`distal.kernels.sums.total`), then the rest contracted.
+    ``sum_ij x_i y_j`` is ``(sum_i x_i)(sum_j y_j)``: ``n + n`` additions where the product
+    space has ``n * n`` points (``i,j->`` of 10^5 elements: microseconds, not seconds), and
+    no operand's outer product with another is ever formed."""
+    kept = ["".join(c for c in p if c not in own) for p, own in zip(parts, private, strict=True)]
+    axes = [
+        tuple(k for k, c in enumerate(p) if c in own) for p, own in zip(parts, private, strict=True)
+    ]
+    rest = contraction(",".join(kept) + "->" + out)
+
+    def run(ops: Sequence[np.ndarray], dst: np.ndarray, alpha: Any, fresh: bool) -> None:
+        reduced = [
+            np.asarray(sums.total(o, ax)) if ax else o for o, ax in zip(ops, axes, strict=True)
+        ]
+        rest(reduced, dst, alpha, fresh)
+
     return run
 
 
@@ -1084,13 +1125,43 @@ def term_calls(
     """The terms a leaf runs on ``box``: ``(term, coefficient, operand views)`` for each term
     that reads here (one that does not use a statement variable runs only at its first
     value), its coefficient times the extents of the variables it sums without using.
-    Running a leaf and checking one (the elastic runtime's verification) both start here."""
-    if any(tk.domain for tk in kernels):
-        raise NotSupportedYet(
-            "checking a leaf whose terms are restricted (a slice assignment's kernel): each "
-            "term covers part of the box; run it without verify="
-        )
-    return [
-        (tk, alpha, [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops])
-        for tk, _, alpha, ops, _ in _leaf_plan(kernels).get(box, operands, None)
-    ]
+    Running a leaf and checking one (the elastic runtime's verification) both start here.
+
+    Every term's operands cover the whole box: a restricted term's (which reads only on its
+    part of the box) are copies that are zero outside that part, so the term's product is
+    zero there, as the statement says."""
+    out = []
+    for tk, _, alpha, ops, _ in _leaf_plan(kernels).get(box, operands, None):
+        views = [operands[n][0] if sl is None else operands[n][0][sl] for n, sl in ops]
+        b = _within(box, tk.domain)
+        if b is not None and b != box:
+            tk, views = _padded(tk, views, b, box)
+        out.append((tk, alpha, views))
+    return out
+
+
+def _padded(
+    tk: TermKernel, views: list[np.ndarray], part: Box, box: Box
+) -> tuple[TermKernel, list[np.ndarray]]:
+    """A restricted term over ``box`` instead of its ``part`` of it: its operand views as
+    arrays over ``box``, zero outside ``part``, and, for each restricted variable no factor
+    reads (a value broadcast along it), one more factor: 1 inside the part, 0 outside."""
+    out = []
+    for v, (_, idx) in zip(views, tk.factors, strict=True):
+        full = np.zeros(tuple(box[i][1] - box[i][0] for i in idx), v.dtype)
+        full[tuple(slice(part[i][0] - box[i][0], part[i][1] - box[i][0]) for i in idx)] = v
+        out.append(full)
+    read = {i for _, idx in tk.factors for i in idx}
+    ins, spec_out = tk.spec.split("->")
+    extra = []
+    for p, _, _ in tk.domain:
+        if p in read:
+            continue
+        ind = np.zeros(box[p][1] - box[p][0], np.result_type(*views) if views else np.float64)
+        ind[part[p][0] - box[p][0] : part[p][1] - box[p][0]] = 1
+        out.append(ind)
+        extra.append(_LETTERS[p])
+    if extra:
+        spec = ",".join([*(ins.split(",") if ins else []), *extra]) + "->" + spec_out
+        tk = dataclasses.replace(tk, spec=spec)
+    return tk, out

@@ -10,7 +10,7 @@ nearly equal neighbours, ``(u(i+1) - u(i)) * c``, would lose its digits).
 
 The right side travels as a *tree* of nested tuples (``TermKernel.tree``, built by
 :func:`tree_of`): ``("access", tensor, ((position, scale, offset), ...))``,
-``("const", value)``, ``("add", a, b)``, ``("mul", a, b)``, ``("neg", a)`` and
+``("const", value, repr, dtype)``, ``("add", a, b)``, ``("mul", a, b)``, ``("neg", a)`` and
 ``("restrict", ((position, lo, hi), ...), a)`` (``a`` inside that box of the statement's
 variables, zero outside). A leaf box is cut where restrictions begin and end, so that on
 each piece every restriction holds everywhere or nowhere; each piece's tree is pruned to
@@ -68,8 +68,8 @@ def tree_of(st: Statement) -> Tree:
     def walk(e: Expr) -> Tree:
         if isinstance(e, Access):
             return ("access", e.tensor.name, tuple((pos[v], a, c) for v, a, c in e.affine()))
-        if isinstance(e, Literal):
-            return ("const", e.value)
+        if isinstance(e, Literal):  # (repr and dtype: 2 == 2.0 == True and 0.0 == -0.0)
+            return ("const", e.value, repr(e.value), np.asarray(e.value).dtype.str)
         if isinstance(e, Add):
             return ("add", walk(e.a), walk(e.b))
         if isinstance(e, Mul):

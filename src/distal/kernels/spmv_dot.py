@@ -3,9 +3,10 @@
 CG computes ``q = A p`` and then ``p . q``: a second pass over ``p`` and ``q`` (about a
 tenth of an iteration on one rank) just after the product wrote ``q``. These kernels add
 ``w[s] * y[s]`` for each row ``s`` as they store its value ``y[s]``, in exactly the order of
-:func:`distal.kernels.fused.dot` over the block (four partial sums by ``s % 4`` over the
-first ``n - n % 4`` rows, the rest into the first, then ``(s0 + s1) + (s2 + s3)``), so the
-dot product has the bits the separate pass gives. Only for a product that writes every row
+:func:`distal.kernels.sums.dot` over the block (blocks of ``BLOCK`` rows, four partial sums
+by ``s % 4`` inside each, over the first ``n - n % 4`` rows, the rest into the first; each
+block's ``(s0 + s1) + (s2 + s3)`` added into a pairwise tree), so the dot product has the
+bits the separate pass gives. Only for a product that writes every row
 of its block (``store``); the caller checks that the compiled dot would have run (float64,
 ``MIN_SIZE`` elements or more). One kernel serves both leaves: a leaf reading one vector
 passes it as the own block, with no mixed rows (each row's loop is then the rows kernel's).
@@ -14,6 +15,8 @@ passes it as the own block, with no mixed rows (each row's loop is then the rows
 from __future__ import annotations
 
 import numpy as np
+
+from distal.kernels.sums import BLOCK
 
 _u = np.uintp  # unsigned reads: see distal.kernels.sparse_leaf
 
@@ -36,6 +39,11 @@ def spmv_split_dot_kernel(
     n = out.shape[0]
     m = n - n % 4
     s0 = s1 = s2 = s3 = 0.0
+    # the pairwise tree of block totals (distal.kernels.sums.push and fold, written out:
+    # the kernel is compiled and cached on its own)
+    stack = np.empty(64)
+    depth = 0
+    count = 0
     k = 0  # the next mixed row's place in ``mixed``
     nm = mixed.shape[0]
     for s in range(n):
@@ -63,4 +71,20 @@ def spmv_split_dot_kernel(
             s2 += t
         else:
             s3 += t
-    return (s0 + s1) + (s2 + s3)
+        if (s + 1) % BLOCK == 0 or s + 1 == n:
+            count += 1
+            c = count
+            bt = (s0 + s1) + (s2 + s3)
+            while (c & 1) == 0:
+                depth -= 1
+                bt = stack[depth] + bt
+                c >>= 1
+            stack[depth] = bt
+            depth += 1
+            s0 = s1 = s2 = s3 = 0.0
+    if depth == 0:
+        return 0.0
+    total = stack[depth - 1]
+    for d in range(depth - 2, -1, -1):
+        total = stack[d] + total
+    return total

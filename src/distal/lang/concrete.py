@@ -187,6 +187,14 @@ def concretize(a: Assignment) -> Statement:
     for acc in accesses(a.rhs):
         order.update(dict.fromkeys(v for v in acc.indices if v not in order))
     rhs = place_sums(a.rhs, a.lhs.indices)
-    clipped = (_clipped(t, a.lhs.indices, ext) for t in expand(rhs) if t.coeff != 0)
+    terms_all = expand(rhs)
+    # a term with a zero coefficient adds nothing and is left out -- except where the
+    # statement may be computed point by point as written (shifted accesses, restricted
+    # terms: kernels.pointwise), where ``0.0 * u(i-1)`` still reads u, as numpy's does
+    # (nan and inf times zero are nan), so the plan must fetch what the term reads
+    written = any(f.shifted for t in terms_all for f in t.factors) or any(
+        t.domain for t in terms_all
+    )
+    clipped = (_clipped(t, a.lhs.indices, ext) for t in terms_all if written or t.coeff != 0)
     terms = tuple(t for t in clipped if t is not None)
     return Statement(a, tuple(order), ext, terms, rhs)

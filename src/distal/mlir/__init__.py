@@ -7,8 +7,12 @@ notation.
 * :func:`distal.mlir.importer.from_mlir` (``dl.from_mlir(text)``): a ``func.func`` of
   ``linalg.generic`` and named contractions read back as tensors with their computations.
   Parsing uses xDSL (``pip install 'distal[mlir]'``), imported only when called.
+* ``kernel.to_mlir(distributed=True)`` (:mod:`distal.mlir.distributed`): the whole
+  distributed program as ``shard`` SPMD code.
 
-This package takes kernels as arguments and never imports :mod:`distal.kernel`.
+This package takes kernels as arguments and never imports :mod:`distal.kernel`. Whole
+programs read as arrays programs (``dl.mlir_function``) are :mod:`distal.mlir_program`,
+a layer above (it records DArray operations).
 """
 
 from distal.mlir.export import to_mlir

@@ -11,6 +11,7 @@ attributes, so an encoding arrives as its text (:func:`distal.mlir.types.parse_e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, ClassVar
@@ -37,12 +38,13 @@ def context() -> Any:
     from xdsl.dialects.builtin import Builtin
     from xdsl.dialects.func import Func
     from xdsl.dialects.linalg import Linalg
+    from xdsl.dialects.math import Math
     from xdsl.dialects.tensor import Tensor
     from xdsl.ir import Dialect
 
     linalg = Dialect("linalg", [*Linalg.operations, *_extra_named_ops()], [*Linalg.attributes])
     ctx = Context(allow_unregistered=True)
-    for d in (Builtin, Func, Arith, Tensor, linalg):
+    for d in (Builtin, Func, Arith, Math, Tensor, linalg):
         ctx.load_dialect(d)
     return ctx
 
@@ -98,15 +100,69 @@ def _extra_named_ops() -> list[Any]:
     ]
 
 
+_CONVERT = re.compile(
+    r"^(\s*%[\w.$-]+\s*=\s*)sparse_tensor\.convert\s+(%[\w.$-]+)\s*:\s*(.+?)\s+to\s+(.+?)\s*$",
+    re.M,
+)
+
+
+_RESULTS = re.compile(r"^(\s*\}\s*->\s*)\((.*)\)\s*$", re.M)
+
+
+def generic_forms(text: str) -> str:
+    """``text`` in the forms xDSL reads: the operations of dialects xDSL lacks, which the
+    exports write, in MLIR's generic form (read as unregistered operations:
+    ``sparse_tensor.convert %x : A to B`` is ``"sparse_tensor.convert"(%x) : (A) -> B``), and
+    a generic's list of result types, ``} -> (A, B)``, without its parentheses."""
+    text = _CONVERT.sub(r'\1"sparse_tensor.convert"(\2) : (\3) -> \4', text)
+    return _RESULTS.sub(r"\1\2", text)
+
+
+class UnreadableText(Exception):
+    """Text refused before or while xDSL reads it (a string literal left open, which xDSL's
+    lexer can take minutes over, or an error xDSL raises as an ordinary exception)."""
+
+    def __init__(self, msg: str, line: int | None = None) -> None:
+        super().__init__(msg)
+        self.msg = msg
+        self.line = line
+
+
+def _strings_closed(text: str) -> None:
+    """Every string literal closes on its line (MLIR's cannot span lines)."""
+    for n, line in enumerate(text.split("\n"), 1):
+        inside, k = False, 0
+        while k < len(line):
+            c = line[k]
+            if inside and c == "\\":
+                k += 2
+                continue
+            if c == '"':
+                inside = not inside
+            elif not inside and line.startswith("//", k):
+                break
+            k += 1
+        if inside:
+            raise UnreadableText(f"a string literal is not closed on line {n}", n)
+
+
 def parse(text: str) -> Any:
-    """The module of ``text``; a parse error as the exception xDSL raises."""
+    """The module of ``text``; a parse error as the exception xDSL raises, or
+    :class:`UnreadableText`."""
     from xdsl.parser import Parser
 
-    return Parser(context(), text).parse_module()
+    _strings_closed(text)
+    try:
+        return Parser(context(), generic_forms(text)).parse_module()
+    except errors():
+        raise
+    except (ValueError, IndexError, KeyError, TypeError, AttributeError, AssertionError) as e:
+        # xDSL's parsers of some operations fail this way on malformed text
+        raise UnreadableText(f"{type(e).__name__}: {e}") from e
 
 
 def errors() -> tuple[type[Exception], ...]:
     """The exceptions xDSL raises for text it cannot parse or verify."""
     from xdsl.utils.exceptions import DiagnosticException, ParseError, VerifyException
 
-    return (ParseError, VerifyException, DiagnosticException)
+    return (ParseError, VerifyException, DiagnosticException, UnreadableText)

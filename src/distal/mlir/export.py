@@ -97,6 +97,10 @@ class LeafFunction:
     output: Operand
     generics: tuple[Generic, ...]
     notes: tuple[str, ...] = ()
+    #: a sparse output: no initial-value argument, the first generic writes into a
+    #: ``tensor.empty`` (what upstream's sparsifier lowers) and the caller adds the
+    #: initial value
+    fresh_output: bool = False
 
     def text(self) -> str:
         """The function as MLIR text (deterministic: the same kernel prints the same)."""
@@ -118,16 +122,49 @@ class _Printer:
 
     def text(self) -> str:
         fn = self.fn
-        args = ", ".join(f"%{o.name}: {o.type}" for o in (*fn.inputs, fn.output))
+        fresh = fn.fresh_output
+        params = fn.inputs if fresh else (*fn.inputs, fn.output)
+        args = ", ".join(f"%{o.name}: {o.type}" for o in params)
         self.lines.append(f"func.func @{fn.name}({args}) -> {fn.output.type} {{")
-        acc = f"%{fn.output.name}"
-        for g in fn.generics:
-            acc = self.generic(g, acc)
+        acc = self.empty_output() if fresh else f"%{fn.output.name}"
+        for n, g in enumerate(fn.generics):
+            last = n == len(fn.generics) - 1
+            acc = self.generic(g, acc, overwrite=fresh and n == 0, name=fresh and last)
         self.lines.append(f"  return {acc} : {fn.output.type}")
         self.lines.append("}")
         return "\n".join(self.lines) + "\n"
 
-    def generic(self, g: Generic, acc: str) -> str:
+    def empty_output(self) -> str:
+        """A fresh output (``tensor.empty``), its dynamic extents read off an input that
+        the output's loop indexes (the caller adds the initial value outside)."""
+        fn = self.fn
+        sizes = []
+        for d, s in enumerate(fn.output.shape):
+            if s is not None:
+                continue
+            for g in fn.generics:
+                hit = next(((o, ds.index(d)) for o, ds in g.factors if d in ds), None)
+                if hit is not None:
+                    c = self.fresh()
+                    self.lines.append(f"  {c} = arith.constant {hit[1]} : index")
+                    v = self.fresh()
+                    inp = fn.inputs[hit[0]]
+                    self.lines.append(f"  {v} = tensor.dim %{inp.name}, {c} : {inp.type}")
+                    sizes.append(v)
+                    break
+            else:
+                raise NotSupportedYet(
+                    f"output {fn.output.name!r}: its dimension {d} has a dynamic extent no input "
+                    "gives"
+                )
+        v = self.fresh()
+        self.lines.append(f"  {v} = tensor.empty({', '.join(sizes)}) : {fn.output.type}")
+        return v
+
+    def generic(self, g: Generic, acc: str, overwrite: bool = False, name: bool = False) -> str:
+        """One generic adding ``g`` into ``acc``; ``overwrite``: into a fresh output, which
+        an all-parallel body does not read; ``name``: the result is named after the output
+        (a function without an output argument, read back by ``dl.from_mlir``)."""
         fn, out = self.fn, self.fn.output
         dims = ", ".join(f"d{k}" for k in range(g.loops))
 
@@ -136,12 +173,19 @@ class _Printer:
 
         maps = [amap(ds) for _, ds in g.factors] + [amap(range(g.parallel))]
         iters = ", ".join('"parallel"' if k < g.parallel else '"reduction"' for k in range(g.loops))
-        res = self.fresh()
+        res = f"%{out.name}" if name else self.fresh()
         head = f"  {res} = linalg.generic {{indexing_maps = [{', '.join(maps)}], "
         head += f"iterator_types = [{iters}]}}"
         if g.factors:
-            names = ", ".join(f"%{fn.inputs[o].name}" for o, _ in g.factors)
-            types = ", ".join(fn.inputs[o].type for o, _ in g.factors)
+            reordered = fn.fresh_output and g.loops > g.parallel
+            ops = [
+                self.in_loop_order(o, ds)
+                if reordered
+                else (f"%{fn.inputs[o].name}", fn.inputs[o].type)
+                for o, ds in g.factors
+            ]
+            names = ", ".join(v for v, _ in ops)
+            types = ", ".join(t for _, t in ops)
             head += f" ins({names} : {types})"
         self.lines.append(f"{head} outs({acc} : {out.type}) {{")
         ins = [self.fresh() for _ in g.factors]
@@ -151,18 +195,39 @@ class _Printer:
             f"{v}: {e}" for v, e in zip([*ins, o], [*elems, out.element], strict=True)
         )
         self.lines.append(f"  ^bb0({bargs}):")
-        self.lines.append(f"    linalg.yield {self.body(g, ins, elems, o)} : {out.element}")
+        skip = overwrite and g.loops == g.parallel
+        self.lines.append(
+            f"    linalg.yield {self.body(g, ins, elems, None if skip else o)} : {out.element}"
+        )
         self.lines.append(f"  }} -> {out.type}")
         return res
+
+    def in_loop_order(self, k: int, dims: Sequence[int]) -> tuple[str, str]:
+        """Input ``k`` laid out with its dimensions in loop order: itself when they are, else
+        a ``sparse_tensor.convert`` to an all-dense encoding in that order. A sparse output
+        summing over a loop is built row by row only when no dense operand orders the loops
+        otherwise (else the sparsifier expands the rows, which upstream's LLVM lowering of
+        its ``i1`` flags rejects)."""
+        op = self.fn.inputs[k]
+        if op.encoding is not None or list(dims) == sorted(dims):
+            return f"%{op.name}", op.type
+        order = sorted(range(len(dims)), key=lambda n: dims[n])
+        ds = ", ".join(f"d{n}" for n in range(len(dims)))
+        levels = ", ".join(f"d{n} : dense" for n in order)
+        enc = f"#sparse_tensor.encoding<{{ map = ({ds}) -> ({levels}) }}>"
+        t = Operand(op.name, op.shape, op.element, enc).type
+        v = self.fresh()
+        self.lines.append(f"  {v} = sparse_tensor.convert %{op.name} : {op.type} to {t}")
+        return v, t
 
     def op(self, text: str) -> str:
         v = self.fresh()
         self.lines.append(f"    {v} = {text}")
         return v
 
-    def body(self, g: Generic, ins: list[str], elems: list[str], o: str) -> str:
+    def body(self, g: Generic, ins: list[str], elems: list[str], o: str | None) -> str:
         """``o + sum(coeff * prod(ins of the term))`` in arith, the inputs cast to the
-        output's type."""
+        output's type (``o`` None: the sum alone)."""
         e = self.fn.output.element
         vals = [
             v if el == e else self.op(_cast(v, el, e)) for v, el in zip(ins, elems, strict=True)
@@ -174,17 +239,24 @@ class _Printer:
             start += n
         return acc
 
-    def term(self, acc: str, coeff: complex | float | int, vals: list[str]) -> str:
-        """``acc + coeff * prod(vals)`` in arith."""
+    def term(self, acc: str | None, coeff: complex | float | int, vals: list[str]) -> str:
+        """``acc + coeff * prod(vals)`` in arith (``acc`` None: ``coeff * prod(vals)``)."""
         e = self.fn.output.element
         f = is_float(e)
         vals = list(vals)
-        if not vals or coeff not in (1, -1):
+        if not vals or coeff not in (1, -1) or (acc is None and coeff == -1):
             vals.append(self.op(f"arith.constant {_number(coeff, e)} : {e}"))
             coeff = 1
-        prod = vals[0]
-        for v in vals[1:]:
-            prod = self.op(f"arith.{'mulf' if f else 'muli'} {prod}, {v} : {e}")
+        # the later factors first, then the first: IREE (3.13) vectorizes a three-input
+        # contraction so associated (MTTKRP: B * (C * D)) and rejects ((B * C) * D)
+        mul = "mulf" if f else "muli"
+        prod = vals[-1]
+        for v in reversed(vals[1:-1]):
+            prod = self.op(f"arith.{mul} {v}, {prod} : {e}")
+        if len(vals) > 1:
+            prod = self.op(f"arith.{mul} {vals[0]}, {prod} : {e}")
+        if acc is None:
+            return prod
         kind = ("addf" if f else "addi") if coeff == 1 else ("subf" if f else "subi")
         return self.op(f"arith.{kind} {acc}, {prod} : {e}")
 
@@ -212,6 +284,25 @@ def _number(c: complex | float | int, element: str) -> str:
     return f"{x:.17e}"
 
 
+def _plain(st: Statement) -> None:
+    """Refuse what the export does not write yet: shifted or scaled accesses (``u[i - 1]``)
+    and terms restricted to a box of the iteration space (their maps and guards)."""
+    for term in st.terms:
+        if getattr(term, "domain", ()):
+            raise NotSupportedYet(
+                f"the term {_term_text(term)} runs on part of the iteration space only: the "
+                "MLIR export does not write guarded bodies yet"
+            )
+        for acc in (st.assignment.lhs, *term.factors):
+            if any(o != 0 for o in getattr(acc, "offsets", ())) or any(
+                c != 1 for c in getattr(acc, "scales", ())
+            ):
+                raise NotSupportedYet(
+                    f"the access {acc!r} is shifted or scaled: the MLIR export writes accesses "
+                    "by plain index variables only"
+                )
+
+
 def leaf_function(
     st: Statement,
     tensors: Mapping[str, Any],
@@ -225,6 +316,7 @@ def leaf_function(
 
     ``tensors`` maps names to :class:`distal.Tensor` (dtype and format of each operand).
     """
+    _plain(st)
     inputs = st.inputs()
     index = {t.name: k for k, t in enumerate(inputs)}
     first: dict[str, tuple[IndexVar, ...]] = {}
@@ -278,7 +370,7 @@ def leaf_function(
                 terms=tuple((g.coeff, len(g.factors)) for g in generics),
             )
         ]
-    return LeafFunction(name, ins, out, tuple(generics), tuple(notes))
+    return LeafFunction(name, ins, out, tuple(generics), tuple(notes), out.encoding is not None)
 
 
 # -- what processor p's leaves see, from its program ------------------------------------------
@@ -291,6 +383,11 @@ def to_mlir(kernel: Any, p: int) -> str:
     sparse kernel bound to its patterns) and ``p`` a valid processor number: the
     kernel's ``to_mlir`` method checks both.
     """
+    return leaf_of(kernel, p).text()
+
+
+def leaf_of(kernel: Any, p: int) -> LeafFunction:
+    """Processor ``p``'s leaf function (what :func:`to_mlir` prints)."""
     st = kernel.schedule.statement
     tensors = kernel.schedule.tensors()
     prog = kernel.program(p)
@@ -301,11 +398,10 @@ def to_mlir(kernel: Any, p: int) -> str:
     if any(c.work is not None for c in computes):
         extent, notes = _entry_extents(st, prog, ops, p)
         terms = [(t, t.coeff) for t in st.terms]
-        fn = leaf_function(st, tensors, extent, terms, name, [head, *notes])
-        return fn.text()
+        return leaf_function(st, tensors, extent, terms, name, [head, *notes])
     boxes = [b for c in computes for b in c.boxes]
     extent, terms, notes = _box_leaf(st, boxes, p)
-    return leaf_function(st, tensors, extent, terms, name, [head, *notes]).text()
+    return leaf_function(st, tensors, extent, terms, name, [head, *notes])
 
 
 def _show_box(st: Statement, box: Sequence[Interval]) -> str:
@@ -390,6 +486,18 @@ def _entry_extents(
 ) -> tuple[dict[IndexVar, Extent], list[str]]:
     """Each variable's extent over processor ``p``'s stored entries: the hull of the
     coordinates its regions take along it."""
+    span, notes = entry_spans(st, prog, ops, p)
+    extent: dict[IndexVar, Extent] = {
+        v: span[v][1] - span[v][0] if v in span else 0 for v in st.variables
+    }
+    return extent, notes
+
+
+def entry_spans(
+    st: Statement, prog: Any, ops: Sequence[Any], p: int
+) -> tuple[dict[IndexVar, Interval], list[str]]:
+    """Each variable's span ``[lo, hi)`` over processor ``p``'s stored entries (the hull of
+    the coordinates its regions take along it; a variable without any: absent) and a note."""
     regions: dict[str, list[Any]] = {}
     for op in ops:
         if isinstance(op, Fetch) and op.box is not None:
@@ -411,13 +519,10 @@ def _entry_extents(
                 if v in span:
                     lo, hi = min(lo, span[v][0]), max(hi, span[v][1])
                 span[v] = (lo, hi)
-    extent: dict[IndexVar, Extent] = {
-        v: span[v][1] - span[v][0] if v in span else 0 for v in st.variables
-    }
     entries = {
         t: sum(len(r.positions) for r in rs if isinstance(r, Entries)) for t, rs in regions.items()
     }
     stored = ", ".join(f"{n} {t}" for t, n in entries.items() if n)
     where = " ".join(f"{v.name}[{lo},{hi})" for v, (lo, hi) in span.items())
     notes = [f"this processor's stored entries ({stored or 'none'}), all steps, over {where}"]
-    return extent, notes
+    return span, notes

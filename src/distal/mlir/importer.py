@@ -110,6 +110,25 @@ def _op_at(text: str, offset: int) -> str:
     return repr(text[start : end if end >= 0 else len(text)].strip()[:60])
 
 
+def parse_or_refuse(text: str) -> Any:
+    """The module of ``text``, or a ``NotationError`` naming the operation being read where
+    xDSL (or the check before it) refused the text."""
+    from distal.mlir import _xdsl
+
+    try:
+        return _xdsl.parse(text)
+    except _xdsl.errors() as e:
+        span = getattr(e, "span", None)
+        line = getattr(e, "line", None)
+        if span is not None:
+            where = _op_at(text, span.start)
+        elif line is not None:
+            where = _op_at(text, sum(len(x) + 1 for x in text.split("\n")[: line - 1]))
+        else:
+            where = "the module"
+        raise NotationError(f"cannot read MLIR at {where}: {getattr(e, 'msg', str(e))}") from e
+
+
 def _name(op: Any) -> str:
     """An operation's name (an unregistered one's own, not ``builtin.unregistered``)."""
     if op.name == "builtin.unregistered":
@@ -135,13 +154,7 @@ def from_mlir(text: str, machine: Machine | None = None) -> list[Tensor]:
     if machine is not None and not isinstance(machine, Machine):
         raise NotationError(f"from_mlir: machine must be a dl.Machine, got {machine!r}")
     _xdsl.context()  # a missing extra says so before anything is parsed
-    try:
-        module = _xdsl.parse(text)
-    except _xdsl.errors() as e:
-        span = getattr(e, "span", None)
-        where = _op_at(text, span.start) if span is not None else "the module"
-        msg = getattr(e, "msg", str(e))
-        raise NotationError(f"cannot read MLIR at {where}: {msg}") from e
+    module = parse_or_refuse(text)
     funcs = []
     for op in module.ops:
         if op.name != "func.func":
@@ -174,6 +187,7 @@ class _Reader:
         self.results: list[Any] = []
         self.root_named: set[str] = set()  # arguments already naming an output
         self.var_count = 0
+        self.aliases: dict[Any, Any] = {}  # layout conversions of arguments
 
     @staticmethod
     def _arg_name(k: int, arg: Any) -> str:
@@ -239,6 +253,10 @@ class _Reader:
             self._fill(op)
         elif name in STRUCTURED:
             self._structured(op)
+        elif name == "sparse_tensor.convert":
+            # a change of layout (what a sparse output's leaf does to a dense operand it
+            # reads against the loop order): the same tensor
+            self.aliases[op.results[0]] = op.operands[0]
         elif name == "func.return":
             self.results = list(op.operands)
         else:
@@ -281,6 +299,7 @@ class _Reader:
         self.chains[op.results[0]] = chain
 
     def _input(self, value: Any, op: str) -> int:
+        value = self.aliases.get(value, value)
         for k, a in enumerate(self.args):
             if value is a:
                 self.read.add(k)
@@ -295,7 +314,9 @@ class _Reader:
         if len(op.outputs) != 1 or len(op.results) != 1:
             raise NotationError(f"{name}: one output tensor per operation (got {len(op.outputs)})")
         maps = [m.data for m in op.get_indexing_maps().data]
-        ins = [self._input(v, name) for v in op.inputs]
+        # a scalar constant read as an input (a generalized fill) is its value in the body
+        scalars = {k: self.consts[v] for k, v in enumerate(op.inputs) if v in self.consts}
+        ins = [-1 if k in scalars else self._input(v, name) for k, v in enumerate(op.inputs)]
         chain = self._init_of(op.outputs[0], name)
         loops = maps[-1].num_dims
         dims = [_dims(m, name) for m in maps]
@@ -313,7 +334,7 @@ class _Reader:
                     "(reduction) others"
                 )
         extent: dict[int, int] = {}
-        shapes = [self.arg_types[k][0] for k in ins] + [chain.shape]
+        shapes = [() if k < 0 else self.arg_types[k][0] for k in ins] + [chain.shape]
         for ds, shape in zip(dims, shapes, strict=True):
             if len(ds) != len(shape):
                 raise NotationError(
@@ -335,7 +356,7 @@ class _Reader:
             if r == len(pool):
                 pool.append(self.var(_SUM))
             var[d] = pool[r]
-        poly = _body(op, len(ins))
+        poly = _body(op, len(ins), scalars, self.consts)
         outs = [m for m in poly if -1 in m.operands]
         rest = [m for m in poly if -1 not in m.operands]
         if outs and (len(outs) != 1 or outs[0].operands != (-1,) or outs[0].coeff != 1):
@@ -467,24 +488,51 @@ def _constant(op: Any) -> complex | float | int:
     raise NotationError(f"arith.constant: {v} is not a scalar number")
 
 
-def _body(op: Any, nins: int) -> Poly:
+def _body(
+    op: Any,
+    nins: int,
+    scalars: dict[int, complex | float | int] | None = None,
+    consts: dict[Any, complex | float | int] | None = None,
+) -> Poly:
     """The body of ``op`` as a polynomial in its block arguments (inputs ``0..nins-1``, the
-    output ``-1``), or a ``NotationError`` naming the operation it cannot read."""
+    output ``-1``), or a ``NotationError`` naming the operation it cannot read. Inputs in
+    ``scalars`` (a scalar constant passed as an input) and values in ``consts`` (constants
+    of the function, hoisted out of the body) read as their numbers."""
+    scalars = scalars or {}
+    consts = consts or {}
     block = op.regions[0].block
     val: dict[Any, Poly] = {}
     for k, a in enumerate(block.args):
-        val[a] = (Monomial(1, (k if k < nins else -1,)),)
+        if k in scalars:
+            c = scalars[k]
+            val[a] = (Monomial(c, ()),) if c != 0 else ()
+        else:
+            val[a] = (Monomial(1, (k if k < nins else -1,)),)
+
+    def look(x: Any) -> Poly | None:
+        if x in val:
+            return val[x]
+        if x in consts:
+            c = consts[x]
+            return (Monomial(c, ()),) if c != 0 else ()
+        return None
+
     for b in block.ops:
         n = _name(b)
         if n == "linalg.yield":
             if len(b.operands) != 1:
                 raise NotationError(f"{op.name}: its body yields {len(b.operands)} values")
-            return _collect(val[b.operands[0]])
+            got = look(b.operands[0])
+            if got is None:
+                raise NotationError(
+                    f"linalg.yield in the body of {op.name} yields a value from outside it"
+                )
+            return _collect(got)
         if n == "arith.constant":
             c = _constant(b)
             val[b.results[0]] = (Monomial(c, ()),) if c != 0 else ()
             continue
-        args = [val.get(x) for x in b.operands]
+        args = [look(x) for x in b.operands]
         if any(a is None for a in args):
             raise NotationError(f"{n} in the body of {op.name} reads a value from outside it")
         if n in _ADD:

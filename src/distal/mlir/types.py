@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import NotationError, NotSupportedYet
-from distal.sparse.formats import Format
+from distal.sparse.formats import Format, level_letter
 
 #: numpy dtype -> MLIR element type (integers are signless in MLIR: arith decides the
 #: signedness per operation)
@@ -52,8 +52,6 @@ _DTYPE = {
     "i16": "int16",
     "i8": "int8",
 }
-
-_LEVEL_TYPE = {"d": "dense", "c": "compressed", "q": "compressed(nonunique)", "s": "singleton"}
 
 
 def element_type(dtype: Any, tensor: str) -> str:
@@ -92,12 +90,7 @@ def encoding(fmt: Format) -> str | None:
     if fmt.is_dense and fmt.order == tuple(range(fmt.ndim)):
         return None
     dims = ", ".join(f"d{k}" for k in range(fmt.ndim))
-    levels = []
-    for k, letter in enumerate(fmt.levels):
-        kind = _LEVEL_TYPE[letter]
-        if letter == "s" and k + 1 < fmt.ndim and fmt.levels[k + 1] == "s":
-            kind = "singleton(nonunique)"
-        levels.append(f"d{fmt.order[k]} : {kind}")
+    levels = [f"d{fmt.order[k]} : {lf.level_type}" for k, lf in enumerate(fmt.level_formats)]
     return f"#sparse_tensor.encoding<{{ map = ({dims}) -> ({', '.join(levels)}) }}>"
 
 
@@ -152,10 +145,7 @@ def parse_encoding(body: str, ndim: int, where: str) -> Format:
                 f"{where}: encoding level {lvl.strip()!r}: distal formats have dense, "
                 "compressed, compressed(nonunique) and singleton levels (ordered)"
             )
-        letter = {"dense": "d", "compressed": "c", "singleton": "s"}[kind]
-        if kind == "compressed" and "nonunique" in props:
-            letter = "q"
-        letters.append(letter)
+        letters.append(level_letter(kind, unique="nonunique" not in props))
         order.append(dims.index(lm.group(1)))
     if len(letters) != ndim or sorted(order) != list(range(ndim)):
         raise NotationError(

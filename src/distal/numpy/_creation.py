@@ -16,7 +16,7 @@ from distal.errors import InputError, NotSupportedYet
 
 def _device(device: Any) -> None:
     if device is not None and device != "cpu" and device is not current():
-        if not hasattr(device, "_arrays"):
+        if not hasattr(device, "arrays_program"):
             raise InputError(f"device {device!r}: a distal.numpy device is a dl.Session")
 
 

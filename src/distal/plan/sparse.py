@@ -50,7 +50,9 @@ from distal.lang.nodes import Access, IndexVar, Tensor
 from distal.plan.engine import loop_roles
 from distal.schedule.api import Schedule
 from distal.schedule.relations import Divide, Fuse, Pos, Rotate, Split
-from distal.sparse.array import SparseArray
+from distal.sparse.array import Level, SparseArray
+from distal.sparse.pieces import index_words
+from distal.sparse.pieces import level_positions as _level_positions
 from distal.values import sparse_value
 
 Interval = tuple[int, int]
@@ -432,13 +434,7 @@ class SparseOwnership:
             g = math.prod(self.grid[m] for m in ms)
             n0 = arr.levels[0].size
             rows = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(n0, g), n0)
-            top = arr.levels[0]
-            if top.kind == "d":
-                b0 = rows
-            elif top.kind == "c":
-                b0 = np.searchsorted(top.crd, rows, side="left")
-            else:
-                b0 = None
+            b0 = _row_bounds(arr.levels[0], rows)
             if b0 is not None:
                 owner = np.zeros(g, np.int64)
                 b = np.arange(g, dtype=np.int64)
@@ -449,14 +445,9 @@ class SparseOwnership:
         if arr.levels and not cuts and len(groups) == 1:
             m, dims = groups[0]
             k = len(dims) - 1
-            lv = arr.levels[k]
-            if lv.kind != "d" or all(x.kind == "d" for x in arr.levels[:k]):
+            npos = _level_size(arr, k)
+            if npos is not None:
                 g = self.grid[m]
-                npos = (
-                    len(lv.crd)
-                    if lv.kind != "d"
-                    else math.prod(x.size for x in arr.levels[: k + 1])
-                )
                 b = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(npos, g), npos)
                 owner = np.arange(g, dtype=np.int64) * self.strides[m] + fixed
                 return Owners(arr.nnz, _descend(arr, k, b), owner)
@@ -512,64 +503,6 @@ class Owners:
         assert self.starts is not None
         assert self.owner is not None
         return np.repeat(self.owner, np.diff(self.starts))
-
-
-def _level_positions(arr: SparseArray, k: int, cache: dict) -> np.ndarray:
-    """The position at storage level ``k`` of every stored entry (cached per bind)."""
-    key = (id(arr), "anc", k)
-    if key not in cache:
-        cache[key] = arr._ancestors(k) if k < arr.ndim - 1 else np.arange(arr.nnz, dtype=np.int64)
-    return cache[key]
-
-
-def piece_levels(
-    arr: SparseArray, positions: np.ndarray, cache: dict
-) -> list[tuple[str, int, int]]:
-    """Per storage level of a piece made of the stored entries ``positions`` (sorted):
-    ``(kind, parent positions, own positions)`` in the piece. A piece of a compressed level
-    travels as ``pos`` (parents + 1 entries) and ``crd``; a singleton level as ``crd``."""
-    out = []
-    prev = 1
-    for k, lv in enumerate(arr.levels):
-        q = _level_positions(arr, k, cache)[positions]
-        own = int(np.count_nonzero(q[1:] != q[:-1]) + 1) if len(q) else 0
-        out.append((lv.kind, prev, own))
-        prev = own
-    return out
-
-
-def index_words(arr: SparseArray, positions: np.ndarray, cache: dict) -> int:
-    """Coordinates and positions a piece of these stored entries carries (see above)."""
-    n = 0
-    for kind, parents, own in piece_levels(arr, positions, cache):
-        if kind in "cq":
-            n += (parents + 1 if own else 0) + own
-        elif kind == "s":
-            n += own
-    return n
-
-
-def piece_arrays(arr: SparseArray, positions: np.ndarray, cache: dict) -> list[np.ndarray]:
-    """The index arrays of a piece of stored entries (what :func:`index_words` counts):
-    per compressed level its rebased ``pos`` and its ``crd``, per singleton level ``crd``."""
-    out: list[np.ndarray] = []
-    if not len(positions):
-        return out
-    parent = np.zeros(len(positions), np.int64)
-    n_parent = 1
-    for k, lv in enumerate(arr.levels):
-        q = _level_positions(arr, k, cache)[positions]
-        new = np.r_[True, q[1:] != q[:-1]]
-        first = np.flatnonzero(new)
-        if lv.kind in "cq":
-            pos = np.zeros(n_parent + 1, np.int64)
-            np.cumsum(np.bincount(parent[first], minlength=n_parent), out=pos[1:])
-            out += [pos, lv.crd[q[first]]]
-        elif lv.kind == "s":
-            out.append(lv.crd[q[first]])
-        parent = np.cumsum(new) - 1
-        n_parent = len(first)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -808,9 +741,9 @@ class _ArrayRows:
         arr = self.arr
         last = len(arr.levels) - 1
         lv = arr.levels[k] if arr.levels else None
-        if lv is not None and k == last and lv.kind in "cqs":
+        if lv is not None and k == last and lv.format.stores_crd:
             return lv.crd
-        if k == 0 and len(arr.levels) == 2 and lv.kind == "d" and arr.levels[1].kind in "cq":
+        if k == 0 and len(arr.levels) == 2 and lv.format.locate and arr.levels[1].format.stores_pos:
             return arr.row_of_position()
         return arr.coordinates()[self.dims[k]]
 
@@ -1052,11 +985,34 @@ def _reduce_on_primaries(
 def _descend(arr: SparseArray, k: int, b: np.ndarray) -> np.ndarray:
     """Bounds of positions at level ``k`` mapped to bounds of last-level positions."""
     for lv in arr.levels[k + 1 :]:
-        if lv.kind == "d":
+        if lv.format.locate:
             b = b * lv.size
-        elif lv.kind in "cq":
+        elif lv.format.stores_pos:
             b = lv.pos[b]
     return b
+
+
+def _row_bounds(top: Level, rows: np.ndarray) -> np.ndarray | None:
+    """Bounds of rows (coordinates of the top level) mapped to bounds of its positions:
+    located where the level locates, searched where its coordinates are ordered and unique;
+    None otherwise (a coordinate repeats)."""
+    if top.format.locate:
+        return rows
+    if top.format.ordered and top.format.unique:
+        return np.searchsorted(top.crd, rows, side="left")
+    return None
+
+
+def _level_size(arr: SparseArray, k: int) -> int | None:
+    """Positions of level ``k``: its ``crd``'s length, or, where it and every level above
+    store every coordinate, the product of their extents; None for a full level under a
+    sparse one (its positions do not tell the fibers above apart by count alone)."""
+    lv = arr.levels[k]
+    if lv.format.stores_crd:
+        return len(lv.crd)
+    if any(not x.format.full for x in arr.levels[:k]):
+        return None
+    return math.prod(x.size for x in arr.levels[: k + 1])
 
 
 def _range_bounds(a: Analysis, drv: SparseArray, filt_dims: list[int]) -> np.ndarray | None:
@@ -1070,20 +1026,13 @@ def _range_bounds(a: Analysis, drv: SparseArray, filt_dims: list[int]) -> np.nda
     if c.kind == COORD and c.vars[0] == a.svars[0]:
         n0 = drv.levels[0].size
         rows = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(n0, g), n0)
-        top = drv.levels[0]
-        if top.kind == "d":
-            b0 = rows
-        elif top.kind in "cq" and top.kind == "c":
-            b0 = np.searchsorted(top.crd, rows, side="left")
-        else:
-            return None
-        return _descend(drv, 0, b0)
+        b0 = _row_bounds(drv.levels[0], rows)
+        return None if b0 is None else _descend(drv, 0, b0)
     if c.kind == POSITION:
         k = len(c.vars) - 1
-        lv = drv.levels[k]
-        if lv.kind == "d" and any(x.kind != "d" for x in drv.levels[:k]):
+        npos = _level_size(drv, k)
+        if npos is None:
             return None
-        npos = len(lv.crd) if lv.kind != "d" else math.prod(x.size for x in drv.levels[: k + 1])
         b = np.minimum(np.arange(g + 1, dtype=np.int64) * block_size(npos, g), npos)
         return _descend(drv, k, b)
     return None
@@ -1101,12 +1050,9 @@ def _position_blocks(
     drv = arrays[a.driver]
     nlev = len(c.vars)
     q = _level_positions(drv, nlev - 1, cache)
-    npos = (
-        len(drv.levels[nlev - 1].crd)
-        if drv.levels[nlev - 1].kind != "d"
-        else (int(q[-1]) + 1 if len(q) else 0)
-    )
-    if drv.levels[nlev - 1].kind == "d":  # dense top levels: all their positions exist
+    if drv.levels[nlev - 1].format.stores_crd:
+        npos = len(drv.levels[nlev - 1].crd)
+    else:  # full top levels: all their positions exist
         npos = math.prod(drv.shape[d] for d in drv.format.order[:nlev])
     chunk = block_size(npos, c.parts)
     if keys is None:  # the pattern is the driver's entries

@@ -101,11 +101,6 @@ class Interpreter:
         return self.table[type(op)](self, op, *args)
 
     @classmethod
-    def acts_on(cls, op: Any) -> bool:
-        """Whether this interpreter does anything for ``op`` (its type is not ignored)."""
-        return type(op) in cls.phases
-
-    @classmethod
     def split(cls, ops: Iterable[Any]) -> dict[str, list[Any]]:
         """``ops`` by the phase of their handlers, in order within each phase; ignored
         instructions are left out. Every phase this interpreter names has a list."""

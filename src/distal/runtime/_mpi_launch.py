@@ -1,4 +1,5 @@
-"""``python -m distal.runtime._mpi_launch SCRIPT [ARGS]``: what ``distal run`` starts per rank.
+"""``python -m distal.runtime._mpi_launch SCRIPT [ARGS]`` (or ``-m MODULE [ARGS]``): what
+``distal run`` starts per rank.
 
 It imports the MPI runtime (which installs its exception hook and exit handler) before the
 user's script runs, so an exception on any rank -- inside a kernel run or anywhere else in
@@ -22,11 +23,17 @@ def main(argv: list[str]) -> None:
     except ModuleNotFoundError as e:
         sys.exit(f"distal run needs {e.name!r}: pip install 'distal[mpi]'")
     install_excepthook()
-    script = argv[0]
-    sys.argv = list(argv)
-    sys.path.insert(0, str(Path(script).resolve().parent))
+    module = argv[1] if argv[0] == "-m" and len(argv) > 1 else None
     try:
-        runpy.run_path(script, run_name="__main__")
+        if module is not None:  # python -m MODULE ARGS
+            sys.argv = [module, *argv[2:]]
+            sys.path.insert(0, "")
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            script = argv[0]
+            sys.argv = list(argv)
+            sys.path.insert(0, str(Path(script).resolve().parent))
+            runpy.run_path(script, run_name="__main__")
     except SystemExit as e:
         if e.code not in (None, 0):
             if not isinstance(e.code, int):

@@ -112,9 +112,9 @@ def input_fingerprints(data: Mapping[str, Any]) -> dict[str, str | None]:
     return out
 
 
-def run_key(kernel: Any, fingerprints: Mapping[str, str], granularity: str) -> str:
-    """The checkpoint directory name of one (kernel, inputs, granularity)."""
-    plan = kernel.plan
+def run_key(exe: Any, fingerprints: Mapping[str, str], granularity: str) -> str:
+    """The checkpoint directory name of one (executable, inputs, granularity)."""
+    plan = exe.plan
     desc = repr(
         (
             FORMAT,
@@ -122,7 +122,7 @@ def run_key(kernel: Any, fingerprints: Mapping[str, str], granularity: str) -> s
             sorted(plan.placements.items()),
             plan.programs,
             sorted(plan.primary.items()),
-            sorted((n, np.dtype(d).str) for n, d in kernel.dtypes.items()),
+            sorted((n, np.dtype(d).str) for n, d in exe.dtypes.items()),
             granularity,
             sorted(fingerprints.items()),
         )
@@ -130,16 +130,15 @@ def run_key(kernel: Any, fingerprints: Mapping[str, str], granularity: str) -> s
     return hashlib.sha256(desc.encode()).hexdigest()[:32]
 
 
-def describe(kernel: Any, fingerprints: Mapping[str, str], granularity: str) -> dict[str, Any]:
-    """The human-readable part of the manifest."""
-    s = kernel.schedule
+def describe(exe: Any, fingerprints: Mapping[str, str], granularity: str) -> dict[str, Any]:
+    """The human-readable part of the manifest (``exe``: the run's executable)."""
     return {
         "format": FORMAT,
-        "statement": str(kernel.plan.statement.assignment),
-        "schedule": repr(s),
-        "distributions": dict(s.distributions),
-        "shapes": {n: list(t.shape) for n, t in s.tensors().items()},
-        "dtypes": {n: np.dtype(d).str for n, d in kernel.dtypes.items()},
+        "statement": str(exe.plan.statement.assignment),
+        "schedule": exe.source,
+        "distributions": {t.name: t.dist for t in exe.tensors},
+        "shapes": {t.name: list(t.shape) for t in exe.tensors},
+        "dtypes": {n: np.dtype(d).str for n, d in exe.dtypes.items()},
         "granularity": granularity,
         "fingerprints": dict(fingerprints),
     }

@@ -38,23 +38,31 @@ from __future__ import annotations
 
 import ast
 import multiprocessing
+import os
 import sys
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import dask.config
+import numpy as np
 from distributed import Client, LocalCluster, as_completed, get_worker
 from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 
-from distal.errors import InputError, RuntimeFailure
+from distal.errors import DistalWarning, InputError, RuntimeFailure
+from distal.runtime.base import Runtime
+from distal.runtime.dask_values import HeldOnWorkers
 from distal.runtime.elastic.driver import STATS_NOTE, Driver
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.summary import Summary
 from distal.runtime.elastic.tasks import VerificationFailed
 from distal.runtime.elastic.units import GRANULARITIES, Unit, decompose
+from distal.runtime.executable import Executable
+from distal.runtime.result import Result
 
 
 def is_main_guard(stmt: ast.stmt) -> bool:
@@ -147,18 +155,43 @@ def _check_main_guard(opts: Options) -> None:
         )
 
 
+def _main_can_be_spawned() -> bool:
+    """Whether worker processes can start from this program: Dask's ``spawn`` (and
+    ``forkserver``) start method runs the main script's file again in each, so a script
+    read from standard input (``python - < script.py``: ``__file__`` is ``'<stdin>'``) or
+    from a file since removed cannot; each worker would fail ("Nanny failed to start").
+    There the local pool runs its workers in this process (``processes=False``), and a
+    :class:`~distal.errors.DistalWarning` says so."""
+    method = dask.config.get("distributed.worker.multiprocessing-method", "spawn")
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if method == "fork" or path is None or os.path.isfile(path):
+        return True
+    warnings.warn(
+        f"the main script ({path!r}) is not a file Dask's worker processes can run again "
+        f"({method!r} start method), so the local Dask pool runs its workers in this process "
+        "(processes=False); run the script from a file to have worker processes, or pass "
+        "processes=False to say so",
+        DistalWarning,
+        stacklevel=4,
+    )
+    return False
+
+
 def _connect(opts: Options) -> tuple[Client, list[Any]]:
     """The client to use and what to close afterwards (only what this run started)."""
     c = opts.client
     if c is None:
-        _check_main_guard(opts)
+        processes = opts.processes and _main_can_be_spawned()
+        if processes:
+            _check_main_guard(opts)
         cluster = LocalCluster(
             n_workers=opts.n_workers,
             threads_per_worker=1,
-            processes=opts.processes,
+            processes=processes,
             dashboard_address="127.0.0.1:0",
             # loopback only; in-process workers talk over inproc:// (no sockets at all)
-            **({"host": "127.0.0.1"} if opts.processes else {}),
+            **({"host": "127.0.0.1"} if processes else {}),
         )
         client = Client(cluster)
         return client, [client, cluster]
@@ -173,28 +206,6 @@ def _connect(opts: Options) -> tuple[Client, list[Any]]:
     raise InputError(
         f"client must be a distributed.Client, a scheduler address or None, not {type(c).__name__}"
     )
-
-
-def start_pool(options: dict[str, Any]) -> tuple[Client, list[Any]]:
-    """A session's pool: the client of ``client=`` (or of the scheduler address it names),
-    or of a local cluster started with the session's ``n_workers`` / ``processes``; and
-    what the session started, to close when it is closed."""
-    return _connect(Options.parse(options))
-
-
-@contextmanager
-def connected(opts: Options) -> Iterator[Any]:
-    """The client a run uses (``opts.client``'s, or a local cluster's), closing what this
-    run started when it ends."""
-    client, owned = _connect(opts)
-    try:
-        yield client
-    finally:
-        for thing in owned:
-            try:
-                thing.close()
-            except Exception:  # pragma: no cover - best effort shutdown
-                pass
 
 
 class PoolLost(RuntimeFailure):
@@ -241,21 +252,125 @@ def _connected(client: Any) -> bool:
     return getattr(client, "status", "running") == "running"
 
 
-def run(kernel: Any, data: dict[str, Any], **options: Any) -> Any:
-    """Run ``kernel`` on Dask; see the module docstring and ``docs/elastic.md``."""
-    opts = Options.parse(options)
-    with connected(opts) as client, pool_errors(client):
-        return Driver(kernel, data, opts, client, as_completed, get_worker).run()
+class DaskRuntime(HeldOnWorkers, Runtime):
+    """The ``"dask"`` runtime: an executable's work as Dask tasks over a pool of workers
+    (see the module docstring and ``docs/elastic.md``; the options are ``Options``'s), and
+    a session's values held on the workers (:mod:`distal.runtime.dask_values`).
+
+    A runtime object keeps its pool (``client``: ``client=``'s, or a local cluster started
+    on first use and closed with it), and what its runs learn about the workers: those a
+    check or a majority caught (``excluded``: later runs give them no task) and, under
+    ``verify="adaptive"``, their streaks of verified results (``trust``)."""
+
+    name = "dask"
+    extra = "dask"
+    models_memory = False  # (a unit holds its own buffers: the workers measure them)
+    options: ClassVar[tuple[str, ...]] = tuple(
+        n for n in Options.__dataclass_fields__ if not n.startswith("_")
+    )
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.parsed = Options.parse(self.opts)
+        self.trust = self.parsed._trust
+        self.excluded: set[str] = set()
+        self._client: Any = None
+        self._owned: list[Any] = []
+        #: sparse values this runtime ran on, by identity, with the input blocks made of
+        #: them on the workers: the next runs read those there (the most recent few kept)
+        self._placed: dict[int, tuple[Any, dict]] = {}
+        self._start_values()
+
+    @property
+    def client(self) -> Any:
+        """The pool's ``distributed.Client`` (started on first use when not given)."""
+        if self._client is None:
+            self._client, self._owned = _connect(self.parsed)
+        return self._client
+
+    def errors(self) -> Any:
+        if self._client is None:  # no pool yet: none to lose
+            return super().errors()
+        return pool_errors(self._client)
+
+    def execute(
+        self,
+        exe: Executable,
+        inputs: Mapping[str, Any],
+        *,
+        keep: bool = False,
+        dot_with: str | None = None,
+    ) -> Result:
+        later = bool(self._unsettled) and self.reads_in_place(exe, inputs)
+        if not later:
+            self.settle()
+        data = exe.check_inputs(inputs)
+        client = self.client
+        opts = replace(
+            self.parsed,
+            client=client,
+            _hold=keep,
+            _placed=self._placed_caches(exe, data),
+            _trust=self.trust,
+            _excluded=frozenset(self.excluded),
+        )
+        with pool_errors(client):
+            res = Driver(exe, data, opts, client, as_completed, get_worker).run()
+        if self.verified:  # (an unverified run excludes nobody: no wait for its summary)
+            self.excluded.update(res.extra["summary"].excluded_workers)
+        if later and self.settle():  # it read a block that failed its check: again
+            self.runs_redone += 1
+            return self.execute(exe, inputs, keep=keep, dot_with=dot_with)
+        if keep:
+            if exe.output.is_dense:
+                res.value = self.adopt(res.value)
+            else:  # a sparse result comes back whole
+                self._count(np.asarray(getattr(res.value, "vals", ())).size)
+        return res
+
+    def _placed_caches(self, exe: Executable, data: Mapping[str, Any]) -> dict[str, dict]:
+        """The caches of input blocks placed from the run's sparse inputs (by identity)."""
+        out = {}
+        for t in exe.inputs:
+            x = data[t.name]
+            if t.is_dense:
+                continue
+            got = self._placed.get(id(x))
+            if got is None or got[0] is not x:
+                while len(self._placed) >= PLACED_VALUES:
+                    self._placed.pop(next(iter(self._placed)))
+                got = self._placed[id(x)] = (x, {})
+            out[t.name] = got[1]
+        return out
+
+    def placed_blocks(self, value: Any) -> dict:
+        """The input blocks placed on the workers from sparse value ``value`` (empty when
+        none), by region and dtype."""
+        got = self._placed.get(id(value))
+        return {} if got is None or got[0] is not value else dict(got[1])
+
+    def close(self) -> None:
+        self._unsettled = []
+        self._placed.clear()
+        owned, self._owned, self._client = self._owned, [], None
+        for thing in owned:
+            try:
+                thing.close()
+            except Exception:  # pragma: no cover - best effort shutdown
+                pass
+
+
+#: sparse values whose placed input blocks a Dask runtime keeps (the most recent)
+PLACED_VALUES = 16
 
 
 __all__ = [
     "GRANULARITIES",
     "STATS_NOTE",
+    "DaskRuntime",
     "PoolLost",
     "Summary",
     "Unit",
     "VerificationFailed",
     "decompose",
-    "run",
-    "start_pool",
 ]

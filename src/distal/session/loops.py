@@ -43,12 +43,12 @@ from typing import Any
 
 import numpy as np
 
+from distal.distribution.layout import Layout
 from distal.errors import DistalWarning, InputError
 from distal.runtime.checkpoint import OK, CheckpointStore
-from distal.runtime.checkpoint_auth import DIGEST, MAC, content_digest
-from distal.session import Held, HeldBlock, Session
-from distal.session.layout import Layout
-from distal.typing import Box, box_index, box_shape
+from distal.runtime.checkpoint_auth import DIGEST, MAC
+from distal.session import Held, Session
+from distal.typing import Box, box_index, box_intersect, box_is_empty, box_shape, box_volume
 
 FORMAT = "distal-session"
 VERSION = 1
@@ -143,7 +143,8 @@ class Loop:
         self.sess, self.n, self.keep, self.name = sess, int(n), keep, name
         self.latest = save == "latest"
         self.last_complete: int | None = None  # the newest iteration this loop knows complete
-        self.mpi = sess.runtime == "mpi"
+        #: the runtime's processes save together (MPI): never on a writer thread
+        self.collective = sess.rt.collective
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -185,10 +186,10 @@ class Loop:
         except the loop's last, which is saved when the loop ends.
         """
         self.sess.flush()  # pending array operations are part of the iteration
-        self.sess._settle()  # and their checks: only checked blocks are saved
+        self.sess.settle()  # and their checks: only checked blocks are saved
         snap = self._snapshot(it)
         sess = self.sess
-        if self.latest and not self.mpi:
+        if self.latest and not self.collective:
             pending = sess._writing
             busy = pending is not None and not pending.done()
             if busy or time.perf_counter() < sess._write_free_at:
@@ -197,22 +198,16 @@ class Loop:
         self._submit(snap)
 
     def _submit(self, snap: tuple) -> None:
-        """Write a snapshot: on the writer thread (local, Dask) or here (MPI)."""
+        """Write a snapshot: on the writer thread, or here where the runtime's processes
+        save together (MPI)."""
         sess = self.sess
         sess._unsaved = None
         finish(sess)  # the previous iteration's manifest is written (or its error raised)
         it, store, todo, docs = snap
-        if self.latest and not self.mpi:
+        if self.latest and not self.collective:
             sess._writing = _writer().submit(self._write, it, store, todo, docs)
             return
-        if not self.mpi:
-            self._write(it, store, todo, docs)
-            return
-        from distal.runtime.mpi.session import allgather_objects
-
-        mine = [(v, k, store.save(f"{v}.{k}", arr), self._content(arr)) for v, k, arr in todo]
-        every = [x for part in allgather_objects(mine, sess.options.get("comm")) for x in part]
-        self._finish_iteration(it, store, every, docs)
+        self._write(it, store, todo, docs)
 
     def _snapshot(self, it: int) -> tuple:
         """What saving iteration ``it`` writes: ``(it, store, blocks, value documents)``,
@@ -226,7 +221,7 @@ class Loop:
             whole = tuple((0, s) for s in held.shape)
             blocks = held.layout.blocks if held.layout is not None else ((whole, 0),)
             for k, (box, p) in enumerate(blocks):
-                arr = self._block(held, box, p)
+                arr = sess.rt.block_of(held.data, held.layout, box, p)
                 if arr is not None:
                     todo.append((v, k, arr))
             docs[v] = {
@@ -258,27 +253,9 @@ class Loop:
     def _save_all(
         self, store: CheckpointStore, todo: list[tuple[str, int, Any]]
     ) -> list[tuple[str, int, str, str | None]]:
-        """Write the blocks: arrays here; blocks held on Dask workers by the worker holding
-        each (``save_block`` tasks; only the checksums come back)."""
-        from distal.runtime.elastic.held import save_block
-
-        out: list[tuple[str, int, str, str | None]] = []
-        remote = []
-        content = self.sess.sealer is not None
-        for v, k, arr in todo:
-            if not isinstance(arr, np.ndarray) and store.protocol == "memory":
-                # memory:// is private to each process: fetched and written here (counted)
-                arr = np.asarray(self.sess.client.gather(arr))
-                self.sess.driver_words += int(arr.size)
-            if isinstance(arr, np.ndarray):
-                out.append((v, k, store.save(f"{v}.{k}", arr), self._content(arr)))
-            else:
-                f = self.sess.client.submit(save_block, store, f"{v}.{k}", arr, content, pure=False)
-                remote.append((v, k, f))
-        for v, k, f in remote:
-            digest, digest_content = f.result()
-            out.append((v, k, digest, digest_content))
-        return out
+        """Write the blocks where the runtime holds them (a Dask block by the worker holding
+        it; only the checksums come back); every process's entries."""
+        return self.sess.rt.save_blocks(store, todo, self.sess.sealer is not None)
 
     def _finish_iteration(
         self,
@@ -313,27 +290,6 @@ class Loop:
             store.write_manifest(manifest)
             self._prune(it)
         self.last_complete = it
-
-    def _content(self, arr: np.ndarray) -> str | None:
-        """The content digest a keyed session's manifest records for a block (None
-        without a key: nothing is sealed, so the extra pass over the bytes is skipped)."""
-        return content_digest(arr) if self.sess.sealer is not None else None
-
-    def _block(self, held: Held, box: Box, p: int) -> Any:
-        """The array of ``box`` this process writes (None: another rank writes it; on
-        Dask, the future of a block held on the workers)."""
-        if not self.mpi:
-            if isinstance(held.data, np.ndarray):
-                return held.data[box_index(box, tuple((0, s) for s in held.shape))]
-            return held.data.part(box)  # on the workers: the worker holding it writes it
-        if p != self.sess.rank:
-            return None
-        data = held.data
-        if isinstance(data, HeldBlock):
-            return data.read_block(box)
-        from distal.runtime.source import read_block
-
-        return read_block("kept value", data, box, held.dtype)
 
     def _prune(self, it: int) -> None:
         """Delete iterations older than the complete one before ``it`` (which stays; with
@@ -396,10 +352,7 @@ class Loop:
                     )
                 values = self._load(it, man)
                 ok = values is not None
-            if self.mpi:
-                from distal.runtime.mpi.session import allgather_objects
-
-                ok = all(allgather_objects(ok, sess.options.get("comm")))
+            ok = sess.rt.agree(ok)
             if ok:
                 assert values is not None
                 sess.values.update(values)
@@ -463,29 +416,50 @@ class Loop:
                 arr = arr.reshape(())
             return arr
 
-        whole = tuple((0, s) for s in shape)
-        if not self.mpi or layout is None:  # the whole value in this process
-            out = np.empty(shape, dtype)
-            for name, box, _ in entries:
-                arr = entry(name, box)
-                if arr is None:
-                    return None
-                out[box_index(box, whole)] = arr
-            return Held(shape, dtype, layout, out)
-        box = layout.boxes[self.sess.rank]
-        if box is None:
-            return Held(shape, dtype, layout, HeldBlock(shape, dtype, None, None))
-        for name, b, _ in entries:
-            if b == box:
-                arr = entry(name, b)
-                if arr is None:
-                    return None
-                return Held(shape, dtype, layout, HeldBlock(shape, dtype, box, np.array(arr)))
+        source = _Entries(shape, dtype, {box: name for name, box, _ in entries}, entry)
+        if layout is None:  # placed by the first kernel that reads it: read whole now
+            data = source.read_block(tuple((0, s) for s in shape))
+            return None if source.failed else Held(shape, dtype, None, data)
+        # each process reads the entries of the blocks it holds, as the runtime places them
+        data = self.sess.rt.place("kept value", source, layout)
+        return None if source.failed else Held(shape, dtype, layout, data)
+
+
+class _Entries:
+    """A saved value as a block source over its entries (the blocks of the layout it was
+    saved in): the runtime reads those it holds. An entry that does not load sets
+    ``failed`` (the iteration is damaged) and reads as zeros."""
+
+    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, names: dict, entry: Any) -> None:
+        self.shape, self.dtype, self.names, self.entry = shape, dtype, names, entry
+        self.failed = False
+
+    def read_block(self, box: Box) -> np.ndarray:
+        box = tuple((int(lo), int(hi)) for lo, hi in box)
+        out = np.zeros(box_shape(box), self.dtype)
         if 0 in box_shape(box):  # an empty block is never saved
-            return Held(
-                shape, dtype, layout, HeldBlock(shape, dtype, box, np.empty(box_shape(box), dtype))
-            )
-        return None
+            return out
+        name = self.names.get(box)
+        if name is not None:  # one entry holds it (the common case: the layout it was saved in)
+            arr = self.entry(name, box)
+            if arr is None:
+                self.failed = True
+                return out
+            return np.array(arr)
+        covered = 0
+        for b, name in self.names.items():
+            inter = box_intersect(b, box) if box else box
+            if box_is_empty(inter) if inter else False:
+                continue
+            arr = self.entry(name, b)
+            if arr is None:
+                self.failed = True
+                return out
+            out[box_index(inter, box)] = arr[box_index(inter, b)]
+            covered += box_volume(inter)
+        if covered != box_volume(box):
+            self.failed = True
+        return out
 
 
 __all__ = ["FORMAT", "Loop", "iteration_dirs", "read_manifest"]

@@ -25,36 +25,27 @@ import string
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
+from distal.distribution.layout import Layout
 from distal.distribution.machine import Machine
 from distal.distribution.notation import PART, REPL, RESTRICT, Distribution
 from distal.errors import NotSupportedYet
 from distal.lang.nodes import Tensor, index_vars
 from distal.schedule.api import schedule as default_schedule
-from distal.session.layout import Layout
-from distal.typing import Box, box_shape
 
 SRC, DST = "src", "dst"
 
 
 @dataclass(frozen=True)
 class Copy:
-    """A compiled redistribution: ``kernel`` reads ``src`` and writes ``dst``."""
+    """A compiled redistribution: ``kernel`` reads ``src`` and writes ``dst`` (a runtime
+    runs its executable, ``kernel.executable(...)``; each processor's block of ``dst`` is
+    its target box, reshaped)."""
 
     kernel: Any
     words: int  # exact elements moved (the kernel's predicted total words)
     source: Layout
     target: Layout
     extra: int  # trailing extra dimensions of ``dst`` (each of extent 1 on a processor)
-
-    def block(self, blocks: dict[Box, np.ndarray], box: Box | None) -> np.ndarray | None:
-        """This processor's ``target`` block out of the copy's output blocks."""
-        if box is None:
-            return None
-        for arr in blocks.values():
-            return np.ascontiguousarray(arr).reshape(box_shape(box))
-        return np.zeros(box_shape(box), self.kernel.dtypes[DST])
 
 
 def _target_rules(target: Layout) -> Distribution:

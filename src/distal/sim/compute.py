@@ -22,6 +22,7 @@ import numpy as np
 from distal.costmodel.seconds import flops_per_iteration as statement_flops
 from distal.kernels import blas
 from distal.kernels.leaf import run_leaf
+from distal.lang.affine import image
 from distal.plan.ir import Plan
 from distal.sim.network import blas_threads
 from distal.typing import box_shape
@@ -61,16 +62,27 @@ class KernelTimer:
         box = tuple((0, e) for e in small)
         plan: Plan = self.kernel.plan
         rng = np.random.default_rng(0)
-        operands: dict[str, tuple[np.ndarray, Any]] = {}
+        held: dict[str, list[tuple[int, int]]] = {}
         for tk in self.kernel.kernels:
-            for name, idx in tk.factors:
-                ext = tuple(small[i] for i in idx)
-                old = operands.get(name)
+            for n, (name, idx) in enumerate(tk.factors):
+                # what the factor reads over the box (a shifted one: the box's image)
+                scales = tk.scales[n] if tk.offsets else (1,) * len(idx)
+                offsets = tk.offsets[n] if tk.offsets else (0,) * len(idx)
+                reach = [
+                    image(0, small[i], a, c) for i, a, c in zip(idx, scales, offsets, strict=True)
+                ]
+                old = held.get(name)
                 if old is not None:
-                    ext = tuple(max(a, b) for a, b in zip(ext, old[0].shape, strict=True))
-                dtype = self.kernel.dtypes.get(name, np.float64)
-                arr = rng.standard_normal(ext).astype(dtype, copy=False)
-                operands[name] = (arr, tuple((0, e) for e in ext))
+                    reach = [
+                        (min(a, x), max(b, y)) for (a, b), (x, y) in zip(reach, old, strict=True)
+                    ]
+                held[name] = reach
+        operands: dict[str, tuple[np.ndarray, Any]] = {}
+        for name, reach in held.items():
+            dtype = self.kernel.dtypes.get(name, np.float64)
+            ext = tuple(b - a for a, b in reach)
+            arr = rng.standard_normal(ext).astype(dtype, copy=False)
+            operands[name] = (arr, tuple(reach))
         out_idx = self.kernel.kernels[0].out if self.kernel.kernels else ()
         out_ext = tuple(small[i] for i in out_idx)
         out = np.zeros(out_ext, self.kernel.dtypes.get(plan.output, np.float64))

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 
 from distal.errors import InputError, NotSupportedYet, ShapeError
-from distal.sparse.formats import Format, parse_format
+from distal.sparse.formats import Format, LevelFormat, named_format, parse_format
 
 _EXTRA = "pip install 'distal[sparse]'"
 
@@ -86,16 +86,29 @@ def is_pydata_sparse(x: Any) -> bool:
 
 @dataclass(frozen=True, eq=False)
 class Level:
-    """One stored level: its letter, the extent of the dimension it stores, its arrays.
+    """One stored level: what it is and can do (its :class:`LevelFormat` in the array's
+    format), the extent of the dimension it stores, its arrays.
 
-    ``pos`` exists for ``c`` and ``q`` levels, ``crd`` for ``c``, ``q`` and ``s`` levels;
-    both are read-only int64 arrays (None where the level has none).
+    ``pos`` exists where ``format.stores_pos`` (``c`` and ``q`` levels), ``crd`` where
+    ``format.stores_crd`` (``c``, ``q`` and ``s`` levels); both are read-only int64 arrays
+    (None where the level has none).
     """
 
-    kind: str
+    format: LevelFormat
     size: int
     pos: np.ndarray | None = None
     crd: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.format, LevelFormat):  # (a letter has no place: see LevelFormat)
+            raise InputError(
+                f"a Level takes its LevelFormat (Format.level(k)), got {self.format!r}"
+            )
+
+    @property
+    def kind(self) -> str:
+        """The level's letter (``d``, ``c``, ``q`` or ``s``)."""
+        return self.format.letter
 
 
 def _frozen(a: np.ndarray) -> np.ndarray:
@@ -186,22 +199,22 @@ class SparseArray:
             )
         levels = []
         count = 1  # positions of the parent level (the root has one)
-        for k, kind in enumerate(fmt.levels):
+        for k, lf in enumerate(fmt.level_formats):
             size = shp[fmt.order[k]]
             p, c = pos[k], crd[k]
-            if kind == "d":
+            if not lf.arrays:
                 if p is not None or c is not None:
-                    raise InputError(f"level {k} of a {fmt} array is dense: it has no pos/crd")
-                levels.append(Level("d", size))
+                    raise InputError(f"level {k} of a {fmt} array is {lf.kind}: it has no pos/crd")
+                levels.append(Level(lf, size))
                 count *= size
                 continue
-            if kind == "s" and p is not None:
-                raise InputError(f"level {k} of a {fmt} array is a singleton: it has no pos")
-            if c is None or (kind != "s" and p is None):
-                need = "crd" if kind == "s" else "pos and crd"
-                raise InputError(f"level {k} ({kind}) of a {fmt} array needs {need}")
+            if not lf.stores_pos and p is not None:
+                raise InputError(f"level {k} of a {fmt} array is a {lf.kind}: it has no pos")
+            if c is None or (lf.stores_pos and p is None):
+                need = " and ".join(lf.arrays)
+                raise InputError(f"level {k} ({lf.letter}) of a {fmt} array needs {need}")
             c = _index_array(c, f"crd of level {k}").ravel()
-            if kind == "s":
+            if lf.branchless:
                 if len(c) != count:
                     raise InputError(
                         f"crd of singleton level {k} has {len(c)} entries; its parent level "
@@ -220,13 +233,14 @@ class SparseArray:
                         f"pos of level {k} must start at 0, never decrease and end at "
                         f"len(crd) = {len(c)}"
                     )
-                _check_sorted(c, p_arr, strict=kind == "c", level=k)
+                if lf.ordered:
+                    _check_sorted(c, p_arr, strict=lf.unique, level=k)
             if len(c) and (c.min() < 0 or c.max() >= size):
                 raise InputError(
                     f"crd of level {k} has coordinates outside [0, {size}) of dimension "
                     f"{fmt.order[k]}"
                 )
-            levels.append(Level(kind, size, None if p_arr is None else _frozen(p_arr), _frozen(c)))
+            levels.append(Level(lf, size, None if p_arr is None else _frozen(p_arr), _frozen(c)))
             count = len(c)
         v = _numeric(np.array(vals), "vals").ravel()
         if len(v) != count:
@@ -341,7 +355,9 @@ class SparseArray:
         fmt = parse_format(format, a.ndim)
         if fmt.is_dense:
             vals = np.ascontiguousarray(a.transpose(fmt.order)).ravel().copy()
-            levels = [Level("d", a.shape[o]) for o in fmt.order]
+            levels = [
+                Level(lf, a.shape[o]) for lf, o in zip(fmt.level_formats, fmt.order, strict=True)
+            ]
             return cls._make(a.shape, fmt, levels, vals)
         nz = np.nonzero(a)
         coords = np.array(nz, dtype=np.int64).reshape(a.ndim, -1)
@@ -360,7 +376,7 @@ class SparseArray:
         shp = tuple(int(s) for s in matrix.shape)
         fmt = parse_format(format, len(shp))
         kind = getattr(matrix, "format", None)
-        if len(shp) == 2 and fmt.levels == "dc" and kind == ("csr", "csc")[fmt.order[0]]:
+        if len(shp) == 2 and kind in _SCIPY_FORMATS and fmt == _SCIPY_FORMATS[kind]:
             m = matrix
             if not m.has_canonical_format:
                 m = m.copy()
@@ -378,8 +394,9 @@ class SparseArray:
             else:
                 pos = np.array(m.indptr, dtype=np.int64)
                 crd = np.array(m.indices, dtype=np.int64)
-                top = Level("d", shp[fmt.order[0]])
-                out = cls._make(shp, fmt, [top, Level("c", shp[fmt.order[1]], pos, crd)], vals)
+                top = Level(fmt.level(0), shp[fmt.order[0]])
+                rows = Level(fmt.level(1), shp[fmt.order[1]], pos, crd)
+                out = cls._make(shp, fmt, [top, rows], vals)
                 _remember_pattern(m, out)
             if not copy and m is matrix and m.indices.dtype == np.int32:
                 crd32 = np.asarray(m.indices).view()
@@ -417,7 +434,7 @@ class SparseArray:
         """Coordinates and values of the entries, without the zeros a dense last level
         stores for every coordinate (those are not entries of a sparse format)."""
         coords, vals = self.coordinates(), self.vals
-        if self.levels and self.levels[-1].kind == "d":
+        if self.levels and self.levels[-1].format.full:
             keep = vals != 0
             coords, vals = coords[:, keep], vals[keep]
         return coords, vals
@@ -428,8 +445,8 @@ class SparseArray:
         if self.ndim != 2:
             raise ShapeError(f"to_scipy takes an order-2 array; this one has order {self.ndim}")
         sp = _scipy_sparse()
-        if self.format.levels == "dc":
-            make = sp.csr_array if self.format.order == (0, 1) else sp.csc_array
+        if self.format in _SCIPY_FORMATS.values():
+            make = sp.csr_array if self.format == _SCIPY_FORMATS["csr"] else sp.csc_array
             lv = self.levels[1]
             return make((self.vals.copy(), lv.crd.copy(), lv.pos.copy()), shape=self.shape)
         coords, vals = self._entries()
@@ -518,9 +535,9 @@ class SparseArray:
         p = np.arange(self.nnz, dtype=np.int64)
         for j in range(len(self.levels) - 1, k, -1):
             lv = self.levels[j]
-            if lv.kind == "d":
+            if lv.format.locate:
                 p = p // lv.size if lv.size else p
-            elif lv.kind in "cq":
+            elif lv.format.stores_pos:
                 p = self._parents(j)[p]
         return p
 
@@ -533,12 +550,12 @@ class SparseArray:
         for k in range(len(self.levels) - 1, -1, -1):
             lv = self.levels[k]
             dim = self.format.order[k]
-            if lv.kind == "d":
+            if lv.format.locate:
                 out[dim] = p % lv.size
                 p = p // lv.size
             else:
                 out[dim] = lv.crd[p]
-                if lv.kind != "s":
+                if lv.format.stores_pos:
                     p = self._parents(k)[p]
         return out
 
@@ -550,12 +567,13 @@ class SparseArray:
         """The top storage level's coordinate (the row of CSR/DCSR/COO, the column of
         CSC/DCSC) of every stored position: an int64 array of length ``nnz``."""
         self._need_levels("row_of_position")
-        if len(self.levels) == 2 and self.levels[0].kind == "d" and self.levels[1].kind in "cq":
-            pos = self.levels[1].pos
+        lvs = self.levels
+        if len(lvs) == 2 and lvs[0].format.locate and lvs[1].format.stores_pos:
+            pos = lvs[1].pos
             return np.repeat(np.arange(len(pos) - 1, dtype=np.int64), np.diff(pos))
-        top = self._ancestors(0)
-        lv = self.levels[0]
-        return top if lv.kind == "d" else lv.crd[top]
+        top = lvs[0]
+        at = self._ancestors(0)
+        return at if top.format.locate else top.crd[at]
 
     def fiber_of_position(self, levels: int = 2) -> np.ndarray:
         """The position at level ``levels - 1`` of every stored position: which fiber of the
@@ -585,16 +603,16 @@ class SparseArray:
     def _row_ranges(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """Per level, the positions under the top coordinates ``[lo, hi)`` (contiguous)."""
         top = self.levels[0]
-        if top.kind == "d":
+        if top.format.locate:
             a, b = lo, hi
         else:
             a = int(np.searchsorted(top.crd, lo, side="left"))
             b = int(np.searchsorted(top.crd, hi, side="left"))
         ranges = [(a, b)]
         for lv in self.levels[1:]:
-            if lv.kind == "d":
+            if lv.format.locate:
                 a, b = a * lv.size, b * lv.size
-            elif lv.kind in "cq":
+            elif lv.format.stores_pos:
                 a, b = int(lv.pos[a]), int(lv.pos[b])
             ranges.append((a, b))
         return ranges
@@ -623,20 +641,20 @@ class SparseArray:
         for k, lv in enumerate(self.levels):
             a, b = ranges[k]
             if k == 0:
-                if lv.kind == "d":
-                    levels.append(Level("d", top_hi - top_lo))
+                if lv.format.locate:
+                    levels.append(Level(lv.format, top_hi - top_lo))
                 else:
                     pos = np.array([0, b - a], dtype=np.int64)
-                    levels.append(Level(lv.kind, top_hi - top_lo, pos, lv.crd[a:b] - top_lo))
+                    levels.append(Level(lv.format, top_hi - top_lo, pos, lv.crd[a:b] - top_lo))
                 continue
             pa, pb = ranges[k - 1]
-            if lv.kind == "d":
+            if lv.format.locate:
                 levels.append(lv)
-            elif lv.kind == "s":
-                levels.append(Level("s", lv.size, None, lv.crd[a:b]))
+            elif not lv.format.stores_pos:
+                levels.append(Level(lv.format, lv.size, None, lv.crd[a:b]))
             else:
                 pos = np.clip(lv.pos[pa : pb + 1], a, b) - a
-                levels.append(Level(lv.kind, lv.size, pos, lv.crd[a:b]))
+                levels.append(Level(lv.format, lv.size, pos, lv.crd[a:b]))
         a, b = ranges[-1]
         top_dim = self.format.order[0]
         shape = list(self.shape)
@@ -664,7 +682,7 @@ class SparseArray:
                 can split its fibers).
         """
         self._need_levels("piece")
-        if "d" in self.format.levels[1:]:
+        if any(lf.full for lf in self.format.level_formats[1:]):
             raise NotSupportedYet(
                 f"piece() of a {self.format.describe()} array: a dense level below "
                 "the top cannot be cut at positions; use rows_piece()"
@@ -676,13 +694,13 @@ class SparseArray:
         ranges = [(lo, hi)]
         a, b = lo, hi
         for lv in self.levels[:0:-1]:
-            if lv.kind != "s":
+            if lv.format.stores_pos:
                 a = int(np.searchsorted(lv.pos, a, side="right")) - 1
                 b = int(np.searchsorted(lv.pos, b - 1, side="right"))
             ranges.append((a, b))
         ranges.reverse()
         top = self.levels[0]
-        if top.kind == "d":
+        if top.format.locate:
             top_lo, top_hi = a, b
         else:
             top_lo, top_hi = int(top.crd[a]), int(top.crd[b - 1]) + 1
@@ -704,7 +722,7 @@ def _restore(
 
 
 def _check_sorted(crd: np.ndarray, pos: np.ndarray, strict: bool, level: int) -> None:
-    """Coordinates increase within every segment (strictly for a ``c`` level)."""
+    """Coordinates increase within every segment (strictly for a unique level)."""
     if len(crd) < 2:
         return
     step = np.diff(crd)
@@ -762,15 +780,15 @@ def _from_points(
     levels: list[Level] = []
     k = 0
     while k < nlev:
-        kind, size = fmt.levels[k], sizes[k]
-        if kind == "d":
+        lf, size = fmt.level(k), sizes[k]
+        if lf.locate:
             parent = parent * size + s[k]
             count *= size
-            levels.append(Level("d", size))
+            levels.append(Level(lf, size))
             k += 1
             continue
         end = k + 1  # a q level and the singleton levels under it share positions
-        while kind == "q" and end < nlev and fmt.levels[end] == "s":
+        while end < nlev and fmt.level(end).branchless:
             end += 1
         new = np.ones(n, dtype=bool)
         if n > 1:
@@ -778,9 +796,10 @@ def _from_points(
         first = np.flatnonzero(new)
         pos = np.zeros(count + 1, dtype=np.int64)
         np.cumsum(np.bincount(parent[first], minlength=count), out=pos[1:])
-        levels.append(Level(kind, size, pos, np.ascontiguousarray(s[k][first])))
+        levels.append(Level(lf, size, pos, np.ascontiguousarray(s[k][first])))
         levels.extend(
-            Level("s", sizes[j], None, np.ascontiguousarray(s[j][first])) for j in range(k + 1, end)
+            Level(fmt.level(j), sizes[j], None, np.ascontiguousarray(s[j][first]))
+            for j in range(k + 1, end)
         )
         parent = np.cumsum(new, dtype=np.int64) - 1
         count = len(first)
@@ -792,6 +811,9 @@ def _from_points(
         out_vals[parent] = vals
     return SparseArray._make(shape, fmt, levels, out_vals)
 
+
+#: the formats scipy's CSR and CSC matrices are read in without a conversion
+_SCIPY_FORMATS = {"csr": named_format("csr", 2), "csc": named_format("csc", 2)}
 
 #: scipy CSR/CSC patterns already read, by the identity of the matrix's index arrays: a
 #: loop that passes the same matrix to every run (new values, or none) reuses the int64

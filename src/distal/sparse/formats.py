@@ -25,6 +25,11 @@ Named formats (``n`` is the tensor's order; those with a fixed order need it)::
     dcsr   "cc"                 dcsc  "cc", order (1, 0)
     dss    "dcc"                dds   "ddc"
 
+What a level can do is asked of its :class:`LevelFormat` (``Format.level(k)``, or a stored
+level's ``Level.format``), as TACO asks a ``ModeFormat`` (``hasLocate()``, ``hasAppend()``,
+``isUnique()``, ...): the lowering, the sparse arrays, the leaves, the runtimes and the MLIR
+export never compare level letters; this module alone knows which letter answers what.
+
 This module imports nothing but :mod:`distal.errors`: :class:`distal.Tensor` uses it to
 parse ``format=``.
 """
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import numbers
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distal.errors import NotationError
@@ -44,6 +50,111 @@ LEVELS = {
     "q": "compressed with duplicates",
     "s": "singleton",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class LevelFormat:
+    """What one level of a format is and can do: TACO's ``ModeFormat`` properties and
+    capabilities, for a level in its place in a format: a level followed by a singleton is
+    not unique (the singletons below tell its repeated coordinates apart), so COO's
+    ``q s s`` is TACO's and MLIR's ``compressed(nonunique), singleton(nonunique),
+    singleton``, and a ``q`` level with no singleton below it (1-D COO) is unique.
+
+    Properties (of the coordinates a level stores under each parent position):
+
+    * ``full``: every coordinate ``0..size-1`` exists;
+    * ``ordered``: they increase in position order;
+    * ``unique``: none repeats (counting the levels below that share its positions);
+    * ``branchless``: exactly one child per parent position, at the same position;
+    * ``compact``: the level's positions are ``0..n-1`` with no gaps.
+
+    Capabilities (what a lowering may do with it):
+
+    * ``iterate_coordinates``: walk the coordinates, computing each one's position;
+    * ``iterate_positions``: walk a parent's children as a range of positions, reading
+      each one's coordinate;
+    * ``locate``: find a coordinate's position without a search (``parent * size +
+      coordinate``);
+    * ``insert``: write at a located position in any order; ``append``: build the level
+      by appending coordinates in order.
+
+    ``stores_pos`` / ``stores_crd`` say which index arrays the level holds.
+    """
+
+    letter: str
+    kind: str  # the level type: "dense", "compressed" or "singleton"
+    full: bool
+    ordered: bool
+    unique: bool
+    branchless: bool
+    compact: bool
+    iterate_coordinates: bool
+    iterate_positions: bool
+    locate: bool
+    insert: bool
+    append: bool
+
+    @property
+    def stores_pos(self) -> bool:
+        """Holds ``pos``: a parent's children are the positions ``pos[p]..pos[p+1]-1``."""
+        return self.iterate_positions and not self.branchless
+
+    @property
+    def stores_crd(self) -> bool:
+        """Holds ``crd``: the coordinate of each of its positions."""
+        return not self.full
+
+    @property
+    def arrays(self) -> tuple[str, ...]:
+        """The names of the index arrays the level holds, in the order they travel."""
+        return ("pos",) * self.stores_pos + ("crd",) * self.stores_crd
+
+    @property
+    def level_type(self) -> str:
+        """The MLIR ``sparse_tensor`` level type (``compressed(nonunique)``, ...). A ``q``
+        level is written non-unique even where nothing below lets a coordinate repeat (1-D
+        COO), so that it reads back as ``q`` (:func:`level_letter`)."""
+        nonunique = not self.unique or self.letter == "q"
+        return f"{self.kind}(nonunique)" if nonunique else self.kind
+
+    def __repr__(self) -> str:
+        return f"LevelFormat({self.letter!r}: {self.kind}{'' if self.unique else ', nonunique'})"
+
+
+#: TACO's dense, compressed and singleton mode formats (ordered, unique variants)
+DENSE = LevelFormat(
+    "d", "dense", full=True, ordered=True, unique=True, branchless=False, compact=True,
+    iterate_coordinates=True, iterate_positions=False, locate=True, insert=True, append=False,
+)  # fmt: skip
+COMPRESSED = LevelFormat(
+    "c", "compressed", full=False, ordered=True, unique=True, branchless=False, compact=True,
+    iterate_coordinates=False, iterate_positions=True, locate=False, insert=False, append=True,
+)  # fmt: skip
+SINGLETON = LevelFormat(
+    "s", "singleton", full=False, ordered=True, unique=True, branchless=True, compact=True,
+    iterate_coordinates=False, iterate_positions=True, locate=False, insert=False, append=True,
+)  # fmt: skip
+#: the level format of each letter where no singleton follows it
+_LETTER = {"d": DENSE, "c": COMPRESSED, "q": replace(COMPRESSED, letter="q"), "s": SINGLETON}
+#: ... and where one does (only ``q`` and ``s`` may be followed by a singleton)
+_SHARED = {k: replace(lf, unique=False) for k, lf in _LETTER.items() if k in "qs"}
+
+
+def level_formats(levels: str) -> tuple[LevelFormat, ...]:
+    """The level format of each letter of ``levels``, in its place: a level followed by a
+    singleton shares its positions with it, so its own coordinates may repeat."""
+    return tuple(
+        _SHARED[letter] if levels[k + 1 : k + 2] == "s" else _LETTER[letter]
+        for k, letter in enumerate(levels)
+    )
+
+
+def level_letter(level_type: str, unique: bool = True) -> str:
+    """The letter of a level of type ``level_type`` (``dense``, ``compressed`` or
+    ``singleton``; a non-unique compressed level is ``q``). Raises KeyError for another."""
+    if level_type == "compressed" and not unique:
+        return "q"
+    return {lf.kind: k for k, lf in _LETTER.items() if k != "q"}[level_type]
 
 
 class Format:
@@ -62,7 +173,7 @@ class Format:
     format they are (``"csr"``, ...) or None.
     """
 
-    __slots__ = ("levels", "order")
+    __slots__ = ("_formats", "levels", "order")
 
     levels: str
     order: tuple[int, ...]
@@ -106,6 +217,7 @@ class Format:
                 )
         object.__setattr__(self, "levels", levels)
         object.__setattr__(self, "order", perm)
+        object.__setattr__(self, "_formats", level_formats(levels))
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("a Format cannot be changed; make a new one")
@@ -117,6 +229,15 @@ class Format:
     def ndim(self) -> int:
         """The number of levels (the order of the tensors it stores)."""
         return len(self.levels)
+
+    def level(self, k: int) -> LevelFormat:
+        """What level ``k`` (in storage order) is and can do."""
+        return self._formats[k]
+
+    @property
+    def level_formats(self) -> tuple[LevelFormat, ...]:
+        """Every level's :class:`LevelFormat`, in storage order."""
+        return self._formats
 
     @property
     def is_dense(self) -> bool:

@@ -100,12 +100,14 @@ def _from_sorted_keys(
 ) -> SparseArray:
     """The array of entries at distinct, increasing row-major linear indices ``keys``.
 
-    Formats in dimension order whose levels are dense or compressed (CSR, DCSR, CSF, DSS,
-    DDS, ...) are assembled directly from the keys, which are already in their storage
-    order; any other format goes through :meth:`SparseArray.from_coo`.
+    Formats in dimension order whose levels locate their coordinates or store each one once
+    under a ``pos`` segment (dense or compressed: CSR, DCSR, CSF, DSS, DDS, ...) are
+    assembled directly from the keys, which are already in their storage order; any other
+    format goes through :meth:`SparseArray.from_coo`.
     """
     fmt = parse_format(format, len(shape))
-    if fmt.order != tuple(range(len(shape))) or set(fmt.levels) - {"d", "c"}:
+    direct = all(lf.locate or (lf.stores_pos and lf.unique) for lf in fmt.level_formats)
+    if fmt.order != tuple(range(len(shape))) or not direct:
         coords = np.array(np.unravel_index(keys, shape), dtype=np.int64).reshape(len(shape), -1)
         return SparseArray.from_coo(coords, vals, shape, fmt)
     below = [math.prod(shape[k + 1 :]) for k in range(len(shape))]
@@ -113,9 +115,9 @@ def _from_sorted_keys(
     crd: list[np.ndarray | None] = []
     parent = np.zeros(len(keys), dtype=np.int64)  # each entry's position one level up
     count = 1
-    for k, kind in enumerate(fmt.levels):
+    for k, lf in enumerate(fmt.level_formats):
         coord = (keys // below[k]) % shape[k]
-        if kind == "d":
+        if lf.locate:
             parent = parent * shape[k] + coord
             count *= shape[k]
             pos.append(None)

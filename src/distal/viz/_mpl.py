@@ -19,15 +19,23 @@ class VizError(DistalUserError):
     """A picture cannot be made from what was given (the message names the culprit)."""
 
 
-def figure(width: float, height: float) -> Any:
-    """A new Agg-backed matplotlib Figure of ``width`` x ``height`` inches."""
+def matplotlib(module: str = "matplotlib") -> Any:
+    """``import module`` (a part of matplotlib); without matplotlib a ``NotSupportedYet``
+    naming the extra that brings it, whichever picture asked first."""
+    import importlib
+
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
+        return importlib.import_module(module)
     except ImportError as e:
         raise NotSupportedYet(
             "pictures need matplotlib: pip install 'distal[viz]' (or use kernel.explain())"
         ) from e
+
+
+def figure(width: float, height: float) -> Any:
+    """A new Agg-backed matplotlib Figure of ``width`` x ``height`` inches."""
+    FigureCanvasAgg = matplotlib("matplotlib.backends.backend_agg").FigureCanvasAgg
+    Figure = matplotlib("matplotlib.figure").Figure
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -54,7 +62,7 @@ def save(fig: Any, path: str | Path | None, dpi: int = 120) -> Any:
 
 def colours(n: int) -> list[Any]:
     """``n`` distinguishable RGBA colours, never grey (grey means "holds nothing")."""
-    from matplotlib import colormaps
+    colormaps = matplotlib().colormaps
 
     if n <= 9:
         cmap = colormaps["tab10"]
@@ -119,7 +127,7 @@ def proc_axis(ax: Any, axis: str, nprocs: int, machine: Any = None) -> int:
     when there are 4 to 16 groups, else a few evenly spaced integers. The caller
     draws separators at the group boundaries (a multiple of the returned size).
     """
-    from matplotlib.ticker import MaxNLocator
+    MaxNLocator = matplotlib("matplotlib.ticker").MaxNLocator
 
     levels = machine_levels(machine, nprocs)
     group = proc_group(levels)

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from distal.viz._mpl import VizError, colours, figure, machine_levels, save
+from distal.viz._mpl import VizError, colours, figure, machine_levels, matplotlib, save
 
 GREY = (0.85, 0.85, 0.85, 1.0)
 
@@ -178,7 +178,7 @@ def _machine_panels(grid: tuple[int, ...], levels: tuple[tuple[int, ...], ...]) 
 
 
 def _draw_tensor(ax: Any, shape: tuple[int, ...], blocks: list, cols: list, labels: bool) -> None:
-    from matplotlib.patches import Rectangle
+    Rectangle = matplotlib("matplotlib.patches").Rectangle
 
     rows = shape[0] if len(shape) >= 1 else 1
     width = shape[1] if len(shape) >= 2 else 1
@@ -212,7 +212,7 @@ def _draw_tensor(ax: Any, shape: tuple[int, ...], blocks: list, cols: list, labe
 
 
 def _draw_machine(ax: Any, panel: _Panel, holder: dict, cols: list, labels: bool) -> None:
-    from matplotlib.patches import Rectangle
+    Rectangle = matplotlib("matplotlib.patches").Rectangle
 
     size = 8 if len(panel.cells) <= 16 else 7 if len(panel.cells) <= 64 else 5
     for r, row, col in panel.cells:

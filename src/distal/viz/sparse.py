@@ -31,6 +31,7 @@ from distal.viz._mpl import (
     figure,
     machine_levels,
     machine_text,
+    matplotlib,
     proc_axis,
     proc_axis_label,
     proc_label,
@@ -258,7 +259,7 @@ def _plot_dense(plan: Any, name: str, path: Any, title: str | None) -> Any:
     counts = dense_counts(plan, name)
     boxes = _owned_boxes(plan, name)
     fig = figure(9.0, 2.6 if t.ndim <= 1 else 4.6)  # first: says how to get matplotlib if missing
-    from matplotlib.patches import Rectangle
+    Rectangle = matplotlib("matplotlib.patches").Rectangle
 
     ax, axb = fig.subplots(1, 2, width_ratios=[1.7, 1])
     cols = colours(P)
@@ -336,7 +337,7 @@ def _rect(box: tuple[tuple[int, int], ...], ndim: int) -> tuple[tuple[int, int],
 def _processor_key(fig: Any, ax: Any, cols: list[Any], machine: Any, nprocs: int) -> None:
     """A legend of processors beside ``ax`` (up to 16), else a colour bar numbered by them."""
     if nprocs <= ALL_TICKS:
-        from matplotlib.lines import Line2D
+        Line2D = matplotlib("matplotlib.lines").Line2D
 
         levels = machine_levels(machine, nprocs)
         handles = [
@@ -354,9 +355,10 @@ def _processor_key(fig: Any, ax: Any, cols: list[Any], machine: Any, nprocs: int
             handletextpad=0.2,
         )
         return
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import BoundaryNorm, ListedColormap
-    from matplotlib.ticker import MaxNLocator
+    ScalarMappable = matplotlib("matplotlib.cm").ScalarMappable
+    _m = matplotlib("matplotlib.colors")
+    BoundaryNorm, ListedColormap = _m.BoundaryNorm, _m.ListedColormap
+    MaxNLocator = matplotlib("matplotlib.ticker").MaxNLocator
 
     norm = BoundaryNorm(np.arange(nprocs + 1) - 0.5, nprocs)
     bar = fig.colorbar(ScalarMappable(norm, ListedColormap(cols)), ax=ax, fraction=0.05)

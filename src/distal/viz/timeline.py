@@ -15,7 +15,7 @@ from typing import Any
 
 from distal.text import time_unit  # axes and printed times share one unit ladder
 from distal.trace import Event
-from distal.viz._mpl import VizError, figure, proc_axis, proc_axis_label, save
+from distal.viz._mpl import VizError, figure, matplotlib, proc_axis, proc_axis_label, save
 
 KIND_COLOURS = {
     "fetch": "tab:blue",
@@ -57,7 +57,7 @@ def plot_timeline(
 
     Returns the matplotlib Figure.
     """
-    from matplotlib.patches import Patch
+    Patch = matplotlib("matplotlib.patches").Patch
 
     events = events_of(result)
     if not events:

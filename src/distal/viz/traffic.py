@@ -19,6 +19,7 @@ from distal.viz._mpl import (
     VizError,
     figure,
     machine_text,
+    matplotlib,
     proc_axis,
     proc_axis_label,
     save,
@@ -58,8 +59,9 @@ def plot_traffic(
 
     Returns the matplotlib Figure.
     """
-    from matplotlib.colors import LogNorm, Normalize
-    from matplotlib.ticker import StrMethodFormatter
+    _m = matplotlib("matplotlib.colors")
+    LogNorm, Normalize = _m.LogNorm, _m.Normalize
+    StrMethodFormatter = matplotlib("matplotlib.ticker").StrMethodFormatter
 
     plan = kernel.plan
     if step is not None and not (isinstance(step, int) and 0 <= step <= plan.nsteps):

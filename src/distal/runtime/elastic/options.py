@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,9 +12,56 @@ from distal.runtime.elastic.trust import Trust
 from distal.runtime.elastic.units import GRANULARITIES
 
 
+@dataclass(frozen=True)
+class Faults:
+    """Faults a run injects on purpose, to show what the runtime does about them (tests,
+    benchmarks, demonstrations; ``faults=`` of ``runtime="dask"``, a ``Faults`` or a dict
+    of its fields):
+
+    - ``delay``: seconds every unit waits after computing (a unit of known length);
+    - ``slow``: ``{worker name: factor}``: that worker's units take ``factor`` times as long
+      (their compute and their ``delay``): a slow or stuck machine;
+    - ``trace``: a file every task appends ``start|done <task> <status>`` lines to;
+    - ``lie``: worker names whose units and reductions come back with 1 added to every
+      element and whose held unit descriptions have one byte changed: a lying worker.
+    """
+
+    delay: float = 0.0
+    slow: Mapping[Any, float] = field(default_factory=dict)
+    trace: str | None = None
+    lie: frozenset[Any] = frozenset()
+
+    @classmethod
+    def of(cls, x: Any) -> Faults:
+        """``faults=``'s value as a ``Faults`` (None: none); an unknown field or a wrong
+        type is an ``InputError`` naming it."""
+        if x is None:
+            return cls()
+        if isinstance(x, Faults):
+            return x
+        if not isinstance(x, Mapping):
+            raise InputError(f"faults must be a Faults or a dict of its fields, got {x!r}")
+        known = ("delay", "slow", "trace", "lie")
+        for k in x:
+            if k not in known:
+                raise InputError(f"unknown field {k!r} of faults; fields are {list(known)}")
+        delay = x.get("delay", 0.0)
+        if isinstance(delay, bool) or not isinstance(delay, int | float) or delay < 0:
+            raise InputError(f"faults delay must be seconds >= 0, got {delay!r}")
+        slow = x.get("slow", {})
+        if not isinstance(slow, Mapping):
+            raise InputError(f"faults slow must be a dict of worker name: factor, got {slow!r}")
+        lie = x.get("lie", ())
+        if isinstance(lie, str | bytes) or not isinstance(lie, Iterable):
+            raise InputError(f"faults lie must be a collection of worker names, got {lie!r}")
+        trace = x.get("trace")
+        return cls(float(delay), dict(slow), None if trace is None else str(trace), frozenset(lie))
+
+
 @dataclass
 class Options:
-    """Run options (``docs/elastic.md`` has the table); ``_``-prefixed ones are test hooks."""
+    """Run options (``docs/elastic.md`` has the table); ``_``-prefixed ones are the Dask
+    runtime's own (a session's held values, trust and exclusions), never a caller's."""
 
     client: Any = None
     checkpoint: Any = None
@@ -35,10 +82,7 @@ class Options:
     keep_partials: bool = False
     fsync: bool = True
     speculate: bool = True
-    _delay: float = 0.0
-    _slow: Mapping[Any, float] = field(default_factory=dict)
-    _trace: str | None = None
-    _lie: Any = ()
+    faults: Any = None
     # a session's: output blocks stay on the workers (Result.value is a WorkerValue), and
     # input blocks made from this process's values are kept, per input, for the next run
     _hold: bool = False
@@ -58,6 +102,7 @@ class Options:
                 public = [n for n in known if not n.startswith("_")]
                 raise InputError(f"unknown option {k!r} for runtime 'dask'; options are {public}")
         o = cls(**options)
+        o.faults = Faults.of(o.faults)
         o.checkpoint_key = check_key(o.checkpoint_key)
         if o.checkpoint_key is not None and o.checkpoint is None:
             raise InputError(
@@ -102,4 +147,4 @@ class Options:
         return 1 if isinstance(self.verify, str) else int(self.verify)
 
 
-__all__ = ["Options"]
+__all__ = ["Faults", "Options"]

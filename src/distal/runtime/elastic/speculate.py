@@ -11,16 +11,21 @@ than that, behind another task on a busy worker is duplicated the same way (canc
 copy that never started costs nothing).
 
 A unit that stops answering (a hung worker, a machine paused without leaving the pool)
-must not wait for the tail: every unit has a *deadline*, ``LATE`` times what its size (the
+must not wait for the tail: every unit has a *deadline*. A running unit's starts when it
+started, i.e. once its inputs were in place, and is ``LATE`` times what its size (the
 iterations its leaves visit) takes at the speed observed on its worker (the pool's fastest
 where that worker has finished nothing yet), at least ``WARM_FLOOR`` seconds; before any
 unit has finished anywhere, ``COLD_FLOOR`` seconds or its size at the very low
-``COLD_RATE``. A unit past its deadline, running or queued behind another task, is copied
-onto a worker that is not holding an overdue unit, whether or not units remain to hand out,
-and no longer counts against the window, so the rest of the pool is fed past it.
+``COLD_RATE``. A unit not started yet is timed from its hand-out, and its deadline adds
+the transfer of its input bytes at the slowest link rate observed (``COLD_LINK`` before
+any) and the units ahead of it: on a slow link a unit waiting for its inputs is not late.
+A unit past its deadline, running or queued behind another task, is copied onto another
+worker that is not holding an overdue unit, whether or not units remain to hand out, and
+no longer counts against the window, so the rest of the pool is fed past it. Nothing is
+copied on a pool with one trusted worker, or onto the worker a unit waits on.
 
-This module is the policy only (pure functions of the workers' events); the feeder submits
-and resolves the copies with Dask's own primitives.
+This module is the arithmetic only (pure functions); :class:`~.core.Core` decides with
+it, from the events the workers report.
 """
 
 from __future__ import annotations
@@ -54,31 +59,40 @@ COLD_RATE = 1e6
 """Iterations per second a unit's leaves reach at the very least (numpy and BLAS leaves
 reach 1e8 to 1e10): a unit larger than ``COLD_FLOOR`` seconds of it gets longer."""
 
-
-def rates(by_name: Mapping[str, list[dict[str, Any]]]) -> dict[str, float]:
-    """Iterations per second each worker has reached over its computed units (what those
-    units' leaves visited over the seconds they took)."""
-    its: dict[str, float] = {}
-    secs: dict[str, float] = {}
-    for ms in by_name.values():
-        for m in ms:
-            if m["kind"] == "done" and m.get("unit") and m.get("status") == "computed":
-                n = m.get("iterations")
-                if not n:
-                    continue
-                w = m["worker"]
-                its[w] = its.get(w, 0.0) + float(n[1])
-                secs[w] = secs.get(w, 0.0) + float(m.get("seconds", 0.0))
-    return {w: its[w] / secs[w] for w in its if secs[w] > 0 and its[w] > 0}
+COLD_LINK = 1e6
+"""Bytes per second a worker's link delivers a unit's inputs at the very least, before
+any transfer was measured (8 Mbit/s: a volunteer's uplink; a LAN is 100 times that)."""
 
 
 def deadline(size: int, worker: str, observed: Mapping[str, float]) -> float:
-    """Seconds after which a unit of ``size`` iterations on ``worker`` (``""``: not known,
-    queued) is overdue, from the speeds ``observed`` (:func:`rates`)."""
+    """Seconds after its start (its inputs in place) by which a running unit of ``size``
+    iterations on ``worker`` is overdue, from the speeds ``observed`` (iterations per
+    second per worker)."""
     if not observed:
         return max(COLD_FLOOR, LATE * size / COLD_RATE)
     rate = observed.get(worker) or max(observed.values())
     return max(WARM_FLOOR, LATE * size / rate)
+
+
+def waiting_deadline(
+    size: int,
+    in_bytes: int,
+    ahead: float,
+    observed: Mapping[str, float],
+    link: float | None,
+) -> float:
+    """Seconds after its hand-out by which a unit of ``size`` iterations reading
+    ``in_bytes`` of inputs that has not started is overdue: ``LATE`` times its inputs'
+    transfer at the slowest observed ``link`` rate (``COLD_LINK`` before any), plus its own
+    and ``ahead`` other units' time at the pool's fastest observed speed (a unit handed
+    out waits behind the window's others on its worker), at least the floors of
+    :func:`deadline`. A unit waiting for its inputs on a slow link is not late: its
+    deadline grows with what it must receive."""
+    transfer = in_bytes / (link or COLD_LINK)
+    if not observed:
+        return max(COLD_FLOOR, LATE * (transfer + (1 + ahead) * size / COLD_RATE))
+    rate = max(observed.values())
+    return max(WARM_FLOOR, LATE * (transfer + (1 + ahead) * size / rate))
 
 
 def pair_overdue(
@@ -103,16 +117,6 @@ def pair_overdue(
     return out
 
 
-def unit_times(by_name: Mapping[str, list[dict[str, Any]]]) -> dict[str, list[float]]:
-    """Seconds each worker took per computed unit (checkpoint loads and reductions excluded)."""
-    out: dict[str, list[float]] = {}
-    for ms in by_name.values():
-        for m in ms:
-            if m["kind"] == "done" and m.get("unit") and m.get("status") == "computed":
-                out.setdefault(m["worker"], []).append(float(m.get("seconds", 0.0)))
-    return out
-
-
 def reference(times: Mapping[str, Sequence[float]]) -> float | None:
     """Median unit time on the fast workers, or None before any unit has finished."""
     medians = {w: statistics.median(v) for w, v in times.items() if v}
@@ -121,34 +125,6 @@ def reference(times: Mapping[str, Sequence[float]]) -> float | None:
     fastest = min(medians.values())
     fast = [t for w, v in times.items() if w in medians and medians[w] <= FAST * fastest for t in v]
     return statistics.median(fast)
-
-
-def running(
-    by_name: Mapping[str, list[dict[str, Any]]], now: float
-) -> dict[str, tuple[str, float]]:
-    """Units whose original copy is running: name -> (worker, seconds since it started).
-
-    Ages use the driver's clock at the start event's arrival (``recv``), so they are immune
-    to clock skew between machines and err on the young side.
-    """
-    out: dict[str, tuple[str, float]] = {}
-    for name, ms in by_name.items():
-        own = [m for m in ms if not m.get("spec")]
-        starts = [m for m in own if m["kind"] == "start" and m.get("unit")]
-        dones = [m for m in own if m["kind"] == "done"]
-        if starts and len(starts) > len(dones):
-            last = starts[-1]
-            out[name] = (last["worker"], now - float(last.get("recv", now)))
-    return out
-
-
-def started(by_name: Mapping[str, list[dict[str, Any]]]) -> set[str]:
-    """Units whose original copy has started somewhere (running, finished or lost)."""
-    return {
-        name
-        for name, ms in by_name.items()
-        if any(m["kind"] == "start" and not m.get("spec") for m in ms)
-    }
 
 
 def queued(
@@ -196,6 +172,7 @@ def pair(
 
 __all__ = [
     "COLD_FLOOR",
+    "COLD_LINK",
     "COLD_RATE",
     "FAST",
     "LATE",
@@ -205,9 +182,6 @@ __all__ = [
     "pair",
     "pair_overdue",
     "queued",
-    "rates",
     "reference",
-    "running",
-    "started",
-    "unit_times",
+    "waiting_deadline",
 ]

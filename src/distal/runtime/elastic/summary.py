@@ -361,8 +361,9 @@ def summarize(
 
 def measured_traffic(
     events: Events,
-) -> tuple[list[tuple[int, int, int, int]], dict[int, int]]:
-    """The messages and iterations the tasks of this run counted, once per task.
+) -> tuple[list[tuple[int, int, int, int]], dict[int, int], list[tuple[int, int]]]:
+    """The messages, iterations and memory (``(processor, elements held)``, one per task
+    that reported it) the tasks of this run counted, once per task.
 
     A task that computed more than once (recomputed after a failure, both copies of a
     speculative race, ``verify=k``'s copies) moved its inputs again in Dask but delivered one
@@ -372,6 +373,7 @@ def measured_traffic(
     """
     traffic: list[tuple[int, int, int, int]] = []
     iterations: dict[int, int] = defaultdict(int)
+    held: list[tuple[int, int]] = []
     for ms in events.by_name().values():
         counted = [m for m in ms if m["kind"] == "done" and ("traffic" in m or "iterations" in m)]
         if not counted:
@@ -381,7 +383,9 @@ def measured_traffic(
         if "iterations" in last:
             proc, n = last["iterations"]
             iterations[int(proc)] += int(n)
-    return traffic, dict(iterations)
+        if "held" in last and int(last["held"][0]) >= 0:
+            held.append((int(last["held"][0]), int(last["held"][1])))
+    return traffic, dict(iterations), held
 
 
 __all__ = ["Events", "Summary", "measured_traffic", "summarize"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
+import itertools
 import math
 import os
 import secrets
@@ -204,6 +205,23 @@ def transfer_bytes(nonce: str, dask_worker: Any = None) -> int:
     )
 
 
+def fetched(w: Any, recent: int = 256) -> tuple[int, float]:
+    """Bytes of the running task's inputs that came to worker ``w`` over the network, and
+    the seconds those transfers took (Dask's log of incoming transfers, its last
+    ``recent`` entries): how the driver learns what a link delivers. ``(0, 0.0)`` where
+    nothing came, or the worker keeps no such log."""
+    try:
+        deps = {d.key for d in w.state.tasks[w.get_current_task()].dependencies}
+        n, secs = 0, 0.0
+        for e in itertools.islice(reversed(w.transfer_incoming_log), recent):
+            if deps.intersection(e.get("keys", ())):
+                n += int(e.get("total", 0))
+                secs += float(e["stop"]) - float(e["start"])
+        return n, secs
+    except Exception:  # a stand-in worker, another Dask version: nothing measured
+        return 0, 0.0
+
+
 def _stall(ctx: Ctx, worker: Any, seconds: float) -> None:
     """Test hooks: a fixed delay per task, scaled on workers marked slow."""
     factor = float(ctx.slow.get(worker.name, 1.0))
@@ -356,25 +374,44 @@ def _abs_dtype(dtype: np.dtype) -> np.dtype:
     return np.abs(np.zeros(0, dtype)).dtype
 
 
+def _buffers(unit: Unit, blocks: Blocks, operands: Mapping[str, Any]) -> int:
+    """Elements of a step's fetch buffers, as the plan's memory model counts them: a buffer
+    that is a view of a block its processor owns costs nothing; one made of other blocks,
+    or a view of a block received from another processor, is a buffer."""
+    own = [blocks[n][2] for n in unit.own if n < len(blocks)]
+    total = 0
+    for arr, _ in operands.values():
+        if arr.base is not None and any(np.may_share_memory(arr, b) for b in own):
+            continue
+        total += arr.size
+    return total
+
+
 def _compute(
     ctx: Ctx,
     unit: Unit,
     blocks: Blocks,
     absolute: bool = False,
     prepared: dict[tuple[int, int, str], Any] | None = None,
+    held: list[int] | None = None,
 ) -> tuple[np.ndarray, Traffic, int]:
     """The unit's partial output, the fetch traffic it received, and the iterations its
     leaves visited. ``absolute``: the same sums over the operands' absolute values and the
     terms' absolute coefficients (a recomputing check's magnitude bound). ``prepared``: the
     leaves over stored entries kept with a held unit (:class:`~.units.HeldUnit`), used and
-    filled here."""
+    filled here. ``held``: appended the most elements the unit held at the end of a step
+    beside its processor's owned blocks (its fetch buffers, and its output buffer unless the
+    plan adds it straight into the owned block), measured on the arrays it made."""
     dtype = _abs_dtype(ctx.out_dtype) if absolute else ctx.out_dtype
     kernels = ctx.kernels
     if absolute:
         kernels = tuple(dataclasses.replace(k, coeff=abs(k.coeff)) for k in kernels)
     out = np.zeros(shape(unit.out_box), dtype)
     iterations = 0
+    most = 0
     for s, (operands, boxes, works) in enumerate(_steps(ctx, unit, blocks, absolute)):
+        if held is not None:
+            most = max(most, _buffers(unit, blocks, operands) + (0 if unit.direct else out.size))
         for box in boxes:
             run_leaf(kernels, box, operands, out, unit.out_box)
             iterations += box_volume(box)
@@ -389,7 +426,46 @@ def _compute(
                     leaves = prepared[(s, j, dtype.str)] = EntryLeaves(work, dtype)
             iterations += (leaves or EntryLeaves(work, dtype))(out, operands)
     traffic = [] if absolute else _received(unit, blocks, _by_tensor(blocks))
+    if held is not None:
+        held.append(most)
     return out, traffic, iterations
+
+
+def _bare(kernels: tuple[TermKernel, ...], out_dtype: Any, **more: Any) -> Ctx:
+    """A context for computing and checking outside a Dask task (no worker, no log)."""
+    return Ctx("", tuple(kernels), np.dtype(out_dtype), None, lambda: None, **more)
+
+
+def compute(
+    kernels: tuple[TermKernel, ...],
+    out_dtype: Any,
+    unit: Unit,
+    blocks: Blocks,
+    prepared: dict[tuple[int, int, str], Any] | None = None,
+) -> tuple[np.ndarray, Traffic, int]:
+    """Unit ``unit``'s partial output from its input ``blocks`` (in the order of its
+    ``needs``), the fetch traffic it received and the iterations its leaves visited: what
+    a unit's task computes, for any transport (a volunteer runs the same code as a Dask
+    worker). ``prepared``: leaves over stored entries kept between calls."""
+    return _compute(_bare(kernels, out_dtype), unit, blocks, prepared=prepared)
+
+
+def check(
+    kernels: tuple[TermKernel, ...],
+    out_dtype: Any,
+    unit: Unit,
+    blocks: Blocks,
+    claimed: np.ndarray,
+    seed: int,
+    reps: int | None = None,
+    plan_key: str = "",
+    checksums: bool = True,
+) -> Verdict:
+    """The check of ``claimed`` as unit ``unit``'s result (:func:`verdict`) for any
+    transport: ``seed`` draws its random vectors (keep it from the worker checked),
+    ``plan_key`` names the unit's plan for kept checksums (:func:`plan_key`)."""
+    ctx = _bare(kernels, out_dtype, checksums=checksums, plan_key=plan_key)
+    return verdict(ctx, unit, blocks, claimed, seed, reps)
 
 
 def planned_iterations(unit: Unit) -> int:
@@ -624,7 +700,8 @@ def unit_task(
     label = unit.name if replica is None else f"{unit.name}#v{replica}"
     tags: dict[str, Any] = {"unit": True} | ({"spec": spec} if spec else {})
     tags |= {"redo": redo} if redo else {}
-    w = event(ctx, "start", label, **tags)
+    w = ctx.worker()
+    w = event(ctx, "start", label, w, fetched=fetched(w), **tags)
     t0 = time.perf_counter()
     corrupt = False
     store = ctx.store
@@ -641,13 +718,18 @@ def unit_task(
         corrupt = status == CORRUPT
         if status == UNAUTHENTICATED:
             tags |= {"unauthenticated": True}
-    out, traffic, iterations = _compute(ctx, unit, blocks, prepared=prepared)
+    most: list[int] = []
+    out, traffic, iterations = _compute(ctx, unit, blocks, prepared=prepared, held=most)
     _stall(ctx, w, time.perf_counter() - t0)
     if w.name in ctx.lie:
         out = out + 1
     out = _fault(out)
     seconds = time.perf_counter() - t0
-    counts = {"traffic": traffic, "iterations": [unit.proc, iterations]}
+    counts = {
+        "traffic": traffic,
+        "iterations": [unit.proc, iterations],
+        "held": [unit.proc, most[0]],
+    }
     done = {"status": "computed", "corrupt": corrupt, "seconds": seconds, **tags}
     if replica is not None:
         # a copy's counts travel to agree_task, which logs the accepted unit's once
@@ -928,6 +1010,7 @@ def reduce_task(
     contribs: Contribs,
     save: bool = True,
     replica: int | None = None,
+    owner: int = -1,
 ) -> Any:
     """Sum the unit partials' pieces of one output block; checkpoint the finished block.
 
@@ -941,6 +1024,8 @@ def reduce_task(
     ``save=False`` (``verify="check"``: the block's check saves it) only sums.
     ``replica=r`` is copy ``r`` of ``verify=k``: it returns ``(block, worker, counts)`` for
     :func:`agree_block_task`, which saves the agreed block and logs its traffic.
+    ``owner``: the processor that reduces the block (whose memory the received partials
+    are counted to).
     """
     label = name if replica is None else f"{name}#v{replica}"
     w = event(ctx, "start", label)
@@ -957,13 +1042,16 @@ def reduce_task(
         block = block + 1
     block = _fault(block)
     seconds = time.perf_counter() - t0
+    # the reducer holds, beside its owned blocks, the partial sums it received (its inbox)
+    inbox = {"held": [owner, sum(words for _, _, words, _ in traffic)]}
     if replica is not None:
         event(ctx, "done", label, w, status="computed", seconds=seconds)
-        return block, w.address, {"traffic": traffic}
+        return block, w.address, {"traffic": traffic, **inbox}
+    done = {"status": "computed", "seconds": seconds, "traffic": traffic, **inbox}
     if save:
-        finish(ctx, w, name, block, name, status="computed", seconds=seconds, traffic=traffic)
+        finish(ctx, w, name, block, name, **done)
     else:
-        event(ctx, "done", label, w, status="computed", seconds=seconds, traffic=traffic)
+        event(ctx, "done", label, w, **done)
     return block
 
 
@@ -975,10 +1063,13 @@ __all__ = [
     "VerificationFailed",
     "agree_block_task",
     "agree_task",
+    "check",
     "check_reduce_task",
     "check_task",
+    "compute",
     "drain",
     "event",
+    "fetched",
     "finish",
     "hash_block",
     "input_block",

@@ -35,8 +35,9 @@ is every result of a worker still in its warm-up.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 WARMUP = 10
 """Verified results a worker needs before any of its results goes unchecked."""
@@ -109,6 +110,26 @@ class Trust:
         """A result of ``worker`` failed its check: its trust starts again from nothing."""
         self.streaks[worker] = 0
         self.failures += 1
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data (streaks and counts), to keep the trust where a pool keeps its state."""
+        return {
+            "streaks": dict(self.streaks),
+            "checked": self.checked,
+            "unchecked": self.unchecked,
+            "failures": self.failures,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Trust:
+        """The trust :meth:`as_dict` wrote (a fresh draw: the randomness is never kept)."""
+        streaks = {str(w): int(n) for w, n in dict(d.get("streaks", {})).items()}
+        return cls(
+            streaks,
+            int(d.get("checked", 0)),
+            int(d.get("unchecked", 0)),
+            int(d.get("failures", 0)),
+        )
 
 
 __all__ = ["DECAY", "FLOOR", "WARMUP", "Trust", "check_probability", "false_accept_bound"]

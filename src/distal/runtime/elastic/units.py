@@ -97,6 +97,10 @@ class Unit:
         sends: the plan's ``Flush`` sends ``(destination, piece)`` of the output buffer,
             on the last unit of the buffer only (the processor sends its sum once); the
             task that receives the unit's partial counts them.
+        direct: the plan adds this output buffer straight into the processor's owned
+            block (its ``OpenOutput`` is direct), so it is no buffer of its own.
+        own: the positions, among ``needs``, of blocks the processor owns: a buffer that
+            is a view of one is no fetch buffer (the memory a unit reports).
     """
 
     name: str
@@ -109,6 +113,8 @@ class Unit:
     final: bool = False
     receives: tuple[tuple[str, tuple[tuple[int, Piece], ...]], ...] = ()
     sends: tuple[tuple[int, Piece], ...] = ()
+    direct: bool = False
+    own: tuple[int, ...] = ()
 
     def task(self) -> Unit:
         """What a unit's own tasks are handed: everything but where its partial goes (the
@@ -383,6 +389,8 @@ def decompose(plan: Plan, granularity: str | int = "flush") -> list[Unit]:
                             needs.update((t, idx) for idx, _ in plan.placements[t].split(b))
                         else:
                             needs.update(k for k, i in cutter.needs.items() if k[0] == t)
+                ordered = _ordered(needs, cutter)
+                own = tuple(n for n, (t, k) in enumerate(ordered) if k == owner_key(plan, t, p))
                 units.append(
                     Unit(
                         name=f"part-p{p}-s{chunk[0][0]}-{chunk[-1][0]}",
@@ -390,10 +398,12 @@ def decompose(plan: Plan, granularity: str | int = "flush") -> list[Unit]:
                         first=chunk[0][0],
                         out_box=out_box,
                         steps=tuple((bufs, boxes, works) for _, bufs, boxes, works, _ in chunk),
-                        needs=_ordered(needs, cutter),
+                        needs=ordered,
                         pieces=pieces,
                         receives=tuple(r for _, _, _, _, recv in chunk for r in recv),
                         sends=sends if n == len(chunks) - 1 else (),
+                        direct=seg.out.direct,
+                        own=own,
                     )
                 )
     return units

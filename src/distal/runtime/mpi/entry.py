@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import time
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -24,10 +25,10 @@ from distal.errors import DistalUserError, InputError, RuntimeFailure
 from distal.plan.ir import FETCH, FINAL, Plan
 from distal.plan.stats import Stats, ops_by_step
 from distal.runtime.data import DistributedResult, chunks_for
+from distal.runtime.executable import Executable
 from distal.runtime.mpi.channel import Channel, PeerFailure, channel, job
 from distal.runtime.mpi.rank import STAT_FIELDS, Rank
 from distal.runtime.store import stores_once
-from distal.runtime.weakcache import WeakCache
 from distal.trace import COMPUTE, FLUSH, REDUCE, WAIT, Event
 from distal.typing import box_volume
 
@@ -41,32 +42,11 @@ class MPISizeError(DistalUserError):
     collective = True
 
 
-#: each kernel's fingerprint, worked out at its first run (the kernel is compiled: what
-#: it is made of no longer changes)
-_PRINTS = WeakCache(64)
-
-
-def _fingerprint(kernel: Any) -> float:
-    got = _PRINTS.get(kernel)
-    if got is None:
-        got = _work_fingerprint(kernel)
-        _PRINTS.put(kernel, got)
-    return got
-
-
-def _work_fingerprint(kernel: Any) -> float:
-    """A cheap summary of the kernel, equal on every rank that compiled the same one: its
-    machine size, schedule (as code), routing and tensors, and for a kernel bound to sparse
-    patterns the patterns' fingerprints. The plan is a function of these alone (compiling
-    reads nothing else), so no rank builds a plan or its stats for it: a bound kernel's
-    stats are counted from its whole plan, which a rank never needs (it runs its own
-    program)."""
-    s = kernel.schedule
-    tensors = sorted((n, t.shape, str(t.dtype)) for n, t in s.tensors().items())
-    dists = sorted((n, str(d)) for n, d in s.distributions.items())
-    prints = sorted(getattr(kernel, "fingerprints", {}).items())
-    text = repr((kernel.nprocs, repr(s), kernel.routing, tensors, dists, prints))
-    return float(zlib.crc32(text.encode()))
+def _fingerprint(exe: Executable) -> float:
+    """The executable's key as a number every rank compares: equal on every rank that
+    compiled the same kernel (the plan is a function of what the key names), so no rank
+    builds a plan or its stats to compare."""
+    return float(zlib.crc32(exe.key.encode()))
 
 
 def fail_together(error: Exception, comm: Any = None) -> None:
@@ -123,23 +103,21 @@ def check_job_size(nprocs: int, size: int, rank: int) -> None:
 
 
 def run(
-    kernel: Any,
-    data: dict[str, Any],
+    exe: Executable,
+    data: Mapping[str, Any],
     *,
     gather: str = "all",
     comm: Any = None,
     trace: bool | None = None,
-    _fail_on_rank: int | None = None,
-    _fail_at_step: int = 0,
-    _dot_with: str | None = None,
-    **unknown: Any,
+    fault: tuple[int, int] | None = None,
+    dot_with: str | None = None,
 ) -> DistributedResult:
-    """Execute ``kernel`` with one MPI rank per processor; call it on every rank.
+    """Execute ``exe`` with one MPI rank per processor; call it on every rank.
 
     Args:
-        kernel: the compiled kernel (the same on every rank).
+        exe: the executable (the same kernel on every rank; of this rank's program at least).
         data: input name -> array or block source; every rank checks its own
-            (``kernel.check_inputs``) before anything runs, and if any rank's are wrong every
+            (``exe.check_inputs``) before anything runs, and if any rank's are wrong every
             rank raises (see the module docstring). A rank reads only its own blocks.
         gather: ``"all"`` (every rank gets ``Result.value``), ``"root"`` (rank 0 only) or
             ``"none"`` (the output stays distributed: ``Result.blocks`` and the collective
@@ -150,8 +128,9 @@ def run(
             ``DISTAL_TRACE=0``, as on the local runtime): up to :data:`INLINE_EVENTS`
             events a rank ride in the stats' collective, more take a second one; ``False``
             leaves it empty (a session's runs pass ``False`` unless asked).
-        _fail_on_rank, _fail_at_step: testing only -- raise on that rank at that step.
-        _dot_with: a session's request (see :attr:`distal.runtime.store.Store.dot_with`):
+        fault: testing only -- ``(rank, step)``: raise on that rank at that step (-1: while
+            placing the inputs).
+        dot_with: a session's request (see :attr:`distal.runtime.store.Store.dot_with`):
             where this rank's program allows, ``Result.extra["dot"]`` is the dot product of
             that input's owned block with the output's, else None.
     """
@@ -168,27 +147,22 @@ def run(
     error: Exception | None = None
     fingerprint = 0.0
     try:  # every rank's checks, then one agreement: a rank that fails here fails them all
-        if unknown:
-            raise InputError(
-                f"unknown option(s) {sorted(unknown)} for the mpi runtime; valid options are "
-                "['comm', 'gather', 'trace']"
-            )
         if gather not in GATHER_MODES:
             raise InputError(f"gather={gather!r} is not one of {list(GATHER_MODES)}")
-        check_job_size(kernel.nprocs, size, rank)
-        data = kernel.check_inputs(data)
-        fingerprint = _fingerprint(kernel)
+        check_job_size(exe.nprocs, size, rank)
+        data = exe.check_inputs(data)
+        fingerprint = _fingerprint(exe)
     except Exception as e:
         error = e
     _agree(chan, error, fingerprint)
     me: Rank | None = None
     try:
-        me = Rank(kernel, data, chan)
+        me = Rank(exe, data, chan)
         plan: Plan = me.plan
-        if _dot_with is not None and stores_once(plan.ops(rank)):
-            me.dot_with = _dot_with
+        if dot_with is not None and stores_once(plan.ops(rank)):
+            me.dot_with = dot_with
         steps = ops_by_step(plan, rank)
-        fail_at = (_fail_at_step or 0) if _fail_on_rank == rank else None
+        fail_at = fault[1] if fault is not None and fault[0] == rank else None
         me.where = "placing the inputs"
         if fail_at is not None and fail_at < 0:
             raise RuntimeError("injected failure while placing the inputs")
@@ -255,7 +229,7 @@ def run(
         "extra": extra,
         "rank": rank,
         "nprocs": size,
-        "dtype": kernel.dtypes[plan.output],
+        "dtype": exe.dtypes[plan.output],
         "barrier": chan.barrier,
         "notify": chan.notify,
     }

@@ -38,6 +38,7 @@ from distal.plan.region import Entries, Region, as_slice, content, index_words, 
 from distal.plan.region import words as region_words
 from distal.plan.stats import COUNTED, Stats
 from distal.plan.visit import Interpreter, impl
+from distal.runtime.executable import Executable
 from distal.runtime.mpi.channel import Channel, bury
 from distal.runtime.mpi.relay import Forwarder, Send, threads_ok
 from distal.runtime.source import read_block
@@ -110,12 +111,12 @@ class Rank(Store, Interpreter):
     #: a relay's forwards follow the plan's relayed messages (:meth:`_index_messages`)
     ignores = (Forward,)
 
-    def __init__(self, kernel: Any, data: dict[str, Any], chan: Channel) -> None:
-        plan: Plan = kernel.program(chan.rank)  # this rank's program and messages only
-        super().__init__(chan.rank, plan.output, kernel.dtypes[plan.output])
-        self.kernel = kernel
+    def __init__(self, exe: Executable, data: dict[str, Any], chan: Channel) -> None:
+        plan: Plan = exe.program(chan.rank)  # this rank's program and messages only
+        super().__init__(chan.rank, plan.output, exe.dtypes[plan.output])
+        self.term_kernels = exe.leaves
         self.plan = plan
-        self.dtypes: dict[str, Any] = kernel.dtypes
+        self.dtypes: dict[str, Any] = exe.dtypes
         self.chan = chan
         self.data = data
         self.next_reqs: list[Any] = []
@@ -210,7 +211,7 @@ class Rank(Store, Interpreter):
     def _with_index(self, values: np.ndarray, box: Entries) -> tuple[np.ndarray, int]:
         """The bytes of a piece of stored entries: its values, then its index arrays; and
         the index words they carry."""
-        from distal.plan.sparse import piece_arrays
+        from distal.sparse.pieces import piece_arrays
 
         pattern = self.plan.patterns[self._tensor_of(box)]
         index = piece_arrays(pattern, box.positions, self._piece_cache)
@@ -459,7 +460,7 @@ class Rank(Store, Interpreter):
     def _compute(self, op: Compute) -> None:
         t = self.trace.now()
         t0 = time.perf_counter()
-        self.stats.computed(self.p, self.compute(op, self.kernel.kernels, self.leaves.get(id(op))))
+        self.stats.computed(self.p, self.compute(op, self.term_kernels, self.leaves.get(id(op))))
         self.compute_seconds += time.perf_counter() - t0
         self.trace.add(self.p, COMPUTE, op.step, t, 0)
 

@@ -1,18 +1,25 @@
-"""The process a volunteer computes in: ``python -m distal.runtime.pool.child``.
+"""The process a volunteer computes in: ``python -m distal.runtime.pool.child DIR``.
 
 The volunteer's main process (:mod:`.volunteer`) talks to the network; this one only
-computes, inside the limits the donor set (started by :class:`.limits.ChildProcess`: an
-address-space limit, a CPU affinity mask, a lower priority, BLAS threads to match). It
-reads requests from its standard input and answers on its standard output, each a frame::
+computes, inside the limits the donor set (started by :class:`.sandbox.ChildProcess`: an
+address-space limit, a CPU affinity mask, a lower priority, BLAS threads to match).
 
-    <u32 little-endian length> <msgpack map> [<payload bytes: the map's "nbytes">]
+Blocks and programs are files in the volunteer's block directory ``DIR`` (a private
+directory on ``/dev/shm`` where there is one), named by their digest and written by the
+main process as they arrive, their digest checked before they get that name: the network
+never waits for a computation, and a block is held once, in the page cache, mapped
+read-only into this process for the units that read it. This process reads requests from
+its standard input and answers on its standard output, each a frame::
 
-Requests: ``put`` (a block or a program, by digest, with its bytes), ``drop`` (forget
-one), ``run`` (compute a program over blocks it holds) and ``ping``. Answers: ``ok``,
-``done`` (with the result's bytes), ``error`` (a reason). The blocks and decoded programs it
-holds are its cache: the main process decides what stays. It never evaluates anything it
-reads: a program is decoded by :func:`.program.decode` into distal's own classes and run
-by distal's leaf kernels.
+    <u32 little-endian length> <msgpack map>
+
+Requests: ``run`` (compute a program over blocks, writing the result to a file of the
+directory; ``forget`` lists programs whose decoded form it may drop) and ``ping``.
+Answers: ``done`` (the result's file, dtype, shape, seconds, iterations), ``error`` (a
+reason; ``missing`` names files not there). It keeps decoded programs and their prepared
+leaves over stored entries (the sparse leaves' index work) for the programs used most
+recently. It never evaluates anything it reads: a program is decoded by
+:func:`.program.decode` into distal's own classes and run by distal's leaf kernels.
 """
 
 from __future__ import annotations
@@ -22,19 +29,22 @@ import struct
 import sys
 import time
 import traceback
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any, BinaryIO
 
 import numpy as np
 
 from distal.runtime.pool import program as programs
-from distal.runtime.pool.wire import WireError, array_bytes, array_digest, pack, unpack
+from distal.runtime.pool.wire import WireError, pack, unpack
 
 HEADER = struct.Struct("<I")
 MAX_HEADER = 1 << 20
+PROGRAMS_KEPT = 32
 
 
-def read_frame(f: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
-    """One frame from ``f``: its map and payload (None at the end of the stream)."""
+def read_frame(f: BinaryIO) -> dict[str, Any] | None:
+    """One frame's map from ``f`` (None at the end of the stream)."""
     raw = f.read(HEADER.size)
     if len(raw) < HEADER.size:
         return None
@@ -44,19 +54,12 @@ def read_frame(f: BinaryIO) -> tuple[dict[str, Any], bytes] | None:
     head = unpack(f.read(n), MAX_HEADER)
     if not isinstance(head, dict):
         raise WireError("envelope", "a frame header must be a map")
-    size = head.get("nbytes", 0)
-    payload = b""
-    if isinstance(size, int) and size > 0:
-        payload = f.read(size)
-        if len(payload) != size:
-            return None
-    return head, payload
+    return head
 
 
-def frame(head: dict[str, Any], payload: bytes | memoryview = b"") -> list[bytes | memoryview]:
-    """A frame's pieces, to write in order (``head["nbytes"]`` is set to the payload's)."""
-    body = pack({**head, "nbytes": len(payload)})
-    return [HEADER.pack(len(body)), body, payload]
+def frame(head: dict[str, Any]) -> bytes:
+    body = pack(head)
+    return HEADER.pack(len(body)) + body
 
 
 def compute(prog: programs.Program, arrays: list[np.ndarray], prepared: dict) -> tuple[
@@ -77,89 +80,94 @@ def compute(prog: programs.Program, arrays: list[np.ndarray], prepared: dict) ->
             raise ValueError(f"block of {t!r} is {a.dtype.str}, the program says {want.str}")
         if isinstance(holder, tuple) and a.shape != tuple(hi - lo for lo, hi in holder):
             raise ValueError(f"block of {t!r} has shape {a.shape}, not its box's")
-    ctx = tasks.Ctx("", prog.kernels, prog.out_dtype, None, worker=lambda: None)
-    out, _, iterations = tasks._compute(ctx, unit, blocks, prepared=prepared)
+    out, _, iterations = tasks.compute(prog.kernels, prog.out_dtype, unit, blocks, prepared)
     return out, iterations
 
 
+def load(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+    """A block file mapped read-only (an empty array for an empty block)."""
+    if not shape or 0 in shape or int(np.prod(shape)) == 0:
+        return np.fromfile(path, dtype=dtype).reshape(shape)
+    return np.memmap(path, dtype=dtype, mode="r", shape=tuple(shape))
+
+
 class Child:
-    """The compute loop's state: the blocks and programs held, by digest."""
+    """The compute loop's state: the block directory and the decoded programs kept."""
 
-    def __init__(self) -> None:
-        self.blocks: dict[str, np.ndarray] = {}
-        self.programs: dict[str, tuple[programs.Program, dict]] = {}
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.programs: OrderedDict[str, tuple[programs.Program, dict]] = OrderedDict()
+        self.results = 0
 
-    def handle(self, head: dict[str, Any], payload: bytes) -> list[bytes | memoryview]:
+    def program(self, digest: str) -> tuple[programs.Program, dict]:
+        got = self.programs.get(digest)
+        if got is None:
+            got = (programs.decode((self.root / digest).read_bytes()), {})
+            self.programs[digest] = got
+            while len(self.programs) > PROGRAMS_KEPT:
+                self.programs.popitem(last=False)
+        else:
+            self.programs.move_to_end(digest)
+        return got
+
+    def handle(self, head: dict[str, Any]) -> dict[str, Any]:
         op = head.get("op")
         if op == "ping":
-            return frame({"op": "ok"})
-        if op == "drop":
-            self.blocks.pop(str(head.get("digest")), None)
-            self.programs.pop(str(head.get("digest")), None)
-            return frame({"op": "ok"})
-        if op == "put":
-            digest, kind = str(head["digest"]), head.get("kind")
-            if kind == "program":
-                try:
-                    prog = programs.decode(payload)
-                except WireError as e:
-                    return frame({"op": "error", "reason": f"program refused: {e}"})
-                self.programs[digest] = (prog, {})
-            else:
-                dt, shape = np.dtype(head["dtype"]), tuple(head["shape"])
-                if array_digest(dt, shape, payload) != digest:
-                    return frame({"op": "error", "reason": "block digest mismatch"})
-                arr = np.frombuffer(payload, dtype=dt).reshape(shape)
-                self.blocks[digest] = arr
-            return frame({"op": "ok"})
-        if op == "run":
-            prog_digest = str(head["program"])
-            got = self.programs.get(prog_digest)
-            missing = [d for d in head["blocks"] if d not in self.blocks]
-            if got is None or missing:
-                return frame({"op": "error", "reason": "missing", "missing": missing})
-            prog, prepared = got
-            t0 = time.perf_counter()
-            try:
-                out, iterations = compute(prog, [self.blocks[d] for d in head["blocks"]], prepared)
-            except MemoryError:
-                return frame({"op": "error", "reason": "out of memory (the volunteer's limit)"})
-            except Exception as e:  # a program distal's kernels cannot run: report, go on
-                tb = traceback.format_exception_only(type(e), e)[-1].strip()
-                return frame({"op": "error", "reason": f"the unit failed: {tb}"[:1000]})
-            seconds = time.perf_counter() - t0
-            out = np.asarray(out)
-            return frame(
-                {"op": "done", "dtype": out.dtype.str, "shape": list(out.shape),
-                 "seconds": seconds, "iterations": int(iterations)},
-                array_bytes(out),
-            )  # fmt: skip
-        return frame({"op": "error", "reason": f"unknown request {str(op)[:20]!r}"})
+            return {"op": "ok"}
+        if op != "run":
+            return {"op": "error", "reason": f"unknown request {str(op)[:20]!r}"}
+        for d in head.get("forget", ()):
+            self.programs.pop(str(d), None)
+        prog_digest = str(head["program"])
+        blocks = [(str(d), np.dtype(t), tuple(s)) for d, t, s in head["blocks"]]
+        missing = [d for d in [prog_digest, *(b[0] for b in blocks)]
+                   if not (self.root / d).exists()]  # fmt: skip
+        if missing:
+            return {"op": "error", "reason": "missing", "missing": missing}
+        try:
+            prog, prepared = self.program(prog_digest)
+        except WireError as e:
+            return {"op": "refuse", "reason": f"program refused: {e}"}
+        t0 = time.perf_counter()
+        try:
+            arrays = [load(self.root / d, t, s) for d, t, s in blocks]
+            out, iterations = compute(prog, arrays, prepared)
+            out = np.ascontiguousarray(out)
+            if out.dtype.byteorder == ">":
+                out = out.astype(out.dtype.newbyteorder("<"))
+        except MemoryError:
+            return {"op": "error", "reason": "out of memory (the volunteer's limit)"}
+        except Exception as e:  # a program distal's kernels cannot run: report, go on
+            tb = traceback.format_exception_only(type(e), e)[-1].strip()
+            return {"op": "error", "reason": f"the unit failed: {tb}"[:1000]}
+        seconds = time.perf_counter() - t0
+        self.results += 1
+        name = f"result-{os.getpid()}-{self.results}"
+        out.tofile(self.root / name)
+        return {"op": "done", "file": name, "dtype": out.dtype.str, "shape": list(out.shape),
+                "seconds": seconds, "iterations": int(iterations)}  # fmt: skip
 
 
 def main() -> int:
+    from distal.runtime.elastic import tasks  # noqa: F401 - imported before the first unit
+
+    root = Path(sys.argv[1])
     # answers go to a private copy of stdout; anything printed lands on stderr
     out = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
-    inp = os.fdopen(0, "rb", buffering=1 << 20)
-    child = Child()
+    inp = os.fdopen(0, "rb", buffering=1 << 16)
+    child = Child(root)
     while True:
         try:
-            got = read_frame(inp)
+            head = read_frame(inp)
         except WireError as e:
             print(f"distal volunteer child: {e}", file=sys.stderr)
             return 2
-        if got is None:
+        if head is None:
             return 0
-        for piece in child.handle(*got):
-            _write_all(out, piece)
-
-
-def _write_all(f: Any, data: bytes | memoryview) -> None:
-    view = memoryview(data).cast("B")
-    while len(view):
-        n = f.write(view)
-        view = view[n:]
+        view = memoryview(frame(child.handle(head)))
+        while len(view):
+            view = view[out.write(view) :]
 
 
 if __name__ == "__main__":

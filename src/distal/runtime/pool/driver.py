@@ -26,7 +26,7 @@ from distal.plan.ir import RecvFinal
 from distal.plan.region import Entries, shape, words
 from distal.plan.stats import Stats
 from distal.runtime.elastic import tasks
-from distal.runtime.elastic.feeder import sent_to
+from distal.runtime.elastic.submit import sent_to
 from distal.runtime.elastic.units import Span, Unit, block_region, decompose, fuse
 from distal.runtime.pool import policy, program
 from distal.runtime.pool.engine import Engine, Summary, Task
@@ -68,6 +68,7 @@ class PoolDriver:
         self.seed = seed if seed is not None else int.from_bytes(hashlib.blake2b(
             str(time.time_ns()).encode(), digest_size=8).digest(), "little")  # fmt: skip
         self.arrays: dict[tuple[str, tuple[int, ...]], np.ndarray] = {}
+        self.plan_key = tasks.plan_key(self.plan)  # checksums of its units kept by name
 
     # -- blocks ------------------------------------------------------------------------------
 
@@ -82,8 +83,9 @@ class PoolDriver:
             if isinstance(region, Entries):
                 got = np.ascontiguousarray(np.asarray(x.vals, dtype=dtype)[region.positions])
             else:
-                got = np.array(x[box_index(region, ((0, 0),) * len(region))], dtype=dtype,
-                               order="C")  # fmt: skip
+                part = np.asarray(x[box_index(region, ((0, 0),) * len(region))], dtype=dtype)
+                # a contiguous block (a row block) is used in place; a 0-d one stays 0-d
+                got = np.ascontiguousarray(part) if part.ndim else np.array(part)
             self.arrays[key] = got
         return got
 
@@ -157,7 +159,8 @@ class PoolDriver:
         seed = (self.seed + 0x9E3779B97F4A7C15 * (n + 1)) % (1 << 63)
 
         def check(arr: np.ndarray) -> Any:
-            return tasks.verdict(self.ctx, u, blocks, arr, seed, None)
+            return tasks.check(self.job.kernels, self.out_dtype, u, blocks, arr, seed,
+                               plan_key=self.plan_key)  # fmt: skip
 
         return check
 

@@ -27,7 +27,9 @@ Exclusions and trust are persisted in the pool's KV bucket (``excluded.<name>``,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import math
 import secrets
 import time
@@ -44,7 +46,9 @@ from distal.runtime.pool import policy, wire
 from distal.runtime.pool.link import Link
 from distal.runtime.pool.wire import BlockRef, Expect, Receiver, UnitMsg, WireError
 
-LOST_AFTER = 7.0
+log = logging.getLogger("distal.pool")
+
+LOST_AFTER = 10.0
 """Seconds without a ``hello`` after which a volunteer is taken for gone."""
 
 MAX_FAILS = 3
@@ -83,6 +87,7 @@ class Attempt:
     sent: float
     deadline: float
     new_bytes: int
+    expected: float = 0.0  # when it should be done (its start plus its expected duration)
     copied: bool = False  # an overdue attempt already has a copy elsewhere
 
 
@@ -118,7 +123,10 @@ class Summary:
     unchecked: int = 0
     false_accept_bound: float = 0.0
     units_by_volunteer: dict[str, int] = field(default_factory=dict)
+    #: seconds the accepted units took to compute, as their volunteers reported them
+    compute_seconds: dict[str, float] = field(default_factory=dict)
     bytes_sent: int = 0  # program and block bytes the volunteers were sent (not cached)
+    bytes_sent_by_volunteer: dict[str, int] = field(default_factory=dict)
     bytes_received: int = 0
     check_seconds: float = 0.0
     seconds: float = 0.0
@@ -191,10 +199,13 @@ class Engine:
         summary.excluded_volunteers[name] = reason
         await self.link.kv_put(f"excluded.{name}", reason.encode()[:1000])
         await self.link.control(name, wire.control("stop", reason=reason[:500]))
+        await self.link.shut_out(name)
         m = self.members.pop(name, None)
         if m is not None:
             for a in list(m.holding):
                 self._release(a)
+        for uid, copies in getattr(self, "copies", {}).items():  # nothing it sent is used
+            self.copies[uid] = [(v, arr) for v, arr in copies if v != name]
 
     def _release(self, attempt: str) -> None:
         a = self.attempts.get(attempt)
@@ -204,6 +215,24 @@ class Engine:
         if m is not None:
             m.holding.discard(attempt)
         self.live.get(a.uid, set()).discard(attempt)
+
+    async def gather(self, n: int, timeout: float) -> int:
+        """Between runs: take hellos and byes for up to ``timeout`` seconds or until ``n``
+        volunteers are alive; how many are."""
+        assert self.link.events is not None
+        end = time.monotonic() + timeout
+        summary = Summary()
+        while len(self.alive(time.monotonic())) < n:
+            left = end - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                ev = await asyncio.wait_for(self.link.events.get(), left)
+            except asyncio.TimeoutError:
+                break
+            if ev[0] in ("hello", "bye"):
+                await self._event(ev, summary)
+        return len(self.alive(time.monotonic()))
 
     # -- a run ---------------------------------------------------------------------------------
 
@@ -219,7 +248,9 @@ class Engine:
         self.avoid: dict[str, set[str]] = {u: set() for u in self.tasks}
         self.copies: dict[str, list[tuple[str, np.ndarray]]] = {u: [] for u in self.tasks}
         self.accepted: dict[str, np.ndarray] = {}
-        self.checking: dict[str, asyncio.Future[Any]] = {}
+        self.checking: dict[str, asyncio.Task[Any]] = {}
+        self.dispatching: set[asyncio.Task[Any]] = set()
+        self.failure: BaseException | None = None
         self.extra: dict[str, int] = {}
         self.home: dict[str, str] = {}
         self.homes_for: tuple[str, ...] = ()
@@ -229,30 +260,56 @@ class Engine:
         seen: set[str] = set()
         assert self.link.events is not None
         while len(self.accepted) < len(self.tasks):
+            # what arrived while this loop was busy first: a volunteer is not taken for gone
+            # because the coordinator was not listening
+            while not self.link.events.empty():
+                await self._event(self.link.events.get_nowait(), summary)
             now = time.monotonic()
             alive = self.alive(now)
             seen.update(m.name for m in alive)
             self._lost(now, summary)
             await self._assign(now, summary)
-            busy = any(self.live.values()) or self.checking
-            if not busy and not alive:
+            busy = any(self.live.values()) or self.checking or self.dispatching
+            if not busy:  # nothing out, nothing being checked, units left: who can take them?
                 idle_since = idle_since or now
                 if now - idle_since > self.opts.wait:
-                    raise VerificationFailed(
-                        f"no volunteer has taken this run's units for {self.opts.wait:.0f} s "
-                        f"({len(self.excluded)} excluded: {sorted(self.excluded)[:8]})"
-                    )
+                    raise VerificationFailed(self._stuck(alive))
             else:
                 idle_since = None
+            if self.failure is not None:
+                raise self.failure
             try:
                 ev = await asyncio.wait_for(self.link.events.get(), 0.25)
             except asyncio.TimeoutError:
                 continue
             await self._event(ev, summary)
+        for task in list(self.dispatching):  # copies no longer needed
+            task.cancel()
+        if self.failure is not None:
+            raise self.failure
         summary.volunteers = sorted(seen | set(summary.units_by_volunteer))
         summary.seconds = time.monotonic() - t0
         summary.checked, summary.unchecked = self.trust.checked, self.trust.unchecked
         return self.accepted, summary
+
+    def _stuck(self, alive: list[Member]) -> str:
+        left = [u for u in self.order if u not in self.accepted]
+        why = f"{len(self.excluded)} excluded: {sorted(self.excluded)[:8]}"
+        if not alive:
+            return f"no volunteer has taken this run's units for {self.opts.wait:.0f} s ({why})"
+        want = self.opts.verify if isinstance(self.opts.verify, int) else 1
+        u = left[0]
+        log.debug("stuck on %s: copies %s, live %s, avoid %s, extra %s", u,
+                  [v for v, _ in self.copies[u]], self.live[u], self.avoid[u],
+                  self.extra.get(u))  # fmt: skip
+        for m in alive:
+            log.debug("  %s holds %s (slots %d, fails %d), home of %s: %s", m.name, m.holding,
+                      m.slots, m.fails, u, self.home.get(u))  # fmt: skip
+        return (
+            f"no volunteer left that may compute unit {left[0]} ({len(left)} unit(s) left; "
+            f"verify={self.opts.verify!r} needs {want} different volunteer(s) a unit, "
+            f"{len(alive)} alive; {why})"
+        )
 
     # -- placing -------------------------------------------------------------------------------
 
@@ -273,45 +330,95 @@ class Engine:
         pending = [u for u in self.order if self._needs(u) > 0]
         sizes = {u: self.tasks[u].sizes for u in pending}
         if names != self.homes_for:
-            fastest = max(self.rates.values(), default=1.0)
-            speeds = {n: self.rates.get(n, fastest) for n in names}
+            speeds = policy.speed_classes({n: self.rates.get(n) for n in names})
             held = {m.name: m.sent for m in alive}
             self.home = policy.partition(pending, speeds, held, sizes)
             self.homes_for = names
         for m in sorted(alive, key=lambda m: -self.rates.get(m.name, 0.0)):
             while len(m.holding) < m.slots and pending:
-                ok = [
-                    u for u in pending
-                    if m.name not in self.avoid[u]
-                    and all(self.attempts[a].volunteer != m.name for a in self.live[u])
-                    and all(v != m.name for v, _ in self.copies[u])
-                ]  # fmt: skip
-                uid = policy.pick(m.name, ok, self.home, sizes, m.sent)
+                ok = [u for u in pending if self._may(u, m)]
+                uid = policy.pick(m.name, ok, self.home, sizes, m.sent,
+                                  lambda u, m=m: self._worth(u, m, pending, now))  # fmt: skip
                 if uid is None:
                     break
                 await self._send(uid, m, now, summary)
                 if self._needs(uid) == 0:
                     pending.remove(uid)
 
-    async def _send(self, uid: str, m: Member, now: float, summary: Summary) -> None:
+    def _may(self, uid: str, m: Member) -> bool:
+        """Whether ``m`` may be given unit ``uid``: not a volunteer that failed it, holds it
+        or made a copy of it (copies of one unit go to different volunteers)."""
+        return (
+            m.name not in self.avoid[uid]
+            and all(self.attempts[a].volunteer != m.name for a in self.live[uid])
+            and all(v != m.name for v, _ in self.copies[uid])
+        )
+
+    def _duration(self, uid: str, m: Member) -> float:
         t = self.tasks[uid]
-        for digest, data in t.payloads.items():
-            await self._put(digest, data)
+        new = sum(b for d, b in t.sizes.items() if d not in m.sent)
+        return policy.duration(t.work, new, m.name, self.rates, self.bandwidth)
+
+    def _worth(self, uid: str, m: Member, pending: list[str], now: float) -> bool:
+        """Whether ``m`` would finish ``uid`` before the volunteer whose run it is reaches
+        and finishes it (that volunteer's queue and its units before ``uid`` counted)."""
+        home = self.members.get(self.home.get(uid, ""))
+        if home is None or home.name in self.excluded or now - home.seen > self.opts.lost_after:
+            return True
+        if not self._may(uid, home):  # its own volunteer may not take it (already has a copy)
+            return True
+        mine = max(now, m.busy_until) + self._duration(uid, m)
+        theirs = max(now, home.busy_until)
+        for u in pending:
+            if self.home.get(u) == home.name:
+                theirs += self._duration(u, home)
+            if u == uid:
+                break
+        return mine < theirs
+
+    async def _send(self, uid: str, m: Member, now: float, summary: Summary) -> None:
+        """Give unit ``uid`` to ``m``: decided and counted now; its objects put and the unit
+        published by a task of its own, so replies go on being read meanwhile."""
+        t = self.tasks[uid]
         new = sum(b for d, b in t.sizes.items() if d not in m.sent)
         self.next_attempt += 1
         attempt = f"a{self.next_attempt}"
         dl = policy.deadline(t.work, new, m.name, self.rates, self.bandwidth)
-        msg = UnitMsg(self.run_id, attempt, uid, t.program, t.blocks, t.out, t.work, dl)
-        await self.link.consumer(m.name, dl)
-        await self.link.send(m.name, msg.to_wire())
+        est = policy.duration(t.work, new, m.name, self.rates, self.bandwidth)
         m.sent.update(t.sizes)
         summary.bytes_sent += new
+        summary.bytes_sent_by_volunteer[m.name] = (
+            summary.bytes_sent_by_volunteer.get(m.name, 0) + new
+        )
         summary.attempts += 1
+        # a unit queued behind another starts when that one should be done
         start = max(now, m.busy_until)
-        self.attempts[attempt] = Attempt(uid, m.name, start, start + dl, new)
-        m.busy_until = start
+        a = self.attempts[attempt] = Attempt(uid, m.name, start, start + dl, new, start + est)
+        m.busy_until = start + est
         m.holding.add(attempt)
         self.live[uid].add(attempt)
+        msg = UnitMsg(self.run_id, attempt, uid, t.program, t.blocks, t.out, t.work, dl)
+        self.dispatching.add(asyncio.ensure_future(self._dispatch(t, m.name, a, msg)))
+        log.debug("%s -> %s (%s): %d new bytes, deadline %.1f s", attempt, m.name, uid, new, dl)
+
+    async def _dispatch(self, t: Task, name: str, a: Attempt, msg: UnitMsg) -> None:
+        try:
+            for digest, data in t.payloads.items():
+                await self._put(digest, data)
+            await self.link.consumer(name, msg.deadline)
+            await self.link.send(name, msg.to_wire())
+            late = time.monotonic() - a.sent  # the puts took this long: its clock starts now
+            if late > 0:
+                a.sent, a.deadline, a.expected = a.sent + late, a.deadline + late, a.expected + late
+                m = self.members.get(name)
+                if m is not None:
+                    m.busy_until = max(m.busy_until, a.expected)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the store or the server failed: the run fails with it
+            self.failure = e
+        finally:
+            self.dispatching.discard(asyncio.current_task())  # type: ignore[arg-type]
 
     async def _put(self, digest: str, data: memoryview) -> None:
         fut = self.puts.get(digest)
@@ -333,14 +440,18 @@ class Engine:
             if not a.copied and now >= a.deadline:
                 a.copied = True  # it runs on; _needs now asks for one more attempt elsewhere
                 summary.copies += 1
+                log.debug("%s (%s on %s) overdue: a copy elsewhere", x, a.uid, a.volunteer)
 
     # -- events --------------------------------------------------------------------------------
 
     async def _event(self, ev: tuple, summary: Summary) -> None:
         kind, name = ev[0], ev[1]
         now = time.monotonic()
-        if name in self.excluded:
+        if name in self.excluded or kind == "checked":
             return
+        m = self.members.get(name)
+        if m is not None:
+            m.seen = max(m.seen, now)  # anything it sends says it is there
         if kind == "hello":
             try:
                 hello = wire.read_hello(ev[2])
@@ -411,7 +522,9 @@ class Engine:
             return
         # a whole result, well formed: learn the volunteer's speed, then verify
         elapsed = max(now - a.sent, 1e-3)
-        m.busy_until = now
+        m.busy_until = max([now, *(self.attempts[x].expected for x in m.holding)])
+        log.debug("%s <- %s (%s): %.2f s after it was due to start, %.2f s computing", attempt,
+                  name, a.uid, elapsed, out.seconds)  # fmt: skip
         if out.seconds > 0 and self.tasks[a.uid].work:
             self.rates[name] = self.tasks[a.uid].work / out.seconds
         if a.new_bytes > 1 << 20:
@@ -419,12 +532,13 @@ class Engine:
         if a.uid in self.accepted:
             return
         assert out.array is not None
-        await self._judge(a, name, out.array, summary)
+        await self._judge(a, name, out.array, summary, out.seconds)
 
     def _able(self, uid: str) -> bool:
         return any(m.name not in self.avoid[uid] for m in self.alive(time.monotonic()))
 
-    async def _judge(self, a: Attempt, name: str, arr: np.ndarray, summary: Summary) -> None:
+    async def _judge(self, a: Attempt, name: str, arr: np.ndarray, summary: Summary,
+                     seconds: float = 0.0) -> None:  # fmt: skip
         t = self.tasks[a.uid]
         if isinstance(self.opts.verify, int) and self.opts.verify >= 2:
             self.copies[a.uid].append((name, arr))
@@ -436,35 +550,46 @@ class Engine:
         if self.opts.verify == "check":
             self.trust.checked += 1
         if not check or t.check is None:
-            self._accept(a.uid, name, arr, summary)
+            self._accept(a.uid, name, arr, summary, seconds)
             return
-        loop = asyncio.get_running_loop()
+        # checked beside the loop (in a thread): replies go on arriving meanwhile
+        fut = asyncio.get_running_loop().run_in_executor(self.checks, t.check, arr)
+        task = asyncio.ensure_future(self._verdict(a, name, arr, summary, seconds, fut))
+        self.checking[a.uid] = task
+
+    async def _verdict(self, a: Attempt, name: str, arr: np.ndarray, summary: Summary,
+                       seconds: float, fut: asyncio.Future[Any]) -> None:  # fmt: skip
         t0 = time.perf_counter()
-        fut = loop.run_in_executor(self.checks, t.check, arr)
-        self.checking[a.uid] = fut
         try:
             verdict = await fut
+            summary.check_seconds += time.perf_counter() - t0
+            summary.false_accept_bound += _bound(verdict)
+            if verdict.ok:
+                self.trust.passed(name)
+                await self._persist_trust(name)
+                self._accept(a.uid, name, arr, summary, seconds)
+                return
+            self.trust.failed(name)
+            await self._persist_trust(name)
+            summary.units_rejected.append(
+                {"unit": a.uid, "volunteer": name, "detail": verdict.describe()}
+            )
+            await self.exclude(name, f"a result failed its check ({verdict.describe()})", summary)
+        except Exception as e:  # a bug in a check: the run fails with it, not hangs
+            self.failure = e
         finally:
             self.checking.pop(a.uid, None)
-            summary.check_seconds += time.perf_counter() - t0
-        summary.false_accept_bound += _bound(verdict)
-        if verdict.ok:
-            self.trust.passed(name)
-            await self._persist_trust(name)
-            self._accept(a.uid, name, arr, summary)
-            return
-        self.trust.failed(name)
-        await self._persist_trust(name)
-        summary.units_rejected.append(
-            {"unit": a.uid, "volunteer": name, "detail": verdict.describe()}
-        )
-        await self.exclude(name, f"a result failed its check ({verdict.describe()})", summary)
+            assert self.link.events is not None
+            with contextlib.suppress(asyncio.QueueFull):
+                self.link.events.put_nowait(("checked", name))
 
-    def _accept(self, uid: str, name: str, arr: np.ndarray, summary: Summary) -> None:
+    def _accept(self, uid: str, name: str, arr: np.ndarray, summary: Summary,
+                seconds: float = 0.0) -> None:  # fmt: skip
         if uid in self.accepted:
             return
         self.accepted[uid] = arr
         summary.units_by_volunteer[name] = summary.units_by_volunteer.get(name, 0) + 1
+        summary.compute_seconds[name] = summary.compute_seconds.get(name, 0.0) + seconds
         for x in list(self.live[uid]):  # copies still out are not needed any more
             self._release(x)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Coroutine
 from dataclasses import dataclass
@@ -35,9 +36,26 @@ from distal.runtime.pool.server import MAX_PAYLOAD
 
 RESULTS_CONSUMER = "coordinator"
 RESULTS_BATCH = 8  # result messages fetched at a time (at most 8 MiB each)
+#: events waiting for the run loop: with results at most 8 MiB each, what a flood of
+#: replies can hold in the coordinator's memory before the stream holds the rest
+EVENTS = 32
 #: bytes the units and results streams may hold (reserved from the server's memory store;
 #: the rest is the object store's)
 STREAM_BYTES = {"DISTAL_UNITS": 256 << 20, "DISTAL_RESULTS": 2 << 30}
+
+
+class _EofNote(logging.Filter):
+    """Drops asyncio's note that a TLS connection ignores ``eof_received``'s return value:
+    every NATS connection closed over TLS logs it, and it means nothing here."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "eof_received()" not in record.getMessage()
+
+
+def quiet_tls_eof() -> None:
+    logger = logging.getLogger("asyncio")
+    if not any(isinstance(f, _EofNote) for f in logger.filters):
+        logger.addFilter(_EofNote())
 
 
 class _Reader:
@@ -85,6 +103,7 @@ class Link:
     # -- the thread --------------------------------------------------------------------------
 
     def _main(self) -> None:
+        quiet_tls_eof()
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
@@ -119,7 +138,7 @@ class Link:
             StreamConfig,
         )
 
-        self.events = asyncio.Queue(maxsize=256)
+        self.events = asyncio.Queue(maxsize=EVENTS)
 
         async def reconnected() -> None:
             self.reconnects += 1
@@ -216,6 +235,14 @@ class Link:
         )  # fmt: skip
         await self.js.add_consumer(S.UNITS_STREAM, cfg)
         self.consumers[name] = ack_wait
+
+    async def shut_out(self, name: str) -> None:
+        """An excluded volunteer: drop what it has queued in the results stream and the units
+        queued for it (its consumer stays: the pool's owner revokes identities)."""
+        with contextlib.suppress(Exception):
+            await self.js.purge_stream(S.RESULTS_STREAM, subject=f"distal.result.{name}.>")
+        with contextlib.suppress(Exception):
+            await self.js.purge_stream(S.UNITS_STREAM, subject=S.unit_subject(name))
 
     async def send(self, name: str, unit: bytes) -> None:
         await self.js.publish(S.unit_subject(name), unit)

@@ -22,7 +22,7 @@ back). An overdue unit is copied to another volunteer; the first verified result
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from distal.runtime.elastic import speculate
 
@@ -49,7 +49,7 @@ def partition(
     speeds: Mapping[str, float],
     held: Mapping[str, set[str]] | None = None,
     inputs: Mapping[str, Mapping[str, int]] | None = None,
-    slack: float = 1.25,
+    slack: float = 1.5,
 ) -> dict[str, str]:
     """Each unit of ``order`` (in locality order) -> the volunteer of ``speeds`` (name ->
     relative speed) whose run it belongs to, runs in proportion to the speeds.
@@ -88,19 +88,35 @@ def partition(
     return out
 
 
+def speed_classes(rates: Mapping[str, float | None]) -> dict[str, float]:
+    """Relative speeds for :func:`partition`: each measured rate as a power of two of the
+    fastest (1, 1/2, 1/4, ...), so that the noise of a few measured units does not move the
+    runs' boundaries while a volunteer really twice as slow gets half the run; all equal
+    while any volunteer has no measured rate."""
+    if not rates or any(not r for r in rates.values()):
+        return dict.fromkeys(rates, 1.0)
+    top = max(r for r in rates.values() if r)
+    return {n: 2.0 ** round(math.log2(r / top)) for n, r in rates.items() if r}
+
+
 def pick(
     volunteer: str,
     pending: Sequence[str],
     home: Mapping[str, str],
     inputs: Mapping[str, Mapping[str, int]],
     held: set[str],
+    worth: Callable[[str], bool] | None = None,
 ) -> str | None:
     """The unit ``volunteer`` takes next among ``pending`` (in locality order): the first
-    of its own run; else the one whose input bytes (``inputs``: unit -> {digest: bytes}) it
-    holds the most of (``held``: digests), from the end of the largest other run."""
+    of its own run; else, among the others that are ``worth`` taking from their run (the
+    thief would finish them before their own volunteer would reach them), the one whose
+    input bytes (``inputs``: unit -> {digest: bytes}) it holds the most of (``held``:
+    digests), from the end of the largest other run."""
     for u in pending:
         if home.get(u) == volunteer:
             return u
+    if worth is not None:
+        pending = [u for u in pending if worth(u)]
     if not pending:
         return None
     runs: dict[str, int] = {}
@@ -115,6 +131,18 @@ def pick(
     return best
 
 
+def duration(
+    work: int, new_bytes: int, volunteer: str, rates: Mapping[str, float],
+    bandwidth: Mapping[str, float],
+) -> float:  # fmt: skip
+    """Seconds a unit of ``work`` iterations needing ``new_bytes`` it does not hold should
+    take on ``volunteer``: at its observed rate and bandwidth (the fastest rate and the
+    slowest bandwidth observed elsewhere, then the cold guesses, where it has none)."""
+    rate = rates.get(volunteer) or max(rates.values(), default=0.0) or speculate.COLD_RATE
+    bw = bandwidth.get(volunteer) or min(bandwidth.values(), default=0.0) or COLD_BANDWIDTH
+    return work / rate + new_bytes / bw
+
+
 def deadline(
     work: int, new_bytes: int, volunteer: str, rates: Mapping[str, float],
     bandwidth: Mapping[str, float],
@@ -126,4 +154,13 @@ def deadline(
     return compute + LATE * new_bytes / bw
 
 
-__all__ = ["COLD_BANDWIDTH", "LATE", "deadline", "morton", "partition", "pick"]
+__all__ = [
+    "COLD_BANDWIDTH",
+    "LATE",
+    "deadline",
+    "duration",
+    "morton",
+    "partition",
+    "pick",
+    "speed_classes",
+]

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from distal.errors import NotSupportedYet
 from distal.kernels.leaf import LEAVES, TermKernel
 from distal.plan.ir import EntryWork, TermWork
 from distal.plan.region import Entries, Location, Rows
@@ -131,6 +132,11 @@ def _buffer(b: Any) -> Any:
 
 
 def _kernel(k: TermKernel) -> list[Any]:
+    if k.offsets or k.scales or k.domain or k.tree:
+        raise NotSupportedYet(
+            "shifted accesses (slices, stencils: a leaf with offsets, scales, a domain or a "
+            "point-by-point tree) on the volunteer pool are not in this version"
+        )
     return [
         _coeff(k.coeff), k.spec, [[n, list(pos)] for n, pos in k.factors], list(k.gates),
         list(k.multipliers), list(k.out), list(k.parallel), k.leaf, k.widen,

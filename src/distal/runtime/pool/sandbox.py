@@ -23,7 +23,6 @@ import os
 import resource
 import signal
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,10 +92,11 @@ class ChildDied(Exception):
 
 
 class ChildProcess:
-    """The compute process and its pipe protocol (see :mod:`.child`)."""
+    """The compute process and its pipe protocol (see :mod:`.child`), over block directory
+    ``root``."""
 
-    def __init__(self, limits: Limits) -> None:
-        self.limits = limits
+    def __init__(self, limits: Limits, root: Path) -> None:
+        self.limits, self.root = limits, root
         self.proc: asyncio.subprocess.Process | None = None
         self.lock = asyncio.Lock()
         self.starts = 0
@@ -104,10 +104,9 @@ class ChildProcess:
     async def start(self) -> None:
         cores = self.limits.cores()
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "distal.runtime.pool.child",
+            sys.executable, "-m", "distal.runtime.pool.child", str(self.root),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             env=child_env(self.limits), preexec_fn=_preexec(self.limits, cores),
-            limit=MAX_HEADER + 16,
         )  # fmt: skip
         self.starts += 1
 
@@ -118,41 +117,24 @@ class ChildProcess:
             return True
         return False
 
-    async def request(
-        self, head: dict[str, Any], payload: bytes | memoryview | AsyncIterator[bytes] = b"",
-        nbytes: int | None = None,
-    ) -> tuple[dict[str, Any], bytes]:  # fmt: skip
-        """Send one request (its payload as bytes, or as chunks of ``nbytes`` in all) and
-        read the answer."""
+    async def request(self, head: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and read the answer."""
         async with self.lock:
             proc = self.proc
             if proc is None or proc.stdin is None or proc.stdout is None:
                 raise ChildDied("the compute process is not running")
-            size = len(payload) if isinstance(payload, (bytes, memoryview)) else nbytes
-            body = pack({**head, "nbytes": int(size or 0)})
+            body = pack(head)
             try:
                 proc.stdin.write(HEADER.pack(len(body)) + body)
-                if isinstance(payload, (bytes, memoryview)):
-                    if len(payload):
-                        proc.stdin.write(payload)
-                else:
-                    sent = 0
-                    async for chunk in payload:
-                        proc.stdin.write(chunk)
-                        sent += len(chunk)
-                        await proc.stdin.drain()
-                    if sent != size:
-                        raise ChildDied("a payload ended short of its size")
                 await proc.stdin.drain()
-                raw = await proc.stdout.readexactly(HEADER.size)
-                (n,) = HEADER.unpack(raw)
+                (n,) = HEADER.unpack(await proc.stdout.readexactly(HEADER.size))
                 answer = unpack(await proc.stdout.readexactly(n), MAX_HEADER)
-                size = int(answer.get("nbytes", 0))
-                data = await proc.stdout.readexactly(size) if size else b""
             except (BrokenPipeError, ConnectionResetError, asyncio.IncompleteReadError) as e:
                 await self._reap()
                 raise ChildDied(f"the compute process ended ({type(e).__name__})") from None
-            return answer, data
+            if not isinstance(answer, dict):
+                raise ChildDied("the compute process answered nonsense")
+            return answer
 
     async def _reap(self) -> None:
         if self.proc is not None:

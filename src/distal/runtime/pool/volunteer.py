@@ -27,9 +27,13 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import os
+import shutil
 import signal
+import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,6 +51,18 @@ HEARTBEAT = 2.0
 
 REVOKED_AFTER = 5
 """Authorization refusals in a row after which the volunteer takes itself as revoked."""
+
+FETCHES = 3
+"""Objects of one unit fetched at the same time."""
+
+
+def _block_dir(name: str) -> Path:
+    """A private directory for this volunteer's blocks: in memory (``/dev/shm``) where it
+    can be."""
+    shm = Path("/dev/shm")
+    base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+    return Path(tempfile.mkdtemp(prefix=f"distal-volunteer-{name}-", dir=base))
+
 
 SOFTWARE = "distal-volunteer"
 
@@ -77,7 +93,10 @@ class Volunteer:
         self.name = creds.user
         budget = limits.memory if limits.memory is not None else 8 << 30
         self.book = CacheBook(cache_bytes if cache_bytes is not None else budget // 2)
-        self.child = ChildProcess(limits)
+        self.root = _block_dir(self.name)
+        self.child = ChildProcess(limits, self.root)
+        self.forget: set[str] = set()  # evicted programs the compute process may drop
+        self.fetching = asyncio.Semaphore(FETCHES)
         self.stats = Stats()
         self.stopping = asyncio.Event()
         self.auth_failures = 0
@@ -140,6 +159,7 @@ class Volunteer:
         await self.connect()
         if self.nc is None:
             await self.child.stop()
+            shutil.rmtree(self.root, ignore_errors=True)
             return self.stats
         tasks = [asyncio.ensure_future(c) for c in (self._beat(), self._pull(), self._work())]
         ctl = await self.nc.subscribe(subjects.control_subject(self.name), cb=self._control)
@@ -155,6 +175,7 @@ class Volunteer:
         with contextlib.suppress(Exception):
             await self.nc.close()
         await self.child.stop()
+        shutil.rmtree(self.root, ignore_errors=True)
         log.info("%s: stopped after %d unit(s)", self.name, self.stats.units)
         return self.stats
 
@@ -216,6 +237,8 @@ class Volunteer:
         if unit.attempt in self.holding:
             return  # redelivered while this volunteer still works on it
         self.holding[unit.attempt] = msg
+        t0, before = time.monotonic(), self.stats.bytes_in
+        log.info("%s: unit %s (%s) pulled", self.name, unit.attempt, unit.name)
         try:
             prog = await self._prepare(unit)
         except _Refuse as e:
@@ -226,11 +249,14 @@ class Volunteer:
             await self._reply(unit, wire.report("failed", f"could not get its inputs: {e}"))
             self.stats.failed += 1
             return
+        got = self.stats.bytes_in - before
+        log.info("%s: unit %s: %.1f MB fetched in %.2f s", self.name, unit.attempt, got / 1e6,
+                 time.monotonic() - t0)  # fmt: skip
         await self.ready.put((unit, msg, prog))
 
     async def _prepare(self, unit: UnitMsg) -> str:
-        """Make sure the compute process holds the unit's program and blocks; the program's
-        digest."""
+        """Make sure the block directory holds the unit's program and blocks (fetching the
+        missing ones together); the program's digest."""
         if self.limits.memory is not None and 2 * unit.input_bytes + unit.out.nbytes > (
             self.limits.memory
         ):
@@ -238,43 +264,61 @@ class Volunteer:
                 f"its inputs ({unit.input_bytes} bytes) and output ({unit.out.nbytes}) do not "
                 f"fit this volunteer's memory limit ({self.limits.memory})"
             )
-        if await self.child.ensure():
-            self.book.clear()
-        keep = {b.digest for b in unit.blocks}
+        await self.child.ensure()
         if isinstance(unit.program, bytes):
-            digest = hashlib.blake2b(unit.program, digest_size=32).hexdigest()
-            keep.add(digest)
-            if not self.book.touch(digest):
-                await self._put(digest, "program", None, unit.program, keep)
+            prog = BlockRef(wire.array_digest(np.dtype("|u1"), (len(unit.program),),
+                                              unit.program), np.dtype("|u1"),
+                            (len(unit.program),))  # fmt: skip
+            if not self.book.touch(prog.digest):
+                self._admit(prog, {prog.digest})
+                self._write(prog, unit.program)
         else:
-            digest = unit.program.digest
-            keep.add(digest)
-            if not self.book.touch(digest):
-                await self._fetch(unit.program, "program", keep)
-        for b in unit.blocks:
-            if self.book.touch(b.digest):
+            prog = unit.program
+        refs = {r.digest: r for r in (prog, *unit.blocks)}
+        keep = set(refs)
+        missing = []
+        for d, r in refs.items():
+            if self.book.touch(d):
                 self.stats.blocks_cached += 1
             else:
-                await self._fetch(b, "block", keep)
-        return digest
+                missing.append(r)
+        await asyncio.gather(*(self._fetch(r, keep) for r in missing))
+        return prog.digest
 
-    async def _fetch(self, ref: BlockRef, kind: str, keep: set[str]) -> None:
-        self.stats.blocks_fetched += 1
-        self.stats.bytes_in += ref.nbytes
-        await self._put(ref.digest, kind, ref, read_object(self.nc, ref.digest, ref.nbytes), keep)
+    def _admit(self, ref: BlockRef, keep: set[str]) -> None:
+        for old in self.book.admit(ref.digest, ref.nbytes, keep):
+            with contextlib.suppress(OSError):
+                (self.root / old).unlink()
+            self.forget.add(old)
 
-    async def _put(self, digest: str, kind: str, ref: BlockRef | None, data: Any,
-                   keep: set[str]) -> None:  # fmt: skip
-        size = ref.nbytes if ref is not None else len(data)
-        for old in self.book.admit(digest, size, keep):
-            await self.child.request({"op": "drop", "digest": old})
-        head: dict[str, Any] = {"op": "put", "digest": digest, "kind": kind}
-        if ref is not None:
-            head |= {"dtype": ref.dtype.str, "shape": list(ref.shape)}
-        answer, _ = await self.child.request(head, data, nbytes=size)
-        if answer.get("op") != "ok":
-            self.book.held.pop(digest, None)
-            raise _Refuse(str(answer.get("reason", "the compute process refused it"))[:500])
+    def _write(self, ref: BlockRef, data: bytes) -> None:
+        part = self.root / f"{ref.digest}.part"
+        part.write_bytes(data)
+        os.replace(part, self.root / ref.digest)
+
+    async def _fetch(self, ref: BlockRef, keep: set[str]) -> None:
+        """Fetch object ``ref`` into the block directory: written as it arrives, its digest
+        checked before the file gets its name."""
+        async with self.fetching:
+            self._admit(ref, keep)
+            part = self.root / f"{ref.digest}.part"
+            dims = list(ref.shape) if ref.shape else [1]
+            h = hashlib.blake2b(f"{ref.dtype.str}{dims}|".encode(), digest_size=32)
+            try:
+                with open(part, "wb") as f:
+                    async for chunk in read_object(self.nc, ref.digest, ref.nbytes):
+                        f.write(chunk)
+                        h.update(chunk)
+                if h.hexdigest() != ref.digest:
+                    raise ObjectMissing(f"object {ref.digest[:16]}...: not the declared digest")
+                os.replace(part, self.root / ref.digest)
+            except BaseException:
+                self.book.held.pop(ref.digest, None)
+                with contextlib.suppress(OSError):
+                    part.unlink()
+                raise
+            self.stats.blocks_fetched += 1
+            self.stats.bytes_in += ref.nbytes
 
     async def _work(self) -> None:
         """Run prepared units one at a time and publish their results."""
@@ -283,27 +327,27 @@ class Volunteer:
             await self._compute(unit, prog)
 
     async def _compute(self, unit: UnitMsg, prog: str) -> None:
-        request = {"op": "run", "program": prog, "blocks": [b.digest for b in unit.blocks]}
+        blocks = [[b.digest, b.dtype.str, list(b.shape)] for b in unit.blocks]
         for _ in range(2):
+            forget, self.forget = sorted(self.forget), set()
+            request = {"op": "run", "program": prog, "blocks": blocks, "forget": forget}
             try:
-                answer, data = await self.child.request(request)
+                answer = await self.child.request(request)
             except ChildDied as e:
-                self.book.clear()
                 await self._reply(unit, wire.report("failed", f"the compute process died: {e}"))
                 self.stats.failed += 1
                 return
             if answer.get("op") == "done":
-                arr = np.frombuffer(data, dtype=np.dtype(answer["dtype"]))
-                arr = arr.reshape(answer["shape"])
-                parts = wire.result_messages(arr, answer["seconds"], answer["iterations"])
-                await self._reply(unit, *parts)
-                self.stats.units += 1
+                await self._send_result(unit, answer)
+                return
+            if answer.get("op") == "refuse":
+                await self._reply(unit, wire.report("refuse", str(answer.get("reason"))))
+                self.stats.refused += 1
                 return
             if answer.get("reason") != "missing":
                 break
-            # evicted meanwhile (the next unit's blocks took its room): fetch again, once
-            for d in [*answer.get("missing", []), prog]:
-                self.book.held.pop(d, None)
+            for d in answer.get("missing", []):  # gone meanwhile: fetch again, once
+                self.book.held.pop(str(d), None)
             try:
                 prog = await self._prepare(unit)
             except (_Refuse, ObjectMissing, ChildDied, asyncio.TimeoutError) as e:
@@ -312,14 +356,32 @@ class Volunteer:
         await self._reply(unit, wire.report("failed", str(answer.get("reason", "unknown"))))
         self.stats.failed += 1
 
+    async def _send_result(self, unit: UnitMsg, answer: dict[str, Any]) -> None:
+        path = self.root / str(answer["file"])
+        try:
+            dt, shape = np.dtype(answer["dtype"]), tuple(answer["shape"])
+            arr = np.fromfile(path, dtype=dt).reshape(shape)
+        finally:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        parts = wire.result_messages(arr, answer["seconds"], answer["iterations"])
+        t0 = time.monotonic()
+        await self._reply(unit, *parts)
+        log.info("%s: unit %s: computed in %.2f s, %.1f MB replied in %.2f s", self.name,
+                 unit.attempt, answer["seconds"], arr.nbytes / 1e6,
+                 time.monotonic() - t0)  # fmt: skip
+        self.stats.units += 1
+
     async def _reply(self, unit: UnitMsg, *parts: bytes) -> None:
-        """Publish a unit's reply (every part, each acknowledged by the stream) and ack the
-        unit; a publish cut off by a lost connection is made again from the first part."""
+        """Publish a unit's reply and ack the unit once the stream has acknowledged every
+        part. The parts go out back to back, in order (their acknowledgements awaited
+        together: one round trip, not one a part); a publish cut off by a lost connection
+        is made again from the first part."""
         subject = subjects.result_subject(self.name, unit.run, unit.attempt)
         while True:
             try:
-                for p in parts:
-                    await self.js.publish(subject, p, timeout=30)
+                acks = [await self.js.publish_async(subject, p) for p in parts]
+                await asyncio.wait_for(asyncio.gather(*acks), 60 + 10 * len(parts))
                 break
             except asyncio.CancelledError:
                 raise
@@ -340,6 +402,9 @@ def main(creds_path: str, cpus: int, memory_gb: float | None, nice: int = 10,
          servers: tuple[str, ...] | None = None) -> int:  # fmt: skip
     """``distal volunteer``: run until stopped; the exit status."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    from distal.runtime.pool.link import quiet_tls_eof
+
+    quiet_tls_eof()
     creds = Credentials.read(creds_path)
     memory = None if memory_gb is None else int(memory_gb * (1 << 30))
     v = Volunteer(creds, Limits(cpus, memory, nice), servers)

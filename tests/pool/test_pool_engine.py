@@ -62,9 +62,11 @@ def test_honest_volunteers_compute_the_product_and_cache_its_blocks() -> None:
     assert not s1.units_rejected
     assert sum(s1.units_by_volunteer.values()) == 4
     assert len(s1.units_by_volunteer) == 2
-    # the second run finds every block and program where it sent them
+    # the second run finds the blocks where it left them (a unit may go to the other
+    # volunteer when the speeds measured on these tiny units say so: its program then
+    # travels, its blocks mostly not)
     assert s1.bytes_sent > 0
-    assert s2.bytes_sent == 0
+    assert s2.bytes_sent <= s1.bytes_sent // 3
     assert {n for n, _ in link.sent} == {"a", "b"}
 
 
@@ -170,6 +172,12 @@ def test_adaptive_trust_is_earned_and_persisted() -> None:
     s = summaries[-1]
     assert s.checked >= 10  # the warm-up: every result checked
     assert b'"streak"' in link.kv["trust.a"]
+
+
+def test_a_majority_that_cannot_be_had_is_a_clear_failure_not_a_hang() -> None:
+    vols = [FakeVolunteer("a"), FakeVolunteer("liar", "liar")]
+    with pytest.raises(VerificationFailed, match="verify=3 needs 3 different"):
+        run_loop(_runs(vols, Options(verify=3, wait=0.5)))
 
 
 def test_no_volunteer_is_a_clear_failure_not_a_hang() -> None:
