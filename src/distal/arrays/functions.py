@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
 from distal.arrays import creation, reductions, shapes, ufuncs
 from distal.arrays import graph as g
 from distal.arrays.blocks import Block, Kind, register

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
 from distal.arrays import functions as F
 from distal.arrays.current import current
 from distal.arrays.darray import DArray
