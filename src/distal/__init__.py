@@ -5,7 +5,12 @@ notation) and how the computation is mapped (a schedule); distal compiles the
 three into an exact per-processor plan and runs it.
 """
 
-from distal import algorithms, apps, data
+from distal import (
+    algorithms,
+    apps,
+    data,
+    numpy,
+)
 from distal.arrays import DArray, exp, maximum, minimum, sqrt, where
 from distal.arrays import absolute as abs
 from distal.cost.autoschedule import autoschedule
@@ -88,6 +93,7 @@ __all__ = [
     "maximum",
     "minimum",
     "mlir_function",
+    "numpy",
     "restrict",
     "runtimes",
     "schedule",

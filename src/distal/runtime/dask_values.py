@@ -39,7 +39,7 @@ from distal.runtime.elastic.twice import Assign, Judge, Judged, Keep, Twice, Ver
 from distal.runtime.executable import Executable
 from distal.runtime.local_runtime import added, content
 from distal.runtime.source import read_block
-from distal.typing import Box, box_shape
+from distal.typing import Box, box_index, box_shape
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,24 @@ def _raise_failed(todo: Sequence[Any], verify: Any) -> None:
     for ins in todo:
         if isinstance(ins, Fail):
             raise VerificationFailed(f"verify={verify!r}: {ins.message}")
+
+
+def block_task(fn: Any, arrays: list[Any], box: Box) -> Any:
+    """One unit of a block operation of the arrays front (run on a worker)."""
+    return fn(list(arrays), box)
+
+
+def combine_task(combine: Any, parts: list[Any], dtype: Any) -> Any:
+    """A block operation's partials combined in processor order (run on a worker)."""
+    return np.asarray(combine(list(parts)), dtype=dtype)
+
+
+def as_dtype(x: Any, dtype: Any) -> np.ndarray:
+    return np.asarray(x, dtype=dtype)
+
+
+def _whole(shape: Sequence[int]) -> Box:
+    return tuple((0, int(n)) for n in shape)
 
 
 class HeldOnWorkers:
@@ -191,6 +209,55 @@ class HeldOnWorkers:
 
             self._unsettled[-1].repair = repair
         return value
+
+    def blocks(
+        self,
+        fn: Any,
+        operands: Sequence[tuple[Any, Layout]],
+        needs: Any,
+        work: Sequence[tuple[Box, int]],
+        target: Layout,
+        dtype: Any,
+        combine: Any = None,
+    ) -> Any:
+        """A task per unit over the cuts of the held blocks it reads (made on the workers);
+        partials combined by one more task (here, from checked partials, under
+        ``verify=``)."""
+        self.settle()
+        dtype = np.dtype(dtype)
+        if combine is None:  # (one unit per distinct box)
+            work = list({box: (box, p) for box, p in work}.values())
+        jobs = []
+        for box, p in work:
+            parts: list[Any] = []
+            for (x, _), need in zip(operands, needs[p], strict=True):
+                if need is None:
+                    parts.append(None)
+                elif isinstance(x, WorkerValue):
+                    parts.append(x.part(need))
+                else:  # a 0-d value held here, or an array not sent out
+                    arr = np.asarray(x.array if isinstance(x, Inline) else x)
+                    parts.append(arr[box_index(need, _whole(arr.shape))] if need else arr)
+            jobs.append((block_task, (fn, parts, box)))
+        if self.verified:
+            futures = self._twice(jobs, defer=combine is None)
+        else:
+            futures = [self.client.submit(f, *a, pure=False) for f, a in jobs]
+        whole = _whole(target.shape)
+        if combine is not None:
+            if self.verified:
+                parts = self.client.gather(futures)
+                self._count(sum(int(np.size(x)) for x in parts))
+                return np.asarray(combine(parts), dtype=dtype)
+            f = self.client.submit(combine_task, combine, futures, dtype, pure=False)
+            return self._value(target.shape, dtype, {whole: f})
+        blocks = {
+            box: self.client.submit(as_dtype, f, dtype, pure=False)
+            for (box, _), f in zip(work, futures, strict=True)
+        }
+        if not blocks:  # an empty result: one empty block
+            blocks[whole] = self.client.submit(np.empty, target.shape, dtype, pure=False)
+        return self._value(target.shape, dtype, blocks)
 
     def fused(
         self,

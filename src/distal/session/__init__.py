@@ -202,12 +202,23 @@ class Session(ArraysSession):
         """Drop every value and close what the runtime started (a Dask pool without
         ``client=``); a pool given as ``client=`` stays open."""
         self.values.clear()
+        for p in self._programs.values():
+            for name in list(p.named):
+                p.forget(name)
         self._closer()
 
     def __enter__(self) -> Session:
+        """The current session of ``distal.numpy`` inside the block (see
+        :mod:`distal.arrays.current`)."""
+        from distal.arrays.current import push
+
+        push(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from distal.arrays.current import pop
+
+        pop(self)
         self.close()
 
     # -- values ----------------------------------------------------------------------------
@@ -218,6 +229,8 @@ class Session(ArraysSession):
         words)."""
         if not isinstance(name, str) or not name:
             raise InputError(f"a session value needs a tensor name, got {name!r}")
+        for p in self._programs.values():  # the name's handles read the old value on
+            p.forget(name)
         if is_block_source(array):
             shape = tuple(int(n) for n in array.shape)
             self.values[name] = Held(
@@ -236,18 +249,23 @@ class Session(ArraysSession):
         self.values[name] = Held(arr.shape, arr.dtype, None, arr)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.values
+        if name in self.values:
+            return True
+        return isinstance(name, str) and self._bound_anywhere(name)
 
     def names(self) -> list[str]:
         """The names of the values held (not the arrays program's own: ``_a``, ``_c`` or
-        ``_v`` and a number, the values behind unnamed DArrays)."""
-        return sorted(n for n in self.values if not INTERNAL.fullmatch(n))
+        ``_v`` and a number, the values behind unnamed DArrays), bound ones included."""
+        bound = {n for p in self._programs.values() for n in p.dirty}
+        return sorted(n for n in {*self.values, *bound} if not INTERNAL.fullmatch(n))
 
     def layout(self, name: str) -> Layout | None:
         """Where value ``name`` lives now (``None``: not placed yet)."""
         return self._held(name).layout
 
     def _held(self, name: str) -> Held:
+        if self._programs and self._bound_anywhere(name):
+            self.flush()  # the name's DArray is computed first
         try:
             return self.values[name]
         except KeyError:

@@ -187,6 +187,7 @@ class Loop:
 
     def start(self) -> Iterator[int]:
         sess = self.sess
+        sess.flush()  # what the program bound before the loop is bound before a restore
         finish(sess, last=True)  # an earlier loop's last iteration is on disk first
         sess.resumed_from = None
         first = 0
