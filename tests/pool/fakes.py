@@ -135,7 +135,7 @@ class FakeLink:
         arrays = [
             np.frombuffer(self.stored[b.digest], b.dtype).reshape(b.shape) for b in unit.blocks
         ]
-        out, _ = child.compute(prog, arrays, {})
+        out, _, _ = child.compute(prog, arrays, {})
         return out
 
     async def _answer(self, v: FakeVolunteer, unit: UnitMsg) -> None:

@@ -210,8 +210,10 @@ def overlimits(d: Donors) -> int:
     """Times a tbf qdisc of the donors' links held a packet back."""
     total = 0
     for lk in d.links:
-        for cmd in (["tc", "-s", "-j", "qdisc", "show", "dev", lk.root_dev],
-                    ["tc", "-n", lk.netns, "-s", "-j", "qdisc", "show", "dev", lk.ns_dev]):
+        for cmd in (
+            ["tc", "-s", "-j", "qdisc", "show", "dev", lk.root_dev],
+            ["tc", "-n", lk.netns, "-s", "-j", "qdisc", "show", "dev", lk.ns_dev],
+        ):
             for q in json.loads(_run(cmd)):
                 if q.get("kind") == "tbf":
                     total += int(q.get("overlimits", 0))

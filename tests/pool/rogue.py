@@ -84,7 +84,7 @@ async def rogue(mode: str, creds: Credentials, server: str, marker: Path) -> Non
                 prog = program.decode(await _fetch(nc, unit.program))
                 arrays = [np.frombuffer(await _fetch(nc, b), b.dtype).reshape(b.shape)
                           for b in unit.blocks]  # fmt: skip
-                arr, _ = child.compute(prog, arrays, {})
+                arr, _, _ = child.compute(prog, arrays, {})
                 if mode == "liar":
                     parts = wire.result_messages(arr + 1.0, 0.01, unit.work)
                 elif mode.startswith("malformed"):

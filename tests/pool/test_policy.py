@@ -63,3 +63,9 @@ def test_speed_classes_round_noise_and_keep_real_differences() -> None:
     assert policy.speed_classes({"a": 1.0, "b": None}) == {"a": 1.0, "b": 1.0}
     got = policy.speed_classes({"a": 100.0, "b": 83.0, "c": 48.0, "d": 26.0})
     assert got == {"a": 1.0, "b": 1.0, "c": 0.5, "d": 0.25}
+
+
+def test_interleave_takes_the_runs_in_turn() -> None:
+    home = {"u0": "a", "u1": "a", "u2": "b", "u3": "b", "u4": "b"}
+    got = policy.interleave(["u0", "u1", "u2", "u3", "u4", "u5"], home)
+    assert got == ["u0", "u2", "u1", "u3", "u4", "u5"]

@@ -19,6 +19,7 @@ from distal.runtime.pool.engine import Engine, Options
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
+
 def test_rogue_volunteers_are_refused_by_name_excluded_and_never_run(
     local_pool: LocalPool, link: Any, tmp_path: Path
 ) -> None:

@@ -21,6 +21,7 @@ from distal.runtime.pool.engine import Engine, Options
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
 
+
 def _gemm(n: int = 32, grid: tuple[int, int] = (2, 2)) -> tuple[Any, dict[str, np.ndarray]]:
     k = dl.algorithms.summa(n, machine=dl.Machine(*grid), steps=2).compile()
     rng = np.random.default_rng(1)
@@ -152,8 +153,9 @@ def test_the_compute_process_fails_alone_over_its_memory_limit(tmp_path: Path) -
     k = dl.compile(dl.schedule(A))
     u = decompose(k.plan)[0]
     holders = [((0, n),), ((0, n),)]
-    raw = program.encode(u, k.kernels, np.dtype("<f8"), {"b": np.dtype("<f8"),
-                                                         "c": np.dtype("<f8")}, holders)
+    raw = program.encode(
+        u, k.kernels, np.dtype("<f8"), {"b": np.dtype("<f8"), "c": np.dtype("<f8")}, holders
+    )
     ref = wire.array_digest(np.dtype("|u1"), (len(raw),), raw)
     (tmp_path / ref).write_bytes(raw)
     vec = np.ones(n)

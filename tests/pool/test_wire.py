@@ -101,6 +101,7 @@ def _head(**over: object) -> dict:
     arr = np.ones((4, 4))
     head = {
         "dtype": "<f8", "shape": [4, 4], "nbytes": 128, "seconds": 0.1, "iterations": 1,
+        "held": 16,
         "digest": wire.array_digest(arr.dtype, arr.shape, arr.tobytes()),
     }  # fmt: skip
     head.update(over)
@@ -283,3 +284,12 @@ def test_hello_and_bye() -> None:
     with pytest.raises(WireError):
         wire.read_hello(wire.pack({"v": 1, "kind": "hello", "versions": [], "cpus": 1,
                                    "memory": 1, "slots": 1, "software": ""}))  # fmt: skip
+
+
+def test_a_started_note_carries_what_was_fetched() -> None:
+    out = Receiver().feed("a", EXP, wire.started(1 << 20, 0.5))
+    assert out.kind == "started"
+    assert out.iterations == 1 << 20
+    assert out.seconds == 0.5
+    with pytest.raises(WireError):
+        Receiver().feed("a", EXP, _msg(kind="started", fetched=-1, fetch_seconds=0.5))

@@ -369,7 +369,7 @@ class Driver:
         self._guarded(self._loop)
         if store is not None:
             assert self.ck is not None
-            self._guarded(lambda: self.ck.drain(events.topic, store.root, events))  # type: ignore[union-attr]
+            self._guarded(lambda: self.ck.drain(events.topic, store.scope, events))  # type: ignore[union-attr]
             events.sync()
             self._guarded(lambda: self._do(core.handle(*self._heard_now())))
         self.bar.close()

@@ -63,9 +63,11 @@ def frame(head: dict[str, Any]) -> bytes:
 
 
 def compute(prog: programs.Program, arrays: list[np.ndarray], prepared: dict) -> tuple[
-        np.ndarray, int]:  # fmt: skip
+        np.ndarray, int, int]:  # fmt: skip
     """Run a program over its blocks (in the order of its ``needs``): the unit's output
-    buffer and the iterations its leaves visited."""
+    buffer, the iterations its leaves visited and the most elements it held beside its
+    processor's owned blocks (its fetch buffers and partial output, measured on the arrays
+    it made: what ``peak_words`` counts)."""
     from distal.runtime.elastic import tasks
 
     unit = prog.unit
@@ -80,8 +82,11 @@ def compute(prog: programs.Program, arrays: list[np.ndarray], prepared: dict) ->
             raise ValueError(f"block of {t!r} is {a.dtype.str}, the program says {want.str}")
         if isinstance(holder, tuple) and a.shape != tuple(hi - lo for lo, hi in holder):
             raise ValueError(f"block of {t!r} has shape {a.shape}, not its box's")
-    out, _, iterations = tasks.compute(prog.kernels, prog.out_dtype, unit, blocks, prepared)
-    return out, iterations
+    held: list[int] = []
+    out, _, iterations = tasks._compute(
+        tasks._bare(prog.kernels, prog.out_dtype), unit, blocks, prepared=prepared, held=held
+    )
+    return out, iterations, max(held, default=0)
 
 
 def load(path: Path, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
@@ -131,8 +136,8 @@ class Child:
         t0 = time.perf_counter()
         try:
             arrays = [load(self.root / d, t, s) for d, t, s in blocks]
-            out, iterations = compute(prog, arrays, prepared)
-            out = np.ascontiguousarray(out)
+            out, iterations, held = compute(prog, arrays, prepared)
+            out = np.asarray(out, order="C")  # (0-d stays 0-d)
             if out.dtype.byteorder == ">":
                 out = out.astype(out.dtype.newbyteorder("<"))
         except MemoryError:
@@ -145,7 +150,7 @@ class Child:
         name = f"result-{os.getpid()}-{self.results}"
         out.tofile(self.root / name)
         return {"op": "done", "file": name, "dtype": out.dtype.str, "shape": list(out.shape),
-                "seconds": seconds, "iterations": int(iterations)}  # fmt: skip
+                "seconds": seconds, "iterations": int(iterations), "held": int(held)}  # fmt: skip
 
 
 def main() -> int:

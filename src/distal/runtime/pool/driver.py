@@ -27,10 +27,11 @@ from distal.plan.region import Entries, shape, words
 from distal.plan.stats import Stats
 from distal.runtime.elastic import tasks
 from distal.runtime.elastic.submit import sent_to
-from distal.runtime.elastic.units import Span, Unit, block_region, decompose, fuse
+from distal.runtime.elastic.units import Span, Unit, block_name, block_region, decompose, fuse
 from distal.runtime.pool import policy, program
 from distal.runtime.pool.engine import Engine, Summary, Task
 from distal.runtime.pool.wire import BlockRef, Expect, array_bytes, array_digest
+from distal.runtime.source import is_block_source, read_block
 from distal.typing import box_index, box_intersect, box_is_empty, box_volume
 
 STATS_NOTE = (
@@ -47,7 +48,6 @@ class Job:
     plan: Any
     kernels: tuple[Any, ...]
     dtypes: Mapping[str, np.dtype]
-    peak_words: tuple[int, ...] | None = None
 
 
 def _ref_of(data: memoryview, dtype: np.dtype, shp: tuple[int, ...]) -> BlockRef:
@@ -82,6 +82,8 @@ class PoolDriver:
             x = self.data[t]
             if isinstance(region, Entries):
                 got = np.ascontiguousarray(np.asarray(x.vals, dtype=dtype)[region.positions])
+            elif is_block_source(x):  # read here: the coordinator sends what it read
+                got = np.ascontiguousarray(read_block(t, x, region, dtype))
             else:
                 part = np.asarray(x[box_index(region, ((0, 0),) * len(region))], dtype=dtype)
                 # a contiguous block (a row block) is used in place; a 0-d one stays 0-d
@@ -110,20 +112,23 @@ class PoolDriver:
 
     # -- the run -----------------------------------------------------------------------------
 
-    def tasks(self) -> tuple[list[Task], list[str], list[Unit], dict]:
-        """The run's tasks (in locality order), the units, and each output block's
-        contributions in the reducer's order."""
-        blocks = self.output_blocks()
-        units = fuse(decompose(self.plan, self.granularity), blocks)
+    def prepare(self) -> tuple[list[Task], list[str], tuple[str, ...]]:
+        """The run's tasks, their locality order and the output blocks to deliver (by
+        name), for :meth:`Engine.run` (with :meth:`reduce`)."""
+        self.blocks = self.output_blocks()
+        units = fuse(decompose(self.plan, self.granularity), self.blocks)
+        self.units = {u.name: u for u in units}
         owners = {idx: (idx[0] if self.out_pl is None else self.plan.primary[idx])
-                  for idx in blocks}  # fmt: skip
+                  for idx in self.blocks}  # fmt: skip
         contrib: dict[tuple[int, ...], list[tuple[Unit, Any]]] = defaultdict(list)
         for u in units:
             for idx, piece in u.pieces:
-                if idx in blocks:
+                if idx in self.blocks:
                     contrib[idx].append((u, piece))
         for idx, cs in contrib.items():
             cs.sort(key=lambda c: (c[0].proc != owners.get(idx), c[0].first, c[0].proc, c[0].name))
+        self.contrib = contrib
+        self.names = {block_name(idx): idx for idx in self.blocks}
         dtypes = {t: np.dtype(d) for t, d in self.job.dtypes.items() if t in self.plan.inputs}
         out: list[Task] = []
         grid = _grid(self.plan)
@@ -143,73 +148,70 @@ class PoolDriver:
                 refs.append(ref)
                 arrays.append(a)
             blocks_for = [(t, h, a) for (t, _), h, a in zip(u.needs, holders, arrays, strict=True)]
+            outputs = tuple(block_name(idx) for idx, _ in u.pieces if idx in self.blocks)
             out.append(
                 Task(
                     uid=u.name, program=pref, blocks=tuple(refs),
                     out=Expect(self.out_dtype.newbyteorder("<"), shape(u.out_box)),
                     work=tasks.planned_iterations(u), payloads=payloads,
-                    check=self._checker(u, blocks_for, n),
+                    check=self._checker(u, blocks_for, n), outputs=outputs, final=u.final,
                 )
             )  # fmt: skip
         order = [u.name for u in sorted(units, key=lambda u: (policy.morton(grid(u.proc)),
                                                               u.first, u.name))]  # fmt: skip
-        return out, order, units, contrib
+        self.traffic: list[tuple[int, int, int, int]] = []
+        return out, order, tuple(self.names)
 
     def _checker(self, u: Unit, blocks: list, n: int) -> Any:
-        seed = (self.seed + 0x9E3779B97F4A7C15 * (n + 1)) % (1 << 63)
-
-        def check(arr: np.ndarray) -> Any:
+        def check(arr: np.ndarray, attempt: int) -> Any:
+            # each attempt draws its own vectors, from a seed the volunteers never see
+            seed = (self.seed + 0x9E3779B97F4A7C15 * (n + 1) + 7919 * attempt) % (1 << 63)
             return tasks.check(self.job.kernels, self.out_dtype, u, blocks, arr, seed,
                                plan_key=self.plan_key)  # fmt: skip
 
         return check
 
+    def reduce(self, name: str, parts: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Output block ``name`` summed from its units' accepted partials, in the plan's
+        order (the reducer's own piece first, then by step and processor)."""
+        idx = self.names[name]
+        region = self.blocks[idx]
+        cs = [
+            (parts[u.name], u.out_box if isinstance(piece, tuple) else None, piece, u.proc,
+             sent_to(u, piece))
+            for u, piece in self.contrib.get(idx, [])
+        ]  # fmt: skip
+        holder = region if isinstance(region, tuple) else Span(shape(region))
+        arr, traffic = tasks._sum_block(self.ctx, holder, cs)
+        self.traffic.extend(traffic)
+        return arr
+
     def run(self, engine: Engine, link_call: Any) -> tuple[np.ndarray, Stats, Summary]:
         """Run on the pool (``link_call`` runs a coroutine in the link's loop); the output
         (the whole array; a sparse output's stored values), the stats and the summary."""
-        task_list, order = self.prepare()
-        results, summary = link_call(engine.run(task_list, order))
-        value, stats = self.finish(results)
+        task_list, order, names = self.prepare()
+        delivered, summary = link_call(engine.run(task_list, order, names, self.reduce))
+        value, stats = self.finish(delivered, summary.held)
         return value, stats, summary
 
-    def prepare(self) -> tuple[list[Task], list[str]]:
-        """The run's tasks and their locality order (for :meth:`Engine.run`)."""
-        task_list, order, self.units, self.contrib = self.tasks()
-        return task_list, order
-
-    def finish(self, results: Mapping[str, np.ndarray]) -> tuple[np.ndarray, Stats]:
-        """The output and the stats from every unit's accepted result."""
-        blocks = self.output_blocks()
-        value = self._assemble(self.units, results, self.contrib, blocks)
-        return value, self._stats(self.units, self.contrib, blocks, results)
-
-    def _assemble(self, units: list[Unit], results: Mapping[str, np.ndarray],
-                  contrib: Mapping, blocks: Mapping) -> np.ndarray:  # fmt: skip
+    def finish(self, delivered: Mapping[str, np.ndarray],
+               held: Mapping[str, int] | None = None) -> tuple[np.ndarray, Stats]:  # fmt: skip
+        """The output and the stats from every delivered block (``held``: what each unit
+        held at its fullest, as its volunteer measured it)."""
         if self.out_pl is None:
             nnz = sum(words(r) for r in self.plan.owned[self.plan.output] if r is not None)
             value = np.zeros((int(nnz),), self.out_dtype)
         else:
             value = np.zeros(self.out_pl.shape, self.out_dtype)
-        finals = {u.pieces[0][0]: u for u in units if u.final}
-        self.traffic: list[tuple[int, int, int, int]] = []
-        for idx, region in blocks.items():
-            if idx in finals:
-                arr = np.asarray(results[finals[idx].name], self.out_dtype)
-            else:
-                cs = [
-                    (results[u.name], u.out_box if isinstance(piece, tuple) else None, piece,
-                     u.proc, sent_to(u, piece))
-                    for u, piece in contrib.get(idx, [])
-                ]  # fmt: skip
-                holder = region if isinstance(region, tuple) else Span(shape(region))
-                arr, traffic = tasks._sum_block(self.ctx, holder, cs)
-                self.traffic.extend(traffic)
+        for name, idx in self.names.items():
+            region = self.blocks[idx]
+            arr = np.asarray(delivered[name], self.out_dtype)
             if isinstance(region, Entries):
                 value[region.positions] = arr
             else:
                 value[box_index(region, ((0, 0),) * len(region))] = arr
-            u = finals.get(idx)
-            if u is not None:
+            u = self.units.get(name)
+            if u is not None and u.final:
                 for dst, piece in u.sends:
                     inter = box_intersect(piece, region) if region else piece
                     self.traffic.append((u.proc, dst, box_volume(inter), 0))
@@ -218,7 +220,7 @@ class PoolDriver:
                     inter = box_intersect(rbox, region) if region else rbox
                     if not box_is_empty(inter):
                         self.traffic.append((src, dst, box_volume(inter), 0))
-        return value
+        return value, self._stats(held or {})
 
     def _replicas(self) -> list[tuple[int, int, Any]]:
         got = getattr(self, "_replica_list", None)
@@ -231,11 +233,16 @@ class PoolDriver:
             ]
         return got
 
-    def _stats(self, units: list[Unit], contrib: Mapping, blocks: Mapping,
-               results: Mapping) -> Stats:  # fmt: skip
+    def _stats(self, held: Mapping[str, int]) -> Stats:
         plan = self.plan
         stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
-        for u in units:
+        for p in range(plan.nprocs):
+            stats.held(p, plan.owned_words(p))
+        for name, n in held.items():  # beside its processor's owned blocks
+            u = self.units.get(name)
+            if u is not None:
+                stats.held(u.proc, plan.owned_words(u.proc) + int(n))
+        for u in self.units.values():
             blocks_u = [(t, h, self.block(t, idx)) for (t, idx), h in
                         zip(u.needs, self.holders(u), strict=True)]  # fmt: skip
             for src, dst, n, iw in tasks._received(u, blocks_u, tasks._by_tensor(blocks_u)):
@@ -243,8 +250,6 @@ class PoolDriver:
             stats.iterations[u.proc] += tasks.planned_iterations(u)
         for src, dst, n, iw in self.traffic:
             stats.record(src, dst, n, plan.level_of(src, dst), iw)
-        if self.job.peak_words is not None:
-            stats.peak_words = list(self.job.peak_words)
         return stats
 
 

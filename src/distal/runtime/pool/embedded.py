@@ -139,8 +139,15 @@ def embedded(opts: Options, volunteers: int | None = None) -> Coordinator:
                    "--nice", "0"]  # fmt: skip
             log = open(root / f"{name}.log", "wb")
             core = [cores[i % len(cores)]]
-            procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                          preexec_fn=_preexec(Limits(1, None, 0), core)))
+            procs.append(
+                subprocess.Popen(
+                    cmd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    preexec_fn=_preexec(Limits(1, None, 0), core),
+                )
+            )
             log.close()
         link = Link(pd.coordinator()).start()
         coord = Coordinator(link, Engine(link, opts), root, server, procs)

@@ -1,27 +1,36 @@
-"""One run on the pool: hand units to volunteers, take their replies apart, verify, decide.
+"""One run on the pool: the elastic runtime's decisions, carried out over NATS.
 
-The run loop lives in the link's event loop (:mod:`.link`). It keeps, per volunteer, when
-it was last heard from, the units it holds (at most its ``slots``: one computing, one
-fetching its blocks) and what it was sent (the blocks it caches); it places units by
-:mod:`.policy`, and for each event:
+Every decision of a run -- which unit to hand out next, when one is overdue and where its
+copy goes, which results are checked, what a failed check or an outvoted copy excludes,
+when a block is summed and delivered -- is made by the elastic runtime's sans-IO core
+(:class:`~distal.runtime.elastic.core.Core`: events in, instructions out), the one the
+Dask driver drives too. This loop is the pool's transport around it, in the link's event
+loop (:mod:`.link`):
 
-- a ``hello`` keeps a volunteer alive (silent for :data:`LOST_AFTER` seconds, or a
-  ``bye``, and its units go back to be placed elsewhere);
-- a result message goes to the volunteer's :class:`~.wire.Receiver`, which checks it
-  before allocating anything. A refused message (:data:`~.wire.REFUSALS`) excludes its
-  sender: its units go elsewhere, and nothing it sent is used;
-- a whole result is verified before it is accepted (``verify``): ``"check"`` checks every
-  result with the elastic runtime's randomized check (:func:`~distal.runtime.elastic.
-  tasks.verdict`: Freivalds / ABFT checksums / recomputation), run *here*, by the
-  coordinator, never by the volunteer that made it; ``"adaptive"`` checks with the
-  probability the volunteer's persisted trust gives (:mod:`~distal.runtime.elastic.
-  trust`); ``k >= 2`` needs a strict majority of ``k`` copies from different volunteers.
-  A result that fails excludes its volunteer and the unit is computed again elsewhere;
-- a volunteer's ``failed`` or ``refuse`` sends the unit elsewhere (that volunteer is not
-  asked for that unit again).
+- it tells the core who is there (``Pool``: the volunteers heard from in the last
+  :data:`LOST_AFTER` seconds, one thread each: a volunteer holds at most two units, one
+  computing and one fetching its blocks, which is the core's window of twice the threads;
+  under ``verify="check"``/``"adaptive"`` also :data:`COORDINATOR` with no thread, the
+  trusted member checks go to),
+  what came back (``Started``, ``Computed``, ``Finished``; ``Failed`` for a check that
+  rejected its result) and the time (``Tick``);
+- it carries out ``SubmitUnit`` by placing the unit on a volunteer within the core's
+  ``Where`` (:mod:`.policy`: a unit goes where its blocks are or will be, runs of the
+  locality order per volunteer, stealing only what the thief finishes first) and
+  publishing it; ``SubmitCheck`` by checking the result *here*, on the coordinator (the
+  elastic runtime's randomized check, :func:`~distal.runtime.elastic.tasks.check`: a
+  verdict never comes from the volunteer that made the result); ``SubmitReduce`` by
+  summing the accepted partials here, in the plan's order; ``SubmitAgreed`` (``verify=k``)
+  by sending the copies to their volunteers and comparing them here; ``Deliver`` by keeping
+  the block; ``Fail`` by ending the run.
 
-Exclusions and trust are persisted in the pool's KV bucket (``excluded.<name>``,
-``trust.<name>``), so a coordinator that restarts keeps them.
+What only the transport can know stays here: a reply the wire format refuses
+(:class:`~.wire.Receiver`, before anything is allocated) excludes its sender through the
+core (``Core.exclude``), as a failed check does; a volunteer gone quiet (or saying bye)
+has its units placed again, as Dask re-runs a lost worker's tasks; a ``failed`` or
+``refuse`` report sends the unit elsewhere. Exclusions and trust are persisted in the
+pool's KV bucket (``excluded.<name>``, ``trust.<name>``), so a coordinator that restarts
+keeps them.
 """
 
 from __future__ import annotations
@@ -41,18 +50,44 @@ from typing import Any
 import numpy as np
 
 from distal.errors import RuntimeFailure
+from distal.runtime.elastic.core import Core, Policy, RunSpec, Work
+from distal.runtime.elastic.events import (
+    AskQueues,
+    Computed,
+    Deliver,
+    Fail,
+    Failed,
+    Finished,
+    Outvoted,
+    Pool,
+    Queues,
+    Release,
+    Started,
+    SubmitAgreed,
+    SubmitCheck,
+    SubmitRecheck,
+    SubmitReduce,
+    SubmitReduceCheck,
+    SubmitUnit,
+    Tick,
+    Where,
+)
 from distal.runtime.elastic.trust import Trust
 from distal.runtime.pool import policy, wire
-from distal.runtime.pool.link import Link
 from distal.runtime.pool.wire import BlockRef, Expect, Receiver, UnitMsg, WireError
 
 log = logging.getLogger("distal.pool")
 
 LOST_AFTER = 10.0
-"""Seconds without a ``hello`` after which a volunteer is taken for gone."""
+"""Seconds without a word from a volunteer after which it is taken for gone."""
 
-MAX_FAILS = 3
-"""Units a volunteer may fail (or refuse) in one run before it gets no more of that run."""
+STEAL_GAIN = 0.25
+"""A volunteer takes a unit from another's run only if it would finish it this much
+sooner (a fraction of the time the other would take to reach and finish it), and at least
+a second sooner."""
+
+COORDINATOR = "coordinator"
+"""Who the core is told ran a check or a reduction: this process, never a volunteer."""
 
 
 class VerificationFailed(RuntimeFailure):
@@ -61,11 +96,11 @@ class VerificationFailed(RuntimeFailure):
 
 @dataclass
 class Task:
-    """One unit of a run as the loop sees it.
-
-    ``payloads``: the bytes of the objects it names (its program and its blocks, by
-    digest), put in the object store before the unit is sent. ``check``: the verdict on a
-    result (run in a thread), None when the unit has no check (then ``verify=k`` copies)."""
+    """One unit of a run as the loop sees it: what a volunteer is sent (``program``,
+    ``blocks``, ``out``, ``work``), the bytes of the objects it names (``payloads``, put in
+    the object store before the unit is sent), the output blocks its result goes into
+    (``outputs``; ``final``: it alone is the one block) and its check (``check(result,
+    attempt) -> Verdict``, run in a thread)."""
 
     uid: str
     program: BlockRef
@@ -73,7 +108,9 @@ class Task:
     out: Expect
     work: int
     payloads: Mapping[str, memoryview]
-    check: Callable[[np.ndarray], Any] | None = None
+    check: Callable[[np.ndarray, int], Any] | None = None
+    outputs: tuple[str, ...] = ()
+    final: bool = False
 
     @property
     def sizes(self) -> dict[str, int]:
@@ -81,14 +118,23 @@ class Task:
 
 
 @dataclass
-class Attempt:
+class Pending:
+    """A volunteer's task as the loop keeps it: the core's key, the unit, where the core
+    allows it, and (once placed) on whom and as which attempt."""
+
+    key: str
     uid: str
-    volunteer: str
-    sent: float
-    deadline: float
-    new_bytes: int
-    expected: float = 0.0  # when it should be done (its start plus its expected duration)
-    copied: bool = False  # an overdue attempt already has a copy elsewhere
+    where: Where
+    copy: int = 0
+    agreed: str = ""  # the SubmitAgreed key this copy is one of
+    volunteer: str = ""
+    attempt: str = ""
+    sent: float = 0.0
+    new_bytes: int = 0
+    avoid: set[str] = field(default_factory=set)
+    released: bool = False
+    started: bool = False  # its volunteer said its inputs are in place
+    started_at: float = 0.0
 
 
 @dataclass
@@ -98,12 +144,11 @@ class Member:
     name: str
     seen: float
     slots: int = 2
-    holding: set[str] = field(default_factory=set)  # attempt ids
+    holding: set[str] = field(default_factory=set)  # keys placed on it, not answered
     sent: set[str] = field(default_factory=set)  # digests it was sent (its cache)
     receiver: Receiver = field(default_factory=Receiver)
-    units: int = 0
-    fails: int = 0
     busy_until: float = 0.0
+    fails: int = 0
 
 
 @dataclass
@@ -116,8 +161,8 @@ class Summary:
     replies_refused: list[dict[str, Any]] = field(default_factory=list)
     units: int = 0
     attempts: int = 0
-    copies: int = 0  # attempts made because one was overdue
-    reassigned: int = 0  # units handed out again (a volunteer gone, failed or excluded)
+    copies: int = 0  # speculative copies the core made of overdue or straggling units
+    reassigned: int = 0  # units placed again (a volunteer gone, failed or excluded)
     failed: list[dict[str, Any]] = field(default_factory=list)
     checked: int = 0
     unchecked: int = 0
@@ -130,6 +175,9 @@ class Summary:
     bytes_received: int = 0
     check_seconds: float = 0.0
     seconds: float = 0.0
+    #: per unit, the most elements it held beside its processor's owned blocks, as the
+    #: volunteer whose result was accepted measured it (``Result.stats.peak_words``)
+    held: dict[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -138,15 +186,16 @@ class Summary:
 @dataclass
 class Options:
     verify: str | int = "check"
-    wait: float = 120.0  # seconds a run waits with no volunteer able to take its units
+    wait: float = 120.0  # seconds a run waits with no volunteer at all
     speculate: bool = True
     lost_after: float = LOST_AFTER
+    timeout: float | None = None
 
 
 class Engine:
     """The pool's run loop; one per coordinator (it keeps the members between runs)."""
 
-    def __init__(self, link: Link, opts: Options, trust: Trust | None = None) -> None:
+    def __init__(self, link: Any, opts: Options, trust: Trust | None = None) -> None:
         self.link, self.opts = link, opts
         self.trust = trust or Trust()
         self.members: dict[str, Member] = {}
@@ -156,6 +205,7 @@ class Engine:
         self.checks = ThreadPoolExecutor(max_workers=2, thread_name_prefix="distal-pool-check")
         self.puts: dict[str, asyncio.Future[None]] = {}
         self._loaded: set[str] = set()
+        self.core: Core | None = None
 
     # -- members -------------------------------------------------------------------------
 
@@ -167,17 +217,14 @@ class Engine:
                 self.excluded[name] = raw.decode(errors="replace")[:500]
             raw = await self.link.kv_get(f"trust.{name}")
             if raw is not None:
-                try:
-                    doc = json.loads(raw)
-                    self.trust.streaks[name] = int(doc.get("streak", 0))
-                except (ValueError, TypeError, AttributeError):
-                    pass
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    self.trust.streaks[name] = int(json.loads(raw).get("streak", 0))
         if name in self.excluded:
             return None
         m = self.members.get(name)
         if m is None:
             m = self.members[name] = Member(name, now)
-        m.seen = now
+        m.seen = max(m.seen, now)
         return m
 
     def alive(self, now: float) -> list[Member]:
@@ -197,24 +244,14 @@ class Engine:
             return
         self.excluded[name] = reason
         summary.excluded_volunteers[name] = reason
+        log.debug("excluded %s: %s", name, reason)
         await self.link.kv_put(f"excluded.{name}", reason.encode()[:1000])
         await self.link.control(name, wire.control("stop", reason=reason[:500]))
         await self.link.shut_out(name)
         m = self.members.pop(name, None)
         if m is not None:
-            for a in list(m.holding):
-                self._release(a)
-        for uid, copies in getattr(self, "copies", {}).items():  # nothing it sent is used
-            self.copies[uid] = [(v, arr) for v, arr in copies if v != name]
-
-    def _release(self, attempt: str) -> None:
-        a = self.attempts.get(attempt)
-        if a is None:
-            return
-        m = self.members.get(a.volunteer)
-        if m is not None:
-            m.holding.discard(attempt)
-        self.live.get(a.uid, set()).discard(attempt)
+            for key in list(m.holding):
+                self._unplace(key, summary)
 
     async def gather(self, n: int, timeout: float) -> int:
         """Between runs: take hellos and byes for up to ``timeout`` seconds or until ``n``
@@ -236,183 +273,323 @@ class Engine:
 
     # -- a run ---------------------------------------------------------------------------------
 
-    async def run(self, tasks: list[Task], order: list[str]) -> tuple[dict[str, np.ndarray],
-                                                                       Summary]:  # fmt: skip
-        """Compute every task; the accepted result of each, and the summary."""
+    async def run(
+        self,
+        tasks: list[Task],
+        order: list[str],
+        blocks: tuple[str, ...],
+        reduce: Callable[[str, Mapping[str, np.ndarray]], np.ndarray],
+    ) -> tuple[dict[str, np.ndarray], Summary]:
+        """Compute every output block of ``blocks`` (``reduce(block, {unit: partial})``
+        sums a block); the blocks and the summary."""
         t0 = time.monotonic()
         self.run_id = secrets.token_hex(8)
         self.tasks = {t.uid: t for t in tasks}
-        self.order = [u for u in order if u in self.tasks]
-        self.attempts: dict[str, Attempt] = {}
-        self.live: dict[str, set[str]] = {u: set() for u in self.tasks}
-        self.avoid: dict[str, set[str]] = {u: set() for u in self.tasks}
-        self.copies: dict[str, list[tuple[str, np.ndarray]]] = {u: [] for u in self.tasks}
-        self.accepted: dict[str, np.ndarray] = {}
-        self.checking: dict[str, asyncio.Task[Any]] = {}
+        self.reduce = reduce
+        self.pending: dict[str, Pending] = {}  # key -> its state
+        self.queue: list[str] = []  # keys waiting for a volunteer, in hand-out order
+        self.by_attempt: dict[str, str] = {}  # attempt id -> key
+        self.results: dict[str, np.ndarray] = {}
+        self.by_worker: dict[str, str] = {}  # key -> who made its result
+        self.held: dict[str, int] = {}  # key -> the most its unit held (its volunteer's word)
+        self.agreed: dict[str, list[str]] = {}  # SubmitAgreed key -> its copies' keys
+        self.delivered: dict[str, np.ndarray] = {}
+        self.checking: set[asyncio.Task[Any]] = set()
         self.dispatching: set[asyncio.Task[Any]] = set()
+        self.later: list[Any] = []  # events from tasks of this loop (checks), for the core
         self.failure: BaseException | None = None
-        self.extra: dict[str, int] = {}
-        self.home: dict[str, str] = {}
-        self.homes_for: tuple[str, ...] = ()
+        self.attempt_no = 0
         summary = Summary(units=len(tasks))
-        self.next_attempt = 0
+        self.summary = summary
+        # the core judges the pool it is first shown: wait for the volunteers it needs
+        need = self.opts.verify if isinstance(self.opts.verify, int) else 1
+        if await self.gather(need, self.opts.wait) < 1:
+            raise VerificationFailed(
+                f"no volunteer has connected in {self.opts.wait:.0f} s "
+                f"({len(self.excluded)} excluded: {sorted(self.excluded)[:8]})"
+            )
+        now = time.monotonic()
+        await self._drain(summary)
+        names = tuple(m.name for m in self.alive(now))
+        order = [u for u in order if u in self.tasks]
+        self.order = order
+        self.placed: set[str] = set()  # units some attempt of which went to a volunteer
+        self.home = policy.partition(order, dict.fromkeys(names, 1.0),
+                                     {m.name: m.sent for m in self.alive(now)},
+                                     {u: self.tasks[u].sizes for u in order})  # fmt: skip
+        self.homes_for = names
+        work = tuple(
+            Work(u, self.tasks[u].outputs, self.tasks[u].final, self.tasks[u].work,
+                 sum(b.nbytes for b in self.tasks[u].blocks))
+            for u in policy.interleave(order, self.home)
+        )  # fmt: skip
+        verify: int | str = self.opts.verify
+        core = self.core = Core(
+            RunSpec(work, tuple(blocks), self.run_id),
+            Policy(verify=verify, speculate=self.opts.speculate, timeout=self.opts.timeout,
+                   excluded=frozenset(self.excluded)),
+            self.trust if verify == "adaptive" else None,
+        )  # fmt: skip
+        first = self._pool(now)
+        self.pool_seen = first.threads
+        todo = core.handle(first)
         idle_since: float | None = None
         seen: set[str] = set()
         assert self.link.events is not None
-        while len(self.accepted) < len(self.tasks):
-            # what arrived while this loop was busy first: a volunteer is not taken for gone
-            # because the coordinator was not listening
-            while not self.link.events.empty():
-                await self._event(self.link.events.get_nowait(), summary)
-            now = time.monotonic()
-            alive = self.alive(now)
-            seen.update(m.name for m in alive)
-            self._lost(now, summary)
-            await self._assign(now, summary)
-            busy = any(self.live.values()) or self.checking or self.dispatching
-            if not busy:  # nothing out, nothing being checked, units left: who can take them?
-                idle_since = idle_since or now
-                if now - idle_since > self.opts.wait:
-                    raise VerificationFailed(self._stuck(alive))
-            else:
-                idle_since = None
-            if self.failure is not None:
-                raise self.failure
+        try:
+            while True:
+                await self._do(todo, summary)
+                if core.done:
+                    break
+                if self.failure is not None:
+                    raise self.failure
+                now = time.monotonic()
+                alive = self.alive(now)
+                seen.update(m.name for m in alive)
+                self._lost(now, summary)
+                await self._place(now, summary)
+                if not alive and not self.checking:
+                    idle_since = idle_since or now
+                    if now - idle_since > self.opts.wait:
+                        raise VerificationFailed(
+                            f"no volunteer has taken this run's units for "
+                            f"{self.opts.wait:.0f} s ({len(self.excluded)} excluded: "
+                            f"{sorted(self.excluded)[:8]})"
+                        )
+                else:
+                    idle_since = None
+                events = await self._next_events(summary)
+                pool = self._pool(time.monotonic())
+                if pool.threads != self.pool_seen:
+                    self.pool_seen = pool.threads
+                    events.insert(0, pool)
+                todo = core.handle(*events) if events else core.handle(Tick(time.monotonic()))
+        finally:
+            for task in list(self.dispatching):  # copies no longer needed
+                task.cancel()
+            for m in self.members.values():  # what is still out belongs to this run
+                m.holding.clear()
+                m.receiver.open.clear()
+        for name in list(self.trust.streaks):
+            if name in self.members:
+                await self._persist_trust(name)
+        summary.volunteers = sorted(seen | set(summary.units_by_volunteer))
+        summary.seconds = time.monotonic() - t0
+        for uid, key in core.accepted.items():  # who made each accepted result
+            summary.held[uid] = self.held.get(key, 0)
+            w = self.by_worker.get(key, "")
+            if w and w != COORDINATOR:
+                summary.units_by_volunteer[w] = summary.units_by_volunteer.get(w, 0) + 1
+        summary.copies = core.n_dups
+        summary.unchecked = core.n_unchecked
+        for r in core.rejections:
+            w = r.get("worker", "")
+            if w and w not in summary.excluded_volunteers:
+                summary.excluded_volunteers[w] = f"{r.get('how')} ({r.get('kind')} {r['unit']})"
+        return self.delivered, summary
+
+    def _pool(self, now: float) -> Pool:
+        alive = self.alive(now)
+        threads = tuple((m.name, 1) for m in alive)
+        if self.opts.verify in ("check", "adaptive"):
+            # checks run here: the coordinator is the trusted member a check goes to (no
+            # thread: nothing else is placed on it), so one volunteer is enough to verify
+            threads = ((COORDINATOR, 0), *threads)
+        empty = frozenset(m.name for m in alive if not m.sent and not m.holding)
+        return Pool(now, threads, empty)
+
+    async def _drain(self, summary: Summary) -> None:
+        """What arrived while this loop was busy: read before anyone is taken for gone."""
+        assert self.link.events is not None
+        while not self.link.events.empty():
+            await self._event(self.link.events.get_nowait(), summary)
+
+    async def _next_events(self, summary: Summary) -> list[Any]:
+        """The core's events from what arrives in the next quarter second (or at once)."""
+        assert self.link.events is not None
+        got, self.later = self.later, []
+        if not got:
             try:
                 ev = await asyncio.wait_for(self.link.events.get(), 0.25)
             except asyncio.TimeoutError:
-                continue
-            await self._event(ev, summary)
-        for task in list(self.dispatching):  # copies no longer needed
-            task.cancel()
-        if self.failure is not None:
-            raise self.failure
-        summary.volunteers = sorted(seen | set(summary.units_by_volunteer))
-        summary.seconds = time.monotonic() - t0
-        summary.checked, summary.unchecked = self.trust.checked, self.trust.unchecked
-        return self.accepted, summary
+                return []
+            got += await self._event(ev, summary)
+        while not self.link.events.empty():
+            got += await self._event(self.link.events.get_nowait(), summary)
+        got += self.later
+        self.later = []
+        return got
 
-    def _stuck(self, alive: list[Member]) -> str:
-        left = [u for u in self.order if u not in self.accepted]
-        why = f"{len(self.excluded)} excluded: {sorted(self.excluded)[:8]}"
-        if not alive:
-            return f"no volunteer has taken this run's units for {self.opts.wait:.0f} s ({why})"
-        want = self.opts.verify if isinstance(self.opts.verify, int) else 1
-        u = left[0]
-        log.debug("stuck on %s: copies %s, live %s, avoid %s, extra %s", u,
-                  [v for v, _ in self.copies[u]], self.live[u], self.avoid[u],
-                  self.extra.get(u))  # fmt: skip
-        for m in alive:
-            log.debug("  %s holds %s (slots %d, fails %d), home of %s: %s", m.name, m.holding,
-                      m.slots, m.fails, u, self.home.get(u))  # fmt: skip
-        return (
-            f"no volunteer left that may compute unit {left[0]} ({len(left)} unit(s) left; "
-            f"verify={self.opts.verify!r} needs {want} different volunteer(s) a unit, "
-            f"{len(alive)} alive; {why})"
-        )
+    # -- carrying out the core's instructions ------------------------------------------------
 
-    # -- placing -------------------------------------------------------------------------------
+    async def _do(self, todo: list[Any], summary: Summary) -> None:
+        assert self.core is not None
+        while todo:
+            ins, todo = todo[0], todo[1:]
+            if isinstance(ins, SubmitUnit):
+                if ins.copy:
+                    log.debug("the core copies %s to %s", ins.name, ins.where.workers)
+                self._enqueue(Pending(ins.key, ins.name, ins.where, ins.copy))
+            elif isinstance(ins, SubmitAgreed):
+                self.agreed[ins.key] = [ck for ck, _ in ins.copies]
+                for ck, w in ins.copies:
+                    self._enqueue(Pending(ck, ins.name, Where((w,), ins.strict), agreed=ins.key))
+            elif isinstance(ins, SubmitCheck):
+                self._check(ins, summary)
+            elif isinstance(ins, SubmitReduce):
+                parts = {n: self.results[k] for n, k in ins.parts}
+                self.results[ins.key] = self.reduce(ins.block, parts)
+                self.by_worker[ins.key] = COORDINATOR
+                todo = todo + self.core.handle(Finished(ins.key, COORDINATOR))
+            elif isinstance(ins, SubmitReduceCheck):
+                # the coordinator summed it itself: there is nobody to check
+                self.results[ins.key] = self.results[ins.of]
+                self.by_worker[ins.key] = COORDINATOR
+                todo = todo + self.core.handle(Finished(ins.key, COORDINATOR))
+            elif isinstance(ins, SubmitRecheck):  # (no checkpoint entries in a pool run)
+                todo = todo + self.core.handle(Finished(ins.key, COORDINATOR))
+            elif isinstance(ins, Release):
+                for k in ins.keys:
+                    self.results.pop(k, None)
+                    p = self.pending.get(k)
+                    if p is not None:
+                        p.released = True
+                        if k in self.queue:
+                            self.queue.remove(k)
+            elif isinstance(ins, Deliver):
+                self.delivered[ins.block] = self.results[ins.key]
+            elif isinstance(ins, AskQueues):
+                alive = self.alive(time.monotonic())
+                held = tuple((m.name, tuple(sorted(m.holding))) for m in alive)
+                todo = todo + self.core.handle(Queues(time.monotonic(), held))
+            elif isinstance(ins, Fail):
+                raise VerificationFailed(ins.message) if ins.kind in (
+                    "verification", "input", "pool") else RuntimeFailure(ins.message)  # fmt: skip
+            # Seal / Unseal: no sealed entries in a pool run
 
-    def _needs(self, uid: str) -> int:
-        """Attempts unit ``uid`` still needs beyond those alive."""
-        if uid in self.accepted or uid in self.checking:
-            return 0
-        want = self.opts.verify if isinstance(self.opts.verify, int) else 1
-        want += self.extra.get(uid, 0)
-        have = len(self.copies[uid]) + sum(1 for x in self.live[uid] if not self.attempts[x].copied)
-        return max(0, want - have)
+    def _enqueue(self, p: Pending) -> None:
+        self.pending[p.key] = p
+        self.queue.append(p.key)
 
-    async def _assign(self, now: float, summary: Summary) -> None:
-        alive = [m for m in self.alive(now) if m.fails < MAX_FAILS]
-        if not alive:
+    # -- placing ---------------------------------------------------------------------------
+
+    def _may(self, p: Pending, m: Member) -> bool:
+        """Whether ``m`` may take ``p``: within the core's strict ``Where``, not a volunteer
+        that failed it, nor one holding another copy of the same agreed unit."""
+        if p.where.strict and p.where.workers and m.name not in p.where.workers:
+            return False
+        if m.name in p.avoid:
+            return False
+        if p.agreed:
+            for ck in self.agreed.get(p.agreed, ()):
+                q = self.pending.get(ck)
+                if ck != p.key and q is not None and q.volunteer == m.name:
+                    return False
+                if ck != p.key and self.by_worker.get(ck) == m.name:
+                    return False
+        return True
+
+    async def _place(self, now: float, summary: Summary) -> None:
+        alive = [m for m in self.alive(now) if m.fails < 3]
+        if not alive or not self.queue:
             return
         names = tuple(m.name for m in alive)
-        pending = [u for u in self.order if self._needs(u) > 0]
-        sizes = {u: self.tasks[u].sizes for u in pending}
-        if names != self.homes_for:
+        if names != self.homes_for:  # someone joined or left: the runs are cut again
+            log.debug("the runs are cut again for %s (were for %s)", names, self.homes_for)
+            left = [u for u in self.order if u not in self.placed]
             speeds = policy.speed_classes({n: self.rates.get(n) for n in names})
-            held = {m.name: m.sent for m in alive}
-            self.home = policy.partition(pending, speeds, held, sizes)
+            self.home.update(
+                policy.partition(
+                    left,
+                    speeds,
+                    {m.name: m.sent for m in alive},
+                    {u: self.tasks[u].sizes for u in left},
+                )
+            )
             self.homes_for = names
         for m in sorted(alive, key=lambda m: -self.rates.get(m.name, 0.0)):
-            while len(m.holding) < m.slots and pending:
-                ok = [u for u in pending if self._may(u, m)]
-                uid = policy.pick(m.name, ok, self.home, sizes, m.sent,
-                                  lambda u, m=m: self._worth(u, m, pending, now))  # fmt: skip
-                if uid is None:
+            while len(m.holding) < m.slots and self.queue:
+                mine = [k for k in self.queue if self._may(self.pending[k], m)]
+                if not mine:
                     break
-                await self._send(uid, m, now, summary)
-                if self._needs(uid) == 0:
-                    pending.remove(uid)
+                # the blocks decide (policy); the core's loose preferences (a check's spread,
+                # a fresh volunteer) are met by the runs, cut again whenever one joins
+                key = self._pick(m, mine, now)
+                if key is None:
+                    break
+                self.queue.remove(key)
+                await self._send(self.pending[key], m, now, summary)
+        # a key only strictly placeable on volunteers gone or excluded can never run
+        for key in list(self.queue):
+            p = self.pending[key]
+            if p.where.strict and p.where.workers and not any(w in names for w in p.where.workers):
+                if p.copy or p.agreed:
+                    self.queue.remove(key)
+                    self.later.append(Failed(key, error="its volunteer is gone"))
 
-    def _may(self, uid: str, m: Member) -> bool:
-        """Whether ``m`` may be given unit ``uid``: not a volunteer that failed it, holds it
-        or made a copy of it (copies of one unit go to different volunteers)."""
-        return (
-            m.name not in self.avoid[uid]
-            and all(self.attempts[a].volunteer != m.name for a in self.live[uid])
-            and all(v != m.name for v, _ in self.copies[uid])
-        )
+    def _pick(self, m: Member, keys: list[str], now: float) -> str | None:
+        uids = {self.pending[k].uid: k for k in reversed(keys)}
+        order = [self.pending[k].uid for k in keys]
+        sizes = {u: self.tasks[u].sizes for u in order}
+        uid = policy.pick(m.name, order, self.home, sizes, m.sent,
+                          lambda u: self._worth(self.pending[uids[u]], m, order, now))  # fmt: skip
+        return None if uid is None else uids[uid]
 
     def _duration(self, uid: str, m: Member) -> float:
         t = self.tasks[uid]
         new = sum(b for d, b in t.sizes.items() if d not in m.sent)
         return policy.duration(t.work, new, m.name, self.rates, self.bandwidth)
 
-    def _worth(self, uid: str, m: Member, pending: list[str], now: float) -> bool:
-        """Whether ``m`` would finish ``uid`` before the volunteer whose run it is reaches
-        and finishes it (that volunteer's queue and its units before ``uid`` counted)."""
+    def _worth(self, p: Pending, m: Member, queued: list[str], now: float) -> bool:
+        """Whether ``m`` would finish ``p`` before the volunteer whose run it is reaches
+        and finishes it (that volunteer's queue and its units before it counted)."""
+        uid = p.uid
         home = self.members.get(self.home.get(uid, ""))
         if home is None or home.name in self.excluded or now - home.seen > self.opts.lost_after:
             return True
-        if not self._may(uid, home):  # its own volunteer may not take it (already has a copy)
+        if not self._may(p, home):  # its own volunteer may not take it
             return True
         mine = max(now, m.busy_until) + self._duration(uid, m)
         theirs = max(now, home.busy_until)
-        for u in pending:
+        for u in queued:
             if self.home.get(u) == home.name:
                 theirs += self._duration(u, home)
             if u == uid:
                 break
-        return mine < theirs
+        # a clear gain only: estimates are rough, and a unit taken moves its blocks twice
+        return theirs - mine > max(STEAL_GAIN * (theirs - now), 1.0)
 
-    async def _send(self, uid: str, m: Member, now: float, summary: Summary) -> None:
-        """Give unit ``uid`` to ``m``: decided and counted now; its objects put and the unit
+    async def _send(self, p: Pending, m: Member, now: float, summary: Summary) -> None:
+        """Give ``p`` to ``m``: decided and counted now; its objects put and the unit
         published by a task of its own, so replies go on being read meanwhile."""
-        t = self.tasks[uid]
+        t = self.tasks[p.uid]
         new = sum(b for d, b in t.sizes.items() if d not in m.sent)
-        self.next_attempt += 1
-        attempt = f"a{self.next_attempt}"
-        dl = policy.deadline(t.work, new, m.name, self.rates, self.bandwidth)
+        self.attempt_no += 1
+        p.attempt, p.volunteer, p.new_bytes = f"a{self.attempt_no}", m.name, new
         est = policy.duration(t.work, new, m.name, self.rates, self.bandwidth)
+        dl = policy.deadline(t.work, new, m.name, self.rates, self.bandwidth)
+        start = max(now, m.busy_until)
+        p.sent = start
+        m.busy_until = start + est
         m.sent.update(t.sizes)
+        m.holding.add(p.key)
+        self.placed.add(p.uid)
+        self.by_attempt[p.attempt] = p.key
         summary.bytes_sent += new
         summary.bytes_sent_by_volunteer[m.name] = (
             summary.bytes_sent_by_volunteer.get(m.name, 0) + new
         )
         summary.attempts += 1
-        # a unit queued behind another starts when that one should be done
-        start = max(now, m.busy_until)
-        a = self.attempts[attempt] = Attempt(uid, m.name, start, start + dl, new, start + est)
-        m.busy_until = start + est
-        m.holding.add(attempt)
-        self.live[uid].add(attempt)
-        msg = UnitMsg(self.run_id, attempt, uid, t.program, t.blocks, t.out, t.work, dl)
-        self.dispatching.add(asyncio.ensure_future(self._dispatch(t, m.name, a, msg)))
-        log.debug("%s -> %s (%s): %d new bytes, deadline %.1f s", attempt, m.name, uid, new, dl)
+        msg = UnitMsg(self.run_id, p.attempt, p.uid, t.program, t.blocks, t.out, t.work, dl)
+        self.dispatching.add(asyncio.ensure_future(self._dispatch(t, m.name, msg)))
+        log.debug("%s %s -> %s (%s): %d new bytes", p.attempt, p.key[-12:], m.name, p.uid, new)
 
-    async def _dispatch(self, t: Task, name: str, a: Attempt, msg: UnitMsg) -> None:
+    async def _dispatch(self, t: Task, name: str, msg: UnitMsg) -> None:
         try:
             for digest, data in t.payloads.items():
                 await self._put(digest, data)
             await self.link.consumer(name, msg.deadline)
             await self.link.send(name, msg.to_wire())
-            late = time.monotonic() - a.sent  # the puts took this long: its clock starts now
-            if late > 0:
-                a.sent, a.deadline, a.expected = a.sent + late, a.deadline + late, a.expected + late
-                m = self.members.get(name)
-                if m is not None:
-                    m.busy_until = max(m.busy_until, a.expected)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # the store or the server failed: the run fails with it
@@ -426,29 +603,37 @@ class Engine:
             fut = self.puts[digest] = asyncio.ensure_future(self.link.put_object(digest, data))
         await asyncio.shield(fut)
 
+    def _unplace(self, key: str, summary: Summary) -> None:
+        """Take ``key`` back from its volunteer (gone, excluded, or it could not do it)."""
+        p = self.pending.get(key)
+        if p is None:
+            return
+        m = self.members.get(p.volunteer)
+        if m is not None:
+            m.holding.discard(key)
+        self.by_attempt.pop(p.attempt, None)
+        p.volunteer, p.attempt, p.started = "", "", False
+        if p.released or key in self.results:
+            return
+        summary.reassigned += 1
+        self.queue.insert(0, key)
+
     def _lost(self, now: float, summary: Summary) -> None:
-        """Volunteers gone quiet give their units back; overdue units get a copy."""
+        """Volunteers gone quiet give their units back."""
         for m in list(self.members.values()):
             if now - m.seen > self.opts.lost_after and m.holding:
-                for a in list(m.holding):
-                    self._release(a)
-                    summary.reassigned += 1
-        if not self.opts.speculate:
-            return
-        for x in [x for xs in self.live.values() for x in xs]:
-            a = self.attempts[x]
-            if not a.copied and now >= a.deadline:
-                a.copied = True  # it runs on; _needs now asks for one more attempt elsewhere
-                summary.copies += 1
-                log.debug("%s (%s on %s) overdue: a copy elsewhere", x, a.uid, a.volunteer)
+                log.debug("%s is gone: %d unit(s) placed again", m.name, len(m.holding))
+                for key in list(m.holding):
+                    self._unplace(key, summary)
 
-    # -- events --------------------------------------------------------------------------------
+    # -- what arrives ----------------------------------------------------------------------
 
-    async def _event(self, ev: tuple, summary: Summary) -> None:
+    async def _event(self, ev: tuple, summary: Summary) -> list[Any]:
+        """One message from the link; the core's events it makes."""
         kind, name = ev[0], ev[1]
         now = time.monotonic()
-        if name in self.excluded or kind == "checked":
-            return
+        if name in self.excluded:
+            return []
         m = self.members.get(name)
         if m is not None:
             m.seen = max(m.seen, now)  # anything it sends says it is there
@@ -457,164 +642,181 @@ class Engine:
                 hello = wire.read_hello(ev[2])
             except WireError as e:
                 await self._refused(name, e, summary)
-                return
+                return []
             m = await self._member(name, now)
             if m is not None and hello is not None:
                 m.slots = min(hello.slots, 2)
-            return
+            return []
         if kind == "bye":
             try:
-                wire.envelope(wire.unpack(ev[2], 1 << 16), wire.HELLO)
-                doc = wire.unpack(ev[2], 1 << 16)
+                doc = wire.envelope(wire.unpack(ev[2], 1 << 16), wire.HELLO)
             except WireError as e:
                 await self._refused(name, e, summary)
-                return
-            m = self.members.get(name)
-            if m is None:
-                return
+                return []
+            if m is None or self.core is None:
+                return []
             attempt = doc.get("attempt")
             if attempt is None:
                 m.seen = -math.inf  # gone: its units are placed again at once
-            elif attempt in m.holding:
-                self._release(attempt)
-                summary.reassigned += 1
-            return
-        if kind == "result":
-            await self._result(name, ev[2], ev[3], now, summary)
+                for key in list(m.holding):
+                    self._unplace(key, summary)
+            elif attempt in self.by_attempt and self.by_attempt[attempt] in m.holding:
+                self._unplace(self.by_attempt[attempt], summary)
+            return []
+        if kind == "result" and self.core is not None:
+            return await self._result(name, ev[2], ev[3], now, summary)
+        return []
 
     async def _refused(self, name: str, e: WireError, summary: Summary) -> None:
         summary.replies_refused.append({"volunteer": name, "code": e.code, "detail": e.detail})
-        await self.exclude(name, f"reply refused ({e.code}: {e.detail})", summary)
+        reason = f"reply refused ({e.code}: {e.detail})"
+        if self.core is not None:  # the core stops trusting it too (and places nothing there)
+            self.core.exclude(name, "", f"refused: {e.code}", "reply", [])
+        await self.exclude(name, reason, summary)
 
     async def _result(self, name: str, tokens: tuple[str, ...], raw: bytes, now: float,
-                      summary: Summary) -> None:  # fmt: skip
+                      summary: Summary) -> list[Any]:  # fmt: skip
         if len(tokens) != 2:
             await self._refused(name, WireError("envelope", "a result's subject"), summary)
-            return
+            return []
         run, attempt = tokens
         if run != self.run_id:
-            return  # a reply to an earlier run (its units were re-placed): ignored
+            return []  # a reply to an earlier run (its units were placed again): ignored
         m = self.members.get(name) or await self._member(name, now)
         if m is None:
-            return
-        a = self.attempts.get(attempt)
-        expect = self.tasks[a.uid].out if a is not None and a.volunteer == name else None
+            return []
+        key = self.by_attempt.get(attempt)
+        p = self.pending.get(key) if key is not None else None
+        expect = self.tasks[p.uid].out if p is not None and p.volunteer == name else None
         try:
             out = m.receiver.feed(attempt, expect, raw)
         except WireError as e:
             await self._refused(name, e, summary)
-            return
+            return []
         summary.bytes_received += len(raw)
-        if out.kind == "more" or a is None:
-            return
-        m.holding.discard(attempt)
-        self.live[a.uid].discard(attempt)
+        if out.kind == "more" or p is None or key is None:
+            return []
+        if out.kind == "started":  # its inputs are in place: the core times it from now
+            p.started, p.started_at = True, now
+            return [Started(now, p.uid, name, p.copy, out.iterations, out.seconds)]
+        m.holding.discard(key)
+        self.by_attempt.pop(attempt, None)
+        p.started = p.started and out.kind == "done"
         if out.kind in ("failed", "refuse"):
-            summary.failed.append({"volunteer": name, "unit": a.uid, "kind": out.kind,
+            summary.failed.append({"volunteer": name, "unit": p.uid, "kind": out.kind,
                                    "reason": out.reason[:300]})  # fmt: skip
-            self.avoid[a.uid].add(name)
             m.fails += 1
-            if not self._able(a.uid):
-                raise VerificationFailed(
-                    f"no volunteer can compute unit {a.uid}: "
-                    + "; ".join(f["reason"] for f in summary.failed if f["unit"] == a.uid)[:800]
-                )
-            return
-        # a whole result, well formed: learn the volunteer's speed, then verify
-        elapsed = max(now - a.sent, 1e-3)
-        m.busy_until = max([now, *(self.attempts[x].expected for x in m.holding)])
-        log.debug("%s <- %s (%s): %.2f s after it was due to start, %.2f s computing", attempt,
-                  name, a.uid, elapsed, out.seconds)  # fmt: skip
-        if out.seconds > 0 and self.tasks[a.uid].work:
-            self.rates[name] = self.tasks[a.uid].work / out.seconds
-        if a.new_bytes > 1 << 20:
-            self.bandwidth[name] = a.new_bytes / max(elapsed - out.seconds, 1e-3)
-        if a.uid in self.accepted:
-            return
+            p.avoid.add(name)
+            p.volunteer = p.attempt = ""
+            if not any(self._may(p, x) for x in self.alive(now)):
+                return [Failed(key, error=f"no volunteer can compute unit {p.uid}: {out.reason}")]
+            summary.reassigned += 1
+            self.queue.insert(0, key)
+            return []
+        # a whole, well-formed result: learn the volunteer's speed, tell the core
+        elapsed = max(now - p.sent, 1e-3)
+        m.busy_until = max([now, *(self.pending[k].sent for k in m.holding)])
+        t = self.tasks[p.uid]
+        if out.seconds > 0 and t.work:
+            self.rates[name] = t.work / out.seconds
+        fetch = max(elapsed - out.seconds, 1e-3)
+        if p.new_bytes > 1 << 20:
+            self.bandwidth[name] = p.new_bytes / fetch
+        summary.compute_seconds[name] = summary.compute_seconds.get(name, 0.0) + out.seconds
+        if p.released:
+            return []
         assert out.array is not None
-        await self._judge(a, name, out.array, summary, out.seconds)
+        self.results[key] = out.array
+        self.by_worker[key] = name
+        self.held[key] = out.held
+        log.debug("%s <- %s (%s): %.2f s, %.2f s computing", attempt, name, p.uid, elapsed,
+                  out.seconds)  # fmt: skip
+        events: list[Any] = [] if p.started else [
+            Started(now - out.seconds, p.uid, name, p.copy, p.new_bytes, fetch)]  # fmt: skip
+        events.append(Computed(p.uid, name, out.seconds, out.iterations, p.copy))
+        if p.agreed:
+            return events + self._agree(p.agreed)
+        return [*events, Finished(key, name)]
 
-    def _able(self, uid: str) -> bool:
-        return any(m.name not in self.avoid[uid] for m in self.alive(time.monotonic()))
+    def _agree(self, agreed: str) -> list[Any]:
+        """``verify=k``: once every copy is in, the majority is the result; the others are
+        outvoted (and excluded by the core)."""
+        keys = self.agreed[agreed]
+        if not all(k in self.results for k in keys):
+            return []
+        groups: list[list[str]] = []
+        for k in keys:
+            for g in groups:
+                if np.allclose(self.results[k], self.results[g[0]], rtol=1e-9, atol=0.0,
+                               equal_nan=True):  # fmt: skip
+                    g.append(k)
+                    break
+            else:
+                groups.append([k])
+        best = max(groups, key=len)
+        uid = self.pending[agreed if agreed in self.pending else keys[0]].uid
+        if len(best) * 2 <= len(keys):
+            return [Failed(agreed, error=f"no majority among the {len(keys)} copies of {uid}")]
+        self.results[agreed] = self.results[best[0]]
+        self.by_worker[agreed] = self.by_worker[best[0]]
+        self.held[agreed] = self.held.get(best[0], 0)
+        losers = tuple(self.by_worker[k] for g in groups if g is not best for k in g)
+        out: list[Any] = []
+        if losers:
+            accepted = tuple(self.by_worker[k] for k in best)
+            out.append(Outvoted(uid, losers, accepted))
+            for w in losers:
+                self.summary.units_rejected.append({"unit": uid, "volunteer": w,
+                                                    "detail": "outvoted"})  # fmt: skip
+        return [*out, Finished(agreed, self.by_worker[best[0]])]
 
-    async def _judge(self, a: Attempt, name: str, arr: np.ndarray, summary: Summary,
-                     seconds: float = 0.0) -> None:  # fmt: skip
-        t = self.tasks[a.uid]
-        if isinstance(self.opts.verify, int) and self.opts.verify >= 2:
-            self.copies[a.uid].append((name, arr))
-            await self._agree(a.uid, summary)
+    # -- checks, here -----------------------------------------------------------------------
+
+    def _check(self, ins: SubmitCheck, summary: Summary) -> None:
+        arr = self.results.get(ins.of)
+        log.debug("check %s of %s (%s by %s): %s", ins.key[-16:], ins.of[-16:], ins.name,
+                  ins.by, "here" if arr is not None else "no result")  # fmt: skip
+        t = self.tasks[ins.name]
+        if arr is None or t.check is None:
+            self.later.append(Finished(ins.key, COORDINATOR))
             return
-        check = self.opts.verify == "check" or (
-            self.opts.verify == "adaptive" and self.trust.should_check(name)
-        )
-        if self.opts.verify == "check":
-            self.trust.checked += 1
-        if not check or t.check is None:
-            self._accept(a.uid, name, arr, summary, seconds)
-            return
-        # checked beside the loop (in a thread): replies go on arriving meanwhile
-        fut = asyncio.get_running_loop().run_in_executor(self.checks, t.check, arr)
-        task = asyncio.ensure_future(self._verdict(a, name, arr, summary, seconds, fut))
-        self.checking[a.uid] = task
+        summary.checked += 1
+        fut = asyncio.get_running_loop().run_in_executor(self.checks, t.check, arr, ins.attempt)
+        task = asyncio.ensure_future(self._verdict(ins, fut, summary))
+        self.checking.add(task)
 
-    async def _verdict(self, a: Attempt, name: str, arr: np.ndarray, summary: Summary,
-                       seconds: float, fut: asyncio.Future[Any]) -> None:  # fmt: skip
+    async def _verdict(self, ins: SubmitCheck, fut: asyncio.Future[Any],
+                       summary: Summary) -> None:  # fmt: skip
         t0 = time.perf_counter()
         try:
             verdict = await fut
             summary.check_seconds += time.perf_counter() - t0
             summary.false_accept_bound += _bound(verdict)
+            if self.opts.verify != "adaptive":  # (under "adaptive" the core keeps the streaks)
+                (self.trust.passed if verdict.ok else self.trust.failed)(ins.by)
             if verdict.ok:
-                self.trust.passed(name)
-                await self._persist_trust(name)
-                self._accept(a.uid, name, arr, summary, seconds)
+                self.results[ins.key] = self.results[ins.of]
+                self.by_worker[ins.key] = ins.by
+                self.held[ins.key] = self.held.get(ins.of, 0)
+                self.later.append(Finished(ins.key, COORDINATOR))
+                await self._persist_trust(ins.by)
                 return
-            self.trust.failed(name)
-            await self._persist_trust(name)
             summary.units_rejected.append(
-                {"unit": a.uid, "volunteer": name, "detail": verdict.describe()}
+                {"unit": ins.name, "volunteer": ins.by, "detail": verdict.describe()}
             )
-            await self.exclude(name, f"a result failed its check ({verdict.describe()})", summary)
+            self.later.append(Failed(ins.key, rejected=True))
+            if self.opts.verify == "adaptive":
+                self.trust.failed(ins.by)  # (the core resets it too: the same, persisted)
+            await self._persist_trust(ins.by)
+            await self.exclude(ins.by, f"a result failed its check ({verdict.describe()})",
+                               summary)  # fmt: skip
         except Exception as e:  # a bug in a check: the run fails with it, not hangs
             self.failure = e
         finally:
-            self.checking.pop(a.uid, None)
+            self.checking.discard(asyncio.current_task())  # type: ignore[arg-type]
             assert self.link.events is not None
             with contextlib.suppress(asyncio.QueueFull):
-                self.link.events.put_nowait(("checked", name))
-
-    def _accept(self, uid: str, name: str, arr: np.ndarray, summary: Summary,
-                seconds: float = 0.0) -> None:  # fmt: skip
-        if uid in self.accepted:
-            return
-        self.accepted[uid] = arr
-        summary.units_by_volunteer[name] = summary.units_by_volunteer.get(name, 0) + 1
-        summary.compute_seconds[name] = summary.compute_seconds.get(name, 0.0) + seconds
-        for x in list(self.live[uid]):  # copies still out are not needed any more
-            self._release(x)
-
-    async def _agree(self, uid: str, summary: Summary) -> None:
-        k = int(self.opts.verify)
-        got = self.copies[uid]
-        groups: list[list[int]] = []
-        for n, (_, arr) in enumerate(got):
-            for g in groups:
-                first = got[g[0]][1]
-                if np.allclose(arr, first, rtol=1e-9, atol=0.0, equal_nan=True):
-                    g.append(n)
-                    break
-            else:
-                groups.append([n])
-        best = max(groups, key=len)
-        if len(best) * 2 > k:
-            self._accept(uid, got[best[0]][0], got[best[0]][1], summary)
-            losers = {got[n][0] for g in groups if g is not best for n in g}
-            for v in sorted(losers):
-                summary.units_rejected.append({"unit": uid, "volunteer": v, "detail": "outvoted"})
-                await self.exclude(v, f"outvoted on unit {uid}", summary)
-        elif len(got) >= k + self.extra.get(uid, 0):
-            # no majority yet: one more copy, from a volunteer not yet asked
-            self.extra[uid] = self.extra.get(uid, 0) + 1
+                self.link.events.put_nowait(("checked", COORDINATOR))
 
 
 def _bound(verdict: Any) -> float:

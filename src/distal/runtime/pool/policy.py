@@ -88,6 +88,24 @@ def partition(
     return out
 
 
+def interleave(order: Sequence[str], home: Mapping[str, str]) -> list[str]:
+    """``order`` with the volunteers' runs taken in turn (the first of each run, then the
+    second of each, ...): the order units are handed out in, so that the first window of
+    units already reaches every volunteer's own run. Units with no run keep their place
+    at the end."""
+    runs: dict[str, list[str]] = {}
+    for u in order:
+        runs.setdefault(home.get(u, ""), []).append(u)
+    nobody = runs.pop("", [])
+    out: list[str] = []
+    queues = [list(r) for _, r in sorted(runs.items())]
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out + nobody
+
+
 def speed_classes(rates: Mapping[str, float | None]) -> dict[str, float]:
     """Relative speeds for :func:`partition`: each measured rate as a power of two of the
     fastest (1, 1/2, 1/4, ...), so that the noise of a few measured units does not move the

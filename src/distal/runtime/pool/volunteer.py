@@ -101,6 +101,7 @@ class Volunteer:
         self.stopping = asyncio.Event()
         self.auth_failures = 0
         self.holding: dict[str, Any] = {}  # attempt -> its message, until acked
+        self.fetched: dict[str, tuple[int, float]] = {}  # attempt -> (bytes, seconds) fetched
         self.ready: asyncio.Queue[tuple[UnitMsg, Any, str]] = asyncio.Queue(maxsize=1)
         self.nc: Any = None
         self.js: Any = None
@@ -250,8 +251,10 @@ class Volunteer:
             self.stats.failed += 1
             return
         got = self.stats.bytes_in - before
+        took = time.monotonic() - t0
         log.info("%s: unit %s: %.1f MB fetched in %.2f s", self.name, unit.attempt, got / 1e6,
-                 time.monotonic() - t0)  # fmt: skip
+                 took)  # fmt: skip
+        self.fetched[unit.attempt] = (got, took)
         await self.ready.put((unit, msg, prog))
 
     async def _prepare(self, unit: UnitMsg) -> str:
@@ -327,6 +330,10 @@ class Volunteer:
             await self._compute(unit, prog)
 
     async def _compute(self, unit: UnitMsg, prog: str) -> None:
+        got, took = self.fetched.pop(unit.attempt, (0, 0.0))
+        with contextlib.suppress(Exception):  # the coordinator times the unit from here
+            subject = subjects.result_subject(self.name, unit.run, unit.attempt)
+            await self.nc.publish(subject, wire.started(got, took))
         blocks = [[b.digest, b.dtype.str, list(b.shape)] for b in unit.blocks]
         for _ in range(2):
             forget, self.forget = sorted(self.forget), set()
@@ -364,7 +371,9 @@ class Volunteer:
         finally:
             with contextlib.suppress(OSError):
                 path.unlink()
-        parts = wire.result_messages(arr, answer["seconds"], answer["iterations"])
+        parts = wire.result_messages(
+            arr, answer["seconds"], answer["iterations"], int(answer.get("held", 0))
+        )
         t0 = time.monotonic()
         await self._reply(unit, *parts)
         log.info("%s: unit %s: computed in %.2f s, %.1f MB replied in %.2f s", self.name,

@@ -221,13 +221,14 @@ HELLO = {
 }
 
 RESULT = {
+    "started": {"fetched": int, "fetch_seconds": float},
     "result": {"part": int, "parts": int, "head?": dict, "data": bytes},
     "failed": {"reason": str},
     "refuse": {"reason": str},
 }
 
 HEAD = {"dtype": str, "shape": list, "nbytes": int, "digest": str, "seconds": float,
-        "iterations": int}  # fmt: skip
+        "iterations": int, "held": int}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -285,14 +286,16 @@ class Assembly:
 @dataclass(frozen=True)
 class Outcome:
     """What a result message amounted to: ``done`` with the array (checked: dtype, shape,
-    byte count, digest), a volunteer's ``failed`` or ``refuse`` with its reason, or
-    ``more`` (parts to come)."""
+    byte count, digest), a volunteer's ``failed`` or ``refuse`` with its reason, ``more``
+    (parts to come), or ``started`` (its inputs are in place: ``iterations`` holds the bytes
+    it fetched for it, ``seconds`` how long that took)."""
 
     kind: str
     array: np.ndarray | None = None
     reason: str = ""
     seconds: float = 0.0
     iterations: int = 0
+    held: int = 0
 
 
 @dataclass
@@ -313,6 +316,10 @@ class Receiver:
         if expect is None:
             raise WireError("unexpected", f"a result for attempt {attempt[:16]!r} it was not given")
         msg = envelope(unpack(raw), RESULT)
+        if msg["kind"] == "started":
+            if not 0 <= msg["fetched"] < 1 << 50 or not 0 <= msg["fetch_seconds"] < 1e9:
+                raise WireError("envelope", "started: fetched or fetch_seconds out of range")
+            return Outcome("started", iterations=msg["fetched"], seconds=msg["fetch_seconds"])
         if msg["kind"] != "result":
             self.open.pop(attempt, None)
             return Outcome(msg["kind"], reason=text(msg["reason"], "reason"))
@@ -345,8 +352,9 @@ class Receiver:
         if got != asm.head["digest"]:
             raise WireError("digest", "the data's digest is not the declared one")
         arr = np.frombuffer(asm.buffer, dtype=expect.dtype).reshape(expect.shape)
-        return Outcome("done", arr, seconds=float(asm.head["seconds"]),
-                       iterations=int(asm.head["iterations"]))  # fmt: skip
+        head = asm.head
+        return Outcome("done", arr, seconds=float(head["seconds"]),
+                       iterations=int(head["iterations"]), held=int(head["held"]))  # fmt: skip
 
     @staticmethod
     def _head(head: Any, expect: Expect) -> dict[str, Any]:
@@ -365,6 +373,8 @@ class Receiver:
         digest_field(head["digest"])
         if not 0 <= head["seconds"] < 1e9 or not 0 <= head["iterations"] < 1 << 62:
             raise WireError("envelope", "head: seconds or iterations out of range")
+        if not 0 <= head["held"] < 1 << 50:
+            raise WireError("envelope", "head: held out of range")
         return head
 
     def drop(self, attempt: str) -> None:
@@ -375,7 +385,9 @@ class Receiver:
         return sum(len(a.buffer) for a in self.open.values())
 
 
-def result_messages(arr: np.ndarray, seconds: float, iterations: int) -> list[bytes]:
+def result_messages(
+    arr: np.ndarray, seconds: float, iterations: int, held: int = 0
+) -> list[bytes]:
     """A volunteer's result as its messages (part 0 carries the head)."""
     data = array_bytes(arr)
     dt = np.dtype(arr.dtype).newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
@@ -384,7 +396,7 @@ def result_messages(arr: np.ndarray, seconds: float, iterations: int) -> list[by
     head = {
         "dtype": np.dtype(dt).str, "shape": list(arr.shape), "nbytes": n,
         "digest": array_digest(dt, arr.shape, data), "seconds": float(seconds),
-        "iterations": int(iterations),
+        "iterations": int(iterations), "held": int(held),
     }  # fmt: skip
     out = []
     for i in range(parts):
@@ -394,6 +406,12 @@ def result_messages(arr: np.ndarray, seconds: float, iterations: int) -> list[by
         msg["data"] = bytes(data[i * CHUNK : (i + 1) * CHUNK])
         out.append(pack(msg))
     return out
+
+
+def started(fetched: int, fetch_seconds: float) -> bytes:
+    """A volunteer's word that a unit's inputs are in place and it computes now."""
+    return pack({"v": VERSION, "kind": "started", "fetched": int(fetched),
+                 "fetch_seconds": float(fetch_seconds)})  # fmt: skip
 
 
 def report(kind: str, reason: str) -> bytes:
@@ -550,5 +568,6 @@ __all__ = [
     "read_unit",
     "report",
     "result_messages",
+    "started",
     "unpack",
 ]
