@@ -681,3 +681,45 @@ def test_the_task_progress_bar_draws_with_rich_or_as_a_text_line(
     assert text.endswith("\n")
     assert set(text.rstrip("\n").split("\r")[1:]) == {"tasks (checkpointed 0, recomputed 1): 3/4"}
     assert progress.Progress(4, stream=io.StringIO()).enabled is False  # not a terminal
+
+
+def test_a_sessions_fused_sets_submit_a_task_per_block_for_a_lone_member_or_only_sums(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On an unverified Dask session, a fused set with one element-wise member and no sum
+    (``y = x + z / 2``) is one task per block whose result is the member's block, and a
+    set with sums only (``y . q``, ``q`` an SpMV's) adds the blocks' results themselves:
+    no task picks a member or the partial sums out of another task's result (each task
+    costs the scheduler and the workers more than such a pick). Values are numpy's."""
+    import scipy.sparse as sp
+
+    from distal.arrays.program import LARGE
+
+    submitted: list[str] = []
+    submit = client.submit
+
+    def counted(fn: Any, *args: Any, **kw: Any) -> Any:
+        submitted.append(getattr(fn, "__name__", ""))
+        return submit(fn, *args, **kw)
+
+    monkeypatch.setattr(client, "submit", counted)
+    fused = {"fused_block", "fused_member", "fused_elem", "fused_partials", "fused_sum"}
+    rng = np.random.default_rng(3)
+    v, w = rng.standard_normal(LARGE), rng.standard_normal(LARGE)
+    A = sp.diags([1.0, 3.0, -1.0], [-1, 0, 1], shape=(LARGE, LARGE), format="csr")
+    with dl.Session("dask", client=client, machine=2, progress=False) as s:
+        x, z = s.asarray(v), s.asarray(w)
+        a = s.asarray(A, "xy -> x")
+        submitted.clear()
+        s["y"] = x + 0.5 * z
+        got = s["y"].get()
+        assert [f for f in submitted if f in fused] == ["fused_member"] * 2, submitted
+        q = a @ s["y"]
+        submitted.clear()
+        dot = float(s["y"] @ q)
+        assert [f for f in submitted if f in fused | {"fused_total"}] == [
+            "fused_block", "fused_block", "fused_total"
+        ], submitted  # fmt: skip
+    y = v + 0.5 * w
+    assert np.array_equal(got, y)
+    np.testing.assert_allclose(dot, y @ (A @ y), rtol=1e-12)

@@ -272,8 +272,10 @@ class HeldOnWorkers:
         dot: Any = None,
     ) -> tuple[list[Any], list[Any], bool]:
         """A task per distinct block of ``target`` over the operands' blocks of the
-        processor holding it; each member's block picked from it, and a task per reduction
-        adding the blocks' partial sums, all on the workers. Under ``verify=`` each block is
+        processor holding it; each member's block picked from it (a lone member with no
+        reduction is the task's result itself), and a task per reduction adding the blocks'
+        partial sums (read straight from the blocks' results when the set has no member),
+        all on the workers. Under ``verify=`` each block is
         computed on one trusted worker and again on another; the partial sums come here,
         checked, and are added here (a set without sums is not waited for: its verdicts are
         read at the next operation)."""
@@ -290,10 +292,12 @@ class HeldOnWorkers:
                 [(held_tasks.fused_block, a) for _, a in jobs], partials=True, defer=not sums
             )
             results = {box: f for (box, _), f in zip(jobs, futures, strict=True)}
-        else:
-            results = {
-                box: client.submit(held_tasks.fused_block, *a, pure=False) for box, a in jobs
-            }
+        else:  # a lone member with no sum is the block itself (one task per block, not two)
+            lone = len(elems) == 1 and not sums
+            task = held_tasks.fused_member if lone else held_tasks.fused_block
+            results = {box: client.submit(task, *a, pure=False) for box, a in jobs}
+            if lone:
+                return [self._value(target.shape, elems[0], results)], [], False
         members = []
         for j, d in enumerate(elems):
             blocks = {
@@ -319,13 +323,15 @@ class HeldOnWorkers:
                 totals.append(added([part[j] for part in checked], d))
                 self._count(len(checked))
             return members, totals, False
-        ordered = (
-            [client.submit(held_tasks.fused_partials, r, pure=False) for r in results.values()]
-            if sums
-            else []
-        )
+        if not elems:  # results of partial sums only: they travel as they are
+            ordered, add = list(results.values()), held_tasks.fused_total
+        else:  # only the partial sums of results holding blocks travel
+            ordered = [
+                client.submit(held_tasks.fused_partials, r, pure=False) for r in results.values()
+            ]
+            add = held_tasks.fused_sum
         totals = [
-            self._value((), d, {(): client.submit(held_tasks.fused_sum, ordered, j, d, pure=False)})
+            self._value((), d, {(): client.submit(add, ordered, j, d, pure=False)})
             for j, d in enumerate(sums)
         ]
         return members, totals, False

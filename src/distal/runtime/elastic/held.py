@@ -159,6 +159,21 @@ def _fault_scalar(x: Any) -> Any:
     return x if got is arr else got[()]
 
 
+def fused_member(
+    fn: Callable[..., tuple[list, list]],
+    nslots: int,
+    where: list[int],
+    arrays: list[np.ndarray],
+    shape: Any,
+    dtypes: list[Any],
+) -> np.ndarray:
+    """The block of a fused set with one element-wise member and no reduction (run on a
+    worker): the array itself, so that no second task picks it out of a
+    :func:`fused_block` result (a task costs the scheduler and the workers more than a
+    vector update of a CG iteration)."""
+    return fused_block(fn, nslots, where, arrays, shape, dtypes)[0][0]
+
+
 def fused_elem(result: tuple[list[np.ndarray], list[Any]], j: int) -> np.ndarray:
     """Element-wise member ``j``'s block of a :func:`fused_block` result (on a worker)."""
     return result[0][j]
@@ -177,6 +192,13 @@ def fused_sum(partials: list[list[Any]], j: int, dtype: Any) -> Any:
     for r in partials[1:]:
         total = total + r[j]
     return np.asarray(total, dtype=dtype)
+
+
+def fused_total(results: list[tuple[list[np.ndarray], list[Any]]], j: int, dtype: Any) -> Any:
+    """:func:`fused_sum` read from the :func:`fused_block` results of a set with no
+    element-wise member (on a worker): each holds only its partial sums, so no
+    :func:`fused_partials` task is needed to keep blocks from travelling."""
+    return fused_sum([r[1] for r in results], j, dtype)
 
 
 def host_op(fn: Callable[..., Any], args: list[Any], dtype: Any) -> np.ndarray:
