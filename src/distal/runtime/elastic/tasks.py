@@ -295,8 +295,10 @@ def _gather(
     unit: Unit, t: str, g: Gather, blocks: Blocks, dtype: np.dtype, positions: Mapping[int, int]
 ) -> np.ndarray:
     """A buffer of rows or stored entries, gathered piece by piece from the owned blocks of
-    the pieces' sources (a block the unit was not handed is a failure)."""
-    buf = np.empty(g.shape, dtype)
+    the pieces' sources (a block the unit was not handed is a failure). A buffer that is
+    one piece, whole and in order (a row-split SpMV's span of its own stored entries), is
+    that piece itself: a view of the block, not a copy of it made every run."""
+    pieces = []
     for src, cut in g.pieces:
         if not 0 <= cut.need < len(blocks) or blocks[cut.need][0] != t:
             raise RuntimeFailure(
@@ -304,8 +306,26 @@ def _gather(
                 f"block of {t!r} that processor {src} owns, which its buffer needs",
                 processor=unit.proc,
             )
-        _put(buf, cut.dst, _piece(blocks, cut, positions))
+        pieces.append((cut.dst, _piece(blocks, cut, positions)))
+    if len(pieces) == 1 and _whole(pieces[0][0], g.shape):
+        piece = pieces[0][1]
+        if piece.shape == tuple(g.shape) and piece.dtype == dtype and piece.flags.c_contiguous:
+            return piece
+    buf = np.empty(g.shape, dtype)
+    for dst, piece in pieces:
+        _put(buf, dst, piece)
     return buf
+
+
+def _whole(ix: Any, shape: tuple[int, ...]) -> bool:
+    """Whether index ``ix`` (from :func:`~distal.runtime.store.where`) is every element of an
+    array of ``shape``, in order: full slices, one per dimension."""
+    if type(ix) is not tuple or len(ix) != len(shape):
+        return False
+    return all(
+        type(s) is slice and (s.start or 0) == 0 and s.step in (None, 1) and s.stop in (None, n)
+        for s, n in zip(ix, shape, strict=True)
+    )
 
 
 def _assemble(
