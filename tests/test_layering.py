@@ -450,9 +450,7 @@ COMPILER = ("distal.kernel", "distal.plan.engine", "distal.plan.sparse", "distal
 KERNEL_PARAMETERS = frozenset({"kernel", "bound"})
 #: what is still left on the boundary, with what removes it (each must disappear, and the
 #: entry with it): modules with a ``kernel: Any`` parameter
-PENDING_KERNEL_ANY: dict[str, str] = {
-    "distal.runtime.elastic.driver": "the elastic driver names its argument exe",
-}
+PENDING_KERNEL_ANY: dict[str, str] = {}
 
 
 def _runtime_name_branches(tree: ast.AST) -> list[int]:

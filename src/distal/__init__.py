@@ -5,7 +5,12 @@ notation) and how the computation is mapped (a schedule); distal compiles the
 three into an exact per-processor plan and runs it.
 """
 
-from distal import algorithms, apps, data
+from distal import (
+    algorithms,
+    apps,
+    data,
+    numpy,
+)
 from distal.arrays import DArray, exp, maximum, minimum, sqrt, where
 from distal.arrays import absolute as abs
 from distal.cost.autoschedule import autoschedule
@@ -13,6 +18,8 @@ from distal.data import from_box_function, from_function, from_npy_dir, from_zar
 from distal.distribution.machine import Machine
 from distal.einsum import einsum
 from distal.errors import (
+    CheckpointFailed,
+    CheckpointWarning,
     ConvergenceError,
     ConvergenceWarning,
     DistalError,
@@ -42,6 +49,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundKernel",
+    "CheckpointFailed",
+    "CheckpointWarning",
     "ConvergenceError",
     "ConvergenceWarning",
     "DArray",
@@ -84,6 +93,7 @@ __all__ = [
     "maximum",
     "minimum",
     "mlir_function",
+    "numpy",
     "restrict",
     "runtimes",
     "schedule",

@@ -99,3 +99,39 @@ class ResourceError(DistalError, MemoryError):
         self.needed = needed
         self.available = available
         self.processor = processor
+
+
+class CheckpointFailed(DistalError, OSError):
+    """A checkpointed session loop could not save an iteration (a full disk, a read-only or
+    unwritable directory, a store that went away), and its session says to stop
+    (``checkpoint_errors="stop"``, the default).
+
+    Attributes:
+        loop: the loop's name.
+        iteration: the iteration that could not be saved.
+        saved: the newest iteration saved whole (the one a rerun resumes after), or None.
+        location: the checkpoint location.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        loop: str = "",
+        iteration: int | None = None,
+        saved: int | None = None,
+        location: object = None,
+    ) -> None:
+        super().__init__(message)
+        self.loop = loop
+        self.iteration = iteration
+        self.saved = saved
+        self.location = location
+
+    def __str__(self) -> str:  # (OSError's own would print the args tuple's first only)
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointWarning(DistalWarning):
+    """A checkpointed session loop went on without saving an iteration it could not save
+    (``checkpoint_errors="continue"``, or its last iteration, when every iteration is
+    computed already): the result is right; a rerun resumes from an older iteration."""

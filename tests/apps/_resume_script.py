@@ -27,11 +27,15 @@ app, runtime, location, out, pause = sys.argv[1:6]
 
 class Slow(dl.Session):
     """Every kernel run (``sess.run``'s and the arrays program's: both go through
-    ``run_named``) PAUSE seconds slower."""
+    ``run_named``) and every fused set of the arrays program PAUSE seconds slower."""
 
     def run_named(self, kernel, names, inputs=None, **kw):  # type: ignore[no-untyped-def]
         time.sleep(float(pause))
         return super().run_named(kernel, names, inputs, **kw)
+
+    def fused_blocks(self, *args, **kw):  # type: ignore[no-untyped-def]
+        time.sleep(float(pause))
+        return super().fused_blocks(*args, **kw)
 
 
 opts: dict = {} if runtime == "mpi" else {"progress": False}

@@ -104,7 +104,9 @@ def test_a_group_whose_inner_node_became_a_value_reads_that_value(sess: dl.Sessi
     y = x * 2.0 + 1.0  # held: computed first, at the flush, in creation order
     z = (y - x) * x  # recorded with y inside it; z reads y's value, not y's recipe
     maps, kernels = sess.maps_run, sess.kernels_run
-    sess["w"] = z
+    sess["w"] = z  # recorded: computed at the next flush
+    assert (sess.maps_run - maps, sess.kernels_run - kernels) == (0, 0)
+    sess.flush()
     # y and z one fused set (a map): y computed once, z reading it back
     assert (sess.maps_run - maps, sess.kernels_run - kernels) == (1, 1)
     np.testing.assert_array_equal(sess.get("w"), ((v * 2.0 + 1.0) - v) * v)
@@ -124,6 +126,7 @@ def test_a_group_reads_the_value_its_inner_node_became_outside_a_fused_set(
     z = (y - x) * x
     maps, kernels = sess.maps_run, sess.kernels_run
     sess["w"] = z
+    sess.flush()
     assert (sess.maps_run - maps, sess.kernels_run - kernels) == (1, 3)  # y, m kernels; z a map
     np.testing.assert_array_equal(sess.get("w"), ((v * 2.0 + 1.0) - v) * v)
     np.testing.assert_array_equal(m.get(), np.full((2, 2), 3.0))

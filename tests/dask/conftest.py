@@ -27,17 +27,3 @@ def pool() -> Any:
         distributed.Client(cluster) as c,
     ):
         yield c
-
-
-def trace_lines(path: Any) -> list[tuple[str, str, str]]:
-    """(event, task, status) lines a run's ``faults={"trace": ...}`` file got."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        return []
-    out = []
-    for line in text.splitlines():
-        parts = line.split(" ")
-        if len(parts) >= 2:
-            out.append((parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
-    return out

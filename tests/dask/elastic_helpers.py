@@ -335,3 +335,17 @@ def entry_calls(bound: Any, x: Any) -> list[tuple[Any, Any, Any, list[Any], np.n
         y, _, _ = tasks._compute(ctx, u, blocks)
         out.append((u, blocks, ctx, calls, y))
     return out
+
+
+def trace_lines(path: Any) -> list[tuple[str, str, str]]:
+    """(event, task, status) lines a run's ``faults={"trace": ...}`` file got."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in text.splitlines():
+        parts = line.split(" ")
+        if len(parts) >= 2:
+            out.append((parts[0], parts[1], parts[2] if len(parts) > 2 else ""))
+    return out

@@ -27,10 +27,10 @@ import pytest
 from elastic_helpers import gemm, gemm_inputs, mttkrp, mttkrp_inputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "session"))
+from elastic_helpers import trace_lines
 from test_loops import _kernels as loop_kernels
 
 import distal as dl
-from conftest import trace_lines
 from distal.errors import DistalWarning, InputError
 from distal.runtime import checkpoint as ck
 from distal.runtime import checkpoint_tools

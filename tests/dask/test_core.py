@@ -136,6 +136,19 @@ def test_a_reduction_waits_for_every_unit_and_sums_the_copies_that_won() -> None
     assert c.done
 
 
+def test_a_block_no_unit_adds_to_is_summed_from_nothing() -> None:
+    """An output block whose processor has nothing to compute (its rows of a sparse
+    operand are empty) is still made: a reduction of no summands, handed out at once."""
+    work = [Work("part-0", ("block-0",)), Work("block-2", ("block-2",), True)]
+    c = core(work, ["block-0", "block-1", "block-2"])
+    todo = c.handle(pool(0.0, "a", "b"))
+    (r,) = of(SubmitReduce, todo)
+    assert (r.block, r.parts) == ("block-1", ())
+    run_through(c, todo)
+    assert c.done
+    assert c.delivered == {"block-0", "block-1", "block-2"}
+
+
 def test_a_checkpoint_hit_loads_and_a_miss_computes_and_saves() -> None:
     c = core(finals(2), present={"block-0"}, checkpoint=True)
     todo = units(c.handle(pool(0.0, "a", "b")))
@@ -261,6 +274,24 @@ def test_a_straggler_in_the_tail_is_copied_to_an_idle_fast_worker() -> None:
     assert c.n_dups == 1
 
 
+def test_a_straggler_whose_copy_would_fetch_for_longer_is_not_copied() -> None:
+    """On a slow link a copy first fetches the unit's inputs (8 MB at 5 MB/s: 1.6 s): a
+    unit that has run 0.6 s, twice the median, is not copied until it has run longer than
+    that fetch and the median together."""
+    work = [Work(f"block-{i}", (f"block-{i}",), True, 2 * 10**7, 8 * MB) for i in range(2)]
+    c = core(work)
+    todo = units(c.handle(pool(0.0, "a", "b", "c")))
+    for _ in range(3):  # 0.3 s a unit of 10^7 iterations: this one's 0.6 s, late after 2.4
+        c.handle(Computed("x", "a", 0.3, 10**7))
+    c.handle(Started(0.1, "warm", "c", fetched=5 * MB, fetch_seconds=1.0))
+    c.handle(Started(0.1, todo[0].name, "b"))
+    c.handle(Started(0.1, todo[1].name, "c"))
+    assert not of(AskQueues, c.handle(Tick(0.7)))
+    assert not of(AskQueues, c.handle(Tick(1.8)))
+    assert of(AskQueues, c.handle(Tick(2.1)))
+    assert c.n_overdue == 0
+
+
 def test_no_speculation_when_asked_for_none_or_with_copies() -> None:
     for policy in ({"speculate": False}, {"verify": 2}):
         c = core(finals(1), **policy)
@@ -330,39 +361,74 @@ def test_an_empty_worker_joining_mid_run_gets_a_unit() -> None:
 
 def test_a_failed_check_excludes_the_worker_and_recomputes_elsewhere() -> None:
     c = core(finals(2), verify="check", checkpoint=True)
-    todo = units(c.handle(pool(0.0, "a", "b", "c")))
-    # spread round-robin so every worker's results meet a check, saved by the check only
-    assert [u.where for u in todo] == [Where(("a",), False), Where(("b",), False)]
-    assert all(not u.save for u in todo)
+    todo = c.handle(pool(0.0, "a", "b", "c"))
+    us = units(todo)
+    # spread round-robin so every worker's results meet a check, saved by the check only;
+    # each check handed out with its unit, away from the worker the unit is meant for
+    assert [u.where for u in us] == [Where(("a",), False), Where(("b",), False)]
+    assert all(not u.save for u in us)
+    chk, chk_b = of(SubmitCheck, todo)
+    assert (chk.of, chk.by, chk.where) == (us[0].key, "a", Where(("b", "c"), True))
+    assert (chk_b.of, chk_b.by) == (us[1].key, "b")
     c.handle(Wrote("block-9", "a"))  # an entry a wrote earlier in the run
-    (chk,) = of(SubmitCheck, finish(c, todo[0].key, "a"))
-    assert (chk.of, chk.by, chk.where) == (todo[0].key, "a", Where(("b", "c"), True))
+    assert finish(c, us[0].key, "a") == []  # its check is on its way already
     got = c.handle(Failed(chk.key, rejected=True))
     assert c.excluded == {"a"}
     (redo,) = units(got)
-    assert (redo.name, redo.redo, redo.where) == (todo[0].name, 1, Where(("b", "c"), True))
+    assert (redo.name, redo.redo, redo.where) == (us[0].name, 1, Where(("b", "c"), True))
     # what a wrote is re-verified on a trusted worker
     assert not of(SubmitRecheck, got)  # block-9 is not an entry of this run's units
-    assert c.rejections == [{"unit": todo[0].name, "worker": "a", "how": "check", "kind": "unit"}]
+    assert c.rejections == [{"unit": us[0].name, "worker": "a", "how": "check", "kind": "unit"}]
     (chk2,) = of(SubmitCheck, finish(c, redo.key, "b"))
     assert chk2.by == "b"
     assert chk2.where == Where(("c",), True)
     assert c.rejections[0]["recomputed_on"] == "b"
     got = finish(c, chk2.key, "c")
-    assert of(Deliver, got) == [Deliver(todo[0].name, chk2.key, todo[0].name)]
+    assert of(Deliver, got) == [Deliver(us[0].name, chk2.key, us[0].name)]
+
+
+def test_a_check_handed_out_early_is_replaced_when_its_unit_ran_elsewhere() -> None:
+    """A unit meant for worker a that Dask ran on b (a was gone): the check handed out with
+    it may run on b, the worker it checks; it is dropped and one away from b goes out."""
+    c = core(finals(1), verify="check")
+    todo = c.handle(pool(0.0, "a", "b", "c"))
+    (u,) = units(todo)
+    (early,) = of(SubmitCheck, todo)
+    got = finish(c, u.key, "b")
+    assert Release((early.key,)) in got
+    (chk,) = of(SubmitCheck, got)
+    assert (chk.by, chk.where) == ("b", Where(("a", "c"), True))
+    assert chk.key != early.key
+    assert of(Deliver, finish(c, chk.key, "c")) == [Deliver(u.name, chk.key, u.name)]
+    assert c.done
+
+
+def test_a_check_is_kept_off_every_worker_holding_the_result() -> None:
+    """The scheduler names where a result lies, not who computed it: a task reading it may
+    have fetched a copy. A check goes to none of the holders; a unit that ran where it was
+    meant to keeps the check handed out with it."""
+    c = core(finals(2), verify="check")
+    todo = c.handle(pool(0.0, "a", "b", "c", "d"))
+    us, early = units(todo), of(SubmitCheck, todo)
+    assert c.expected(us[0].key) == "a"
+    assert c.handle(Finished(us[0].key, "a", ("a", early[0].where.workers[0]))) == []
+    got = c.handle(Finished(us[1].key, "", ("a", "c")))  # meant for b: ran elsewhere
+    (chk,) = of(SubmitCheck, got)
+    assert chk.where == Where(("b", "d"), True)
 
 
 def test_entries_a_caught_worker_wrote_are_rechecked_and_lose_their_seals() -> None:
     c = core(finals(2), verify="check", checkpoint=True, sealed=True, writable={"block-0"})
-    todo = units(c.handle(pool(0.0, "a", "b", "c")))
-    (chk0,) = of(SubmitCheck, finish(c, todo[0].key, "b"))
-    c.handle(Wrote("block-0", "a", "d0"))  # the check on a wrote the entry
-    finish(c, chk0.key, "a")
-    (chk1,) = of(SubmitCheck, finish(c, todo[1].key, "a"))
-    got = c.handle(Failed(chk1.key, rejected=True))
+    todo = c.handle(pool(0.0, "a", "b", "c"))
+    us, (chk0, chk1) = units(todo), of(SubmitCheck, todo)
+    finish(c, us[0].key, "a")
+    c.handle(Wrote("block-0", "b", "d0"))  # the check on b wrote the entry
+    finish(c, chk0.key, "b")
+    finish(c, us[1].key, "b")
+    got = c.handle(Failed(chk1.key, rejected=True))  # b's own unit was wrong
     assert Unseal("block-0") in got
     (re,) = of(SubmitRecheck, got)
-    assert (re.entry, re.parts, re.where) == ("block-0", (), Where(("b", "c"), True))
+    assert (re.entry, re.parts, re.where) == ("block-0", (), Where(("a", "c"), True))
     assert c.rechecked == 1
     assert not c.done  # the recheck is waited for
     finish(c, re.key, "c")
@@ -400,10 +466,10 @@ def test_a_majority_of_k_copies_outvotes_a_worker_and_later_copies_avoid_it() ->
 def test_reductions_are_checked_and_a_wrong_sum_is_made_again_elsewhere() -> None:
     work = [Work("part-0", ("block-0",)), Work("part-1", ("block-0",))]
     c = core(work, ["block-0"], verify="check")
-    todo = units(c.handle(pool(0.0, "a", "b", "c")))
+    todo = c.handle(pool(0.0, "a", "b", "c"))
     keys = []
-    for u, w in zip(todo, ("a", "b"), strict=True):
-        (chk,) = of(SubmitCheck, finish(c, u.key, w))
+    for u, chk, w in zip(units(todo), of(SubmitCheck, todo), ("a", "b"), strict=True):
+        assert finish(c, u.key, w) == []
         got = finish(c, chk.key, "c")
         keys.append(chk.key)
     (red,) = of(SubmitReduce, got)
@@ -424,12 +490,16 @@ def test_adaptive_trust_accepts_some_results_of_a_trusted_worker_unchecked() -> 
     t._rng = random.Random(1)  # type: ignore[assignment]
     c = core(finals(200), trust=t, verify="adaptive", window=200)
     todo = units(c.handle(pool(0.0, "a", "b")))
-    checks = 0
+    checks = asked = 0
     for u in todo:
+        asked += c.wants_worker(u.key)  # the loop asks where a result lies only for a check
         got = finish(c, u.key, "a")
         checks += len(of(SubmitCheck, got))
     assert 0 < checks < 40  # ~ 1 in 20
+    assert asked == checks
     assert c.n_unchecked == 200 - checks
+    assert t.checked == checks  # one draw per result
+    assert not core(finals(1)).wants_worker("distal-unit-n-0")
     # a result loaded from the checkpoint is always checked
     c2 = core(finals(1), trust=t, verify="adaptive", present={"block-0"})
     (u,) = units(c2.handle(pool(0.0, "a", "b")))

@@ -6,6 +6,7 @@ sums, reductions): the same checks on both.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
@@ -24,10 +25,10 @@ from elastic_helpers import (
     mttkrp_expected,
     mttkrp_inputs,
     sparse_problem,
+    trace_lines,
 )
 
 import distal as dl
-from conftest import trace_lines
 
 pytestmark = [pytest.mark.dask, pytest.mark.timeout(150)]
 
@@ -106,7 +107,10 @@ def test_killing_workers_mid_run_keeps_the_result_exact(tmp_path: Path, name: st
     # before the kill and its result never reached the driver (the resubmitted unit loads
     # that entry: the run's checkpoint was empty when it began, so a reused entry can only
     # be such a one)
-    assert s.lost_seconds > 0, str(s)
+    # (a victim may be idle at its kill, so no work need be lost: what holds is that lost
+    # work is never negative, and that work done again was work lost)
+    assert 0.0 <= s.lost_seconds < math.inf, str(s)
+    assert s.recomputed == 0 or s.lost_seconds > 0, str(s)
     assert s.recomputed <= len(victims), str(s)
     assert s.recomputed >= 1 or s.speculative_won >= 1 or s.tasks_reused >= 1, str(s)
     assert set(victims) <= set(s.workers_lost)

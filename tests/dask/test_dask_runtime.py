@@ -31,11 +31,12 @@ from elastic_helpers import (
     problem,
     sparse_matrix,
     sparse_problem,
+    spmv,
     summed_blocks,
+    trace_lines,
 )
 
 import distal as dl
-from conftest import trace_lines
 from distal.plan.ir import Fetch, Flush
 from distal.runtime import checkpoint as ck
 from distal.runtime import checkpoint_tools
@@ -108,6 +109,42 @@ def _drop_a_message(k: Any, kind: type) -> tuple[int, int, int]:
             k.__dict__.pop("_executables", None)  # (made from the plan: made again)
             return dst, src, box_volume(piece)
     raise AssertionError(f"no remote {kind.__name__} in the plan")
+
+
+def test_a_neighbours_block_is_cut_where_it_lies_and_only_its_rows_travel(
+    client: Any, monkeypatch: Any
+) -> None:
+    """A row-split SpMV on a banded matrix: each unit reads three rows of its neighbour's
+    block of the vector (2^17 elements). The unit is handed those rows, cut where the block
+    lies (``units.Cuts``), not the block; the result is the local runtime's bits and the
+    stats the prediction's (the rows counted as they arrived)."""
+    import scipy.sparse as sp
+
+    from distal.runtime.elastic import submit
+    from distal.runtime.elastic.units import Cuts
+    from distal.sparse import SparseArray
+
+    n = 1 << 18
+    band = sp.diags([1.0, 2.0, 1.0], [-3, 0, 3], shape=(n, n), format="csr")
+    x = {"B": SparseArray.from_scipy(band), "c": np.arange(n, dtype=np.float64) % 7}
+    bound = spmv("row", n=n, procs=2).bind(x)
+    handed: list[Any] = []
+    real = submit.Submitter.blocks
+
+    def spy(self: Any, u: Any, worker: Any = None) -> Any:
+        got = real(self, u, worker)
+        handed.append([(t, h) for t, h, _ in got])
+        return got
+
+    monkeypatch.setattr(submit.Submitter, "blocks", spy)
+    res = bound.run(x, runtime="dask", client=client)
+    want = bound.run(x)
+    assert res.value.tobytes() == want.value.tobytes()
+    assert_stats(res.stats, bound)
+    assert res.stats.total_words == 2 * 3  # three halo rows each way
+    cut = [[h for t, h in unit if isinstance(h, Cuts)] for unit in handed]
+    assert len(handed) == 2
+    assert all(len(c) == 1 for c in cut)  # each unit: its neighbour's block of c, cut
 
 
 def test_peak_words_are_measured_on_the_workers(client: Any) -> None:

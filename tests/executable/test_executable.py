@@ -68,18 +68,9 @@ def _dense(x: Any) -> np.ndarray:
     return np.asarray(x.to_dense()) if hasattr(x, "to_dense") else np.asarray(x)
 
 
-#: the Dask runtime's own defect, whatever runs it: its core waits for an output block that
-#: no unit makes (the three-level SpMTTKRPs, also as kernel.run)
-DASK_STALLS = pytest.mark.xfail(
-    strict=True, raises=dl.InternalError, reason="the elastic core waits for a block no unit makes"
-)
-
-
 @pytest.mark.dask
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=DASK_STALLS) if "spmttkrp" in n else n for n in CASES]
-)
+@pytest.mark.parametrize("name", list(CASES))
 def test_every_read_back_executable_runs_on_dask(dask_client: Any, name: str) -> None:
     case, exe, back, _ = _round_trip(name)
     res = back.run(case.inputs, runtime="dask", client=dask_client, progress=False)

@@ -14,12 +14,14 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given, settings
 from mlir_cases import DENSE, SPARSE, kernel
 from upstream import mlir_opt
 
 import distal as dl
 from distal.mlir.shard import placement_of, shard_shape, sharding_of
 from distal.mlir.spmd_plan import coords
+from reference import apply_schedule, cases
 
 ALL = [*DENSE, *SPARSE]
 
@@ -212,3 +214,19 @@ def test_bad_form_and_unbound_sparse_kernel() -> None:
     alg, _ = SPARSE["spmv"]()
     with pytest.raises(dl.InputError):
         alg.compile().to_mlir(distributed=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(cases(with_schedule=True))
+def test_the_differential_cases_export_modules_mlir_opt_verifies(case) -> None:
+    """The differential suite's random problems, machines, distributions and schedules
+    (``tests/test_properties.py``): each exports a distributed module upstream verifies, or
+    says plainly what the export does not write (``NotSupportedYet``)."""
+    built = case.build()
+    sched = apply_schedule(dl.schedule(built.output), case.ops, built)
+    kernel = dl.compile(sched)
+    try:
+        text = kernel.to_mlir(distributed=True)
+    except dl.NotSupportedYet:
+        return
+    mlir_opt(text, "--verify-diagnostics")

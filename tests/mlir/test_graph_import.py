@@ -310,3 +310,19 @@ def test_a_jax_mlp_runs_on_mpi_ranks(tmp_path) -> None:
     (line,) = job.lines()
     assert line["nprocs"] == 2
     assert line["rel_err"] <= 1e-12
+
+
+def test_an_imported_graph_runs_on_dask_workers() -> None:
+    distributed = pytest.importorskip("distributed", reason="needs distributed (dask extra)")
+    rng = np.random.default_rng(4)
+    x, w, b = rng.standard_normal((6, 5)), rng.standard_normal((5, 4)), rng.standard_normal(4)
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=False, dashboard_address="127.0.0.1:0"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        sess = dl.Session("dask", client=client, machine=dl.Machine(2), progress=False)
+        got = dl.mlir_function(RELU_BIAS)(x, w, b, session=sess).get()
+        sess.close()
+    np.testing.assert_allclose(got, np.maximum(2 * (x @ w + b), 0), rtol=1e-12)

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pool_kit import HERE, _have_pool, child_env, free_port, wait_for
 
 import distal as dl
-from conftest import HERE, _have_pool, child_env, free_port, wait_for
 from distal.runtime.pool.driver import Job, PoolDriver
 from distal.runtime.pool.engine import Engine, Options
 

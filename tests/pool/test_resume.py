@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pool_kit import HERE, LocalPool, child_env, wait_for
 
-from conftest import HERE, LocalPool, child_env, wait_for
 from distal.session.loops import iteration_dirs, read_manifest
 
 pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]

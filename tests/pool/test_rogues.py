@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 from fakes import MALFORMED
+from pool_kit import LocalPool, wait_for
 
 import distal as dl
-from conftest import LocalPool, wait_for
 from distal.runtime.pool.driver import Job, PoolDriver
 from distal.runtime.pool.engine import Engine, Options
 

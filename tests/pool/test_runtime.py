@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pool_kit import LocalPool, _have_pool, free_port, wait_for
 
 import distal as dl
-from conftest import LocalPool, _have_pool, free_port, wait_for
 from distal.errors import InputError
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pool_kit import LocalPool
 
-from conftest import LocalPool
 from distal.errors import InputError
 from distal.runtime.pool import subjects
 from distal.runtime.pool.credentials import Credentials
@@ -151,7 +151,7 @@ def test_only_the_pools_ca_and_a_known_key_connect(local_pool: LocalPool, tmp_pa
 
 def test_a_revoked_volunteer_is_cut_off_and_stops(local_pool: LocalPool) -> None:
     p = local_pool.volunteer("alice")
-    from conftest import wait_for
+    from pool_kit import wait_for
 
     wait_for(lambda: "connected" in local_pool.log("alice"), 60, "the volunteer to connect")
     local_pool.dir.revoke("alice")

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pool_kit import LocalPool, child_env, wait_for
 
 import distal as dl
-from conftest import LocalPool, child_env, wait_for
 from distal.runtime.pool.driver import Job, PoolDriver
 from distal.runtime.pool.engine import Engine, Options
 

@@ -31,6 +31,7 @@ def test_a_chain_of_kernels_moves_nothing_through_the_driver(dask_client: Any) -
     scale = n2 / (X @ X)  # a 0-d operation: on a worker too
     sess["w"] = z * scale
     sess["C"] = C
+    sess.flush()  # (bindings are recorded, computed at the next flush)
     assert sess.kernels_run >= 3
     assert sess.driver_words == 0
     # the blocks of the results are spread over both workers, not gathered anywhere
@@ -77,6 +78,7 @@ def test_sparse_loop_places_the_matrix_once(dask_client: Any) -> None:
         y = A @ x
         x = y / (y @ y) ** 0.5
         sess["x"] = x
+    sess.flush()  # (bindings are recorded, computed at the next flush)
     held = sess.values[A.node.name]
     # one block of values per processor, placed once (the runtime keeps them by value)
     assert len(sess.rt.placed_blocks(held.data)) == 3

@@ -193,5 +193,5 @@ def test_dask(name: str, dask_client: Any) -> None:
     bound = kernel.bind(inputs)
     assert any(m.relay for m in bound.plan.messages)
     result = bound.run(inputs, runtime="dask", client=dask_client)
-    check(result, reference, bound.stats())
+    check(result, reference, bound.stats(), bound.plan)  # (peak_words: measured on Dask)
     assert result.tasks_executed > 0

@@ -117,7 +117,7 @@ def cg(
     x, r, p, rs = b_ * 0.0, b_, b_, b_ @ b_
     if named:
         sess["cg_x"], sess["cg_r"], sess["cg_p"], sess["cg_rr"] = x, r, p, rs
-    loop = sess.iterations(maxiter, keep=KEEP if named else (), name="cg", save="latest")
+    loop = sess.iterations(maxiter, keep=KEEP if named else (), name="cg", save="every")
     if named:  # restored by the loop when it resumes a checkpointed run
         x, r, p, rs = (sess.array(name, machine=M) for name in KEEP)
     done = 0 if sess.resumed_from is None else sess.resumed_from + 1

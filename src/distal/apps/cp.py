@@ -210,7 +210,7 @@ def cp_als(
     del F0
     keep = [_factor(n) for n in range(order)] + [_gram(n) for n in range(order)]
     keep += ["cp_w", "cp_fit"]
-    loop = sess.iterations(iters, keep=keep, name="cp_als", save="latest")
+    loop = sess.iterations(iters, keep=keep, name="cp_als", save="every")
     # restored by the loop when it resumes a checkpointed run
     F = [sess.array(_factor(n), machine=Mach) for n in range(order)]
     weights = sess.get("cp_w")

@@ -121,7 +121,7 @@ def pagerank(
         mask = sess.asarray(dangling.astype(np.float64), machine=M)
     sess["pr_x"] = np.full(n, 1.0 / n)
     bound = d / (1 - d) * np.sqrt(n)
-    loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="latest")
+    loop = sess.iterations(maxiter, keep=["pr_x"], name="pagerank", save="every")
     x = sess.array("pr_x", machine=M)  # restored by the loop when it resumes
     bar = progress(sess, maxiter, "pagerank iterations")
     done = 0 if sess.resumed_from is None else sess.resumed_from + 1

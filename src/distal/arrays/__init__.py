@@ -5,6 +5,7 @@ a program (:mod:`distal.arrays.graph`) that runs, fused into few kernels
 (:mod:`distal.arrays.lower`), when a value is read (:mod:`distal.arrays.program`).
 """
 
+from distal.arrays import methods as _methods  # noqa: F401  (attaches DArray's numpy methods)
 from distal.arrays.darray import (
     DArray,
     absolute,

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from distal.arrays import graph as g
-from distal.errors import InputError, NotSupportedYet
+from distal.errors import InputError
 
 
 class DArray:
@@ -257,28 +257,6 @@ class DArray:
             return DArray(self.session, self.session.transposed(node), self.program)
         return self._wrap(g.transpose(node))
 
-    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
-        """numpy's functions on a DArray record the same operations as distal's (so
-        ``np.sqrt(x)`` is ``dl.sqrt(x)``, and ``numpy_array + x`` a DArray); others are
-        refused by name rather than gathered silently."""
-        op = _UFUNCS.get(ufunc)
-        if method != "__call__" or op is None or kwargs:
-            raise NotSupportedYet(
-                f"numpy.{ufunc.__name__}{'' if method == '__call__' else '.' + method} on a "
-                "DArray (the arrays front records + - * /, negative, sqrt, abs, exp, maximum, "
-                "minimum and comparisons; read the value with .get() for anything else)"
-            )
-        first = _first(inputs)
-        assert first is not None
-        return first._wrap(g.map_node(op, *(operand(first, x) for x in inputs)))
-
-    def sum(self, axis: Any = None, dtype: Any = None, out: Any = None) -> DArray:
-        """The sum over ``axis`` (None: all; an int or a tuple, negative allowed), as
-        numpy's; ``np.sum(x)`` calls it. ``dtype`` and ``out`` are not supported."""
-        if dtype is not None or out is not None:
-            raise NotSupportedYet("DArray.sum: dtype= and out= are not supported")
-        return self._wrap(g.reduce_sum(self.node, axis))
-
     def dot(self, o: Any) -> DArray:
         return self @ o
 
@@ -341,30 +319,6 @@ def operand(array: DArray, x: Any) -> g.Node:
     ):
         return g.const(x)
     return array.session.asarray(x, machine=array.program.nprocs).node
-
-
-_UFUNCS = {
-    np.add: "add",
-    np.subtract: "sub",
-    np.multiply: "mul",
-    np.negative: "neg",
-    np.positive: "pos",
-    np.true_divide: "div",
-    np.sqrt: "sqrt",
-    np.absolute: "abs",
-    np.exp: "exp",
-    np.maximum: "maximum",
-    np.minimum: "minimum",
-    np.less: "lt",
-    np.less_equal: "le",
-    np.greater: "gt",
-    np.greater_equal: "ge",
-    np.equal: "eq",
-    np.not_equal: "ne",
-    np.power: "pow",
-    np.floor_divide: "floordiv",
-    np.remainder: "mod",
-}
 
 
 def _first(xs: tuple[Any, ...]) -> DArray | None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from distal.arrays import ufuncs
 from distal.errors import InputError, NotSupportedYet, ShapeError
 
 _SEQ = itertools.count()
@@ -26,48 +27,10 @@ _SEQ = itertools.count()
 #: number is a product with its reciprocal)
 KERNEL_OPS = ("add", "sub", "mul", "neg", "pos")
 #: element-wise operations outside index notation's sums of products: computed by numpy,
-#: on each process, over the blocks it holds (a *map*, see :mod:`distal.arrays.program`)
-MAP_OPS = (
-    "div",
-    "sqrt",
-    "abs",
-    "exp",
-    "maximum",
-    "minimum",
-    "where",
-    "lt",
-    "le",
-    "gt",
-    "ge",
-    "eq",
-    "ne",
-    "pow",
-    "floordiv",
-    "mod",
-)
-_NUMPY = {
-    "add": np.add,
-    "sub": np.subtract,
-    "mul": np.multiply,
-    "neg": np.negative,
-    "pos": np.positive,
-    "div": np.true_divide,
-    "sqrt": np.sqrt,
-    "abs": np.abs,
-    "exp": np.exp,
-    "maximum": np.maximum,
-    "minimum": np.minimum,
-    "where": np.where,
-    "lt": np.less,
-    "le": np.less_equal,
-    "gt": np.greater,
-    "ge": np.greater_equal,
-    "eq": np.equal,
-    "ne": np.not_equal,
-    "pow": np.power,
-    "floordiv": np.floor_divide,
-    "mod": np.remainder,
-}
+#: on each process, over the blocks it holds (a *map*, see :mod:`distal.arrays.program`);
+#: every other name of :data:`distal.arrays.ufuncs.TABLE`, and the parameterized ones (a cast)
+MAP_OPS = tuple(n for n in ufuncs.TABLE if n not in KERNEL_OPS)
+_KERNEL = frozenset(KERNEL_OPS)
 _SYMBOL = {"add": "+", "sub": "-", "mul": "*", "div": "/", "lt": "<", "le": "<=", "gt": ">"}
 _SYMBOL.update(ge=">=", eq="==", ne="!=", pow="**", floordiv="//", mod="%")
 
@@ -181,14 +144,23 @@ class Map(Node):
 
 
 class Transpose(Node):
-    """``a.T``: the axes reversed."""
+    """``a.T`` (the axes reversed) or ``a.transpose(axes)``: result axis ``d`` is operand
+    axis ``axes[d]``. A contraction reads it as its operand in another index order (no
+    data moves); anything else reads it made a value first."""
 
-    __slots__ = ("operand",)
-    _fields = (*Node._fields, "operand")
+    __slots__ = ("axes", "operand")
+    _fields = (*Node._fields, "operand", "axes")
 
-    def __init__(self, shape: tuple[int, ...], dtype: np.dtype, operand: Node) -> None:
+    def __init__(
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        operand: Node,
+        axes: tuple[int, ...] | None = None,
+    ) -> None:
         super().__init__(shape, dtype)
         self.operand = operand
+        self.axes = tuple(reversed(range(operand.ndim))) if axes is None else axes
 
     def args(self) -> tuple[Node, ...]:
         return (self.operand,)
@@ -223,7 +195,6 @@ class Contract(Node):
 #: ``(expression, leaves, is a map, is a map under a product, stamp, size)``: see :func:`_fused`
 Fused = tuple[tuple, tuple[Node, ...], bool, bool, int, int]
 
-_MAP_OPS = frozenset(MAP_OPS)
 _SUMS = frozenset(("add", "sub"))
 #: element-wise nodes past which a group is not worked out as it is recorded (a node read
 #: twice counts twice, as the flush's walk expands it)
@@ -263,7 +234,7 @@ def _fused(op: str, xs: tuple[Node, ...]) -> Fused | None:
     nodes. Each node costs a few tuple operations, not a walk of the tree under it."""
     subs: list[tuple] = []
     leaves: tuple[Node, ...] = ()  # (a tuple, shared with the operand's where it can be)
-    is_map = op in _MAP_OPS
+    is_map = op not in _KERNEL
     under = is_map or op in _SUMS
     stamp = _MADE[0]
     size = 1
@@ -463,13 +434,18 @@ def _probe(op: str, xs: tuple[Node, ...]) -> Any:
     dtype, or the error numpy raises for these operands."""
     probe = [np.ones((), x.dtype) if not isinstance(x, Const) else x.value for x in xs]
     with np.errstate(all="ignore"):
-        return _NUMPY[op](*probe)
+        return ufuncs.function(op)(*probe)
+
+
+#: operations whose result dtype is the operands' promoted dtype (numpy's promotion alone)
+_PROMOTING = frozenset(("add", "sub", "mul", "neg", "pos", "maximum", "minimum"))
 
 
 def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
     """numpy's result dtype of ``op`` over ``xs``, or the error numpy would give."""
     name = _SYMBOL.get(op, op)
-    if any(isinstance(x, Const) and type(x.value) is int for x in xs) and op in _NUMPY:
+    python_int = any(isinstance(x, Const) and type(x.value) is int for x in xs)
+    if python_int and not ufuncs.is_parameterized(op):
         # a Python integer takes the other operand's integer dtype: numpy refuses one out of
         # its range (int8 + 300) when the operation runs; here, on the line that wrote it
         try:
@@ -485,27 +461,39 @@ def _map_dtype(op: str, xs: tuple[Node, ...]) -> np.dtype:
         if xs[0].dtype != np.dtype(bool):
             raise InputError(f"where: the condition must be boolean, got {xs[0].dtype}")
         dtype = _dtype(list(xs[1:]), "where")
-    elif op in ("div", "sqrt", "exp", "pow", "floordiv", "mod", "abs"):
-        # numpy's true division and float functions: integers become float64; the absolute
-        # value of a complex number is real
+    elif op.startswith("astype|"):
+        dtype = ufuncs.param_dtype(op)
+    elif op in _PROMOTING:
+        dtype = _dtype(list(xs), name)
+        if op in ("neg", "sub") and dtype == np.dtype(bool):
+            raise InputError(f"{name}: numpy does not negate or subtract booleans")
+    else:
+        # numpy's own rule for the function (true division and float functions make
+        # integers float64; the absolute value of a complex number is real; predicates
+        # are boolean; integer-only functions refuse floats)
         try:
             dtype = np.asarray(_probe(op, xs)).dtype
         except (TypeError, ValueError) as e:  # e.g. integers to a negative integer power
             raise InputError(f"{name}: numpy refuses these operands: {e}") from None
-    else:
-        dtype = _dtype(list(xs), name)
-        if op in ("neg", "sub") and dtype == np.dtype(bool):
-            raise InputError(f"{name}: numpy does not negate or subtract booleans")
     if dtype.kind not in "biufc":
         raise InputError(f"{name}: result dtype {dtype} is not numeric")
     return dtype
 
 
-def transpose(x: Node) -> Node:
+def transpose(x: Node, axes: tuple[int, ...] | None = None) -> Node:
+    """``x.T`` (``axes`` None) or numpy's ``x.transpose(axes)``; the identity order is
+    ``x`` itself, and a transpose of a transpose one transpose."""
     _refuse_sparse([x], ".T")
-    if x.ndim < 2:
+    if axes is None:
+        axes = tuple(reversed(range(x.ndim)))
+    if sorted(axes) != list(range(x.ndim)):
+        raise InputError(f"transpose: axes {axes} are not a permutation of {x.ndim} axes")
+    if axes == tuple(range(x.ndim)):
         return x  # numpy: .T of a vector or scalar is itself
-    return Transpose(tuple(reversed(x.shape)), x.dtype, x)
+    if type(x) is Transpose and x.as_value is None:
+        inner = tuple(x.axes[a] for a in axes)
+        return transpose(x.operand, inner)
+    return Transpose(tuple(x.shape[a] for a in axes), x.dtype, x, axes)
 
 
 def contract(ins: tuple[str, ...], out: str, xs: tuple[Node, ...], what: str) -> Contract:
@@ -599,4 +587,4 @@ def _sum_dtype(dtype: np.dtype) -> np.dtype | None:
 
 def numpy_op(op: str) -> Any:
     """The numpy function an element-wise operation means."""
-    return _NUMPY[op]
+    return ufuncs.function(op)

@@ -81,8 +81,10 @@ class _Walk:
         if self.is_leaf(node):
             return ("slot", self.slot(node), vs)
         if isinstance(node, Transpose):
-            assert node.operand is not None
-            return self.expr(node.operand, tuple(reversed(vs)))
+            inner = [0] * len(vs)
+            for d, a in enumerate(node.axes):
+                inner[a] = vs[d]
+            return self.expr(node.operand, tuple(inner))
         if isinstance(node, Map) and node.op in ("add", "sub", "mul", "neg", "pos"):
             subs = tuple(self.expr(x, self.broadcast(x, node.shape, vs)) for x in node.operands)
             return (node.op, *subs)
@@ -619,18 +621,64 @@ def fused_signature(
 ) -> tuple[tuple[Step, ...], list[Node]]:
     """A fused set (see :meth:`distal.arrays.program.Program._fusible`) as steps over one
     numbering of slots: the values and 0-d operands it reads, and every member a later
-    member reads (``is_leaf`` is true for members, so each is computed once and read back)."""
-    w = _Walk(is_leaf)
+    member reads (``is_leaf`` is true for members, so each is computed once and read back).
+
+    Where the set has an operation the generated loop does not spell (numpy computes it),
+    an inner node that two or more places read (Black-Scholes' ``d1`` in the call and the
+    put) is a ``("temp", ...)`` step of its own, computed once into a slot the later steps
+    read, as numpy's program computes it once: not once per reader."""
+    shared = _shared_nodes(members, is_leaf)
+    leaf = is_leaf if not shared else (lambda n: is_leaf(n) or id(n) in shared)
+    w = _Walk(leaf)
     steps: list[Step] = []
+    made: list[Node] = []  # the node of each step (temporaries and members, in creation
+    # order: each after what it reads, the members in their own order)
+    temps = {id(t) for t in shared.values()}
+    for n in sorted([*shared.values(), *members], key=lambda n: n.seq):
+        if id(n) in temps:
+            steps.append(("temp", (w.map_expr(n, top=True),), None))
+        elif isinstance(n, Contract):
+            steps.append(("sum", tuple(w.map_expr(x) for x in n.operands), None))
+        else:
+            steps.append(("map", (w.map_expr(n, top=True),), None))
+        made.append(n)
+    out = []
+    for n, (kind, exprs, _) in zip(made, steps, strict=True):
+        slot = w.slot(n) if kind == "temp" else w.slot_of.get(id(n))
+        out.append((kind, exprs, slot))
+    return tuple(out), w.slots
+
+
+def _shared_nodes(members: list[Node], is_leaf: Callable[[Node], bool]) -> dict[int, Node]:
+    """The inner element-wise nodes of a fused set read from two or more places, where the
+    set has an operation the generated loop does not spell (else none: the loop computes
+    at each element, and recomputing costs no memory traffic)."""
+    uses: dict[int, int] = {}
+    nodes: dict[int, Node] = {}
+    spelled = True
+    stack: list[tuple[Node, bool]] = []
     for m in members:
         if isinstance(m, Contract):
-            steps.append(("sum", tuple(w.map_expr(x) for x in m.operands), None))
+            stack.extend((x, False) for x in m.operands)
         else:
-            steps.append(("map", (w.map_expr(m, top=True),), None))
-    out = []
-    for m, (kind, exprs, _) in zip(members, steps, strict=True):
-        out.append((kind, exprs, w.slot_of.get(id(m))))
-    return tuple(out), w.slots
+            stack.append((m, True))
+    seen: set[int] = set()
+    while stack:
+        n, top = stack.pop()
+        if isinstance(n, Const) or not isinstance(n, Map) or (not top and is_leaf(n)):
+            continue
+        if not top:
+            uses[id(n)] = uses.get(id(n), 0) + 1
+            nodes[id(n)] = n
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op not in fused_kernels.SPELLED:
+            spelled = False
+        stack.extend((x, False) for x in n.operands)
+    if spelled:
+        return {}
+    return {k: nodes[k] for k, c in uses.items() if c > 1}
 
 
 def fused_function(steps: tuple[Step, ...]) -> Pass:
@@ -659,7 +707,8 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
     fns = tuple((kind, tuple(evaluator(e) for e in exprs), slot) for kind, exprs, slot in steps)
     maps = tuple(exprs[0] for kind, exprs, _ in steps if kind == "map")
     member_slots = tuple(slot for kind, _, slot in steps if kind == "map")
-    sums = [exprs for kind, exprs, _ in steps if kind != "map"]
+    sums = [exprs for kind, exprs, _ in steps if kind == "sum"]
+    temps = any(kind == "temp" for kind, _, _ in steps)
     nsums = len(sums)
     #: the reductions of two operands (their places among the reductions, their operands)
     two_at = tuple(j for j, exprs in enumerate(sums) if len(exprs) == 2)
@@ -681,7 +730,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
         rows = (hi - lo, *shape[1:])
         out: list[Any] = []
         for kind, fs, _ in fns:
-            if kind == "map":
+            if kind != "sum":
                 continue
             if len(out) in done:
                 out.append(None)
@@ -707,7 +756,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
         loop, done = None, ()
         row = size // shape[0] if shape[0] else 0
         given: dict[int, int] = {}
-        if maps and fused_kernels.fits(a, size):
+        if maps and not temps and fused_kernels.fits(a, size):
             scalars = tuple(x is None or x.ndim == 0 for x in a)  # None: a member, read as itself
             # the loop adds the reductions where each cut's dot would be the compiled one
             adds = bool(two) and all((hi - lo) * row >= fused_kernels.MIN_SIZE for lo, hi in cuts)
@@ -754,16 +803,7 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
 
             per_cut = each(part if each is _serial else _one_blas_thread(part), cuts)
         else:
-            elems = []
-            for kind, fs, slot in fns:
-                if kind != "map":
-                    continue
-                v = np.asarray(fs[0](a))
-                if v.shape != shape:
-                    v = np.broadcast_to(v, shape).copy()
-                elems.append(v)
-                if slot is not None:
-                    a[slot] = v
+            elems = _numpy_members(fns, a, shape, cuts, each)
 
             def numpy_part(cut: tuple[int, int]) -> list[Any]:
                 return partials(a, shape, *cut)
@@ -778,6 +818,62 @@ def fused_evaluator(steps: tuple[Step, ...]) -> Callable[..., tuple[list, list]]
         return elems, [[pc[j] for pc in per_cut] for j in range(nsums)]
 
     return run
+
+
+def _numpy_members(
+    fns: tuple, a: list[Any], shape: tuple[int, ...], cuts: list[tuple[int, int]], each: Any
+) -> list[Any]:
+    """The element-wise members (and temporaries) of a fused set computed by numpy, in
+    order, into ``a``'s member slots; the members returned. Large sets with several cuts
+    run each cut in its processor's thread (numpy lets go of the GIL over large arrays):
+    each cut's members are numpy's values of the same operations on its rows."""
+    size = int(np.prod(shape, dtype=np.int64))
+    if each is _serial or len(cuts) < 2 or size < fused_kernels.MIN_SIZE:
+        elems = []
+        with np.errstate(all="ignore"):
+            for kind, fs, slot in fns:
+                if kind == "sum":
+                    continue
+                v = np.asarray(fs[0](a))
+                if v.shape != shape:
+                    v = np.broadcast_to(v, shape).copy()
+                if kind == "map":
+                    elems.append(v)
+                if slot is not None:
+                    a[slot] = v
+        return elems
+
+    def unit(cut: tuple[int, int]) -> list[Any]:
+        lo, hi = cut
+        rows = (hi - lo, *shape[1:])
+        b = [x[lo:hi] if x is not None and x.ndim else x for x in a]
+        got = []
+        with np.errstate(all="ignore"):
+            for kind, fs, slot in fns:
+                if kind == "sum":
+                    continue
+                v = np.asarray(fs[0](b))
+                if v.shape != rows:
+                    v = np.broadcast_to(v, rows)
+                if slot is not None:
+                    b[slot] = v
+                if kind == "map" or (kind == "temp" and sums):
+                    got.append(v)
+        return got
+
+    sums = any(kind == "sum" for kind, _, _ in fns)
+    parts = each(_one_blas_thread(unit), cuts)
+    made = [np.concatenate([p[j] for p in parts]) for j in range(len(parts[0]))]
+    elems = []
+    j = 0
+    for kind, _, slot in fns:
+        if kind == "map" or (kind == "temp" and sums):
+            if slot is not None:
+                a[slot] = made[j]
+            if kind == "map":
+                elems.append(made[j])
+            j += 1
+    return elems
 
 
 #: the blocks fused passes have made (by identity; an entry goes with its array): only

@@ -9,7 +9,8 @@ never a value of its own: it is fused into the kernels that read it.
 
 How the pending nodes become kernels:
 
-* a node the user holds, a contraction (``@``, ``.sum``, ``einsum``), and a node bound to a
+* a node the user holds (a session name's handle too), a contraction (``@``, ``.sum``,
+  ``einsum``), and a node bound to a
   session name are *materialized*: each is the root of one group, computed by one kernel
   (:mod:`distal.arrays.lower`) into a session value;
 * every other element-wise node is fused into the group that reads it (recomputed where
@@ -41,8 +42,9 @@ from typing import Any
 import numpy as np
 
 from distal.arrays import slicing
+from distal.arrays.blocks import Block, units
 from distal.arrays.graph import (
-    MAP_OPS,
+    KERNEL_OPS,
     Const,
     Contract,
     Map,
@@ -57,6 +59,7 @@ from distal.arrays.graph import (
 from distal.arrays.lower import (
     MAX_TERMS,
     OUT,
+    _Walk,
     build,
     fused_function,
     fused_signature,
@@ -71,14 +74,18 @@ from distal.arrays.lower import (
 )
 from distal.errors import InternalError
 from distal.kernels.fused import MIN_SIZE
+from distal.kernels.passes import Pass
 
 #: element-wise operations that add: under a product or a contraction they would be
 #: distributed (see :meth:`Program._is_map` and :meth:`Program._has_sum`)
 SUMS = ("add", "sub")
 
+#: element-wise operations a product's kernel computes inside its own statement
+_SCALING = frozenset(("mul", "neg", "pos"))
+
 #: pending nodes past which a new operation flushes (so a loop that never reads a value
 #: does not grow one ever longer expression)
-MAX_PENDING = 64
+MAX_PENDING = 256
 
 #: members of one fused set at most
 MAX_FUSED = 16
@@ -117,28 +124,100 @@ class Program:
         self.kernels_run = 0
         self._counter = itertools.count()
         self._pending = 0
+        #: the handle of each session name read or bound through this program (``sess[name]``
+        #: returns it while the binding holds, so an in-place update through it updates the
+        #: name): at every flush a name whose handle's node is not its value yet is bound to
+        #: the value computed (``sess[name] = x`` is recorded, fused with the rest)
+        self.named: dict[str, Any] = {}
+        #: names whose handle was bound or updated in place since the last flush (the flush
+        #: binds each to its handle's value), and each named handle's name (by identity)
+        self.dirty: set[str] = set()
+        self._handle_names: dict[int, str] = {}
 
     # -- recording ---------------------------------------------------------------------------
 
     def track(self, array: Any, new: bool = False) -> None:
         """A new handle: the program evaluates it at the next flush unless it dies first
         (``new``: its node was just made, so it is no value yet)."""
-        self.live[weakref.ref(array, self._untrack)] = None
         if new or not self.is_value(array.node):
-            self._pending += 1
-            if self._pending > MAX_PENDING:
-                self.flush()
+            self.track_new(array)
+            return
+        self.live[weakref.ref(array, self._untrack)] = None
 
     def track_new(self, array: Any) -> None:
-        """:meth:`track` of a handle on a node just made."""
+        """:meth:`track` of a handle on a node just made. A product with a vector or
+        matrix result over a pending operand that its kernel would compute first anyway
+        (an element-wise array that adds or applies a function, or another product)
+        flushes what is pending first: a loop's iteration begins with its product (CG's
+        ``q = A @ p``, ``p = r + beta * p`` made by the iteration before), so what one
+        iteration records is flushed together, as if it read a value at its end. (A
+        transposed or scaled operand, ``F.T @ F``, ``(2 * x) @ A``, is read by the product's
+        kernel itself: no flush.) Past :data:`MAX_PENDING` pending operations anything
+        recorded flushes (a loop that never reads a value does not grow one ever longer
+        expression)."""
+        node = array.node
+        if self._pending and type(node) is Contract and node.shape:
+            for x in node.operands:
+                t = type(x)
+                if x.as_value is None and (
+                    (t is Map and x.op not in _SCALING) or (t is Contract and x.shape)
+                ):
+                    # (the product's own operands are left to it: its kernel may compute
+                    # them, ``lr * X.T`` in ``lr * X.T @ (p - y)``)
+                    self.flush(keep=node.operands)
+                    break
+        elif self._pending >= MAX_PENDING:
+            self.flush()
         self.live[weakref.ref(array, self._untrack)] = None
         self._pending += 1
-        if self._pending > MAX_PENDING:
+
+    def bind(self, name: str, handle: Any) -> None:
+        """``sess[name] = x``: ``name`` will hold what ``handle`` (a new handle on ``x``'s
+        node) holds, computed at the next flush (fused with what else is pending, as a
+        local variable's would be)."""
+        self.remember(name, handle)
+        self.dirty.add(name)
+        self._pending += 1
+        if self._pending >= MAX_PENDING:
             self.flush()
+
+    def remember(self, name: str, handle: Any) -> None:
+        """``handle`` is the one ``sess[name]`` returns while the name holds its value."""
+        old = self.named.get(name)
+        if old is not None:
+            self._handle_names.pop(id(old), None)
+        self.named[name] = handle
+        self._handle_names[id(handle)] = name
+
+    def forget(self, name: str) -> None:
+        """``name`` holds another value now (given, or a kernel's result): its handle no
+        longer stands for it."""
+        old = self.named.pop(name, None)
+        if old is not None:
+            self._handle_names.pop(id(old), None)
+        self.dirty.discard(name)
+
+    def handle_of(self, name: str) -> Any:
+        """The handle of ``name`` when it still stands for the name's value (bound, or on
+        the very value the session holds under the name), else None."""
+        h = self.named.get(name)
+        if h is None or name in self.dirty:
+            return h
+        node = h.node
+        v = node if type(node) is Value else node.as_value
+        values = self.sess.values
+        if v is not None and values.get(name) is values.get(v.name):
+            return h
+        self.forget(name)
+        return None
 
     def touched(self, array: Any) -> None:
         """Live handle ``array`` was given a new node in place (``x += y``, ``x[k] = v``):
-        the next flush evaluates it."""
+        the next flush evaluates it (and binds it to its session name, if it is a name's
+        handle)."""
+        name = self._handle_names.get(id(array))
+        if name is not None:
+            self.dirty.add(name)
         self._pending += 1
         if self._pending > MAX_PENDING:
             self.flush()
@@ -160,13 +239,20 @@ class Program:
 
     # -- evaluating ---------------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """Evaluate every live pending array (see the module docstring)."""
+    def flush(self, keep: tuple[Node, ...] = ()) -> None:
+        """Evaluate every live pending array (see the module docstring); ``keep``: pending
+        nodes left pending (a product about to be recorded reads them)."""
         if not self._pending:
             return  # every handle made since the last flush is on a value already
         handles = self.handles()
         todo = [a.node for a in handles if not self.is_value(a.node)]
+        if len(todo) > 1:  # (two handles on one node: a name's and a variable's)
+            todo = list({id(n): n for n in todo}.values())
+        if keep:  # (a flush before a product: its operands, and transposes, wait for it)
+            kept = {id(n) for n in keep}
+            todo = [n for n in todo if id(n) not in kept and type(n) is not Transpose]
         if len(todo) > 1:
+            todo.extend(self._pending_products(todo))
             todo.sort(key=_seq)
         i = 0
         if len(todo) == 1 and math.prod(todo[0].shape) < LARGE:
@@ -189,11 +275,41 @@ class Program:
                 else:
                     self.materialize(members[0])
             i += used
+        left = 0
         for a in handles:
             node = a.node
             if not isinstance(node, Value):
+                if node.as_value is None:  # kept pending
+                    left += 1
+                    continue
                 a.node = node.as_value  # the handle now reads the value, not the recipe
-        self._pending = 0
+        if self.dirty:  # each name bound or updated holds what its handle holds now
+            for name in sorted(self.dirty):
+                node = self.named[name].node
+                if self.is_value(node):
+                    self.materialize(node, name)
+            self.dirty = {n for n in self.dirty if not self.is_value(self.named[n].node)}
+        self._pending = left
+
+    def _pending_products(self, todo: list[Node]) -> list[Node]:
+        """The pending sparse matrix-vector products the element-wise trees of ``todo`` read:
+        each is computed as a kernel of its own before what reads it (the sparse lowering
+        fuses nothing), and computing it in creation order, as if a handle held it (``q`` in
+        CG written inside a function, where nothing holds ``q`` when the loop flushes), lets
+        what reads it form one fused set with the arrays beside it."""
+        seen = {id(n) for n in todo}
+        found: list[Node] = []
+        stack = [x for n in todo if type(n) is Map for x in n.operands]
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or type(n) is Const or type(n) is Value or n.as_value is not None:
+                continue
+            seen.add(id(n))
+            if type(n) is Map:
+                stack.extend(n.operands)
+            elif type(n) is Contract and n.shape and is_spmv(n.ins, n.out, n.operands):
+                found.append(n)  # (a dense product may be fused into what reads it)
+        return found
 
     # -- fused sets ----------------------------------------------------------------------------
 
@@ -381,10 +497,13 @@ class Program:
         steps, slots = fused_signature(
             members, lambda n: n is product or self.is_value(n) or id(n) in ids or n.ndim == 0
         )
+        # the set's own temporaries (nodes read from two places, computed once per block)
+        temps = {id(x) for kind, _, k in steps if kind == "temp" for x in (slots[k],)}
         for x in slots:  # the 0-d operands not yet values (alpha = rs / pq)
             if (
                 x is not product
                 and id(x) not in ids
+                and id(x) not in temps
                 and not isinstance(x, Const)
                 and not self.is_value(x)
             ):
@@ -403,7 +522,7 @@ class Program:
         operands = [
             (k, self.name_of(x), _held_dist(x.ndim))
             for k, x in enumerate(slots)
-            if id(x) not in ids
+            if id(x) not in ids and id(x) not in temps
         ]
         outs = []
         for m in members:
@@ -500,8 +619,9 @@ class Program:
             return have
         if isinstance(node, Const):
             raise InternalError("a constant reached materialize")
-        if 0 in node.shape or (
-            type(node) is not Map and any(0 in x.shape for x in node.args())
+        if type(node) is not Block and (
+            0 in node.shape
+            or (type(node) is not Map and any(0 in x.shape for x in node.args()))
         ):  # (an element-wise operand with an empty axis makes the result empty too)
             # an empty array, or sums over an empty axis: nothing to distribute (a tensor
             # has positive extents), numpy's own answer is zeros of the result's shape
@@ -525,6 +645,8 @@ class Program:
             slicing.run(self, node, out, sig)
         elif kind == "host":
             self._host(node, out)
+        elif kind == "block":
+            self._block(node, out, sig)
         elif kind == "map":
             self._map(node, out, sig)
         else:
@@ -543,6 +665,8 @@ class Program:
         numpy's, or the statement would have too many terms — the root's own operands),
         and for a kernel its :func:`~distal.arrays.lower.signature` when it is already
         final (``None``: worked out when it runs)."""
+        if type(root) is Block:
+            return self._block_group(root)
         if slicing.reads_region(root, self.is_value):  # a slice's group (arrays/slicing.py)
             return slicing.group(self, root)
         contract = isinstance(root, Contract)
@@ -578,9 +702,9 @@ class Program:
             if id(n) in seen or isinstance(n, Const) or self.is_value(n):
                 continue
             seen.add(id(n))
-            if isinstance(n, Contract | slicing.Slice | slicing.SetSlice) or n.ndim == 0:
+            if isinstance(n, Contract | Block | slicing.Slice | slicing.SetSlice) or n.ndim == 0:
                 out.append(n)
-            elif isinstance(n, Map) and n.op in MAP_OPS:
+            elif isinstance(n, Map) and n.op not in KERNEL_OPS:
                 out.append(n)  # outside index notation: a map of its own, made first
             else:
                 stack.extend(n.args())
@@ -591,10 +715,34 @@ class Program:
             isinstance(root, Contract)
             and (any(self._has_sum(x) for x in root.operands) or not self._cover(key))
         ):
-            # cut here: the root's own operands become values first
-            out.extend(x for x in root.args() if not isinstance(x, Const) and id(x) not in stop)
+            # cut here: the operands that add become values first (only they would be
+            # expanded into several sums), or all of them where that is not enough; a
+            # transposed one as the array it transposes, which the kernel reads in another
+            # index order (``lr * X.T @ (p - y)`` reads X where it lies: made a value,
+            # ``lr * X.T`` would be X moved)
+            summing = [x for x in root.operands if self._has_sum(x)]
+            cut = summing if isinstance(root, Contract) and summing else list(root.args())
+            if cut is summing and term_count(key) <= MAX_TERMS:
+                extra = self._cut(cut, stop)
+                stop2 = stop | {id(x) for x in extra}
+                sig = signature(root, lambda n: self.is_value(n) or id(n) in stop2, self.nprocs)
+                if term_count(sig[0]) <= MAX_TERMS and self._cover(sig[0]):
+                    out.extend(extra)
+                    return "kernel", sorted(dict.fromkeys(out), key=_seq), sig
+            out.extend(self._cut(list(root.args()), stop))
             sig = None
         return "kernel", sorted(dict.fromkeys(out), key=_seq), sig
+
+    def _cut(self, xs: list[Node], stop: set[int]) -> list[Node]:
+        """The nodes to make values first for operands ``xs`` of a cut group: each as it
+        is, a transpose as the array it transposes (read in another index order)."""
+        got = []
+        for x in xs:
+            while type(x) is Transpose and x.as_value is None:
+                x = x.operand
+            if not isinstance(x, Const) and id(x) not in stop and not self.is_value(x):
+                got.append(x)
+        return got
 
     def _cover(self, key: tuple) -> bool:
         """:func:`~distal.arrays.lower.sums_cover`, once per key."""
@@ -613,7 +761,7 @@ class Program:
         while stack:
             n, under_product = stack.pop()
             if isinstance(n, Map) and n.ndim:
-                if n.op in MAP_OPS or (under_product and n.op in SUMS):
+                if n.op not in KERNEL_OPS or (under_product and n.op in SUMS):
                     # a product of sums too: index notation would expand it into a sum of
                     # products, which cancels where numpy's order does not ((x - y) * z
                     # as x*z - y*z); numpy's own order is the map's
@@ -631,7 +779,7 @@ class Program:
         stack = [node]
         while stack:
             n = stack.pop()
-            if self.is_value(n) or isinstance(n, Const | Contract) or n.ndim == 0:
+            if self.is_value(n) or isinstance(n, Const | Contract | Block) or n.ndim == 0:
                 continue
             if isinstance(n, Map) and n.op in SUMS:
                 return True
@@ -640,7 +788,9 @@ class Program:
 
     def _map_leaf(self, node: Node) -> bool:
         """Where a map's expression stops: values, and what is made a value before it."""
-        return self.is_value(node) or node.ndim == 0 or isinstance(node, Contract | Transpose)
+        return (
+            self.is_value(node) or node.ndim == 0 or isinstance(node, Contract | Transpose | Block)
+        )
 
     def _map(self, root: Node, out: str, sig: Any = None) -> None:
         """A map group: numpy over each processor's blocks of its operands (laid out by
@@ -656,6 +806,42 @@ class Program:
             root.dtype,
             _held_dist(len(shape)),
             self.nprocs,
+        )
+
+    def _block_group(self, root: Block) -> tuple[str, list[Node], Any]:
+        """A block's group: its first operand's element-wise tree fused into it (rows and
+        partials modes), its other operands read as they are; the slots not yet values are
+        made first."""
+        w = _Walk(self._map_leaf)
+        exprs = []
+        for k, x in enumerate(root.operands):
+            fuse = k == 0 and root.mode != "boxes" and type(x) is Map and x.ndim > 0
+            fuse = fuse and not self.is_value(x)
+            if fuse:
+                exprs.append(w.map_expr(x, top=True))
+            else:  # a slot of its own: what it reads is this operand's (outer(w, w))
+                w.slots.append(x)
+                exprs.append(("slot", len(w.slots) - 1))
+        slots = w.slots
+        deps = [x for x in slots if not self.is_value(x) and not isinstance(x, Const)]
+        return "block", sorted(dict.fromkeys(deps), key=_seq), (tuple(exprs), slots)
+
+    def _block(self, root: Block, out: str, sig: Any) -> None:
+        """A block operation (:mod:`distal.arrays.blocks`) on the session's runtime."""
+        exprs, slots = sig
+        fn = Pass("block", (root.spec, exprs))  # data: its function is made once per process
+        combine = Pass("combine", root.spec) if root.mode == "partials" else None
+        needs, work = units(root, exprs, slots, self.nprocs)
+        self.sess.blockwise(
+            fn,
+            [self.name_of(x) for x in slots],
+            needs,
+            work,
+            out,
+            root.shape,
+            root.dtype,
+            self.nprocs,
+            combine=combine,
         )
 
     def _host(self, node: Node, out: str) -> None:

@@ -45,6 +45,9 @@ _SPELL = {
     "sqrt": "np.sqrt({})",
 }
 
+#: the operations the generated loop spells (anything else leaves a set to numpy)
+SPELLED = frozenset(_SPELL)
+
 _F64 = np.dtype(np.float64)
 _PASSES: dict[tuple, Any] = {}
 _LOCK = threading.Lock()

@@ -499,11 +499,10 @@ def entry_spans(
     """Each variable's span ``[lo, hi)`` over processor ``p``'s stored entries (the hull of
     the coordinates its regions take along it; a variable without any: absent) and a note."""
     regions: dict[str, list[Any]] = {}
-    for op in ops:
-        if isinstance(op, Fetch) and op.box is not None:
-            regions.setdefault(op.tensor, []).append(op.box)
-        elif isinstance(op, OpenOutput):
-            regions.setdefault(st.output.name, []).append(op.box)
+    for f in (op for op in ops if isinstance(op, Fetch) and op.box is not None):
+        regions.setdefault(f.tensor, []).append(f.box)
+    for o in (op for op in ops if isinstance(op, OpenOutput)):
+        regions.setdefault(st.output.name, []).append(o.box)
     for t in st.inputs():
         if t.name not in regions:
             own = prog.owned_region(t.name, p)

@@ -16,9 +16,9 @@ has no word for are written exactly all the same:
   levels cutting a piece again): ``sharded_dims_offsets`` give every shard's start along
   each split dimension, and the end of the last one.
 * **Restriction to one coordinate** (``"ij -> ij0"``: only the processors at coordinate 0
-  of the third axis hold A): the restricted axis is appended to the first dimension's split
-  with *empty* shards at the other coordinates, so the offsets say that those processors
-  hold nothing. A 0-d tensor has no dimension to split: it reads as replicated, and the
+  of the third axis hold A): the restricted axis is appended to the last split dimension's
+  axes with *empty* shards at the other coordinates, so the offsets say that those
+  processors hold nothing. A 0-d tensor has no dimension to split: it reads as replicated, and the
   SPMD code reduces and keeps it where distal does (a note in the module says so).
 
 A sparse tensor cut by coordinates shards like a dense one (its stored entries follow the
@@ -101,6 +101,10 @@ def sharding_of(name: str, pl: Placement | None) -> Sharding:
         for m, r in enumerate(dist.rules):
             if r.kind == RESTRICT:
                 restricted.append((off + m, r.coord))
+    # an axis of one processor splits nothing (and upstream's verifier (22.1) counts a split's
+    # shards as the sum of its axes' sizes: a unit axis would make the offsets look short)
+    axes = [[m for m in ax if pl.grid[m] > 1] for ax in axes]
+    restricted = [(m, c) for m, c in restricted if pl.grid[m] > 1]
     note = ""
     if restricted and order == 0:
         where = ", ".join(f"coordinate {c} of axis {m}" for m, c in restricted)
@@ -109,16 +113,20 @@ def sharding_of(name: str, pl: Placement | None) -> Sharding:
             "has no dimension to split)"
         )
         restricted = []
+    # the restricted axes join the last split dimension (the last dimension if none is):
+    # upstream's verifier reads a later dimension's offsets from where the sum of the axes'
+    # sizes puts them, which is off when a split over several axes comes before another
+    target = max((d for d, ax in enumerate(axes) if ax), default=order - 1)
     if restricted:
-        axes[0].extend(m for m, _ in restricted)
-    offsets = _offsets(pl, axes, restricted)
+        axes[target].extend(m for m, _ in restricted)
+    offsets = _offsets(pl, axes, restricted, target)
     while axes and not axes[-1]:
         axes.pop()  # upstream trims trailing unsplit dimensions; so does the text
     return Sharding(name, tuple(tuple(a) for a in axes) or ((),), offsets, note)
 
 
 def _offsets(
-    pl: Placement, axes: list[list[int]], restricted: list[tuple[int, int]]
+    pl: Placement, axes: list[list[int]], restricted: list[tuple[int, int]], target: int
 ) -> tuple[int, ...] | None:
     """Shard offsets along the split dimensions, or None when every split dimension is cut
     into equal shards (upstream's default)."""
@@ -129,7 +137,7 @@ def _offsets(
         if not ax:
             continue
         bounds = pl.bounds[d]
-        extra = [m for m, _ in restricted] if d == 0 else []
+        extra = [m for m, _ in restricted] if d == target else []
         count = 1
         for m in extra:
             count *= grid[m]

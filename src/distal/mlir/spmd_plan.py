@@ -237,7 +237,12 @@ def analyze(
             next((o for o in ops[p] if isinstance(o, OpenOutput) and o.step == s), None)
             for p in range(P)
         ]
-        acc = tuple(box_of(o.box) if o is not None else None for o in opens)
+        # a direct output accumulates into the owned block itself (its box a part of it)
+        own_out = own[plan.output]
+        acc = tuple(
+            None if o is None else (own_out[p] if o.direct else box_of(o.box))
+            for p, o in enumerate(opens)
+        )
         direct = tuple(bool(o.direct) if o is not None else True for o in opens)
         for p in range(P):
             if opens[p] is not None:

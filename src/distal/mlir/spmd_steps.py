@@ -48,10 +48,19 @@ class Steps:
             for t in self.dense
         }
         self.acc_box: list[list[Box | None]] = []
-        cur: list[Box | None] = list(a.own[out])
+        #: per step and processor: whether its accumulation buffer is its owned block (the
+        #: flag of its latest OpenOutput; a processor that never opened one has none)
+        self.direct: list[list[bool]] = []
+        cur: list[Box | None] = [None] * self.P
+        flag = [False] * self.P
         for st in a.steps:
             cur = [b if b is not None else c for b, c in zip(st.output.acc, cur, strict=True)]
+            flag = [
+                d if b is not None else f
+                for d, b, f in zip(st.output.direct, st.output.acc, flag, strict=True)
+            ]
             self.acc_box.append(list(cur))
+            self.direct.append(list(flag))
 
     # -- the whole body ------------------------------------------------------------------
 
@@ -207,12 +216,18 @@ class Steps:
             )
             return e.cast(r, st, bt)
         if ex.kind == "all_gather":
+            group = 1
+            for m in ex.axes:
+                group *= e.grid[m]
+            shape = list(own_t.shape)
+            shape[ex.dim] = None if shape[ex.dim] is None else shape[ex.dim] * group
+            gt = TType(tuple(shape), own_t.elem)
             r = e.op(
                 f"shard.all_gather {own_v} on @{GRID} grid_axes = [{axes}] gather_axis = {ex.dim} "
-                f": {own_t.text} -> {bt.text}",
+                f": {own_t.text} -> {gt.text}",
                 f"{t}_gather",
             )
-            return r
+            return e.cast(r, gt, bt)
         return self.p2p(t, exs, steps, key, cur)
 
     def p2p(self, t: str, exs: Sequence[Exchange], steps: list[int], key: str, cur: str) -> str:
@@ -367,7 +382,7 @@ class Steps:
         e = self.e
         outs = [self.a.steps[k].output for k in steps]
         kind = outs[0].kind
-        all_direct = all(all(o.direct) for o in outs)
+        all_direct = all(all(self.direct[k]) for k in steps)
         if kind == "none" and all_direct:
             return e.cast(acc, self.acc_t, self.own_t), acc
         if kind == "reduce":
@@ -422,7 +437,9 @@ class Steps:
                 ob = self.a.own[out][p]
                 ot = TType(_ext(ob, self.prog.ndim[out]), self.own_t.elem)
                 v = e.cast(
-                    acc if o.direct[p] else own, self.acc_t if o.direct[p] else self.own_t, ot
+                    acc if self.direct[s][p] else own,
+                    self.acc_t if self.direct[s][p] else self.own_t,
+                    ot,
                 )
                 ab = self.acc_box[s][p]
                 if o.kind == "p2p" and ab is not None:

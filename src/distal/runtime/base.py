@@ -220,6 +220,30 @@ class Runtime:
         instead of a pass. Returns the members, the sums, and whether ``dot`` was used."""
         raise NotImplementedError
 
+    def blocks(
+        self,
+        fn: Any,
+        operands: Sequence[tuple[Any, Layout]],
+        needs: Mapping[int, Sequence[Any]],
+        work: Sequence[tuple[Any, int]],
+        target: Layout,
+        dtype: Any,
+        combine: Any = None,
+    ) -> Any:
+        """A block operation of the arrays front (``distal.numpy``'s reductions over axes,
+        creation, reshapes, ...): processor ``p``'s unit ``(box, p)`` of ``work`` computes
+        ``fn(arrays, box)`` (a ``"block"`` pass) from the boxes ``needs[p][k]`` of the held
+        operands ``(held, layout)`` (None: not read). Without ``combine`` the units' results
+        are the blocks of a held value in ``target`` (blocks of the first axis); with it
+        (a ``"combine"`` pass), ``combine(partials in processor order)`` is the whole value,
+        held by every processor (``target`` replicated)."""
+        from distal.errors import NotSupportedYet
+
+        raise NotSupportedYet(
+            f"block operations of distal.numpy on the {self.name!r} runtime (reductions over "
+            "axes, creation, reshapes): run them on local, mpi or dask"
+        )
+
     def scalar(self, fn: Any, args: Sequence[tuple[bool, Any]], dtype: Any) -> Any | None:
         """``fn`` of 0-d operands (``(True, held)`` or ``(False, constant)``) as a 0-d value
         held where its operands are; None to have the caller compute it here (from the

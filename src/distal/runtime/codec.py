@@ -195,6 +195,17 @@ TAGS: dict[int, Kind] = {}
 _BY_CLASS: dict[type, Kind] = {}
 
 
+def dataclass_kind(tag: int, cls: type, shared: bool = False) -> Kind:
+    """How a frozen dataclass is written: its ``__init__`` fields in declaration order, read
+    back through its constructor (for :func:`register`)."""
+    return _dataclass_kind(tag, cls, shared)
+
+
+def registered(cls: type) -> bool:
+    """Whether the format knows ``cls``."""
+    return cls in _BY_CLASS
+
+
 def register(kind: Kind) -> None:
     """Add a class to the format (the executable's own records register themselves). A tag
     or a class is registered once."""
@@ -446,8 +457,10 @@ __all__ = [
     "TAGS",
     "VERSION",
     "Kind",
+    "dataclass_kind",
     "dumps",
     "loads",
     "register",
+    "registered",
     "version_of",
 ]

@@ -12,7 +12,9 @@ element that comes back through the driver.
 Under ``verify=`` every block a map, a fused set or a cut makes is computed on one trusted
 worker and computed again and compared on another (these passes do one operation per word
 they read, so no cheaper check exists); where the two disagree a third decides and the
-worker it contradicts is excluded from the session's later work. A map's checks are left
+worker it contradicts is excluded from the session's later work. The decisions are the
+elastic runtime's sans-IO :class:`~distal.runtime.elastic.twice.Twice`; this module submits
+the tasks it names and reports their verdicts. A map's checks are left
 running (:class:`Unsettled`) and read at the next operation that reads its blocks
 (:meth:`HeldOnWorkers.settle`).
 
@@ -29,26 +31,15 @@ from typing import Any
 import numpy as np
 
 from distal.distribution.layout import Layout
-from distal.runtime.elastic.held import (
-    WorkerValue,
-    check_many,
-    fused_block,
-    fused_elem,
-    fused_partials,
-    fused_sum,
-    host_op,
-    map_block,
-    partials_many,
-    recompute_agrees,
-    recompute_partials,
-    same_result,
-    save_block,
-)
+from distal.runtime.elastic import held as held_tasks
+from distal.runtime.elastic.events import Fail
+from distal.runtime.elastic.held import WorkerValue
 from distal.runtime.elastic.tasks import VerificationFailed
+from distal.runtime.elastic.twice import Assign, Judge, Judged, Keep, Twice, Verdict, pairs_of
 from distal.runtime.executable import Executable
 from distal.runtime.local_runtime import added, content
 from distal.runtime.source import read_block
-from distal.typing import Box, box_shape
+from distal.typing import Box, box_index, box_shape
 
 
 @dataclass(frozen=True)
@@ -79,16 +70,16 @@ class Inline:
 
 @dataclass
 class Unsettled:
-    """Checks :meth:`HeldOnWorkers._twice` left running (``defer``): ``runs`` are its jobs
-    ``(func, args, computing worker, checking worker, result future, (check task, item))``
-    (the item of the check task's list that is this job's verdict; None: not checked),
-    ``pool`` the trusted workers then, ``partials`` whether a verdict comes with partial
-    sums; ``repair(n, future)`` puts the result kept for job ``n`` where the wrong one was
-    (set by the operation that made values of the results)."""
+    """Checks :meth:`HeldOnWorkers._twice` left running (``defer``): the jobs, their
+    decisions (``twice``), their results' futures, the check task and item that is each
+    checked job's verdict; ``repair(n, future)`` puts the result kept for job ``n`` where
+    the wrong one was (set by the operation that made values of the results)."""
 
-    runs: list[tuple]
-    pool: list[str]
-    partials: bool
+    twice: Twice
+    jobs: list[tuple[Any, tuple]]
+    futures: dict[int, Any]
+    verdict_of: dict[int, tuple[Any, int]]
+    partials: bool  # a verdict comes with the checker's partial sums: ``(ok, sums)``
     repair: Any = None
 
 
@@ -97,13 +88,29 @@ def _on(worker: str) -> dict[str, Any]:
     return {"workers": [worker], "allow_other_workers": False, "pure": False}
 
 
-def _verdict_futures(runs: Sequence[tuple]) -> list[Any]:
-    """The distinct check tasks of :meth:`HeldOnWorkers._twice`'s ``runs``, in order."""
-    seen: dict[str, Any] = {}
-    for r in runs:
-        if r[5] is not None:
-            seen.setdefault(r[5][0].key, r[5][0])
-    return list(seen.values())
+def _raise_failed(todo: Sequence[Any], verify: Any) -> None:
+    """A ``Fail`` among the decisions ends the operation: no agreement can be reached."""
+    for ins in todo:
+        if isinstance(ins, Fail):
+            raise VerificationFailed(f"verify={verify!r}: {ins.message}")
+
+
+def block_task(fn: Any, arrays: list[Any], box: Box) -> Any:
+    """One unit of a block operation of the arrays front (run on a worker)."""
+    return fn(list(arrays), box)
+
+
+def combine_task(combine: Any, parts: list[Any], dtype: Any) -> Any:
+    """A block operation's partials combined in processor order (run on a worker)."""
+    return np.asarray(combine(list(parts)), dtype=dtype)
+
+
+def as_dtype(x: Any, dtype: Any) -> np.ndarray:
+    return np.asarray(x, dtype=dtype)
+
+
+def _whole(shape: Sequence[int]) -> Box:
+    return tuple((0, int(n)) for n in shape)
 
 
 class HeldOnWorkers:
@@ -187,7 +194,7 @@ class HeldOnWorkers:
         jobs, boxes = [], []
         for box, p in target.blocks:  # each distinct block, its first processor
             parts = [x.part(lay.boxes[p]) for x, lay in operands]
-            jobs.append((map_block, (fn, parts, box_shape(box), dtype)))
+            jobs.append((held_tasks.map_block, (fn, parts, box_shape(box), dtype)))
             boxes.append(box)
         if self.verified:
             futures = self._twice(jobs, defer=True)
@@ -202,6 +209,55 @@ class HeldOnWorkers:
 
             self._unsettled[-1].repair = repair
         return value
+
+    def blocks(
+        self,
+        fn: Any,
+        operands: Sequence[tuple[Any, Layout]],
+        needs: Any,
+        work: Sequence[tuple[Box, int]],
+        target: Layout,
+        dtype: Any,
+        combine: Any = None,
+    ) -> Any:
+        """A task per unit over the cuts of the held blocks it reads (made on the workers);
+        partials combined by one more task (here, from checked partials, under
+        ``verify=``)."""
+        self.settle()
+        dtype = np.dtype(dtype)
+        if combine is None:  # (one unit per distinct box)
+            work = list({box: (box, p) for box, p in work}.values())
+        jobs = []
+        for box, p in work:
+            parts: list[Any] = []
+            for (x, _), need in zip(operands, needs[p], strict=True):
+                if need is None:
+                    parts.append(None)
+                elif isinstance(x, WorkerValue):
+                    parts.append(x.part(need))
+                else:  # a 0-d value held here, or an array not sent out
+                    arr = np.asarray(x.array if isinstance(x, Inline) else x)
+                    parts.append(arr[box_index(need, _whole(arr.shape))] if need else arr)
+            jobs.append((block_task, (fn, parts, box)))
+        if self.verified:
+            futures = self._twice(jobs, defer=combine is None)
+        else:
+            futures = [self.client.submit(f, *a, pure=False) for f, a in jobs]
+        whole = _whole(target.shape)
+        if combine is not None:
+            if self.verified:
+                parts = self.client.gather(futures)
+                self._count(sum(int(np.size(x)) for x in parts))
+                return np.asarray(combine(parts), dtype=dtype)
+            f = self.client.submit(combine_task, combine, futures, dtype, pure=False)
+            return self._value(target.shape, dtype, {whole: f})
+        blocks = {
+            box: self.client.submit(as_dtype, f, dtype, pure=False)
+            for (box, _), f in zip(work, futures, strict=True)
+        }
+        if not blocks:  # an empty result: one empty block
+            blocks[whole] = self.client.submit(np.empty, target.shape, dtype, pure=False)
+        return self._value(target.shape, dtype, blocks)
 
     def fused(
         self,
@@ -231,21 +287,28 @@ class HeldOnWorkers:
         checked: list[list[Any]] | None = None
         if self.verified:
             futures, checked = self._twice(
-                [(fused_block, a) for _, a in jobs], partials=True, defer=not sums
+                [(held_tasks.fused_block, a) for _, a in jobs], partials=True, defer=not sums
             )
             results = {box: f for (box, _), f in zip(jobs, futures, strict=True)}
         else:
-            results = {box: client.submit(fused_block, *a, pure=False) for box, a in jobs}
+            results = {
+                box: client.submit(held_tasks.fused_block, *a, pure=False) for box, a in jobs
+            }
         members = []
         for j, d in enumerate(elems):
-            blocks = {b: client.submit(fused_elem, r, j, pure=False) for b, r in results.items()}
+            blocks = {
+                b: client.submit(held_tasks.fused_elem, r, j, pure=False)
+                for b, r in results.items()
+            }
             members.append(self._value(target.shape, d, blocks))
         if checked is None and self._unsettled and self._unsettled[-1].repair is None:
             boxes = list(results)
 
             def repair(n: int, good: Any) -> None:
                 for j, value in enumerate(members):
-                    value.blocks[boxes[n]] = client.submit(fused_elem, good, j, pure=False)
+                    value.blocks[boxes[n]] = client.submit(
+                        held_tasks.fused_elem, good, j, pure=False
+                    )
                     value._cuts.clear()
 
             self._unsettled[-1].repair = repair
@@ -257,10 +320,12 @@ class HeldOnWorkers:
                 self._count(len(checked))
             return members, totals, False
         ordered = (
-            [client.submit(fused_partials, r, pure=False) for r in results.values()] if sums else []
+            [client.submit(held_tasks.fused_partials, r, pure=False) for r in results.values()]
+            if sums
+            else []
         )
         totals = [
-            self._value((), d, {(): client.submit(fused_sum, ordered, j, d, pure=False)})
+            self._value((), d, {(): client.submit(held_tasks.fused_sum, ordered, j, d, pure=False)})
             for j, d in enumerate(sums)
         ]
         return members, totals, False
@@ -274,7 +339,7 @@ class HeldOnWorkers:
         parts = [
             a.part(()) if ref and isinstance(a, WorkerValue | Inline) else a for ref, a in args
         ]
-        f = self.client.submit(host_op, fn, parts, dtype, pure=False)
+        f = self.client.submit(held_tasks.host_op, fn, parts, dtype, pure=False)
         return self._value((), dtype, {(): f})
 
     # -- saving: the worker holding a block writes it -------------------------------------------
@@ -290,6 +355,7 @@ class HeldOnWorkers:
         self, store: Any, todo: Sequence[tuple[str, int, Any]], wanted: bool
     ) -> list[tuple[str, int, str, str | None]]:
         out: list[tuple[str, int, str, str | None]] = []
+        here: list[tuple[str, int, np.ndarray]] = []
         remote = []
         for v, k, arr in todo:
             if not isinstance(arr, np.ndarray) and store.protocol == "memory":
@@ -297,16 +363,21 @@ class HeldOnWorkers:
                 arr = np.asarray(self.client.gather(arr))
                 self._count(arr.size)
             if isinstance(arr, np.ndarray):
-                out.append((v, k, store.save(f"{v}.{k}", arr), content(arr, wanted)))
+                here.append((v, k, arr))
             else:
-                f = self.client.submit(save_block, store, f"{v}.{k}", arr, wanted, pure=False)
+                f = self.client.submit(
+                    held_tasks.save_block, store, f"{v}.{k}", arr, wanted, pure=False
+                )
                 remote.append((v, k, f))
+        digests = store.save_many([(f"{v}.{k}", a) for v, k, a in here])
+        for (v, k, a), d in zip(here, digests, strict=True):
+            out.append((v, k, d, content(a, wanted)))
         for v, k, f in remote:
             digest, digest_content = f.result()
             out.append((v, k, digest, digest_content))
         return out
 
-    # -- verification ---------------------------------------------------------------------------
+    # -- verification: the decisions are Twice's (sans-IO), the tasks are submitted here ------
 
     def _checked_cut(self, func: Any, args: tuple) -> Any:
         """How a held value's cut is made under ``verify=`` (``WorkerValue.checked``)."""
@@ -331,148 +402,130 @@ class HeldOnWorkers:
         defer: bool = False,
     ) -> Any:
         """Each job ``func(*args)`` (a map block, a cut of held blocks, a fused set's block)
-        computed on one trusted worker and computed again and compared on another
-        (:func:`~distal.runtime.elastic.held.recompute_agrees`); where the two disagree a
-        third computes it and decides (:meth:`_decide`). Only the verdicts (one boolean per
-        job) come to the driver; the results stay on the workers, as futures.
-        ``partials``: the jobs are fused sets' blocks, and each one's checked partial sums
-        come to the driver too (``(futures, partials)``). Under ``verify="adaptive"`` a job
-        goes to its second worker as :class:`~distal.runtime.elastic.trust.Trust` draws for
-        the computing worker. ``defer`` (jobs with no partial sums): the verdicts are not
-        waited for here but read by :meth:`settle` at the next operation."""
+        computed on one trusted worker and again, and compared, on another; where the two
+        disagree a third decides and the worker it contradicts is excluded (the decisions:
+        :class:`~distal.runtime.elastic.twice.Twice`). Only the verdicts come to the driver;
+        the results stay on the workers, as futures. ``partials``: the jobs are fused sets'
+        blocks, and each one's checked partial sums come here too (``(futures, partials)``).
+        ``defer`` (jobs with no partial sums): the verdicts are not waited for but read by
+        :meth:`settle` at the next operation that reads the blocks."""
         client = self.client
-        pool = sorted(self._pool_now() - self.excluded)
-        if len(pool) < 2:
-            raise VerificationFailed(
-                f"verify={self.parsed.verify!r}: element-wise maps and cuts of held values "
-                f"are checked on a second worker, and {len(pool)} trusted worker(s) are left"
-            )
-        runs: list[tuple] = []
-        check = recompute_partials if partials else recompute_agrees
-        trust = self.trust
-        pairs: dict[tuple[str, str], list[int]] = {}  # the checked jobs, by (a, b)
-        for n, (func, args) in enumerate(jobs):
-            a, b = pool[n % len(pool)], pool[(n + 1) % len(pool)]
-            fa = client.submit(func, *args, **_on(a))
-            if trust is None or trust.should_check(a):
-                pairs.setdefault((a, b), []).append(n)
-            runs.append((func, args, a, b, fa, None))
-        # the checks worker b makes of worker a's blocks: one task (per-task costs in the
-        # scheduler and workers were most of what checking cost); job n's verdict is item i
-        for (_, b), ns in pairs.items():
-            items = [(runs[n][0], runs[n][1], runs[n][4]) for n in ns]
-            fb = client.submit(check_many, check, items, **_on(b))
-            for i, n in enumerate(ns):
-                runs[n] = (*runs[n][:5], (fb, i))
-        done = sum(len(ns) for ns in pairs.values())
+        twice = Twice(self._pool_now(), self.excluded, self.trust)
+        todo = twice.start(len(jobs))
+        _raise_failed(todo, self.parsed.verify)
+        futures: dict[int, Any] = {}
+        for ins in todo:
+            if isinstance(ins, Assign):
+                func, args = jobs[ins.job]
+                futures[ins.job] = client.submit(func, *args, **_on(ins.worker))
+        check = held_tasks.recompute_partials if partials else held_tasks.recompute_agrees
+        verdict_of: dict[int, tuple[Any, int]] = {}
+        for ins in pairs_of(todo):  # one check task per pair of workers: job n is item i
+            items = [(jobs[n][0], jobs[n][1], futures[n]) for n in ins.jobs]
+            fb = client.submit(held_tasks.check_many, check, items, **_on(ins.worker))
+            for i, n in enumerate(ins.jobs):
+                verdict_of[n] = (fb, i)
         if cuts:
-            self.cuts_checked += done
+            self.cuts_checked += twice.checked
         else:
-            self.maps_checked += done
+            self.maps_checked += twice.checked
+        ordered = [futures[n] for n in range(len(jobs))]
         if defer:
-            if done:
-                self._unsettled.append(Unsettled(runs, pool, partials))
-            futures = [r[4] for r in runs]
-            return (futures, None) if partials else futures
-        return self._verdicts(runs, pool, partials)
+            if verdict_of:
+                self._unsettled.append(Unsettled(twice, list(jobs), futures, verdict_of, partials))
+            return (ordered, None) if partials else ordered
+        return self._verdicts(twice, list(jobs), futures, verdict_of, partials)
 
-    def _verdicts(self, runs: list[tuple], pool: list[str], partials: bool) -> Any:
-        """Wait for ``runs``' verdicts (and, with ``partials``, both workers' partial sums:
-        the checker's are used only where they are the computing worker's too, so a lying
+    def _verdicts(
+        self,
+        twice: Twice,
+        jobs: list[tuple[Any, tuple]],
+        futures: dict[int, Any],
+        verdict_of: dict[int, tuple[Any, int]],
+        partials: bool,
+    ) -> Any:
+        """Wait for the verdicts (and, with ``partials``, both workers' partial sums: the
+        checker's are used only where they are the computing worker's too, so a lying
         checker cannot vouch for a correct block with wrong sums of its own)."""
         client = self.client
-        trust = self.trust
         held_by: dict[str, list[int]] = {}
-        for n, r in enumerate(runs):
-            held_by.setdefault(r[2], []).append(n)
+        for n in range(len(jobs)):
+            held_by.setdefault(twice.first[n], []).append(n)
         claimed = (
-            [client.submit(partials_many, [runs[n][4] for n in ns], **_on(a))
+            [client.submit(held_tasks.partials_many, [futures[n] for n in ns], **_on(a))
              for a, ns in held_by.items()]
             if partials else []
         )  # fmt: skip
-        verdicts = _verdict_futures(runs)
-        got_all = client.gather(verdicts + claimed)
-        got_verdicts = dict(zip((f.key for f in verdicts), got_all[: len(verdicts)], strict=True))
-        theirs: list[Any] = [None] * len(runs)
+        checks = list({id(fb): fb for fb, _ in verdict_of.values()}.values())
+        got_all = client.gather(checks + claimed)
+        got = {fb.key: v for fb, v in zip(checks, got_all[: len(checks)], strict=True)}
+        theirs: list[Any] = [None] * len(jobs)
         if partials:
-            for ns, part in zip(held_by.values(), got_all[len(verdicts) :], strict=True):
+            for ns, part in zip(held_by.values(), got_all[len(checks) :], strict=True):
                 for n, sums_n in zip(ns, part, strict=True):
                     theirs[n] = sums_n
         out: list[Any] = []
         sums: list[Any] = []
-        for n, run in enumerate(runs):
-            a, fa, fb = run[2], run[4], run[5]
-            if fb is None:
-                out.append(fa)
+        for n in range(len(jobs)):
+            if n not in verdict_of:  # left unchecked (adaptive trust)
+                out.append(futures[n])
                 if partials:
                     sums.append(list(theirs[n]))
                 continue
-            got = got_verdicts[fb[0].key][fb[1]]
-            good = got
+            fb, i = verdict_of[n]
+            verdict = got[fb.key][i]
+            ok = verdict
             if partials:
-                good = got[0] and same_result(([], list(theirs[n])), ([], got[1]))
-            if good:
-                if trust is not None:
-                    trust.passed(a)
-                out.append(fa)
+                ok = verdict[0] and held_tasks.same_result(([], list(theirs[n])), ([], verdict[1]))
+            if ok:
+                twice.handle(Verdict(n, True))
+                out.append(futures[n])
                 if partials:
-                    sums.append(got[1])
+                    sums.append(verdict[1])
                 continue
-            kept, fc, c = self._decide(run, pool)
+            kept, fc, c = self._judge(twice, jobs, futures, n)
             out.append(kept)
             if partials:  # the judge's own partials (it agreed with the result kept)
-                sums.append(list(client.submit(fused_partials, fc, **_on(c)).result()))
+                sums.append(list(client.submit(held_tasks.fused_partials, fc, **_on(c)).result()))
         return (out, sums) if partials else out
 
-    def _decide(self, run: tuple, pool: Sequence[str]) -> tuple[Any, Any, str]:
-        """Workers ``a`` and ``b`` of ``run`` disagree: a third trusted one computes the job
-        and sides with one of them; the other is excluded. Returns the future of the result
-        kept (``a``'s, or the judge's), the judge's own, and the judge."""
-        func, args, a, b, fa, _ = run
+    def _judge(
+        self, twice: Twice, jobs: list[tuple[Any, tuple]], futures: dict[int, Any], n: int
+    ) -> tuple[Any, Any, str]:
+        """Job ``n``'s two workers disagree: the judge ``Twice`` names computes it and
+        compares; returns the result kept (the first worker's, or the judge's), the judge's
+        own and the judge (the worker contradicted is excluded by ``Twice``)."""
         client = self.client
-        judges = [w for w in pool if w not in (a, b) and w not in self.excluded]
-        if not judges:
-            raise VerificationFailed(
-                f"workers {a} and {b} disagree on a block ({getattr(func, '__name__', func)}) "
-                "and no third trusted worker is left to decide"
-            )
-        c = judges[0]
-        fc = client.submit(func, *args, **_on(c))
-        if client.submit(same_result, fa, fc, **_on(c)).result():
-            liar, kept = b, fa  # its check contradicted a correct result
-        else:
-            liar, kept = a, fc
-        self.excluded.add(liar)
-        if self.trust is not None:
-            self.trust.failed(liar)
-        return kept, fc, c
+        todo = twice.handle(Verdict(n, False))
+        _raise_failed(todo, self.parsed.verify)
+        (judge,) = [i for i in todo if isinstance(i, Judge)]
+        func, args = jobs[n]
+        fc = client.submit(func, *args, **_on(judge.worker))
+        same = client.submit(held_tasks.same_result, futures[n], fc, **_on(judge.worker)).result()
+        (keep,) = [i for i in twice.handle(Judged(n, bool(same))) if isinstance(i, Keep)]
+        return (futures[n] if keep.first else fc), fc, judge.worker
 
     def settle(self) -> bool:
         """Read the verdicts of the checks :meth:`_twice` left running. Where one failed a
-        third worker decides (:meth:`_decide`), and a wrong block is replaced in the values
-        made of it (``Unsettled.repair``). Returns whether a block was replaced: whatever
-        read it since read a wrong block."""
+        third worker decides, and a wrong block is replaced in the values made of it
+        (``Unsettled.repair``). Returns whether a block was replaced: whatever read it since
+        read a wrong block."""
         if not self._unsettled:
             return False
         pending = self._unsettled
-        asked = [f for u in pending for f in _verdict_futures(u.runs)]
+        asked = list({id(f): f for u in pending for f, _ in u.verdict_of.values()}.values())
         # (if reading or deciding fails, they stay unsettled: the next operation tries
         # again, and nothing made of their blocks leaves the workers meanwhile)
         got = dict(zip((f.key for f in asked), self.client.gather(asked), strict=True))
         replaced = False
         for u in pending:
-            for n, run in enumerate(u.runs):
-                if run[5] is None:
+            for n, (fb, i) in sorted(u.verdict_of.items()):
+                verdict = got[fb.key][i]
+                if verdict[0] if u.partials else verdict:
+                    u.twice.handle(Verdict(n, True))
                     continue
-                verdict = got[run[5][0].key][run[5][1]]
-                if u.partials:
-                    verdict = verdict[0]
-                if verdict:
-                    if self.trust is not None:
-                        self.trust.passed(run[2])
-                    continue
-                kept, _, _ = self._decide(run, u.pool)
-                if kept is not run[4]:
+                kept, _, _ = self._judge(u.twice, u.jobs, u.futures, n)
+                if kept is not u.futures[n]:
                     assert u.repair is not None
                     u.repair(n, kept)
                     replaced = True

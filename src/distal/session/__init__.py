@@ -86,6 +86,8 @@ class Session(ArraysSession):
             )
         cls = runtime_class(runtime)
         options = dict(runtime_options)
+        #: what a checkpointed loop does when an iteration cannot be saved (session.loops)
+        self.checkpoint_errors = options.pop("checkpoint_errors", "stop")
         if "trace" in cls.options and "trace" not in options:
             options["trace"] = trace_default()
         #: the session's runtime (which holds its values)
@@ -120,6 +122,8 @@ class Session(ArraysSession):
         self._writing: Any = None  # the iteration being written behind (session.loops)
         self._write_free_at = 0.0  # when the writer takes the next iteration
         self._unsaved: Any = None  # (loop, snapshot) of an iteration left while writing
+        #: ``(loop name, iteration, reason)`` of every iteration a loop could not save
+        self.save_failures: list[tuple[str, int, str]] = []
         self.values: dict[str, Held] = {}
         self._copies: dict[tuple, Copy] = {}
         #: distributed kernels this session has executed (its arrays' and ``run``'s)
@@ -198,12 +202,23 @@ class Session(ArraysSession):
         """Drop every value and close what the runtime started (a Dask pool without
         ``client=``); a pool given as ``client=`` stays open."""
         self.values.clear()
+        for p in self._programs.values():
+            for name in list(p.named):
+                p.forget(name)
         self._closer()
 
     def __enter__(self) -> Session:
+        """The current session of ``distal.numpy`` inside the block (see
+        :mod:`distal.arrays.current`)."""
+        from distal.arrays.current import push
+
+        push(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        from distal.arrays.current import pop
+
+        pop(self)
         self.close()
 
     # -- values ----------------------------------------------------------------------------
@@ -214,6 +229,8 @@ class Session(ArraysSession):
         words)."""
         if not isinstance(name, str) or not name:
             raise InputError(f"a session value needs a tensor name, got {name!r}")
+        for p in self._programs.values():  # the name's handles read the old value on
+            p.forget(name)
         if is_block_source(array):
             shape = tuple(int(n) for n in array.shape)
             self.values[name] = Held(
@@ -232,18 +249,23 @@ class Session(ArraysSession):
         self.values[name] = Held(arr.shape, arr.dtype, None, arr)
 
     def __contains__(self, name: object) -> bool:
-        return name in self.values
+        if name in self.values:
+            return True
+        return isinstance(name, str) and self._bound_anywhere(name)
 
     def names(self) -> list[str]:
         """The names of the values held (not the arrays program's own: ``_a``, ``_c`` or
-        ``_v`` and a number, the values behind unnamed DArrays)."""
-        return sorted(n for n in self.values if not INTERNAL.fullmatch(n))
+        ``_v`` and a number, the values behind unnamed DArrays), bound ones included."""
+        bound = {n for p in self._programs.values() for n in p.dirty}
+        return sorted(n for n in {*self.values, *bound} if not INTERNAL.fullmatch(n))
 
     def layout(self, name: str) -> Layout | None:
         """Where value ``name`` lives now (``None``: not placed yet)."""
         return self._held(name).layout
 
     def _held(self, name: str) -> Held:
+        if self._programs and self._bound_anywhere(name):
+            self.flush()  # the name's DArray is computed first
         try:
             return self.values[name]
         except KeyError:
@@ -416,7 +438,13 @@ class Session(ArraysSession):
     # -- checkpointed loops ------------------------------------------------------------------
 
     def iterations(
-        self, n: int, keep: Sequence[str] = (), name: str = "loop", *, save: str = "every"
+        self,
+        n: int,
+        keep: Sequence[str] = (),
+        name: str = "loop",
+        *,
+        save: str = "every",
+        checkpoint_errors: str | None = None,
     ) -> Iterator[int]:
         """Iteration numbers ``0 .. n-1``, the ``keep`` values saved after each one.
 
@@ -425,11 +453,15 @@ class Session(ArraysSession):
         yields from the next one. Restoring happens here, before the first iteration.
         ``save="latest"`` saves an iteration only when the previous save is done (the
         iterations finished meanwhile are skipped, the last one is always saved), so
-        saving never holds up the computation.
+        saving never holds up the computation. ``checkpoint_errors`` (default: the session's,
+        ``"stop"``) says what an iteration that cannot be saved (a full disk, a read-only
+        or unwritable directory) does: ``"stop"`` ends the loop with a ``CheckpointFailed``
+        naming the iteration and the last one saved, ``"continue"`` goes on without saving
+        it, with a ``CheckpointWarning`` (see :mod:`distal.session.loops`).
         """
         from distal.session.loops import Loop
 
-        return Loop(self, n, keep, name, save).start()
+        return Loop(self, n, keep, name, save, checkpoint_errors).start()
 
     def summary(self) -> str:
         """What the session did, in a few lines: its runtime and values, the words its
@@ -447,6 +479,8 @@ class Session(ArraysSession):
         if self.checkpoint is not None:
             resumed = "no" if self.resumed_from is None else f"after iteration {self.resumed_from}"
             lines.append(f"checkpoint {self.checkpoint!s}: last loop resumed: {resumed}")
+        for loop, it, why in self.save_failures:
+            lines.append(f"loop {loop!r}: iteration {it} could not be saved ({why})")
         for loop in dict.fromkeys(name for name, _ in self.discarded):
             its = [it for name, it in self.discarded if name == loop]
             lines.append(

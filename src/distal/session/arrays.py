@@ -32,6 +32,7 @@ from distal.session.held import (
     session_machine,
     sparse_split,
 )
+from distal.typing import Box, box_intersect, box_is_empty, box_shape
 
 
 class ArraysSession:
@@ -42,6 +43,7 @@ class ArraysSession:
     values: dict[str, Held]
     machine: Machine
     checkpoint: Any
+    moved_words: int
 
     def _start_arrays(self) -> None:
         self._programs: dict[int, Program] = {}  # the arrays programs, by processor count
@@ -90,22 +92,38 @@ class ArraysSession:
     def array(self, name: str, *, machine: Any = None) -> Any:
         """``sess[name]`` on ``machine`` (a ``dl.Machine`` or a count; default the
         session's): a ``dl.DArray`` over value ``name`` whose operations are spread over
-        that machine's processors."""
-        self.flush()
+        that machine's processors. It is the name's one handle while the binding holds (an
+        in-place update through it updates the name); a name bound to a DArray not computed
+        yet reads that DArray's recorded value (nothing runs)."""
         program = self.arrays_program(machine)
-        return DArray(self, self._hidden_value(self._held(name), None, program.nprocs), program)
+        h = program.handle_of(name)
+        if h is None:
+            if self._bound_anywhere(name):
+                self.flush()  # bound through another machine's program: computed first
+            node = self._hidden_value(self._held(name), None, program.nprocs)
+            h = DArray(self, node, program)
+            program.remember(name, h)
+        return h
+
+    def _bound_anywhere(self, name: str) -> bool:
+        """Whether ``name``'s handle holds a binding or an update not computed yet."""
+        return any(name in p.dirty for p in self._programs.values())
 
     def __setitem__(self, name: str, value: Any) -> None:
-        """Bind ``name`` to a value: a ``DArray`` (computed now, with whatever is pending),
-        a numpy array, or a scipy / pydata sparse array or ``dl.SparseArray``."""
+        """Bind ``name`` to a value: a ``DArray`` (recorded: computed at the next flush with
+        whatever else is pending, fused with it, as a local variable would be), a numpy
+        array, or a scipy / pydata sparse array or ``dl.SparseArray``."""
         if not isinstance(name, str) or not name:
             raise InputError(f"a session value needs a tensor name, got {name!r}")
-        self.flush()
         if isinstance(value, DArray):
             if value.session is not self:
                 raise InputError(f"value {name!r}: a DArray of another session")
-            value.program.materialize(value.node, name)
+            for p in self._programs.values():
+                if p is not value.program:
+                    p.forget(name)
+            value.program.bind(name, DArray(self, value.node, value.program))
             return
+        self.flush()
         self.put(name, as_held_sparse(value))
 
     def asarray(self, value: Any, dist: str | None = None, *, machine: Any = None) -> Any:
@@ -296,6 +314,43 @@ class ArraysSession:
             return False
         return made_by_a_pass(self.rt.own_block(held.data))
 
+    def blockwise(
+        self,
+        fn: Any,
+        slots: Sequence[str],
+        needs: dict[int, list[Box | None]],
+        work: Sequence[tuple[Box, int]],
+        out: str,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        nprocs: int,
+        combine: Any = None,
+    ) -> None:
+        """A block operation of the arrays program (:mod:`distal.arrays.blocks`): processor
+        ``p``'s unit ``(box, p)`` of ``work`` computes ``fn`` (a ``"block"`` pass) of the boxes
+        ``needs[p][k]`` of the held values ``slots`` (None: not read) and ``box``; the units'
+        boxes of the result are held as value ``out`` in blocks of its first axis, or, with
+        ``combine`` (a ``"combine"`` pass), the units' partials combined in processor order
+        are held whole. What a processor reads and does not hold is counted in
+        ``moved_words`` (from the boxes alone: the same on every process)."""
+        machine = self._machine_of(nprocs)
+        ops = []
+        for name in slots:
+            held = self.values[name]
+            lay = held.layout
+            if lay is None or lay.nprocs != machine.size:
+                lay = layout_for(name, held.shape, held_dist(len(held.shape)), machine)
+                ops.append((self._input(name, lay), lay))  # type: ignore[attr-defined]
+            else:
+                ops.append((held.data, lay))
+        self.moved_words += _moved([lay for _, lay in ops], needs, work)
+        dist = held_dist(len(shape)) if combine is None else _replicated(len(shape))
+        target = layout_for(out, shape, dist, machine)
+        value = self.rt.blocks(fn, ops, needs, work, target, dtype, combine)
+        self.values[out] = Held(shape, np.dtype(dtype), target, value)
+        self.kernels_run += 1  # type: ignore[attr-defined]
+        self.maps_run += 1
+
     def scalar_op(
         self, fn: Any, args: Sequence[tuple[bool, Any]], out: str, dtype: np.dtype
     ) -> None:
@@ -313,6 +368,32 @@ class ArraysSession:
 
     def read(self, name: str) -> Any:  # pragma: no cover - Session defines it
         raise NotImplementedError
+
+
+def _replicated(ndim: int) -> str:
+    names = "abcdefghijklmnopqrstuvwxyz"[:ndim]
+    return f"{names} -> *"
+
+
+def _size(box: Box | None) -> int:
+    if box is None:
+        return 0
+    return int(np.prod(box_shape(box), dtype=np.int64)) if box else 1
+
+
+def _moved(
+    layouts: list[Layout], needs: dict[int, list[Box | None]], work: Sequence[tuple[Box, int]]
+) -> int:
+    """Words the processors of ``work`` read (``needs``) and do not hold (``layouts``)."""
+    words = 0
+    for p in sorted({p for _, p in work}):
+        for lay, need in zip(layouts, needs[p], strict=True):
+            if need is None or (need and box_is_empty(need)):
+                continue
+            own = lay.boxes[p]
+            have = 0 if own is None else _size(box_intersect(own, need) if need else ())
+            words += _size(need) - have
+    return words
 
 
 __all__ = ["ArraysSession"]

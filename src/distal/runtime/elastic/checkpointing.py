@@ -104,7 +104,7 @@ class RunCheckpoint:
         fps = self._fingerprints(units)
         gran = str(opts.granularity)
         store = CheckpointStore(
-            opts.checkpoint, run_key(d.kernel, fps, gran), opts.fsync,
+            opts.checkpoint, run_key(d.exe, fps, gran), opts.fsync,
             sealed=self.sealer is not None,
         )  # fmt: skip
         self.store = store
@@ -118,7 +118,7 @@ class RunCheckpoint:
         if store.read_manifest() is None:
             try:
                 store.write_manifest(
-                    describe(d.kernel, fps, gran) | {"run": store.run, "complete": False}
+                    describe(d.exe, fps, gran) | {"run": store.run, "complete": False}
                 )
             except OSError as e:  # a file in the way, no permission, a read-only filesystem
                 raise InputError(

@@ -40,10 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from distal.runtime.elastic import speculate
 from distal.runtime.elastic.events import (
     ANYWHERE,
-    AskQueues,
     Computed,
     Deliver,
     Event,
@@ -57,7 +55,6 @@ from distal.runtime.elastic.events import (
     Received,
     Refused,
     Release,
-    Seal,
     Started,
     SubmitAgreed,
     SubmitCheck,
@@ -66,79 +63,15 @@ from distal.runtime.elastic.events import (
     SubmitReduceCheck,
     SubmitUnit,
     Tick,
-    Unseal,
     Where,
     Wrote,
 )
-
-PROBE_EVERY = 0.05
-"""Seconds between looks for stragglers (a look may ask for the workers' queues)."""
+from distal.runtime.elastic.seals import Seals
+from distal.runtime.elastic.spec import Policy, RunSpec, Work
+from distal.runtime.elastic.stragglers import PROBE_EVERY, Stragglers
 
 POOL_GONE = 120.0
 """Seconds without a single worker after which the run fails: the pool is gone."""
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """A unit as the core sees it: its name, the output blocks its result goes into
-    (``final``: it alone is the one block, named as the unit), the iterations its leaves
-    visit (``size``) and the bytes of the input blocks it reads (``in_bytes``): what its
-    deadline is made of."""
-
-    name: str
-    blocks: tuple[str, ...]
-    final: bool = False
-    size: int = 0
-    in_bytes: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class RunSpec:
-    """One run: its units in the order they are handed out, the output blocks it must
-    deliver, the checkpoint entries present when it began (``present``) and those of them
-    whose seal opened (``sealed``: ``(entry, digest)``), and the entries its tasks may write
-    (``writable``). ``nonce`` makes the run's task keys unique."""
-
-    work: tuple[Work, ...]
-    blocks: tuple[str, ...]
-    nonce: str
-    present: frozenset[str] = frozenset()
-    sealed: tuple[tuple[str, str], ...] = ()
-    writable: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """The run's options that decide: ``verify`` (1, ``k`` copies, ``"check"``,
-    ``"adaptive"``), ``window`` (units handed out at once; None: twice the pool's threads),
-    ``speculate``, whether entries are saved (``checkpoint``) and sealed (``sealed``),
-    ``timeout`` (seconds for the whole run) and the workers excluded before it began.
-
-    ``eager``: hand out every unit and reduction at once, each reduction summing the units'
-    only copies, and deliver every block as soon as its task is handed out: a session's
-    unverified kernel without a checkpoint, whose blocks the next kernels read where they
-    will lie, so that a loop's kernels follow each other on the workers without waiting for
-    the driver. No unit is copied then (later kernels already read the original), and the
-    run is over once every task has finished (:attr:`Core.done`)."""
-
-    verify: int | str = 1
-    window: int | None = None
-    speculate: bool = True
-    checkpoint: bool = False
-    sealed: bool = False
-    timeout: float | None = None
-    excluded: frozenset[str] = frozenset()
-    eager: bool = False
-
-    @property
-    def check(self) -> bool:
-        """Results are checked on another worker (``"check"``, ``"adaptive"``)."""
-        return self.verify in ("check", "adaptive")
-
-    @property
-    def copies(self) -> int:
-        """Copies of each unit computed (``verify=k``; 1 otherwise)."""
-        return 1 if isinstance(self.verify, str) else int(self.verify)
 
 
 @dataclass
@@ -153,7 +86,7 @@ class _Copies:
     copied: float = 0.0
 
 
-class Core:
+class Core(Stragglers, Seals):
     """The elastic run's state machine (see the module docstring).
 
     ``trust``: ``verify="adaptive"``'s :class:`~.trust.Trust` (a session's, kept from run
@@ -175,15 +108,11 @@ class Core:
         self.empty: set[str] = set()
         self.given: set[str] = set()  # workers this run handed a unit (an empty one gets one)
         self.excluded: set[str] = set(policy.excluded)
-        self.stalled_workers: set[str] = set()  # they hold a unit past its deadline
-        self.stalled_at: dict[str, int] = {}
         # units and blocks
         self.count = 0
         self.copies: dict[str, _Copies] = {}
         self.unit_of: dict[str, str] = {}  # task key -> unit name
         self.inflight: set[str] = set()  # originals counted against the window
-        self.stalled: set[str] = set()  # overdue originals (not counted)
-        self.dup_keys: set[str] = set()
         self.dropped: set[str] = set()
         self.accepted: dict[str, str] = {}  # unit -> key of its accepted result
         self.contrib: dict[str, list[str]] = defaultdict(list)  # block -> its units
@@ -191,7 +120,10 @@ class Core:
             if not w.final:
                 for b in w.blocks:
                     self.contrib[b].append(w.name)
-        self.waiting = {b: set(ns) for b, ns in self.contrib.items()}
+        # every block not made whole by one unit is summed, from nothing where no unit
+        # adds to it (a processor whose rows of a sparse operand are empty: zeros)
+        finals = {w.name for w in spec.work if w.final}
+        self.waiting = {b: set(self.contrib[b]) for b in spec.blocks if b not in finals}
         self.ready = [b for b in spec.blocks if b in self.waiting and not self.waiting[b]]
         self.users: dict[str, int] = defaultdict(int)
         for ns in self.contrib.values():
@@ -203,6 +135,9 @@ class Core:
         self.outstanding: set[str] = set()  # units and reductions handed out, not finished
         # verification
         self.checks: dict[str, tuple[str, int, str]] = {}  # key -> (unit, attempt, by)
+        self.early: dict[str, str] = {}  # unit key -> the check handed out with it
+        self.draws: dict[str, float | None] = {}  # "adaptive": the draw for a result, by key
+        self.n_checks = 0
         self.reducing: dict[str, str] = {}  # key -> block (checked reductions)
         self.red_checks: dict[str, tuple[str, int, str]] = {}  # key -> (block, attempt, by)
         self.red_parts: dict[str, tuple[tuple[str, str], ...]] = {}
@@ -210,29 +145,11 @@ class Core:
         self.attempts: dict[str, int] = defaultdict(int)
         self.n_reduce = 0
         self.aux: set[str] = set()  # rechecks not yet finished
-        self.written: dict[str, set[str]] = defaultdict(set)  # worker -> entries it wrote
         self.rejections: list[dict[str, Any]] = []
         self.rechecked = 0
         self.n_unchecked = 0
-        # speculation: what the workers' events told
-        self.n_dups = 0
-        self.n_overdue = 0
-        self.won: set[str] = set()
-        self.probed = -math.inf
-        self.queues: dict[str, tuple[str, ...]] | None = None
-        self.starts: dict[str, tuple[str, float, int]] = {}  # unit -> (worker, at, count)
-        self.ends: dict[str, int] = defaultdict(int)
-        self.times: dict[str, list[float]] = defaultdict(list)
-        self.its: dict[str, float] = defaultdict(float)
-        self.secs: dict[str, float] = defaultdict(float)
-        self.link_bytes: dict[str, float] = defaultdict(float)
-        self.link_secs: dict[str, float] = defaultdict(float)
-        # sealing (checkpoint_key=)
-        self.sealed = dict(spec.sealed)
-        self.reports: dict[str, set[str]] = {}
-        self.to_seal: dict[str, str] = {}
-        self.received: dict[str, str] = {}
-        self.unauthenticated: set[str] = set()
+        self._init_stragglers()  # speculation: what the workers' events told
+        self._init_seals()  # checkpoint_key=
         self.completed = 0
         self._on: dict[type, Callable[[Any, list[Instruction]], None]] = {
             Pool: self._pool,
@@ -379,7 +296,12 @@ class Core:
         saved = w.name in self.spec.present
         if p.check:
             # spread, so every worker's results meet a check; saved by the check
-            out.append(SubmitUnit(key, w.name, self._spread(n, out), load=saved))
+            where = self._spread(n, out)
+            out.append(SubmitUnit(key, w.name, where, load=saved))
+            if self.trust is None and len(where.workers) == 1 and not where.strict:
+                # its check goes out with it, away from the worker it is meant for: no
+                # round trip between the unit's end and its check's start (see _finished)
+                self.early[key] = self._check(w.name, key, where.workers[0], out)
         elif p.copies == 1 or saved:
             ck = p.checkpoint
             out.append(SubmitUnit(key, w.name, self._place(out), ck, ck, fresh=not saved))
@@ -481,7 +403,7 @@ class Core:
             return
         if key in self.reducing:
             b = self.reducing.pop(key)
-            who = self._checked_by(b, worker)
+            who = self._checked_by(b, worker, key)
             if who is None:  # accepted without a check ("adaptive")
                 self.completed += 1
                 self._deliver(b, key, out)
@@ -489,7 +411,7 @@ class Core:
             a = self.attempts[b]
             ck = f"distal-check-{self.nonce}-{b}-{a}"
             self._note_redone(b, who)
-            where = self.restrict(out, frozenset({who}))
+            where = self.restrict(out, frozenset({who, *ev.holders}) - {""})
             parts = self.red_parts[b]
             out.append(SubmitReduceCheck(ck, b, parts, key, who, a, where, self.policy.checkpoint))
             self.red_checks[ck] = (b, a, who)
@@ -519,10 +441,19 @@ class Core:
         self.inflight.discard(c.key)
         self.stalled.discard(c.key)
         final = c.work.final
+        early = self.early.pop(c.key, None)
+        if early is not None:
+            if key == c.key and worker == self.checks[early][2]:
+                return  # its check, handed out with it, checks what it computed
+            # it ran elsewhere, or a copy won: that check may run where it was computed
+            del self.checks[early]
+            self.inflight.discard(early)
+            self.dropped.add(early)
+            out.append(Release((early,)))
         if self.policy.check:
-            who = self._checked_by(name, worker)
+            who = self._checked_by(name, worker, key)
             if who is not None:
-                self._check(name, key, who, out)
+                self._check(name, key, who, out, ev.holders)
                 return
             if final:
                 self.completed += 1
@@ -534,23 +465,55 @@ class Core:
         if final and not self.policy.check and not self.policy.eager:
             self._deliver(name, key, out, name)
 
-    def _check(self, name: str, key: str, who: str, out: list[Instruction]) -> None:
+    def _check(
+        self, name: str, key: str, who: str, out: list[Instruction], near: tuple[str, ...] = ()
+    ) -> str:
+        """Hand out the check of ``key``'s result of unit ``name``, computed on ``who``
+        (or meant to be), away from it and from the workers ``near`` holding the result;
+        its key."""
         a = self.attempts[name]
         self._note_redone(name, who)
-        ck = f"distal-check-{self.nonce}-{name}-{a}"
+        self.n_checks += 1
+        ck = f"distal-check-{self.nonce}-{name}-{a}-{self.n_checks}"
         save = self.policy.checkpoint and (name not in self.spec.present or self.policy.sealed)
-        out.append(SubmitCheck(ck, name, key, who, a, self.restrict(out, frozenset({who})), save))
+        where = self.restrict(out, frozenset({who, *near}) - {""})
+        out.append(SubmitCheck(ck, name, key, who, a, where, save))
         self.checks[ck] = (name, a, who)
         self.inflight.add(ck)
+        return ck
 
-    def _checked_by(self, name: str, worker: str) -> str | None:
-        """The worker whose result of ``name`` is to be checked; None when ``"adaptive"``'s
-        draw accepts it unchecked. Never unchecked: a result loaded from the checkpoint,
-        or one of a worker that is not known (``""``)."""
+    def expected(self, key: str) -> str:
+        """The worker unit task ``key`` was handed out for with its check (``""``: none)."""
+        ck = self.early.get(key)
+        return self.checks[ck][2] if ck is not None and ck in self.checks else ""
+
+    def wants_worker(self, key: str) -> bool:
+        """Whether it matters which worker holds task ``key``'s result (a check is to be
+        placed away from it): the loop asks the scheduler only then. Under ``"adaptive"``
+        the trust's draw for the result is made here, once."""
+        if not self.policy.check or key in self.dropped or key in self.checks:
+            return False
+        if key in self.early:
+            return True
+        name = self.reducing.get(key)
+        if name is None:
+            name = self.unit_of.get(key)
+            if name is None or name not in self.copies:
+                return False
+        if self.trust is None or name in self.spec.present:
+            return True
+        if key not in self.draws:
+            self.draws[key] = self.trust.draw(self.threads)
+        return self.draws[key] is not None
+
+    def _checked_by(self, name: str, worker: str, key: str = "") -> str | None:
+        """The worker whose result of ``name`` (task ``key``) is to be checked; None when
+        ``"adaptive"``'s draw accepts it unchecked. Never unchecked: a result loaded from
+        the checkpoint, or one of a worker that is not known (``""``)."""
         trust = self.trust
         if trust is None or name in self.spec.present:
             return worker
-        u = trust.draw(self.threads)
+        u = self.draws.pop(key) if key in self.draws else trust.draw(self.threads)
         if u is None:
             self.n_unchecked += 1
             return None
@@ -629,207 +592,6 @@ class Core:
         kind = "reduction" if ev.block else "unit"
         for w in ev.workers:
             self.exclude(w, ev.name, f"outvoted by {', '.join(ev.accepted)}", kind, out)
-
-    # -- what the workers said ------------------------------------------------------------
-
-    def _started(self, ev: Started, out: list[Instruction]) -> None:
-        if ev.fetched > 0 and ev.fetch_seconds > 0:
-            self.link_bytes[ev.worker] += ev.fetched
-            self.link_secs[ev.worker] += ev.fetch_seconds
-        if ev.copy == 0:
-            _, _, n = self.starts.get(ev.name, ("", 0.0, 0))
-            self.starts[ev.name] = (ev.worker, ev.now, n + 1)
-
-    def _computed(self, ev: Computed, out: list[Instruction]) -> None:
-        if ev.copy == 0:
-            self.ends[ev.name] += 1
-        if ev.reused:
-            return
-        self.times[ev.worker].append(ev.seconds)
-        if ev.iterations:
-            self.its[ev.worker] += ev.iterations
-            self.secs[ev.worker] += ev.seconds
-
-    def _queues(self, ev: Queues, out: list[Instruction]) -> None:
-        self.queues = dict(ev.processing)
-
-    # -- speculation ----------------------------------------------------------------------
-
-    def rates(self) -> dict[str, float]:
-        """Iterations per second each worker reached over its computed units."""
-        return {w: self.its[w] / s for w, s in self.secs.items() if s > 0 and self.its[w] > 0}
-
-    def link_rate(self) -> float | None:
-        """Bytes per second the slowest link delivered inputs at (None before any transfer)."""
-        rates = [self.link_bytes[w] / s for w, s in self.link_secs.items() if s > 0]
-        return min(rates) if rates else None
-
-    def _speculate(self, out: list[Instruction]) -> bool:
-        """Copies of overdue units (at any time) and of stragglers in the tail (see
-        :mod:`.speculate`); whether a unit was found overdue. Needs two trusted workers: a
-        unit is never copied onto the worker it waits on, and a one-worker pool has no
-        other."""
-        p = self.policy
-        if not (p.speculate and p.copies == 1) or p.eager or not self.copies or self.failed:
-            return False
-        if len(self.allowed()) < 2:
-            return False
-        now = self.now
-        answered = self.queues is not None
-        if not answered and now - self.probed < PROBE_EVERY:
-            return False
-        if not answered:
-            self.probed = now
-        for w in list(self.stalled_workers):  # it has answered again since
-            if len(self.times.get(w, ())) > self.stalled_at.get(w, 0):
-                self.stalled_workers.discard(w)
-        late = self._late(now)
-        ref = speculate.reference(self.times)
-        tail: list[tuple[str, str, float]] = []
-        waiting: dict[str, tuple[str, float]] = {}
-        if not self.queue and ref is not None:
-            threshold = max(ref, speculate.MIN_AGE)
-            link = self.link_rate() or speculate.COLD_LINK
-            for name, c in self.copies.items():
-                if c.dups:
-                    continue
-                s = self.starts.get(name)
-                if s is not None and s[2] > self.ends[name]:
-                    if now - s[1] > threshold:
-                        tail.append((name, s[0], now - s[1]))
-                elif s is None and now - c.submitted > threshold + c.work.in_bytes / link:
-                    waiting[name] = (c.key, now - c.submitted)
-        if not late and not tail and not waiting:
-            self.queues = None
-            return False
-        if not answered:
-            out.append(AskQueues())
-            return False
-        busy, self.queues = self.queues or {}, None
-        trusted = {w: ks for w, ks in busy.items() if w not in self.excluded}
-        if late:
-            self._overdue(late, trusted, out)
-        # a unit copied for being overdue just now is not copied again as a straggler
-        tail = [t for t in tail if not self.copies[t[0]].dups]
-        waiting = {n: w for n, w in waiting.items() if not self.copies[n].dups}
-        if tail or waiting:
-            idle = [w for w, ks in trusted.items() if not ks and w not in self.stalled_workers]
-            if idle:
-                tail += speculate.queued(waiting, trusted)
-                for name, w in speculate.pair(tail, idle, self.times):
-                    self._copy(name, w, out)
-        return bool(late)
-
-    def _late(self, now: float) -> list[tuple[str, str, float]]:
-        """Units past their deadline: running (timed from their start, when their inputs
-        were in place), not started (timed from their hand-out, allowing for their inputs'
-        bytes at the observed link rate and for the units ahead of them), or copied only
-        to workers found stalled since."""
-        rates, link = self.rates(), self.link_rate()
-        ahead = self.window() / max(sum(self.threads.values()), 1)
-        late = []
-        for name, c in self.copies.items():
-            size = c.work.size
-            if c.dups:
-                if all(w in self.stalled_workers for w in c.pinned):
-                    age = now - c.copied
-                    if age > speculate.deadline(size, c.pinned[-1], rates):
-                        late.append((name, c.pinned[-1], age))
-                continue
-            s = self.starts.get(name)
-            if s is not None and s[2] > self.ends[name]:
-                if now - s[1] > speculate.deadline(size, s[0], rates):
-                    late.append((name, s[0], now - s[1]))
-            elif s is None:
-                age = now - c.submitted
-                if age > speculate.waiting_deadline(size, c.work.in_bytes, ahead, rates, link):
-                    late.append((name, "", age))
-        return late
-
-    def _overdue(
-        self, late: list[tuple[str, str, float]], busy: dict[str, tuple[str, ...]], out: list
-    ) -> None:
-        queued_on = {k: w for w, ks in busy.items() for k in ks}
-        placed = []
-        for name, where, age in late:
-            where = where or queued_on.get(self.copies[name].key, "")
-            if where:  # a unit the scheduler has not placed yet waits for nobody in particular
-                placed.append((name, where, age))
-        for name, where, _ in placed:
-            c = self.copies[name]
-            if not c.dups:
-                self.stalled.add(c.key)
-            if where not in self.stalled_workers:
-                self.stalled_workers.add(where)
-                self.stalled_at[where] = len(self.times.get(where, ()))
-        for name, w in speculate.pair_overdue(placed, busy, self.stalled_workers, self.times):
-            self._copy(name, w, out)
-            self.n_overdue += 1
-
-    def _copy(self, name: str, worker: str, out: list[Instruction]) -> None:
-        c = self.copies[name]
-        p = self.policy
-        n = len(c.dups) + 1
-        key = f"{c.key}-dup-{n}"
-        saved = name in self.spec.present
-        save = p.checkpoint and not p.check
-        load = save or (p.check and saved)
-        out.append(SubmitUnit(key, name, Where((worker,), True), load, save, not saved, copy=n))
-        c.dups.append(key)
-        c.pinned.append(worker)
-        c.copied = self.now
-        self.unit_of[key] = name
-        self.dup_keys.add(key)
-        self.n_dups += 1
-
-    # -- checkpoint entries and their seals -----------------------------------------------
-
-    def _wrote(self, ev: Wrote, out: list[Instruction]) -> None:
-        if not ev.recheck:
-            self.written[ev.worker].add(ev.entry)
-        if not self.policy.sealed or ev.digest is None or ev.entry not in self.spec.writable:
-            return
-        if ev.worker in self.excluded:
-            return
-        self.reports.setdefault(ev.entry, set()).add(ev.digest)
-        self.to_seal[ev.entry] = ev.digest
-
-    def _refused(self, ev: Refused, out: list[Instruction]) -> None:
-        self.unauthenticated.add(ev.entry)
-        self.sealed.pop(ev.entry, None)
-        out.append(Unseal(ev.entry))
-
-    def _received(self, ev: Received, out: list[Instruction]) -> None:
-        self.received[ev.block] = ev.digest
-
-    def _withdraw(self, entry: str, out: list[Instruction]) -> None:
-        self.to_seal.pop(entry, None)
-        self.reports.pop(entry, None)
-        self.sealed.pop(entry, None)
-        if self.policy.sealed:
-            out.append(Unseal(entry))
-
-    def _seal(self, out: list[Instruction]) -> None:
-        """Seal the entries reported written (or vouched for by a recheck): only while
-        every report of an entry names one digest (a forged report meeting the honest one
-        leaves it unsealed), and a block only once what reached the driver has that digest."""
-        for name, digest in list(self.to_seal.items()):
-            if len(self.reports.get(name, ())) > 1:
-                del self.to_seal[name]
-                self.sealed.pop(name, None)
-                out.append(Unseal(name))
-                continue
-            if name not in self.units or self.units[name].final:
-                got = self.received.get(name)
-                if got is None:
-                    continue  # the block has not reached the driver yet
-                if got != digest:
-                    del self.to_seal[name]
-                    continue
-            if self.sealed.get(name) != digest:
-                out.append(Seal(name, digest))
-                self.sealed[name] = digest
-            del self.to_seal[name]
 
 
 __all__ = ["POOL_GONE", "PROBE_EVERY", "Core", "Policy", "RunSpec", "Work"]

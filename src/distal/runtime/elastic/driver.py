@@ -21,7 +21,6 @@ import numpy as np
 from distal.errors import InputError, InternalError, NotSupportedYet, RuntimeFailure
 from distal.plan.ir import Plan, RecvFinal
 from distal.plan.region import Entries, Region, shape, words
-from distal.plan.stats import Stats
 from distal.progress import Progress
 from distal.runtime.checkpoint_auth import content_digest
 from distal.runtime.elastic.checkpointing import RunCheckpoint
@@ -60,7 +59,7 @@ from distal.runtime.elastic.listen import (
 from distal.runtime.elastic.options import Options
 from distal.runtime.elastic.pending import PendingResult, keep_open, tidy
 from distal.runtime.elastic.submit import Submitter, release
-from distal.runtime.elastic.summary import Events, measured_traffic, summarize
+from distal.runtime.elastic.summary import Events, delivered, measured_stats, summarize
 from distal.runtime.elastic.tasks import (
     CheckFailed,
     Ctx,
@@ -79,8 +78,9 @@ from distal.runtime.elastic.units import (
     decompose,
     fuse,
 )
+from distal.runtime.executable import Executable
 from distal.runtime.result import Result
-from distal.typing import Box, box_index, box_intersect, box_is_empty, box_volume
+from distal.typing import Box, box_index, box_is_empty
 
 STATS_NOTE = (
     "dask runtime: Result.stats words, index words and messages are counted by the tasks "
@@ -102,31 +102,32 @@ def _work_shape(work: Any) -> tuple[int, ...]:
 
 
 class Driver:
-    """One run on Dask: the plan's units, the core's loop, the ``Result``.
+    """One run of executable ``exe`` on Dask: the plan's units, the core's loop, the
+    ``Result`` (nothing it does calls back into the compiler).
 
     ``client`` is a ``distributed.Client``; ``as_completed`` and ``get_worker`` are Dask's.
     """
 
     def __init__(
         self,
-        kernel: Any,
+        exe: Executable,
         data: dict[str, Any],
         opts: Options,
         client: Any,
         as_completed: Callable[[Iterable[Any]], Any],
         get_worker: Callable[[], Any],
     ) -> None:
-        self.kernel, self.data, self.opts, self.client = kernel, data, opts, client
+        self.exe, self.data, self.opts, self.client = exe, data, opts, client
         self.as_completed, self.get_worker = as_completed, get_worker
-        self.plan: Plan = kernel.plan
+        self.plan: Plan = exe.plan
         self.nonce = uuid.uuid4().hex[:12]
         self.out_pl = self.plan.placements.get(self.plan.output)
         self.pattern = self.plan.patterns.get(self.plan.output)  # a sparse output's
-        self.out_dtype = np.dtype(kernel.dtypes[self.plan.output])
+        self.out_dtype = np.dtype(exe.dtypes[self.plan.output])
         self.hold = bool(opts._hold) and self.pattern is None
         self.kept: dict[Box, Any] = {}  # _hold: the output's finished blocks, by box
         self.units: dict[str, Unit] = {}
-        self.delivered: list[tuple[int, int, int, int]] = []  # counted here (_delivered)
+        self.delivered: list[tuple[int, int, int, int]] = []  # counted here (delivered)
         self.replicas = [
             (op.src, p, op.box)
             for p, prog in enumerate(self.plan.programs)
@@ -159,7 +160,7 @@ class Driver:
             assert self.core is not None
             self.io.forged()
             again = Driver(
-                self.kernel, self.data, self.opts, self.client, self.as_completed,
+                self.exe, self.data, self.opts, self.client, self.as_completed,
                 self.get_worker,
             )  # fmt: skip
             again.excluded |= self.core.excluded
@@ -232,7 +233,7 @@ class Driver:
 
         n = 0
         for t, idx in u.needs:
-            n += words(block_region(self.plan, t, idx)) * np.dtype(self.kernel.dtypes[t]).itemsize
+            n += words(block_region(self.plan, t, idx)) * np.dtype(self.exe.dtypes[t]).itemsize
         return n
 
     # -- the run --------------------------------------------------------------------------------
@@ -267,7 +268,7 @@ class Driver:
         self.total = len(units) + len(blocks) - len(finals)
         self.whole = (self.pattern.nnz,) if self.pattern is not None else tuple(self.out_pl.shape)
         self.value = np.zeros((0,) if self.hold else self.whole, self.out_dtype)
-        self.io = io = Submitter(plan, self.kernel.dtypes, self.data, opts, client, self.nonce)
+        self.io = io = Submitter(plan, self.exe.dtypes, self.data, opts, client, self.nonce)
         store = self.store = self.ck.open(units) if self.ck is not None else None
         present: set[str] = set()
         pending: dict[Key, Region] = {}
@@ -291,7 +292,7 @@ class Driver:
         self.events = Events(client, topic)
         ctx = Ctx(
             topic=topic,
-            kernels=self.kernel.kernels,
+            kernels=self.exe.leaves,
             out_dtype=self.out_dtype,
             store=store,
             worker=self.get_worker,
@@ -339,7 +340,8 @@ class Driver:
         io.prefetch(order)
         info = recent_workers(client)
         self.workers_before = set(info)
-        self.ac = self.as_completed([])
+        # (its loop the client's: with no future to go by it would take the default client's)
+        self.ac = self.as_completed([], loop=self.client.loop)
         self.bar = Progress(self.total, enabled=opts.progress and not eager, label="tasks")
         self._guarded(lambda: self._do(core.handle(pool_event(info, time.monotonic()))))
 
@@ -367,7 +369,7 @@ class Driver:
         self._guarded(self._loop)
         if store is not None:
             assert self.ck is not None
-            self._guarded(lambda: self.ck.drain(events.topic, store.root, events))  # type: ignore[union-attr]
+            self._guarded(lambda: self.ck.drain(events.topic, store.scope, events))  # type: ignore[union-attr]
             events.sync()
             self._guarded(lambda: self._do(core.handle(*self._heard_now())))
         self.bar.close()
@@ -416,7 +418,7 @@ class Driver:
             "dask_transfer_bytes": transfers,
         }
         return Result(
-            value, self._measured(events), summary.seconds,
+            value, measured_stats(self.plan, events, self.delivered), summary.seconds,
             tasks_executed=summary.tasks_executed, tasks_reused=summary.tasks_reused,
             extra=extra,
         )  # fmt: skip
@@ -479,13 +481,15 @@ class Driver:
                     todo.append(pool_event(workers(self.client), looked))
             todo += self._heard_now()
             ours = [f for f in batch if f.key in self.io.futures or f.key in core.outstanding]
-            todo += [self._outcome(f, core) for f in ours]
+            asked = [f for f in ours if core.wants_worker(f.key)]
+            where = self._where(asked) if asked else {}
+            todo += [self._outcome(f, core, where) for f in ours]
             todo.append(Tick(time.monotonic()))
             self._do(core.handle(*todo))
             tick()
         tick(True)
 
-    def _outcome(self, f: Any, core: Core) -> Finished | Failed:
+    def _outcome(self, f: Any, core: Core, where: dict[str, tuple[str, ...]]) -> Finished | Failed:
         """The core's event for future ``f``, which came out of ``as_completed``."""
         if f.status in ("error", "cancelled"):
             if f.key in core.dup_keys or f.key in core.dropped:
@@ -499,14 +503,19 @@ class Driver:
             return Failed(f.key, isinstance(exc, CheckFailed), f"{type(exc).__name__}: {exc}")
         # "lost" is fine: a worker holding the result died after it finished; Dask
         # recomputes it for the tasks that still need it
-        worker = self._where(f) if self.opts.check else ""
-        return Finished(f.key, worker)
+        holders = where.get(f.key, ())
+        # who computed it: the worker it was meant for if that one holds it (nothing but
+        # its check, kept off that worker, reads it yet), else its only holder
+        meant = core.expected(f.key)
+        worker = meant if meant in holders else holders[0] if len(holders) == 1 else ""
+        return Finished(f.key, worker, holders)
 
-    def _where(self, f: Any) -> str:
-        """The worker holding future ``f``'s result, as the scheduler says (the event log
-        is open to every worker, so it does not say who computed what)."""
-        holders = self.client.who_has([f]).get(f.key) or ()
-        return str(sorted(holders)[0]) if holders else ""
+    def _where(self, fs: list[Any]) -> dict[str, tuple[str, ...]]:
+        """The workers holding each future's result, as the scheduler says (one round trip
+        for a batch; the event log is open to every worker, so it does not say who
+        computed what)."""
+        who = self.client.who_has([f for f in fs if f.status == "finished"])
+        return {k: tuple(sorted(str(w) for w in ws)) for k, ws in who.items()}
 
     def _do(self, todo: list[Instruction]) -> None:
         """Carry out the core's instructions (a failure first: it ends the run)."""
@@ -559,7 +568,8 @@ class Driver:
                 self._place(self.value, region, arr)
             if sealing:
                 out.append(Received(d.block, content_digest(arr)))
-            self._delivered(region, self.units[d.unit] if d.unit else None)
+            unit = self.units[d.unit] if d.unit else None
+            self.delivered += delivered(region, unit, self.replicas)
         return out
 
     def _raise(self, i: Fail) -> None:
@@ -586,35 +596,6 @@ class Driver:
             value[region.positions] = arr
         else:
             value[box_index(region, ((0, 0),) * len(region))] = arr
-
-    def _delivered(self, box: Region, unit: Unit | None) -> None:
-        """Count what a finished block brings to the driver, in the plan's terms: a unit
-        that alone makes its block sends its partial to the block's reducer when it is not
-        that processor, and every replica of the block gets its copy of it."""
-        if unit is not None:
-            for dst, piece in unit.sends:
-                assert isinstance(piece, tuple)
-                assert isinstance(box, tuple)
-                inter = box_intersect(piece, box) if box else piece
-                self.delivered.append((unit.proc, dst, box_volume(inter), 0))
-        for src, dst, rbox in self.replicas:
-            assert isinstance(box, tuple)
-            inter = box_intersect(rbox, box) if box else rbox
-            if not box_is_empty(inter):
-                self.delivered.append((src, dst, box_volume(inter), 0))
-
-    def _measured(self, events: Events) -> Stats:
-        """``Stats`` from what the tasks and the driver counted (see ``STATS_NOTE``)."""
-        plan = self.plan
-        traffic, iterations, held = measured_traffic(events)
-        stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
-        for src, dst, n, iw in [*traffic, *self.delivered]:
-            stats.record(src, dst, n, plan.level_of(src, dst), iw)
-        for p, n in iterations.items():
-            stats.computed(p, n)
-        for p, n in held:  # what a task held beside its processor's owned blocks
-            stats.held(p, plan.owned_words(p) + n)
-        return stats
 
 
 __all__ = ["POOL_FRESH", "STATS_NOTE", "Driver", "workers"]

@@ -69,10 +69,13 @@ class Computed:
 
 @dataclass(frozen=True, slots=True)
 class Finished:
-    """Task ``key`` completed; its result lies on ``worker`` (``""``: not known)."""
+    """Task ``key`` completed on ``worker`` (``""``: not known); ``holders``: every worker
+    holding its result now, as the transport says (a check is kept off all of them: one
+    may hold a copy fetched by a task that reads it)."""
 
     key: str
     worker: str = ""
+    holders: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

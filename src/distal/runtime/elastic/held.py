@@ -292,8 +292,11 @@ class WorkerValue:
         return out
 
     def holders(self) -> dict[Box, list[str]]:
-        """The workers holding each block now (by the scheduler)."""
+        """The workers holding each block now (by the scheduler), once every block is made
+        (a pipelined run's blocks may still be computing; waiting moves no data)."""
         futures = list(self.blocks.values())
+        for f in futures:
+            f.exception()
         who = self.client.who_has(futures)
         return {b: sorted(who.get(f.key, ())) for b, f in self.blocks.items()}
 

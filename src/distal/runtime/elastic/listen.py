@@ -9,6 +9,7 @@ for the next finished future.
 from __future__ import annotations
 
 import time
+import weakref
 from typing import Any
 
 from distal.runtime.elastic.events import (
@@ -20,10 +21,12 @@ from distal.runtime.elastic.events import (
     Wrote,
 )
 
-POOL_FRESH = 0.5
-"""Seconds a look at the pool's workers is reused for (a session's runs share it)."""
+POOL_FRESH = 2.0
+"""Seconds a look at the pool's workers is reused for by a run's start (a session's runs
+share it; a run waiting for results looks again every second)."""
 
-_LOOKS: dict[int, tuple[float, dict[str, Any]]] = {}
+#: the last look at each client's pool (a client gone takes its look with it)
+_LOOKS: weakref.WeakKeyDictionary[Any, tuple[float, dict[str, Any]]] = weakref.WeakKeyDictionary()
 
 
 def workers(client: Any) -> dict[str, Any]:
@@ -37,14 +40,14 @@ def workers(client: Any) -> dict[str, Any]:
         return dict(client.scheduler_info(n_workers=-1).get("workers", {}))
     info = client.sync(client.scheduler.identity, n_workers=-1)
     got = dict(info.get("workers", {}))
-    _LOOKS[id(client)] = (time.monotonic(), got)
+    _LOOKS[client] = (time.monotonic(), got)
     return got
 
 
 def recent_workers(client: Any) -> dict[str, Any]:
     """:func:`workers`, as listed at most ``POOL_FRESH`` seconds ago: a session's runs
     follow each other by milliseconds, and a look costs a scheduler round trip."""
-    got = _LOOKS.get(id(client))
+    got = _LOOKS.get(client)
     if got is None or time.monotonic() - got[0] > POOL_FRESH:
         return workers(client)
     return got[1]

@@ -11,6 +11,7 @@ finished; reading any of it waits for that (and raises a task's failure).
 from __future__ import annotations
 
 import contextlib
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -53,12 +54,13 @@ class PendingResult(Result):
 OPEN_KEPT = 8
 """Pipelined runs of one client left unsettled at most; a new run settles older ones."""
 
-_OPEN: dict[int, list[PendingResult]] = {}
+#: the unsettled runs, by client (a client gone takes its runs with it)
+_OPEN: weakref.WeakKeyDictionary[Any, list[PendingResult]] = weakref.WeakKeyDictionary()
 
 
 def keep_open(client: Any, res: PendingResult) -> None:
     """Remember ``res`` until it is settled (see :func:`tidy`)."""
-    _OPEN.setdefault(id(client), []).append(res)
+    _OPEN.setdefault(client, []).append(res)
 
 
 def tidy(client: Any) -> None:
@@ -66,16 +68,16 @@ def tidy(client: Any) -> None:
     beyond ``OPEN_KEPT`` (waiting for them): each listens to its workers' events until
     then. A failure is kept for whoever reads that run (a later kernel reading its blocks
     fails on its own)."""
-    runs = [r for r in _OPEN.get(id(client), ()) if not r.over]
+    runs = [r for r in _OPEN.get(client, ()) if not r.over]
     for n, r in enumerate(runs):
         if r.ready() or len(runs) - n > OPEN_KEPT:
             with contextlib.suppress(Exception):
                 r.settled()
     left = [r for r in runs if not r.over]
     if left:
-        _OPEN[id(client)] = left
+        _OPEN[client] = left
     else:
-        _OPEN.pop(id(client), None)
+        _OPEN.pop(client, None)
 
 
 def _measured(name: str) -> property:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from distal.plan.ir import Plan
-from distal.plan.region import Entries, Region, shape
+from distal.plan.region import Entries, Region, shape, words
 from distal.runtime.elastic.events import (
     SubmitAgreed,
     SubmitCheck,
@@ -37,6 +37,7 @@ from distal.runtime.elastic.tasks import (
     agree_task,
     check_reduce_task,
     check_task,
+    cut_block,
     hold_unit,
     input_block,
     plan_key,
@@ -47,12 +48,14 @@ from distal.runtime.elastic.tasks import (
     unit_task,
 )
 from distal.runtime.elastic.units import (
+    Cuts,
     Key,
     Span,
     Unit,
     block_region,
     carries_entries,
     description,
+    gather_cuts,
 )
 from distal.runtime.source import is_block_source
 from distal.runtime.weakcache import WeakCache
@@ -65,6 +68,11 @@ HELD = WeakCache(HELD_PLANS)
 
 PLACED_KEPT = 1024
 """Input blocks a session value keeps placed on the workers (per value), oldest dropped."""
+
+CUT_WORDS = 1 << 16
+"""Input blocks of at least this many elements are cut where they lie when a unit only
+gathers pieces of them (:meth:`Submitter.blocks`); smaller ones travel whole (a task more
+would cost more than the bytes saved)."""
 
 
 @dataclass
@@ -232,14 +240,29 @@ class Submitter:
     def blocks(self, u: Unit, worker: str | None = None) -> list[tuple[str, Any, Any]]:
         """The input blocks a unit's tasks are handed, in the order of its ``needs``: a box
         with its block, or only the shape of a processor's owned stored values
-        (``worker``: for a copy pinned there)."""
+        (``worker``: for a copy pinned there). A large block of another processor that the
+        unit only gathers rows or entries of is handed already cut (:meth:`_cut`)."""
+        cuts = gather_cuts(u) if worker is None and self.opts.verify == 1 else {}
         out = []
-        for t, idx in u.needs:
+        for n, (t, idx) in enumerate(u.needs):
             region = block_region(self.plan, t, idx)
+            if n in cuts and n not in u.own and words(region) >= CUT_WORDS:
+                out.append((t, Cuts(len(cuts[n])), self._cut(u, n, cuts[n])))
+                continue
             holder = region if isinstance(region, tuple) else Span(shape(region))
             f = self.block_future(t, idx) if worker is None else self._block_on(t, idx, worker)
             out.append((t, holder, f))
         return out
+
+    def _cut(self, u: Unit, n: int, cuts: list[Any]) -> Any:
+        """A task cutting, where input block ``u.needs[n]`` lies, the pieces ``cuts`` of it
+        that unit ``u`` gathers: only they travel to the unit (a row-split SpMV's unit reads
+        a few halo rows of its neighbour's block of the vector). Not under ``verify=``: a
+        worker's cut of a block would go unchecked."""
+        t, idx = u.needs[n]
+        block = self.block_future(t, idx)
+        key = f"distal-cut-{self.nonce}-{u.name}-{n}"
+        return self.client.submit(cut_block, block, [c.src for c in cuts], key=key, pure=False)
 
     def release_inputs(self) -> None:
         """Drop the run's input blocks (those a session keeps placed stay)."""
@@ -362,7 +385,7 @@ class Submitter:
                 u.proc,
                 sent_to(u, piece),
             )
-            for u, piece in self.contrib[block]
+            for u, piece in self.contrib.get(block, ())
         ]
 
     def reduce(self, i: SubmitReduce) -> Any:

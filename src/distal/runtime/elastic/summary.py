@@ -17,6 +17,9 @@ from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from distal.plan.stats import Stats
+from distal.typing import box_intersect, box_is_empty, box_volume
+
 
 @dataclass
 class Summary:
@@ -388,4 +391,38 @@ def measured_traffic(
     return traffic, dict(iterations), held
 
 
-__all__ = ["Events", "Summary", "measured_traffic", "summarize"]
+def delivered(
+    box: Any, unit: Any, replicas: list[tuple[int, int, Any]]
+) -> list[tuple[int, int, int, int]]:
+    """What a finished block brings to the driver, in the plan's terms: a unit that alone
+    makes its block sends its partial to the block's reducer when it is not that
+    processor, and every replica (``(src, dst, box)``, the plan's ``RecvFinal``) gets its
+    copy of it."""
+    out = []
+    if unit is not None:
+        for dst, piece in unit.sends:
+            inter = box_intersect(piece, box) if box else piece
+            out.append((unit.proc, dst, box_volume(inter), 0))
+    for src, dst, rbox in replicas:
+        inter = box_intersect(rbox, box) if box else rbox
+        if not box_is_empty(inter):
+            out.append((src, dst, box_volume(inter), 0))
+    return out
+
+
+def measured_stats(plan: Any, events: Events, more: list[tuple[int, int, int, int]]) -> Stats:
+    """``Stats`` from what the tasks counted and the messages the driver counted (``more``):
+    words and messages between the plan's processors, iterations, and each processor's
+    owned blocks plus the most one of its tasks held."""
+    traffic, iterations, held = measured_traffic(events)
+    stats = Stats.zeros(plan.nprocs, plan.machine.nlevels if plan.machine else 1)
+    for src, dst, n, iw in [*traffic, *more]:
+        stats.record(src, dst, n, plan.level_of(src, dst), iw)
+    for p, n in iterations.items():
+        stats.computed(p, n)
+    for p, n in held:
+        stats.held(p, plan.owned_words(p) + n)
+    return stats
+
+
+__all__ = ["Events", "Summary", "delivered", "measured_stats", "measured_traffic", "summarize"]

@@ -53,7 +53,16 @@ from distal.runtime.elastic.check import (
     recompute_cheaper,
     recompute_verdict,
 )
-from distal.runtime.elastic.units import Cut, Gather, HeldUnit, Unit, UnitArg, unheld
+from distal.runtime.elastic.units import (
+    Cut,
+    Cuts,
+    Gather,
+    HeldUnit,
+    Unit,
+    UnitArg,
+    gather_cuts,
+    unheld,
+)
 from distal.runtime.source import read_block
 from distal.runtime.store import add_at, read
 from distal.runtime.weakcache import WeakCache
@@ -262,7 +271,29 @@ def _put(arr: np.ndarray, ix: Any, value: np.ndarray) -> None:
         arr[ix] = value
 
 
-def _gather(unit: Unit, t: str, g: Gather, blocks: Blocks, dtype: np.dtype) -> np.ndarray:
+def _piece(blocks: Blocks, cut: Cut, positions: Mapping[int, int]) -> np.ndarray:
+    """Cut ``cut``'s piece: read from the block it was handed, or the piece itself when the
+    block was handed already cut (``positions``: each cut's place among its pieces)."""
+    _, holder, arr = blocks[cut.need]
+    if isinstance(holder, Cuts):
+        return arr[positions[id(cut)]]
+    return read(arr, cut.src)
+
+
+def _positions(unit: Unit) -> dict[int, int]:
+    """Each cut's place among the pieces of a block handed already cut (:func:`cut_block`)."""
+    return {id(c): k for cs in gather_cuts(unit).values() for k, c in enumerate(cs)}
+
+
+def cut_block(block: np.ndarray, srcs: list[Any]) -> tuple[np.ndarray, ...]:
+    """The pieces of an input block that a unit reads (``srcs``: where each lies in it, in
+    :func:`~.units.gather_cuts` order), made where the block lies so only they travel."""
+    return tuple(np.ascontiguousarray(read(block, s)) for s in srcs)
+
+
+def _gather(
+    unit: Unit, t: str, g: Gather, blocks: Blocks, dtype: np.dtype, positions: Mapping[int, int]
+) -> np.ndarray:
     """A buffer of rows or stored entries, gathered piece by piece from the owned blocks of
     the pieces' sources (a block the unit was not handed is a failure)."""
     buf = np.empty(g.shape, dtype)
@@ -273,7 +304,7 @@ def _gather(unit: Unit, t: str, g: Gather, blocks: Blocks, dtype: np.dtype) -> n
                 f"block of {t!r} that processor {src} owns, which its buffer needs",
                 processor=unit.proc,
             )
-        _put(buf, cut.dst, read(blocks[cut.need][2], cut.src))
+        _put(buf, cut.dst, _piece(blocks, cut, positions))
     return buf
 
 
@@ -317,12 +348,13 @@ def _received(
     arrived counts nothing. A piece of stored entries carries its index words too.
     """
     out: Traffic = []
+    positions = _positions(unit) if any(isinstance(h, Cuts) for _, h, _ in blocks) else {}
     for t, pieces in unit.receives:
         for src, piece in pieces:
             words = 0
             if isinstance(piece, Cut):
                 if 0 <= piece.need < len(blocks) and blocks[piece.need][0] == t:
-                    words = int(np.size(read(blocks[piece.need][2], piece.src)))
+                    words = int(np.size(_piece(blocks, piece, positions)))
                 if words or piece.index_words:
                     out.append((src, unit.proc, words, piece.index_words))
                 continue
@@ -351,7 +383,9 @@ def _steps(
     and leaves over stored entries (``absolute``: every operand by absolute value; ``skip``:
     tensors whose buffers are not made)."""
     by_tensor = _by_tensor(blocks)
-    dtypes = {t: arr.dtype for t, _, arr in blocks}
+    dtypes = {t: arr.dtype for t, h, arr in blocks if not isinstance(h, Cuts)}
+    dtypes |= {t: arr[0].dtype for t, h, arr in blocks if isinstance(h, Cuts) and arr}
+    positions = _positions(unit) if any(isinstance(h, Cuts) for _, h, _ in blocks) else {}
     cache: dict[tuple[str, int], tuple[np.ndarray, Any]] = {}
     for bufs, boxes, works in unit.steps:
         operands = {}
@@ -362,7 +396,7 @@ def _steps(
             if key not in cache:
                 dtype = dtypes.get(t, ctx.out_dtype)
                 if isinstance(b, Gather):
-                    arr = _gather(unit, t, b, blocks, dtype)
+                    arr = _gather(unit, t, b, blocks, dtype, positions)
                 else:
                     arr = _assemble(unit, t, b, by_tensor.get(t, []), dtype)
                 cache[key] = (np.abs(arr) if absolute else arr, b)
@@ -466,6 +500,21 @@ def check(
     ``plan_key`` names the unit's plan for kept checksums (:func:`plan_key`)."""
     ctx = _bare(kernels, out_dtype, checksums=checksums, plan_key=plan_key)
     return verdict(ctx, unit, blocks, claimed, seed, reps)
+
+
+def received(unit: Unit, blocks: Blocks) -> Traffic:
+    """The plan's fetch pieces of ``unit`` found in the input ``blocks`` it was handed
+    (``(source, destination, words, index words)``): what a unit's task reports it
+    received, for any transport."""
+    return _received(unit, blocks, _by_tensor(blocks))
+
+
+def sum_block(
+    kernels: tuple[TermKernel, ...], out_dtype: Any, box: Any, contribs: Contribs
+) -> tuple[np.ndarray, Traffic]:
+    """Block ``box`` (a box, or a ``Span``) summed from ``contribs`` in their order, and the
+    partial-sum traffic it received: what a reduction task computes, for any transport."""
+    return _sum_block(_bare(kernels, out_dtype), box, contribs)
 
 
 def planned_iterations(unit: Unit) -> int:
@@ -608,9 +657,10 @@ def _checksum_key(
             h.update(b.raw())
     for t, box, arr in blocks:
         if t in sparse:
-            a = np.ascontiguousarray(arr)
-            h.update(f"{t}{box!r}{a.dtype.str}{a.shape}".encode())
-            h.update(memoryview(a).cast("B"))
+            for a in arr if isinstance(box, Cuts) else (arr,):
+                a = np.ascontiguousarray(a)
+                h.update(f"{t}{box!r}{a.dtype.str}{a.shape}".encode())
+                h.update(memoryview(a).cast("B"))
     return h.digest()
 
 
@@ -709,9 +759,11 @@ def unit_task(
         arr, status = store.load(unit.name, expect)
         if arr is not None:
             if fresh:
+                # (what this task held: the loaded partial, unless it is the owned block)
                 tags |= {
                     "traffic": _received(unit, blocks, _by_tensor(blocks)),
                     "iterations": [unit.proc, planned_iterations(unit)],
+                    "held": [unit.proc, 0 if unit.direct else int(np.size(arr))],
                 }
             event(ctx, "done", label, w, status="reused", seconds=time.perf_counter() - t0, **tags)
             return _fault(arr) if replica is None else (_fault(arr), w.address, {})
@@ -1067,6 +1119,7 @@ __all__ = [
     "check_reduce_task",
     "check_task",
     "compute",
+    "cut_block",
     "drain",
     "event",
     "fetched",
@@ -1074,11 +1127,13 @@ __all__ = [
     "hash_block",
     "input_block",
     "planned_iterations",
+    "received",
     "recheck_block_task",
     "recheck_task",
     "reduce_task",
     "reduction_verdict",
     "source_block",
+    "sum_block",
     "transfer_bytes",
     "unit_task",
     "verdict",

@@ -75,6 +75,34 @@ Piece = Box | Cut
 
 
 @dataclass(frozen=True, slots=True)
+class Cuts:
+    """What a unit's task is told of an input block it is handed already cut (see
+    :func:`gather_cuts`): not the block, but ``count`` pieces of it, one per cut."""
+
+    count: int
+
+
+def gather_cuts(unit: Unit) -> dict[int, list[Cut]]:
+    """The cuts a unit's buffers of rows or stored entries read from each of its input
+    blocks that it reads nothing else of, by the block's position among its ``needs``, in
+    one order (its steps', then each gather's pieces'): such a block can be handed to the
+    unit already cut where it lies, so that only the pieces travel (a row-split SpMV unit
+    reads a few halo rows of its neighbour's block, not all of it)."""
+    boxed = {t for bufs, _, _ in unit.steps for t, b in bufs if not isinstance(b, Gather)}
+    out: dict[int, list[Cut]] = {}
+    seen: set[int] = set()
+    for bufs, _, _ in unit.steps:
+        for t, b in bufs:
+            if not isinstance(b, Gather) or t in boxed:
+                continue
+            for _, cut in b.pieces:
+                if id(cut) not in seen:
+                    seen.add(id(cut))
+                    out.setdefault(cut.need, []).append(cut)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class Unit:
     """The work of virtual processor ``proc`` into one output buffer, over some steps.
 
@@ -459,6 +487,7 @@ def block_name(idx: tuple[int, ...]) -> str:
 __all__ = [
     "GRANULARITIES",
     "Cut",
+    "Cuts",
     "Gather",
     "Span",
     "Unit",
@@ -466,5 +495,6 @@ __all__ = [
     "block_region",
     "decompose",
     "fuse",
+    "gather_cuts",
     "owner_key",
 ]

@@ -20,15 +20,16 @@ import numpy as np
 from mpi4py import MPI
 
 from distal.distribution.layout import Layout
-from distal.errors import InputError, InternalError
+from distal.errors import InputError, InternalError, RuntimeFailure
 from distal.runtime.base import Runtime
+from distal.runtime.checkpoint import WriteFailed
 from distal.runtime.executable import Executable
 from distal.runtime.local_runtime import added, content
 from distal.runtime.mpi.entry import fail_together, run
-from distal.runtime.mpi.session import allgather_floats, allgather_objects
+from distal.runtime.mpi.session import allgather_floats, allgather_objects, alltoall_objects
 from distal.runtime.result import Result
 from distal.runtime.source import check_source, is_block_source, read_block
-from distal.typing import Box, box_contains, box_index, box_shape
+from distal.typing import Box, box_contains, box_index, box_intersect, box_is_empty, box_shape
 
 
 @dataclass
@@ -165,6 +166,68 @@ class MPIRuntime(Runtime):
             arr = np.asarray(fn([_array(x) for x, _ in operands]), dtype=dtype)
         return HeldBlock(target.shape, np.dtype(dtype), box, arr)
 
+    def blocks(
+        self,
+        fn: Any,
+        operands: Sequence[tuple[Any, Layout]],
+        needs: Mapping[int, Sequence[Any]],
+        work: Sequence[tuple[Box, int]],
+        target: Layout,
+        dtype: Any,
+        combine: Any = None,
+    ) -> Any:
+        """Each rank its own unit: the pieces of the boxes it reads that other ranks hold come
+        in one all-to-all (each block from the rank holding it, or from this rank where it
+        holds that block too); partials are all-gathered and combined on every rank alike."""
+        rank, size = self.rank, self.comm.Get_size()
+        layouts = [lay for _, lay in operands]
+        held = [x for x, _ in operands]
+        sends: list[list[tuple[int, Box, np.ndarray]]] = [[] for _ in range(size)]
+        for q in range(size):
+            if q == rank or q not in needs:
+                continue
+            for k, (lay, need) in enumerate(zip(layouts, needs[q], strict=True)):
+                if need is None:
+                    continue
+                for b, src in _sources(lay, q):
+                    piece = box_intersect(b, need) if need else ()
+                    if src != rank or (piece and box_is_empty(piece)):
+                        continue
+                    block = np.ascontiguousarray(held[k].read_block(piece))
+                    sends[q].append((k, piece, block))
+        got = alltoall_objects(sends, self.comm)
+        mine = [u for u in work if u[1] == rank]
+        result: Any = None
+        if mine:
+            box = mine[0][0]
+            arrays: list[Any] = []
+            for k, (lay, need) in enumerate(zip(layouts, needs[rank], strict=True)):
+                if need is None:
+                    arrays.append(None)
+                    continue
+                buf = np.empty(box_shape(need) if need else (), held[k].dtype)
+                for b, src in _sources(lay, rank):
+                    piece = box_intersect(b, need) if need else ()
+                    if src == rank and not (piece and box_is_empty(piece)):
+                        buf[box_index(piece, need)] = held[k].read_block(piece)
+                for part in got:
+                    for kk, piece, arr in part:
+                        if kk == k:
+                            buf[box_index(piece, need)] = arr
+                arrays.append(buf)
+            result = fn(arrays, box)
+        shape = target.shape
+        if combine is not None:
+            parts = allgather_objects([] if result is None else [result], self.comm)
+            value = np.asarray(combine([x for r in parts for x in r]), dtype=dtype)
+            whole = tuple((0, n) for n in shape)
+            return HeldBlock(shape, np.dtype(dtype), whole, value)
+        box = target.boxes[rank]
+        arr = None
+        if box is not None:
+            arr = np.asarray(result, dtype=dtype) if mine else np.empty(box_shape(box), dtype)
+        return HeldBlock(shape, np.dtype(dtype), box, arr)
+
     def fused(
         self,
         fn: Any,
@@ -213,8 +276,20 @@ class MPIRuntime(Runtime):
     def save_blocks(
         self, store: Any, todo: Sequence[tuple[str, int, Any]], wanted: bool
     ) -> list[tuple[str, int, str, str | None]]:
-        mine = [(v, k, store.save(f"{v}.{k}", a), content(a, wanted)) for v, k, a in todo]
-        return [x for part in allgather_objects(mine, self.comm) for x in part]
+        # a rank that cannot write its entries says so in the same collective, so every
+        # rank raises together instead of the others waiting for it
+        try:
+            digests = store.save_many([(f"{v}.{k}", a) for v, k, a in todo])
+            mine: Any = [
+                (v, k, d, content(a, wanted)) for (v, k, a), d in zip(todo, digests, strict=True)
+            ]
+        except (OSError, RuntimeFailure) as e:
+            mine = f"rank {self.rank}: {type(e).__name__}: {e}"
+        parts = allgather_objects(mine, self.comm)
+        failed = [p for p in parts if isinstance(p, str)]
+        if failed:
+            raise WriteFailed(f"checkpoint entries could not be written ({failed[0]})")
+        return [x for part in parts for x in part]
 
     def agree(self, ok: bool) -> bool:
         return all(allgather_objects(bool(ok), self.comm))
@@ -247,3 +322,10 @@ def _gather_partials(
 
 
 __all__ = ["HeldBlock", "MPIRuntime"]
+
+
+def _sources(lay: Layout, p: int) -> list[tuple[Box, int]]:
+    """The distinct blocks of ``lay`` and the processor ``p`` reads each from: itself where
+    it holds that block, else its lowest holder."""
+    own = lay.boxes[p]
+    return [(b, p if own == b else q) for b, q in lay.blocks]

@@ -45,6 +45,30 @@ def allgather_objects(obj: Any, comm: Any = None) -> list[Any]:
     return [pickle.loads(out[d : d + c].tobytes()) for d, c in zip(displs, counts, strict=True)]
 
 
+def alltoall_objects(sends: list[Any], comm: Any = None) -> list[Any]:
+    """Every rank's ``sends[r]`` (picklable) delivered to rank ``r``: the list of what each
+    rank sent this one, in rank order (polled non-blocking all-to-alls of the sizes, then of
+    the bytes)."""
+    chan = _chan(comm)
+    payloads = [pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL) for s in sends]
+    counts = np.array([len(p) for p in payloads], np.int64)
+    theirs = np.empty_like(counts)
+    req = chan.data.Ialltoall([counts, MPI.INT64_T], [theirs, MPI.INT64_T])
+    chan.wait([req], keep=(counts, theirs))
+    sdispl = [0, *np.cumsum(counts)[:-1].tolist()]
+    rdispl = [0, *np.cumsum(theirs)[:-1].tolist()]
+    send = np.frombuffer(b"".join(payloads) or b"\0", np.uint8)
+    recv = np.empty(max(int(theirs.sum()), 1), np.uint8)
+    req = chan.data.Ialltoallv(
+        [send, (counts.tolist(), sdispl), MPI.BYTE], [recv, (theirs.tolist(), rdispl), MPI.BYTE]
+    )
+    chan.wait([req], keep=(send, recv))
+    return [
+        pickle.loads(recv[d : d + c].tobytes()) if c else []
+        for d, c in zip(rdispl, theirs.tolist(), strict=True)
+    ]
+
+
 def allgather_floats(row: np.ndarray, comm: Any = None) -> np.ndarray:
     """Every rank's float64 ``row`` (the same length on every rank), stacked in rank order:
     one polled collective, where :func:`allgather_objects` needs two and a pickle."""
@@ -56,4 +80,4 @@ def barrier(comm: Any = None) -> None:
     _chan(comm).barrier()
 
 
-__all__ = ["allgather_floats", "allgather_objects", "barrier", "rank_size"]
+__all__ = ["allgather_floats", "allgather_objects", "alltoall_objects", "barrier", "rank_size"]

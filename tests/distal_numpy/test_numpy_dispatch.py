@@ -1,0 +1,98 @@
+"""numpy's own functions and ufuncs on DArrays (NEP 18 / NEP 13): run distributed and
+return DArrays, or refuse by name -- never a silent gather."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import distal as dl
+import distal.numpy as dnp
+
+
+@pytest.fixture
+def sess() -> dl.Session:
+    with dl.Session("local", machine=2) as s:
+        yield s
+
+
+def test_numpy_functions_return_darrays(sess: dl.Session) -> None:
+    a = np.arange(12.0).reshape(4, 3)
+    x = dnp.asarray(a)
+    cases = {
+        "mean axis 0": (np.mean(x, axis=0), a.mean(axis=0)),
+        "dot": (np.dot(x, x.T), a @ a.T),
+        "concatenate": (np.concatenate([x, x]), np.concatenate([a, a])),
+        "where": (np.where(x > 3, x, -x), np.where(a > 3, a, -a)),
+        "einsum": (np.einsum("ij->j", x), a.sum(0)),
+        "transpose": (np.transpose(x), a.T),
+        "reshape": (np.reshape(x, (3, 4)), a.reshape(3, 4)),
+        "outer": (np.outer(x[0], x[1]), np.outer(a[0], a[1])),
+        "matmul": (np.matmul(x, x.T), a @ a.T),
+        "sum": (np.sum(x, axis=1), a.sum(axis=1)),
+        "max": (np.max(x, axis=0), a.max(axis=0)),
+        "std": (np.std(x), a.std()),
+        "linalg.norm": (np.linalg.norm(x, axis=1), np.linalg.norm(a, axis=1)),
+        "tile": (np.tile(x, 2), np.tile(a, 2)),
+        "cumsum": (np.cumsum(x, axis=0), np.cumsum(a, axis=0)),
+        "clip": (np.clip(x, 2, 8), np.clip(a, 2, 8)),
+        "stack": (np.stack([x, x]), np.stack([a, a])),
+        "triu": (np.triu(x), np.triu(a)),
+        "sort": (np.sort(x, axis=0), np.sort(a, axis=0)),
+    }
+    for what, (got, want) in cases.items():
+        assert isinstance(got, dl.DArray), what
+        np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12, err_msg=what)
+
+
+def test_ufunc_methods(sess: dl.Session) -> None:
+    a = np.arange(1.0, 7.0).reshape(2, 3)
+    x = dnp.asarray(a)
+    np.testing.assert_allclose(np.asarray(np.add.reduce(x, axis=1)), np.add.reduce(a, axis=1))
+    np.testing.assert_allclose(np.asarray(np.maximum.reduce(x)), np.maximum.reduce(a))
+    np.testing.assert_allclose(np.asarray(np.multiply.accumulate(x)), np.multiply.accumulate(a))
+    np.testing.assert_allclose(
+        np.asarray(np.subtract.outer(x[0], x[1])), np.subtract.outer(a[0], a[1])
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda x: np.interp(x, x[0], x[1]), r"numpy\.interp"),
+        (lambda x: np.linalg.solve(x, x), r"numpy\.linalg\.solve"),
+        (lambda x: np.linalg.cholesky(x), r"numpy\.linalg\.cholesky"),
+        (lambda x: np.linalg.svd(x), r"numpy\.linalg\.svd"),
+        (lambda x: np.linalg.qr(x), r"numpy\.linalg\.qr"),
+        (lambda x: np.polyfit(x[0], x[1], 1), r"numpy\.polyfit"),
+        (lambda x: np.kron(x, x), r"kron"),
+        (lambda x: np.frexp(x), r"numpy\.frexp"),
+        (lambda x: np.add.at(x, [0], 1.0), r"numpy\.add\.at"),
+        (lambda x: np.percentile(x, 50), r"numpy\.percentile"),
+        (lambda x: np.histogram(x), r"numpy\.histogram"),
+    ],
+)
+def test_what_is_not_supported_is_refused_by_name(sess: dl.Session, call, name: str) -> None:
+    x = dnp.asarray(np.eye(3) + 1.0)
+    before = sess.driver_words
+    with pytest.raises(dl.NotSupportedYet, match=name):
+        call(x)
+    assert sess.driver_words == before
+
+
+def test_reads_are_the_documented_ones(sess: dl.Session) -> None:
+    x = dnp.asarray(np.arange(4.0))
+    assert float(x.sum()) == 6.0
+    np.testing.assert_array_equal(np.asarray(x), np.arange(4.0))
+    assert x.tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert dnp.allclose(x, np.arange(4.0))
+
+
+def test_current_session_and_default(sess: dl.Session) -> None:
+    assert dnp.current_session() is sess
+    x = dnp.zeros(3)
+    assert x.session is sess
+    with dl.Session("local", machine=3) as inner:
+        assert dnp.ones(2).session is inner
+        assert (x + 1.0).session is sess  # an operation follows its operands' session
+    assert dnp.current_session() is sess
