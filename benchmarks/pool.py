@@ -432,6 +432,82 @@ def bench_units(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+# -- unequal volunteers ---------------------------------------------------------------------
+
+
+def bench_unequal(args: argparse.Namespace) -> dict[str, Any]:
+    import shutil
+    import tempfile
+
+    from elastic_unequal import cgroups_unavailable, make_group, remove_group
+
+    from distal.runtime.pool.server import NatsServer, PoolDir
+
+    why = cgroups_unavailable()
+    if why:
+        print(f"skipped: {why}")
+        return {"skipped": why}
+    root = Path(tempfile.mkdtemp(prefix="distal-bench-pool-unequal-"))
+    port = _free_port()
+    pd = PoolDir.create(root / "pool", port=port)
+    server = NatsServer(pd, tied=True).start()
+    speeds = {"fast": 1.0, "half": 0.5, "quarter": 0.25}
+    groups = {n: make_group(f"distal-pool-{os.getpid()}-{n}", args.quota * f)
+              for n, f in speeds.items()}  # fmt: skip
+    procs: dict[str, Any] = {}
+    out: dict[str, Any] = {"n": args.n, "grid": args.grid, "quota": args.quota,
+                           "load_before": os.getloadavg()}  # fmt: skip
+    logs = lambda n: (root / f"{n}.log").read_text(errors="replace")  # noqa: E731
+
+    def start(name: str) -> None:
+        creds = root / f"{name}.creds"
+        pd.invite(name).write(creds)
+        cmd = (f"echo $$ > {groups[name] / 'cgroup.procs'} && exec {sys.executable} -m distal "
+               f"volunteer {creds} --server tls://127.0.0.1:{port} --nice 0")  # fmt: skip
+        with open(root / f"{name}.log", "wb") as log:
+            procs[name] = subprocess.Popen(["sh", "-c", cmd], stdout=log,
+                                           stderr=subprocess.STDOUT, env=_env())  # fmt: skip
+
+    def timed(names: list[str], seed: int) -> tuple[float, Any]:
+        link = Link(pd.coordinator()).start()
+        try:
+            engine = Engine(link, Options())
+            ks, xs = gemm_problem(64, 2, 99)
+            run_gemm(engine, link, ks, xs)  # warm: compute processes up, TLS made
+            k, x = gemm_problem(args.n, args.grid, seed)
+            value, s, seconds = run_gemm(engine, link, k, x)
+        finally:
+            link.close()
+        assert np.array_equal(value, x["B"] @ x["C"]), "the pool's GEMM differs from numpy's"
+        assert set(s.units_by_volunteer) <= set(names)
+        return seconds, s
+
+    try:
+        start("fast")
+        _wait_connected(logs, ["fast"])
+        alone, _ = timed(["fast"], 1)
+        print(f"fast volunteer alone: {alone:.1f} s", flush=True)
+        for name in ("half", "quarter"):
+            start(name)
+        _wait_connected(logs, list(speeds))
+        together, s3 = timed(list(speeds), 2)
+        bound = alone / sum(speeds.values())
+        out.update(alone_s=alone, pool_s=together, speed_bound_s=bound,
+                   ratio=together / bound, units_by_volunteer=s3.units_by_volunteer,
+                   compute_seconds=s3.compute_seconds, copies=s3.copies)  # fmt: skip
+        print(f"unequal 1x/2x/4x: {together:.1f} s; speed bound {bound:.1f} s "
+              f"(alone / 1.75) -> {together / bound:.2f}x; units {s3.units_by_volunteer}",
+              flush=True)  # fmt: skip
+    finally:
+        _stop(list(procs.values()))
+        server.stop()
+        for g in groups.values():
+            remove_group(g)
+        shutil.rmtree(root, ignore_errors=True)
+    out["load_after"] = os.getloadavg()
+    return out
+
+
 def _free_port() -> int:
     import socket
 
@@ -468,8 +544,14 @@ def main() -> int:
     u.add_argument("--rate", type=float, default=1000.0)
     u.add_argument("--delay", type=float, default=0.05)
     u.add_argument("--json", default=None)
+    q = sub.add_parser("unequal")
+    q.add_argument("--n", type=int, default=2048)
+    q.add_argument("--grid", type=int, default=8)
+    q.add_argument("--quota", type=float, default=0.4, help="the fastest volunteer's cores")
+    q.add_argument("--json", default=None)
     args = ap.parse_args()
-    out = {"gemm": bench_gemm, "cg": bench_cg, "units": bench_units}[args.what](args)
+    benches = {"gemm": bench_gemm, "cg": bench_cg, "units": bench_units, "unequal": bench_unequal}
+    out = benches[args.what](args)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
