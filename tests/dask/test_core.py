@@ -70,7 +70,6 @@ def core(
         sealed=tuple(policy.pop("seals", ())),
         writable=frozenset(policy.pop("writable", ())),
     )
-    policy.setdefault("early_checks", True)  # (as the Dask driver runs it)
     return Core(spec, Policy(**policy), trust)
 
 
@@ -401,24 +400,6 @@ def test_a_check_handed_out_early_is_replaced_when_its_unit_ran_elsewhere() -> N
     assert (chk.by, chk.where) == ("b", Where(("a", "c"), True))
     assert chk.key != early.key
     assert of(Deliver, finish(c, chk.key, "c")) == [Deliver(u.name, chk.key, u.name)]
-    assert c.done
-
-
-def test_without_early_checks_a_check_goes_out_once_its_unit_finished() -> None:
-    """A transport that runs a check when it is handed it (the pool's coordinator) gets
-    none with the unit: each check goes out after its unit finished, off its worker, and
-    the block is delivered from the check's key once it passed."""
-    c = core(finals(2), verify="check", early_checks=False)
-    todo = c.handle(pool(0.0, "a", "b", "c"))
-    us = units(todo)
-    assert len(us) == 2
-    assert not of(SubmitCheck, todo)
-    assert c.expected(us[0].key) == ""
-    (chk,) = of(SubmitCheck, finish(c, us[0].key, "a"))
-    assert (chk.of, chk.by, chk.where) == (us[0].key, "a", Where(("b", "c"), True))
-    assert of(Deliver, finish(c, chk.key, "b")) == [Deliver(us[0].name, chk.key, us[0].name)]
-    (chk,) = of(SubmitCheck, finish(c, us[1].key, "b"))
-    assert of(Deliver, finish(c, chk.key, "c")) == [Deliver(us[1].name, chk.key, us[1].name)]
     assert c.done
 
 

@@ -298,8 +298,7 @@ class Core(Stragglers, Seals):
             # spread, so every worker's results meet a check; saved by the check
             where = self._spread(n, out)
             out.append(SubmitUnit(key, w.name, where, load=saved))
-            alone = len(where.workers) == 1 and not where.strict
-            if p.early_checks and self.trust is None and alone:
+            if self.trust is None and len(where.workers) == 1 and not where.strict:
                 # its check goes out with it, away from the worker it is meant for: no
                 # round trip between the unit's end and its check's start (see _finished)
                 self.early[key] = self._check(w.name, key, where.workers[0], out)

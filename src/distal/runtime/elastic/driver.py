@@ -331,7 +331,7 @@ class Driver:
         policy = Policy(
             opts.verify, opts.window, opts.speculate, store is not None,
             self.ck is not None and self.ck.sealer is not None, opts.timeout,
-            frozenset(self.excluded), eager, early_checks=True,
+            frozenset(self.excluded), eager,
         )  # fmt: skip
         self.core = core = Core(spec, policy, opts._trust)
         core.rejections = list(self.rejections)

@@ -47,12 +47,7 @@ class Policy:
     unverified kernel without a checkpoint, whose blocks the next kernels read where they
     will lie, so that a loop's kernels follow each other on the workers without waiting for
     the driver. No unit is copied then (later kernels already read the original), and the
-    run is over once every task has finished (:attr:`Core.done`).
-
-    ``early_checks`` (``"check"``): a unit's check is handed out with the unit, pinned away
-    from the worker it is meant for, to start as the unit ends (Dask runs it once the
-    unit's result exists). Only for a transport that waits so: one that runs a check when
-    it is handed out (the pool's coordinator) gets each check once its unit finished."""
+    run is over once every task has finished (:attr:`Core.done`)."""
 
     verify: int | str = 1
     window: int | None = None
@@ -62,7 +57,6 @@ class Policy:
     timeout: float | None = None
     excluded: frozenset[str] = frozenset()
     eager: bool = False
-    early_checks: bool = False
 
     @property
     def check(self) -> bool:
