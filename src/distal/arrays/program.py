@@ -355,11 +355,12 @@ class Program:
         ):
             return []
         found: dict[int, Node] = {}
-        stack = list(node.operands)
+        stack, seen = list(node.operands), set()
         while stack:
             n = stack.pop()
-            if isinstance(n, Const) or self.is_value(n) or not n.shape:
+            if id(n) in seen or isinstance(n, Const) or self.is_value(n) or not n.shape:
                 continue  # (0-d operands are made values by the set itself)
+            seen.add(id(n))
             if type(n) is Map:
                 stack.extend(n.operands)
             elif type(n) is Contract and n.shape == node.shape:
@@ -411,9 +412,12 @@ class Program:
             return None
         if 0 in s:  # an empty array has no blocks to make partial sums of
             return None
-        stack = [x for r in roots for x in r.operands]
+        stack, seen = [x for r in roots for x in r.operands], set()
         while stack:
             n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
             if isinstance(n, Map) and n.ndim and not self.is_value(n) and id(n) not in ids:
                 stack.extend(n.operands)
             elif not self._leaf_fits(n, ids, s):
@@ -435,9 +439,12 @@ class Program:
 
     def _reaches(self, node: Node, ids: set[int]) -> bool:
         """Whether computing ``node`` reads a member of ``ids``."""
-        stack = [node]
+        stack, seen = [node], set()
         while stack:
             n = stack.pop()
+            if id(n) in seen:  # a shared node is walked once (a loop's graph is a DAG)
+                continue
+            seen.add(id(n))
             if id(n) in ids:
                 return True
             if not self.is_value(n):
@@ -758,8 +765,12 @@ class Program:
         if not isinstance(root, Map) or root.ndim == 0:
             return False
         stack: list[tuple[Node, bool]] = [(root, False)]
+        seen: set[tuple[int, bool]] = set()
         while stack:
             n, under_product = stack.pop()
+            if (id(n), under_product) in seen:
+                continue
+            seen.add((id(n), under_product))
             if isinstance(n, Map) and n.ndim:
                 if n.op not in KERNEL_OPS or (under_product and n.op in SUMS):
                     # a product of sums too: index notation would expand it into a sum of
@@ -776,9 +787,12 @@ class Program:
         """Whether the element-wise tree of ``node`` (down to values) adds or subtracts:
         a contraction over it would be expanded into several sums (``(x - y).sum()`` as
         ``x.sum() - y.sum()``, which cancels), so it is made a value first."""
-        stack = [node]
+        stack, seen = [node], set()
         while stack:
             n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
             if self.is_value(n) or isinstance(n, Const | Contract | Block) or n.ndim == 0:
                 continue
             if isinstance(n, Map) and n.op in SUMS:
