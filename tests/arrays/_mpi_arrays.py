@@ -16,7 +16,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from test_arrays import cg, laplacian, rand
+from test_arrays import cg, laplacian, lazy_cg, rand
 from test_arrays_fused import fused_set, spmv_epilogue
 
 import distal as dl
@@ -62,6 +62,21 @@ def leaf_dot(sess: dl.Session) -> tuple[int, float]:
     return sess.leaf_dots - before, got
 
 
+def lazy(sess: dl.Session) -> float:
+    """Three CG iterations recorded with no read between them, every rank's block one the
+    generated loop takes (a block donated where nothing reads it later): the error
+    against numpy's same arithmetic."""
+    import scipy.sparse as sp
+
+    from distal.kernels import fused
+
+    n = 4 * fused.MIN_SIZE
+    a = sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    b = rand(n, seed=33)
+    got = lazy_cg(sess.asarray(a), sess.asarray(b), 3).get()
+    return float(np.abs(got - lazy_cg(a, b, 3)).max())
+
+
 def main() -> None:
     sess = dl.Session("mpi")
     a, v = rand(9, 5, seed=1), rand(5, seed=2)
@@ -88,6 +103,7 @@ def main() -> None:
     out["spmv"] = spmv
     out["donated"], out["donated_err"] = donated(sess)
     out["leaf_dots"], out["leaf_dot"] = leaf_dot(sess)
+    out["lazy_cg_err"] = lazy(sess)
     out.update(kernels=sess.kernels_run, compiles=sess.compiles)
     print(json.dumps(out), flush=True)
 

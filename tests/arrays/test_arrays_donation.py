@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_arrays import rand
+from test_arrays import lazy_cg, rand
 
 import distal as dl
 from distal.kernels import fused
@@ -233,3 +233,20 @@ def test_a_donated_block_is_stored_through_its_own_slot(monkeypatch: pytest.Monk
     xv = xv + 0.5 * pv
     assert block(sess, xv) is bx
     assert (0,) in asked, asked
+
+
+@pytest.mark.parametrize("procs", [1, 2])
+def test_lazily_recorded_cg_agrees_with_numpy(procs: int) -> None:
+    """The epilogue ``p @ q`` of ``q = A @ p`` is worked out before ``A @ p`` runs, with
+    the pending ``p = r + beta * p_old`` computed inside it from ``p_old``; making ``p``
+    (the product's operand) first may not write it over ``p_old``'s block, which that
+    epilogue still reads. (It did: x was off by 0.49 here.)"""
+    import scipy.sparse as sp
+
+    n = fused.MIN_SIZE  # the smallest vector the generated loop (and donation) takes
+    A = sp.diags([-1.0, 2.5, -1.0], [-1, 0, 1], shape=(n, n), format="csr")
+    b = rand(n, seed=11)
+    want = lazy_cg(A, b, 3)
+    sess = dl.Session("local", machine=procs)
+    got = lazy_cg(sess.asarray(A), sess.asarray(b), 3).get()
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)

@@ -45,6 +45,7 @@ def test_arrays_program_on_mpi_ranks(ranks: int) -> None:
     # a rebound vector's update written over its block on every rank (by the generated
     # loop: with numba), numpy's bits
     assert all(d["donated_err"] == 0.0 for d in lines), lines
+    assert all(d["lazy_cg_err"] < 1e-10 for d in lines), lines  # (no block read later donated)
     if importlib.util.find_spec("numba") is not None:
         assert all(d["donated"] for d in lines), lines
     # p @ q, q = A @ p held: each rank's part of the dot product computed by the product's

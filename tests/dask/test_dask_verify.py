@@ -949,7 +949,6 @@ def test_a_map_check_read_after_the_kernel_reading_it_repairs_and_reruns_that_ke
     import distributed
     import scipy.sparse as sp
 
-    from distal.runtime import dask_values
     from distal.runtime.elastic import held
 
     liar = next(a for a, w in pool.scheduler_info()["workers"].items() if w["name"] == 0)
@@ -961,8 +960,8 @@ def test_a_map_check_read_after_the_kernel_reading_it_repairs_and_reruns_that_ke
             members = [m + 1.0 for m in members]
         return members, sums
 
+    # the Dask runtime reads its worker-side functions from ``held`` when it submits them
     monkeypatch.setattr(held, "fused_block", lying_block)
-    monkeypatch.setattr(dask_values, "fused_block", lying_block)  # (where it is submitted)
     rng = np.random.default_rng(21)
     n = LARGE  # an element-wise array this large runs as a fused set even alone
     A = sp.diags([1.0, 3.0, -1.0], [-1, 0, 1], shape=(n, n), format="csr")

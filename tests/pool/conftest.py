@@ -3,7 +3,6 @@ processes, the coordinator's link. Skipped (with the reason) without the ``pool`
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from pool_kit import LocalPool, _have_pool, free_port
+from pool_kit import LocalPool, _have_pool, free_port, stop_all
 
 
 @pytest.fixture
@@ -30,9 +29,7 @@ def local_pool(tmp_path: Path) -> Iterator[LocalPool]:
     try:
         yield pool
     finally:
-        for name in list(pool.procs):
-            with contextlib.suppress(Exception):
-                pool.stop(name, 10)
+        stop_all(pool.procs)
         server.stop()
 
 

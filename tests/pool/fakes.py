@@ -49,8 +49,9 @@ def malformed_reply(kind: str, arr: np.ndarray, marker: Path) -> list[bytes]:
         doc["head"]["dtype"] = "|O"
         doc["data"] = pickle.dumps(Evil(marker))
     elif kind == "huge-shape":
-        doc["head"]["shape"] = [arr.shape[0] * 10**6, *arr.shape[1:]]
-        doc["head"]["nbytes"] *= 10**6
+        shape = list(arr.shape) or [1]
+        doc["head"]["shape"] = [shape[0] * 10**6, *shape[1:]]
+        doc["head"]["nbytes"] = arr.dtype.itemsize * int(np.prod(shape)) * 10**6
     elif kind == "truncated":
         doc["data"] = doc["data"][: len(doc["data"]) // 2]
     elif kind == "garbage":

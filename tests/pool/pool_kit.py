@@ -100,6 +100,21 @@ class LocalPool:
         return int(p.returncode)
 
 
+def stop_all(procs: dict[str, subprocess.Popen[bytes]], timeout: float = 10) -> None:
+    """SIGTERM every process still running, then wait for them together (a stop costs the
+    slowest one's time, not the sum); what does not stop in ``timeout`` s is killed."""
+    live = [p for p in procs.values() if p.poll() is None]
+    for p in live:
+        p.terminate()
+    end = time.monotonic() + timeout
+    for p in live:
+        try:
+            p.wait(max(end - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(10)
+
+
 def wait_for(cond: Any, timeout: float, what: str) -> None:
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -54,6 +54,14 @@ class DonorPool:
     def log(self, name: str) -> str:
         return self.donors.log(name)
 
+    def stop_all(self) -> None:
+        """End every volunteer the earlier tests left (each test starts with none)."""
+        for p in self.donors.procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+        self.donors.procs.clear()
+
 
 @pytest.fixture(scope="module")
 def donor_pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DonorPool]:
@@ -107,6 +115,7 @@ def test_a_gemm_survives_a_killed_a_lying_and_a_malformed_volunteer(
 
     marker = tmp_path / "ran"
     env = {"DISTAL_ROGUE_MARKER": str(marker), "DISTAL_ROGUE_DELAY": "600"}
+    donor_pool.stop_all()
     donor_pool.volunteer(0, "honest")
     killed = donor_pool.rogue(1, "killed", "slow", env)
     donor_pool.rogue(2, "liar", "liar", env)
@@ -157,3 +166,60 @@ def test_a_gemm_survives_a_killed_a_lying_and_a_malformed_volunteer(
     assert not marker.exists()
     assert me.memory_info().rss - rss0 < 300 << 20
     assert seconds < 360
+
+
+def test_a_checkpointed_cg_session_survives_the_same(donor_pool: DonorPool, tmp_path: Path) -> None:
+    """A checkpointed CG session on donors: one volunteer SIGKILLed mid-loop and a newcomer
+    joining, a liar and a garbler excluded; x bit for bit the local runtime's, and close to
+    scipy's solution."""
+    sps = pytest.importorskip("scipy.sparse")
+    spla = pytest.importorskip("scipy.sparse.linalg")
+    psutil = pytest.importorskip("psutil")
+    marker = tmp_path / "ran"
+    env = {"DISTAL_ROGUE_MARKER": str(marker)}
+    donor_pool.stop_all()
+    for name in ("cg-a", "cg-b"):
+        donor_pool.volunteer(0 if name == "cg-a" else 1, name)
+    donor_pool.rogue(2, "cg-liar", "liar", env)
+    donor_pool.rogue(3, "cg-garbler", "malformed", env)
+    for name in ("cg-a", "cg-b", "cg-liar", "cg-garbler"):
+        wait_for(lambda n=name: "connected" in donor_pool.log(n), 120, f"{name} to connect")
+    m = 12
+    t = sps.diags([-1.0, 2.0, -1.0], [-1, 0, 1], shape=(m, m))
+    A = sps.csr_array(sps.kron(t, sps.identity(m)) + sps.kron(sps.identity(m), t))
+    b = np.random.default_rng(9).standard_normal(m * m)
+    creds = str(donor_pool.dir.path / "coordinator.creds")
+    runs: list[Any] = []
+
+    class Watched(dl.Session):
+        def run_named(self, kernel, names, inputs=None, **kw):  # type: ignore[no-untyped-def]
+            res = super().run_named(kernel, names, inputs, **kw)
+            runs.append(res.extra.get("summary"))
+            if len(runs) == 12:  # mid-loop: one volunteer dies, a new one comes
+                donor_pool.donors.procs["cg-b"].kill()
+                donor_pool.volunteer(4, "cg-new")
+            return res
+
+    me = psutil.Process()
+    rss0 = me.memory_info().rss
+    # four processors: a kernel has a unit for each of the four volunteers
+    with Watched("pool", machine=4, pool=creds, checkpoint=str(tmp_path / "ck"),
+                 checkpoint_key=b"k" * 16) as sess:  # fmt: skip
+        x, its = dl.apps.cg(A, b, tol=1e-10, session=sess)
+    with dl.Session("local", machine=4) as sess:
+        x_local, its_local = dl.apps.cg(A, b, tol=1e-10, session=sess)
+    assert its == its_local
+    assert np.array_equal(np.asarray(x), np.asarray(x_local))
+    np.testing.assert_allclose(np.asarray(x), spla.spsolve(A.tocsc(), b), rtol=1e-8, atol=1e-9)
+    summaries = [s for s in runs if s is not None]
+    excluded = {n for s in summaries for n in s.excluded_volunteers}
+    assert {"cg-liar", "cg-garbler"} <= excluded, donor_pool.log("cg-garbler")[-3000:]
+    why = {n: r for s in summaries for n, r in s.excluded_volunteers.items()}
+    assert "cg-a" not in excluded, why
+    assert any(r["volunteer"] == "cg-garbler" for s in summaries for r in s.replies_refused)
+    assert any(r["volunteer"] == "cg-liar" for s in summaries for r in s.units_rejected)
+    done_by = {n for s in summaries for n in s.units_by_volunteer}
+    assert "cg-new" in done_by
+    assert not done_by & {"cg-liar", "cg-garbler"}
+    assert not marker.exists()
+    assert me.memory_info().rss - rss0 < 300 << 20

@@ -4,13 +4,12 @@ same results and traffic as the local runtime; bad options are named."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from pool_kit import LocalPool, _have_pool, free_port, wait_for
+from pool_kit import LocalPool, _have_pool, free_port, stop_all, wait_for
 
 import distal as dl
 from distal.errors import InputError
@@ -37,9 +36,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                  "the volunteers to connect")  # fmt: skip
         yield str(root / "pool" / "coordinator.creds")
     finally:
-        for name in list(pool.procs):
-            with contextlib.suppress(Exception):
-                pool.stop(name, 10)
+        stop_all(pool.procs)
         pool.server.stop()
 
 

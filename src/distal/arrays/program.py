@@ -126,6 +126,13 @@ class Program:
         #: ``(product, p)``: the product whose kernel's leaf may compute its result's dot
         #: product with ``p`` (:meth:`_leaf_dot_of`), while the product is materialized
         self._dot_of: tuple[Node, Node] | None = None
+        #: what each group already worked out and not yet run reads (values, and nodes made
+        #: values before it runs), innermost last: a group's signature is taken before what
+        #: it needs first is made, and may compute a pending node inside it from that
+        #: node's operands (an epilogue's ``p @ q`` computes ``p = r + beta * p_old`` from
+        #: ``p_old`` while ``A @ p`` makes ``p``); no block read here is donated
+        #: (:meth:`_donations`)
+        self._reading: list[list[Node]] = []
         self.compiles = 0
         self.kernels_run = 0
         self._counter = itertools.count()
@@ -517,23 +524,27 @@ class Program:
         )
         # the set's own temporaries (nodes read from two places, computed once per block)
         temps = {id(x) for kind, _, k in steps if kind == "temp" for x in (slots[k],)}
-        for x in slots:  # the 0-d operands not yet values (alpha = rs / pq)
-            if (
-                x is not product
-                and id(x) not in ids
-                and id(x) not in temps
-                and not isinstance(x, Const)
-                and not self.is_value(x)
-            ):
-                self.materialize(x)
+        self._reading.append([x for x in slots if id(x) not in ids and id(x) not in temps])
         leaf_dot = False
-        if product is not None:
-            p = self._leaf_dot_of(members, product)
-            self._dot_of = None if p is None else (product, p)
-            try:
-                self.materialize(product)
-            finally:
-                leaf_dot, self._dot_of = self._dot_of is not None, None
+        try:
+            for x in slots:  # the 0-d operands not yet values (alpha = rs / pq)
+                if (
+                    x is not product
+                    and id(x) not in ids
+                    and id(x) not in temps
+                    and not isinstance(x, Const)
+                    and not self.is_value(x)
+                ):
+                    self.materialize(x)
+            if product is not None:
+                p = self._leaf_dot_of(members, product)
+                self._dot_of = None if p is None else (product, p)
+                try:
+                    self.materialize(product)
+                finally:
+                    leaf_dot, self._dot_of = self._dot_of is not None, None
+        finally:
+            self._reading.pop()
         fn = fused_function(steps)  # data; its function is made once per process
         first = members[0]
         shape = first.operands[0].shape if isinstance(first, Contract) else first.shape
@@ -591,8 +602,11 @@ class Program:
         members) may be written over the block of slot ``k``, a float64 value of its shape
         that nothing reads after this set: no live handle is on it, and no pending array a
         live handle leads to reads it except through this set's members (CG's
-        ``x = x + alpha * p`` once the old ``x`` is rebound). The session decides whether
-        the block itself is free (:meth:`distal.session.Session.fused_blocks`)."""
+        ``x = x + alpha * p`` once the old ``x`` is rebound), and no group worked out before
+        this set was made reads it when it runs after (``_reading``: its signature may
+        read what this set replaces, as it was when the group was worked out). The session
+        decides whether the block itself is free
+        (:meth:`distal.session.Session.fused_blocks`)."""
         maps = [m for m in members if not isinstance(m, Contract)]
         if not maps:
             return []
@@ -615,6 +629,11 @@ class Program:
                 candidates.pop(id(v), None)
                 continue
             stack.extend(n.args())
+        for reads in self._reading:  # groups worked out, not yet run (see __init__)
+            for n in reads:
+                v = n if type(n) is Value else n.as_value
+                if v is not None:
+                    candidates.pop(id(v), None)
         free = sorted(candidates.values())
         out = []
         for j, m in enumerate(maps):
@@ -655,8 +674,13 @@ class Program:
             return self.name_of(node)
         # what this node's group needs as values first
         kind, deps, sig = self._group(node)
-        for dep in deps:
-            self.materialize(dep)
+        if deps:
+            self._reading.append(self._reads(node, deps))
+            try:
+                for dep in deps:
+                    self.materialize(dep)
+            finally:
+                self._reading.pop()
         out = name or f"_a{next(self._counter)}"
         if kind == "region":
             slicing.run(self, node, out, sig)
@@ -673,6 +697,24 @@ class Program:
         made_value()
         if name is None:
             value.drop = self.sess.values  # the session value goes with the node reading it
+        return out
+
+    def _reads(self, root: Node, deps: list[Node]) -> list[Node]:
+        """What ``root``'s group reads once ``deps`` are values: ``deps``, and the values
+        reached from ``root`` through nodes that are not (what it computes inside it; a
+        superset of what its signature reads)."""
+        out = list(deps)
+        seen = {id(d) for d in deps}
+        stack = list(root.args())
+        while stack:
+            n = stack.pop()
+            if id(n) in seen or isinstance(n, Const):
+                continue
+            seen.add(id(n))
+            if self.is_value(n):
+                out.append(n)
+            else:
+                stack.extend(n.args())
         return out
 
     def _group(self, root: Node) -> tuple[str, list[Node], Any]:

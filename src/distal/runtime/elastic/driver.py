@@ -437,11 +437,6 @@ class Driver:
         refused = self.ck.unauthenticated if self.ck is not None else set()
         summary.unauthenticated = sorted(refused | core.unauthenticated)
 
-    @property
-    def excluded_now(self) -> set[str]:
-        """The workers this run no longer trusts (those it was given, and any it caught)."""
-        return set(self.core.excluded) if self.core is not None else set(self.excluded)
-
     def _heard_now(self) -> list[Any]:
         """The core's events in the log messages heard since the last call."""
         assert self.events is not None

@@ -295,6 +295,9 @@ class Engine:
         self.agreed: dict[str, list[str]] = {}  # SubmitAgreed key -> its copies' keys
         self.delivered: dict[str, np.ndarray] = {}
         self.checking: set[asyncio.Task[Any]] = set()
+        # checks handed out with their units (the core's "early" checks), by check key:
+        # each starts once its unit's result is in from the volunteer it was meant for
+        self.parked: dict[str, SubmitCheck] = {}
         self.dispatching: set[asyncio.Task[Any]] = set()
         self.later: list[Any] = []  # events from tasks of this loop (checks), for the core
         self.failure: BaseException | None = None
@@ -451,6 +454,7 @@ class Engine:
             elif isinstance(ins, Release):
                 for k in ins.keys:
                     self.results.pop(k, None)
+                    self.parked.pop(k, None)
                     p = self.pending.get(k)
                     if p is not None:
                         p.released = True
@@ -466,6 +470,10 @@ class Engine:
                 raise VerificationFailed(ins.message) if ins.kind in (
                     "verification", "input", "pool") else RuntimeFailure(ins.message)  # fmt: skip
             # Seal / Unseal: no sealed entries in a pool run
+        for ck, ins in list(self.parked.items()):
+            if ins.of in self.results and self.by_worker.get(ins.of) == ins.by:
+                del self.parked[ck]
+                self._check(ins, summary)
 
     def _enqueue(self, p: Pending) -> None:
         self.pending[p.key] = p
@@ -776,8 +784,15 @@ class Engine:
         arr = self.results.get(ins.of)
         log.debug("check %s of %s (%s by %s): %s", ins.key[-16:], ins.of[-16:], ins.name,
                   ins.by, "here" if arr is not None else "no result")  # fmt: skip
+        if arr is None:
+            # handed out with its unit: it waits for the result (never accepted unchecked;
+            # the core releases it when another volunteer's result is to be checked instead)
+            self.parked[ins.key] = ins
+            return
         t = self.tasks[ins.name]
-        if arr is None or t.check is None:
+        if t.check is None:  # a task made without a check (the engine's own tests)
+            self.results[ins.key] = arr
+            self.by_worker[ins.key] = ins.by
             self.later.append(Finished(ins.key, COORDINATOR))
             return
         summary.checked += 1

@@ -171,10 +171,10 @@ class Volunteer:
         await self._give_back()
         with contextlib.suppress(Exception):
             await ctl.unsubscribe()
+        # (no drain: what was given back is flushed, and nothing still arriving is wanted;
+        # a drain waits on the pull subscription for seconds)
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.nc.drain(), 5)
-        with contextlib.suppress(Exception):
-            await self.nc.close()
+            await asyncio.wait_for(self.nc.close(), 5)
         await self.child.stop()
         shutil.rmtree(self.root, ignore_errors=True)
         log.info("%s: stopped after %d unit(s)", self.name, self.stats.units)
