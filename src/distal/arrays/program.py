@@ -727,8 +727,14 @@ class Program:
         if type(root) is Block:
             return self._block_group(root)
         if slicing.reads_region(root, self.is_value):  # a slice's group (arrays/slicing.py)
-            for n in self._expansion_cuts([root], self._region_leaf).values():
-                self.materialize(n)  # (made now: the region's walk stops at values)
+            cuts = list(self._expansion_cuts([root], self._region_leaf).values())
+            if cuts:  # made now (the region's walk stops at values), as deps are made
+                self._reading.append(self._reads(root, cuts))
+                try:
+                    for n in cuts:
+                        self.materialize(n)
+                finally:
+                    self._reading.pop()
             return slicing.group(self, root)
         contract = isinstance(root, Contract)
         if contract and is_spmv(root.ins, root.out, root.operands):
