@@ -433,6 +433,68 @@ def dispatch(procs: int, repeats: int) -> None:
     print("\n".join(rows))
 
 
+def logreg_step(np: Any, X: Any, y: Any, w: Any, transposed: bool) -> Any:
+    """One gradient step of logistic regression, the gradient as ``X.T @ (p - y)`` (as
+    numpy users write it) or as ``(p - y) @ X``."""
+    p = 1.0 / (1.0 + np.exp(-(X @ w)))
+    return w - 1e-5 * (X.T @ (p - y) if transposed else (p - y) @ X)
+
+
+def _logreg_distal(
+    procs: int, Xn: numpy.ndarray, yn: numpy.ndarray, iters: int, repeats: int, transposed: bool
+) -> tuple[float, float]:
+    """Words moved an iteration (redistributions and every kernel run's measured words
+    sent) and the best time of ``iters`` steps that read their weights every iteration."""
+    with dl.Session("local", machine=procs) as sess:
+        X, y = dnp.asarray(Xn), dnp.asarray(yn)
+        sent = [0]
+        run_named = sess.run_named
+
+        def counted(*a: Any, **k: Any) -> Any:
+            res = run_named(*a, **k)
+            sent[0] += sum(res.stats.words_sent)
+            return res
+
+        sess.run_named = counted  # type: ignore[method-assign]
+
+        def loop() -> Any:
+            w = dnp.zeros(Xn.shape[1])
+            for _ in range(iters):
+                w = logreg_step(dnp, X, y, w, transposed)
+                w.get()
+            return w
+
+        loop()
+        before, sent[0] = sess.moved_words, 0
+        loop()
+        words = (sess.moved_words - before + sent[0]) / iters
+        t_dl, _ = timed(loop, repeats)
+    return words, t_dl
+
+
+def transposes(procs: int, rows: int, cols: int, iters: int, repeats: int) -> None:
+    """Transposes move nothing: logistic regression's step with ``X.T @ (p - y)`` and with
+    ``(p - y) @ X`` (which reads ``X`` where it lies), words moved an iteration (measured)
+    and time an iteration, beside numpy's step."""
+    Xn = hashed(rows * cols, 40.0, (rows, cols)) - 0.5
+    yn = (Xn @ numpy.linspace(-1.0, 1.0, cols) > 0).astype(numpy.float64)
+    print(f"transposes: logistic regression's step, X {rows} x {cols} "
+          f"({rows * cols} words) on {procs} processors:")  # fmt: skip
+    for transposed in (True, False):
+        form = "X.T @ (p - y)" if transposed else "(p - y) @ X"
+
+        def loop_np(form_t: bool = transposed) -> None:
+            w = numpy.zeros(cols)
+            for _ in range(iters):
+                w = logreg_step(numpy, Xn, yn, w, form_t)
+
+        words, t_dl = _logreg_distal(procs, Xn, yn, iters, repeats, transposed)
+        t_np, _ = timed(loop_np, repeats)
+        print(f"  {form:15s} {words:12.0f} words an iteration   "
+              f"{t_dl / iters * 1e3:8.2f} ms (numpy {t_np / iters * 1e3:.2f} ms, "
+              f"numpy/distal {t_np / t_dl:.2f})")  # fmt: skip
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", type=int, default=2)
@@ -441,6 +503,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--no-dispatch", action="store_true")
+    ap.add_argument("--no-transposes", action="store_true")
     args = ap.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores; distal.numpy on "
           f"{args.procs} processors (local runtime) against numpy {numpy.__version__}")  # fmt: skip
@@ -455,6 +518,8 @@ def main() -> None:
             print(line + (f"  ({why})" if why else ""), flush=True)
     if not args.no_dispatch:
         dispatch(args.procs, args.repeats)
+    if not args.no_transposes:
+        transposes(args.procs, int(100_000 * args.scale), 100, 10, args.repeats)
     print(
         f"{correct}/{len(todo)} run unchanged and correct"
         + (f" ({refused} refused by name: dense factorizations)" if refused else "")

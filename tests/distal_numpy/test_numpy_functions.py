@@ -248,6 +248,24 @@ def test_products_as_numpy(sess: Any) -> None:
     same(dnp.trace(dnp.asarray(rand(4, 4))), np.trace(rand(4, 4)), rtol=1e-10)
 
 
+def test_cross_as_numpy(sess: Any) -> None:
+    """numpy's bits: each component is the same difference of two products."""
+    a, b, c = rand(7, 3, seed=13), rand(3, seed=14), rand(3, 2, 5, seed=15)
+    x, y, z = dnp.asarray(a), dnp.asarray(b), dnp.asarray(c)
+    same(dnp.cross(x, y), np.cross(a, b), rtol=0)
+    same(np.cross(y, x), np.cross(b, a), rtol=0)  # (numpy's function on DArrays)
+    same(dnp.cross(z, z[::-1], axis=0), np.cross(c, c[::-1], axis=0), rtol=0)
+    f = rand(5, 3, seed=16)
+    same(dnp.cross(dnp.asarray(f), z, axisb=0, axisc=0), np.cross(f, c, axisb=0, axisc=0), rtol=0)
+    same(dnp.linalg.cross(x, x[::-1]), np.linalg.cross(a, a[::-1]), rtol=0)
+    i = np.arange(12).reshape(4, 3)
+    same(dnp.cross(dnp.asarray(i), dnp.asarray(i[::-1])), np.cross(i, i[::-1]), rtol=0)
+    with pytest.raises(dl.NotSupportedYet, match="cross of 2-element vectors"):
+        dnp.cross(x[:, :2], x[:, 1:])
+    with pytest.raises(dl.ShapeError, match="axisa has 4 elements"):
+        dnp.cross(dnp.asarray(rand(2, 4)), x)
+
+
 def test_out_writes_into_the_array_every_holder_sees(sess: Any) -> None:
     a, b = rand(5, 3, seed=13), rand(3, 4, seed=14)
     c = dnp.zeros((5, 4))

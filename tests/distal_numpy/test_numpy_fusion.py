@@ -3,6 +3,8 @@ index order, not moved."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -122,3 +124,79 @@ def test_black_scholes_is_one_fused_set_with_its_shared_nodes_computed_once() ->
     want = bs(np, S, X, T)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)  # numpy's values, bit for bit
+
+
+def power_iteration(xp: Any, A: Any, iters: int) -> tuple[Any, Any]:
+    v = xp.ones(A.shape[0])
+    for _ in range(iters):
+        w = A @ v
+        v = w / xp.linalg.norm(w)
+    return v, v @ (A @ v)
+
+
+def test_a_long_lazy_loop_is_walked_in_linear_time(monkeypatch: Any) -> None:
+    """Power iteration recorded for many iterations before one read: its graph shares every
+    ``w`` (``w / norm(w)``), so a walk that does not remember what it saw doubles its work
+    each iteration. The graph walks are counted (``is_value``, called once a node visited)."""
+    import distal.numpy as dnp
+    from distal.arrays.program import Program
+
+    a = np.random.default_rng(3).random((100, 100))
+    a = a.T @ a / 100 + np.eye(100)
+    calls = [0]
+    is_value = Program.is_value
+
+    def counted(self: Program, node: Any) -> bool:
+        calls[0] += 1
+        assert calls[0] < 20_000, "the graph walks grow faster than the graph"
+        return is_value(self, node)
+
+    want = power_iteration(np, a, 40)
+    with dl.Session("local", machine=2):
+        A = dnp.asarray(a)
+        A.get()
+        monkeypatch.setattr(Program, "is_value", counted)
+        v, rayleigh = power_iteration(dnp, A, 40)  # nothing read before both are recorded
+        np.testing.assert_allclose(np.asarray(v), want[0], rtol=1e-12)
+        np.testing.assert_allclose(float(rayleigh), want[1], rtol=1e-12)
+
+
+def twice_read(y: Any, iters: int) -> Any:
+    for _ in range(iters):
+        y = y * 0.999 + y * 0.001  # reads the last y twice
+    return y
+
+
+def test_a_loop_reading_its_last_value_twice_does_not_double_its_expression(
+    monkeypatch: Any,
+) -> None:
+    """A group's expression is a tree, so one over ``y = y * a + y * b`` recorded for 30
+    iterations would hold 2^30 nodes: past a bound its inner nodes are made values first
+    (on arrays and on a slice's region). The expressions' nodes are counted as they are
+    written; the values are numpy's, bit for bit."""
+    import distal.numpy as dnp
+    from distal.arrays import lower, slicing
+    from distal.arrays.program import Program
+
+    written = [0]
+
+    def counting(cls: Any, name: str) -> None:
+        f = getattr(cls, name)
+
+        def counted(*a: Any, **k: Any) -> Any:
+            written[0] += 1
+            assert written[0] < 100_000, "a group's expression doubles with the loop"
+            return f(*a, **k)
+
+        monkeypatch.setattr(cls, name, counted)
+
+    counting(lower._Walk, "map_expr")
+    counting(lower._Walk, "expr")
+    counting(slicing._Walk, "expr")
+    counting(Program, "is_value")  # (every graph walk asks it of each node it meets)
+    a = np.linspace(0.0, 1.0, 1001)
+    with dl.Session("local", machine=2):
+        u = dnp.asarray(a)
+        got = [twice_read(u * 0.5, 30), twice_read(u[1:-1] * 0.5, 30)]
+        np.testing.assert_array_equal(np.asarray(got[0]), twice_read(a * 0.5, 30))
+        np.testing.assert_array_equal(np.asarray(got[1]), twice_read(a[1:-1] * 0.5, 30))

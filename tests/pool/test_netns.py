@@ -198,6 +198,9 @@ def test_a_checkpointed_cg_session_survives_the_same(donor_pool: DonorPool, tmp_
             if len(runs) == 12:  # mid-loop: one volunteer dies, a new one comes
                 donor_pool.donors.procs["cg-b"].kill()
                 donor_pool.volunteer(4, "cg-new")
+                # (the loop goes on once it is in: on a loaded machine its start could
+                # otherwise outlast the loop)
+                wait_for(lambda: "connected" in donor_pool.log("cg-new"), 120, "cg-new")
             return res
 
     me = psutil.Process()
@@ -219,7 +222,7 @@ def test_a_checkpointed_cg_session_survives_the_same(donor_pool: DonorPool, tmp_
     assert any(r["volunteer"] == "cg-garbler" for s in summaries for r in s.replies_refused)
     assert any(r["volunteer"] == "cg-liar" for s in summaries for r in s.units_rejected)
     done_by = {n for s in summaries for n in s.units_by_volunteer}
-    assert "cg-new" in done_by
+    assert "cg-new" in done_by, (len(runs), donor_pool.log("cg-new")[-2000:])
     assert not done_by & {"cg-liar", "cg-garbler"}
     assert not marker.exists()
     assert me.memory_info().rss - rss0 < 300 << 20

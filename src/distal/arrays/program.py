@@ -37,6 +37,7 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,6 +45,7 @@ import numpy as np
 from distal.arrays import slicing
 from distal.arrays.blocks import Block, units
 from distal.arrays.graph import (
+    FUSED_MAX,
     KERNEL_OPS,
     Const,
     Contract,
@@ -92,6 +94,10 @@ MAX_FUSED = 16
 
 #: elements from which an array that fuses with nothing still runs as a fused set of one
 LARGE = MIN_SIZE
+
+
+#: the node kinds a group's expression is written through (the rest are its leaves)
+_WALKED = (Map, Transpose, slicing.Slice)
 
 
 class Program:
@@ -362,11 +368,12 @@ class Program:
         ):
             return []
         found: dict[int, Node] = {}
-        stack = list(node.operands)
+        stack, seen = list(node.operands), set()
         while stack:
             n = stack.pop()
-            if isinstance(n, Const) or self.is_value(n) or not n.shape:
+            if id(n) in seen or isinstance(n, Const) or self.is_value(n) or not n.shape:
                 continue  # (0-d operands are made values by the set itself)
+            seen.add(id(n))
             if type(n) is Map:
                 stack.extend(n.operands)
             elif type(n) is Contract and n.shape == node.shape:
@@ -418,9 +425,12 @@ class Program:
             return None
         if 0 in s:  # an empty array has no blocks to make partial sums of
             return None
-        stack = [x for r in roots for x in r.operands]
+        stack, seen = [x for r in roots for x in r.operands], set()
         while stack:
             n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
             if isinstance(n, Map) and n.ndim and not self.is_value(n) and id(n) not in ids:
                 stack.extend(n.operands)
             elif not self._leaf_fits(n, ids, s):
@@ -442,9 +452,12 @@ class Program:
 
     def _reaches(self, node: Node, ids: set[int]) -> bool:
         """Whether computing ``node`` reads a member of ``ids``."""
-        stack = [node]
+        stack, seen = [node], set()
         while stack:
             n = stack.pop()
+            if id(n) in seen:  # a shared node is walked once (a loop's graph is a DAG)
+                continue
+            seen.add(id(n))
             if id(n) in ids:
                 return True
             if not self.is_value(n):
@@ -501,8 +514,13 @@ class Program:
         :meth:`_epilogue`) the set is that product's kernel's epilogue: the kernel runs, and
         the set over the blocks of its result as they lie, as one kernel run."""
         ids = {id(m) for m in members}
+
+        def leaf(n: Node) -> bool:
+            return n is product or self.is_value(n) or id(n) in ids or n.ndim == 0
+
+        cuts = self._expansion_cuts(members, leaf)
         steps, slots = fused_signature(
-            members, lambda n: n is product or self.is_value(n) or id(n) in ids or n.ndim == 0
+            members, (lambda n: leaf(n) or id(n) in cuts) if cuts else leaf
         )
         # the set's own temporaries (nodes read from two places, computed once per block)
         temps = {id(x) for kind, _, k in steps if kind == "temp" for x in (slots[k],)}
@@ -639,8 +657,7 @@ class Program:
         if isinstance(node, Const):
             raise InternalError("a constant reached materialize")
         if type(node) is not Block and (
-            0 in node.shape
-            or (type(node) is not Map and any(0 in x.shape for x in node.args()))
+            0 in node.shape or (type(node) is not Map and any(0 in x.shape for x in node.args()))
         ):  # (an element-wise operand with an empty axis makes the result empty too)
             # an empty array, or sums over an empty axis: nothing to distribute (a tensor
             # has positive extents), numpy's own answer is zeros of the result's shape
@@ -710,6 +727,14 @@ class Program:
         if type(root) is Block:
             return self._block_group(root)
         if slicing.reads_region(root, self.is_value):  # a slice's group (arrays/slicing.py)
+            cuts = list(self._expansion_cuts([root], self._region_leaf).values())
+            if cuts:  # made now (the region's walk stops at values), as deps are made
+                self._reading.append(self._reads(root, cuts))
+                try:
+                    for n in cuts:
+                        self.materialize(n)
+                finally:
+                    self._reading.pop()
             return slicing.group(self, root)
         contract = isinstance(root, Contract)
         if contract and is_spmv(root.ins, root.out, root.operands):
@@ -733,7 +758,9 @@ class Program:
             # one walk gives the map's expression and what must be values first: its leaves
             # that are not (contractions, 0-d values, transposes: a map reads blocks as they
             # lie); once they are, the same expression reads them
-            sig = map_signature(root, self._map_leaf)
+            cuts = self._expansion_cuts([root], self._map_leaf)
+            leaf = (lambda n: self._map_leaf(n) or id(n) in cuts) if cuts else self._map_leaf
+            sig = map_signature(root, leaf)
             deps = {id(x): x for x in sig[1] if not self.is_value(x)}
             return "map", sorted(deps.values(), key=_seq), sig
         out: list[Node] = []
@@ -751,6 +778,10 @@ class Program:
             else:
                 stack.extend(n.args())
         stop = {id(b) for b in out}
+        cuts = self._expansion_cuts([root], lambda n: self.is_value(n) or id(n) in stop)
+        if cuts:
+            out.extend(cuts.values())
+            stop |= cuts.keys()
         sig = signature(root, lambda n: self.is_value(n) or id(n) in stop, self.nprocs)
         key = sig[0]
         if term_count(key) > MAX_TERMS or (
@@ -800,8 +831,12 @@ class Program:
         if not isinstance(root, Map) or root.ndim == 0:
             return False
         stack: list[tuple[Node, bool]] = [(root, False)]
+        seen: set[tuple[int, bool]] = set()
         while stack:
             n, under_product = stack.pop()
+            if (id(n), under_product) in seen:
+                continue
+            seen.add((id(n), under_product))
             if isinstance(n, Map) and n.ndim:
                 if n.op not in KERNEL_OPS or (under_product and n.op in SUMS):
                     # a product of sums too: index notation would expand it into a sum of
@@ -818,9 +853,12 @@ class Program:
         """Whether the element-wise tree of ``node`` (down to values) adds or subtracts:
         a contraction over it would be expanded into several sums (``(x - y).sum()`` as
         ``x.sum() - y.sum()``, which cancels), so it is made a value first."""
-        stack = [node]
+        stack, seen = [node], set()
         while stack:
             n = stack.pop()
+            if id(n) in seen:
+                continue
+            seen.add(id(n))
             if self.is_value(n) or isinstance(n, Const | Contract | Block) or n.ndim == 0:
                 continue
             if isinstance(n, Map) and n.op in SUMS:
@@ -833,6 +871,52 @@ class Program:
         return (
             self.is_value(node) or node.ndim == 0 or isinstance(node, Contract | Transpose | Block)
         )
+
+    def _expansion_cuts(
+        self, roots: list[Node], is_leaf: Callable[[Node], bool]
+    ) -> dict[int, Node]:
+        """Inner element-wise nodes under ``roots`` to make values first so that no group's
+        expression expands past :data:`~distal.arrays.graph.FUSED_MAX` nodes. A group's
+        expression is a tree: a node read twice is written twice, so a loop recorded
+        without a read that reads its last value twice (``y = y * a + y * b``) would double
+        the expression each iteration. Working up from the leaves, a node whose expansion
+        (what is under it, down to leaves and nodes already cut) passes the bound is cut: a
+        group of its own, read as a value by the groups above it. Empty for most groups (a
+        walk of each node once)."""
+        size: dict[int, int] = {}
+        cuts: dict[int, Node] = {}
+        for root in roots:
+            stack: list[tuple[Node, bool]] = [(root, False)]
+            while stack:
+                n, ready = stack.pop()
+                if n is not root and id(n) in size:
+                    continue
+                t = type(n)
+                if t not in _WALKED or (n is not root and is_leaf(n)):
+                    size[id(n)] = 0  # a leaf: a slot of the expression
+                    continue
+                if not ready:
+                    stack.append((n, True))
+                    stack.extend((x, False) for x in n.args() if id(x) not in size)
+                    continue
+                grown = (t is Map) + sum(size[id(x)] for x in n.args() if id(x) not in cuts)
+                if n is root:
+                    size[id(n)] = 0 if is_leaf(n) else grown  # (another root's leaf)
+                elif grown > FUSED_MAX and t is Map and n.ndim:
+                    cuts[id(n)] = n
+                    size[id(n)] = 0
+                else:
+                    size[id(n)] = grown
+        return cuts
+
+    def _region_leaf(self, n: Node) -> bool:
+        """Where a region group's expression stops (as :func:`distal.arrays.slicing.group`
+        walks it): values, 0-d nodes, and what is not a slice, a transpose or an operation
+        of index notation."""
+        t = type(n)
+        if self.is_value(n) or n.ndim == 0:
+            return True
+        return not (t is slicing.Slice or t is Transpose or (t is Map and n.op in KERNEL_OPS))
 
     def _map(self, root: Node, out: str, sig: Any = None) -> None:
         """A map group: numpy over each processor's blocks of its operands (laid out by
@@ -854,7 +938,13 @@ class Program:
         """A block's group: its first operand's element-wise tree fused into it (rows and
         partials modes), its other operands read as they are; the slots not yet values are
         made first."""
-        w = _Walk(self._map_leaf)
+        first = root.operands[0] if root.operands else None
+        cuts = (
+            self._expansion_cuts([first], self._map_leaf)
+            if type(first) is Map and first.ndim
+            else set()
+        )
+        w = _Walk((lambda n: self._map_leaf(n) or id(n) in cuts) if cuts else self._map_leaf)
         exprs = []
         for k, x in enumerate(root.operands):
             fuse = k == 0 and root.mode != "boxes" and type(x) is Map and x.ndim > 0

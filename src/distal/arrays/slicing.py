@@ -329,11 +329,12 @@ def reads_region(root: Node, is_value: Callable[[Node], bool]) -> bool:
     f = root.fused  # (its leaves, where they are still as recorded: no walk for most groups)
     if f is not None and f[4] == values_made() and not any(type(x) in REGIONS for x in f[1]):
         return False
-    stack = list(root.operands)
+    stack, seen = list(root.operands), set()
     while stack:
         n = stack.pop()
-        if is_value(n):
-            continue
+        if id(n) in seen or is_value(n):
+            continue  # (a node read twice is walked once: a loop's graph shares nodes)
+        seen.add(id(n))
         t = type(n)
         if t in REGIONS:
             return True

@@ -133,7 +133,7 @@ def _register() -> None:
                  "ihfft", "fftshift", "ifftshift"):  # fmt: skip
         _dispatch.register_function(getattr(_np.fft, name), getattr(fft, name))
     for name in ("norm", "vector_norm", "matrix_norm", "matmul", "tensordot", "outer", "vecdot",
-                 "matrix_transpose", "trace", "diagonal", *linalg._REFUSED):  # fmt: skip
+                 "matrix_transpose", "trace", "diagonal", "cross", *linalg._REFUSED):  # fmt: skip
         theirs = getattr(_np.linalg, name, None)
         if theirs is not None and hasattr(linalg, name):
             _dispatch.register_function(theirs, getattr(linalg, name))

@@ -14,7 +14,7 @@ from distal.arrays import functions as F
 from distal.arrays import products as P
 from distal.arrays.darray import DArray
 from distal.arrays.methods import round_values
-from distal.errors import InputError, NotSupportedYet
+from distal.errors import InputError, NotSupportedYet, ShapeError
 
 # -- element-wise functions that are not ufuncs ----------------------------------------------------
 
@@ -476,8 +476,40 @@ def kron(a: Any, b: Any) -> Any:
     raise NotSupportedYet("kron")
 
 
-def cross(a: Any, b: Any, **kw: Any) -> Any:
-    raise NotSupportedYet("cross")
+def cross(
+    a: Any, b: Any, axisa: int = -1, axisb: int = -1, axisc: int = -1, axis: Any = None
+) -> DArray:
+    """numpy's cross product of 3-element vectors (along ``axisa`` of ``a`` and ``axisb`` of
+    ``b``, the other axes broadcast; the result's vectors along ``axisc``; ``axis`` sets all
+    three): each component is numpy's difference of two products of the operands'
+    components (views), element-wise on the processors, and the three are stacked.
+    2-element vectors (numpy's z component alone, deprecated there) are refused by name."""
+    first = F.first_darray((a, b))
+    a, b = F.asdarray(a, first), F.asdarray(b, first)
+    if axis is not None:
+        axisa = axisb = axisc = axis
+    if a.ndim == 0 or b.ndim == 0:
+        raise InputError("cross: the operands must be arrays of vectors, not 0-d")
+    comps = []
+    for x, ax, name in ((a, axisa, "axisa"), (b, axisb, "axisb")):
+        if not -x.ndim <= int(ax) < x.ndim:
+            raise InputError(f"cross: {name}={ax} is out of bounds for an array of {x.ndim} axes")
+        ax = int(ax) % x.ndim
+        if x.shape[ax] == 2:
+            raise NotSupportedYet("cross of 2-element vectors (numpy's z component alone)")
+        if x.shape[ax] != 3:
+            raise ShapeError(
+                f"cross: incompatible dimensions for cross product: {name} has {x.shape[ax]} "
+                "elements (3 are supported)"
+            )
+        lead = (slice(None),) * ax
+        comps.append([x[(*lead, k)] for k in range(3)])
+    (a0, a1, a2), (b0, b1, b2) = comps
+    parts = [a1 * b2 - a2 * b1, a2 * b0 - a0 * b2, a0 * b1 - a1 * b0]
+    ndim = max(p.ndim for p in parts) + 1
+    if not -ndim <= int(axisc) < ndim:
+        raise InputError(f"cross: axisc={axisc} is out of bounds for a result of {ndim} axes")
+    return F.stack(F.broadcast_arrays(*parts), int(axisc) % ndim)
 
 
 # -- type and shape queries ------------------------------------------------------------------------

@@ -199,7 +199,10 @@ def multi_dot(arrays: Any, *, out: Any = None) -> Any:
 
 
 def cross(x1: Any, x2: Any, /, *, axis: int = -1) -> Any:
-    raise _refused("cross")
+    """The array API's cross product of 3-element vectors along ``axis`` (numpy's)."""
+    from distal.numpy._functions import cross as cross_
+
+    return cross_(x1, x2, axis=axis)
 
 
 _REFUSED = tuple(
@@ -224,7 +227,6 @@ _REFUSED = tuple(
         "tensorsolve",
         "tensorinv",
         "multi_dot",
-        "cross",
     ]
 )
 
