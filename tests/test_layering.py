@@ -466,9 +466,7 @@ def _runtime_name_branches(tree: ast.AST) -> list[int]:
 
     out = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and any(
-            named(o) for o in (node.left, *node.comparators)
-        ):
+        if isinstance(node, ast.Compare) and any(named(o) for o in (node.left, *node.comparators)):
             out.append(node.lineno)
         elif isinstance(node, ast.match_case) and any(
             isinstance(p, ast.MatchValue) and named(p.value) for p in ast.walk(node.pattern)
@@ -568,7 +566,7 @@ def test_the_boundary_checks_see_what_they_look_for() -> None:
             'a = runtime == "mpi"\n'
             'b = self.runtime in ("local", "mpi")\n'
             'c = name != "dask"\n'
-            'd = sess.rt.leaf_dot\n'
+            "d = sess.rt.leaf_dot\n"
             'e = kind == "fetch"\n'
             'match runtime:\n    case "pool":\n        pass\n'
         )

@@ -191,9 +191,7 @@ class Planned:
 
         return simulate(self, network=network, **options)
 
-    def to_mlir(
-        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
-    ) -> str:
+    def to_mlir(self, processor: int = 0, *, distributed: bool = False, form: str = "spmd") -> str:
         """Processor ``processor``'s leaf computation as MLIR text: a ``func.func`` of
         ``linalg.generic`` ops on its blocks (see ``distal.mlir.export``); with
         ``distributed=True`` the whole distributed program as one module (``shard.grid``,
@@ -449,9 +447,7 @@ class Kernel(Planned):
         self._unbound("kernel.plot_traffic()")
         return super().plot_traffic(path, **options)
 
-    def to_mlir(
-        self, processor: int = 0, *, distributed: bool = False, form: str = "spmd"
-    ) -> str:
+    def to_mlir(self, processor: int = 0, *, distributed: bool = False, form: str = "spmd") -> str:
         self._unbound("kernel.to_mlir()")
         return super().to_mlir(processor, distributed=distributed, form=form)
 

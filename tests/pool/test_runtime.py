@@ -123,4 +123,3 @@ def test_bad_options_are_named(tmp_path: Path) -> None:
         k.run(x, runtime="pool", pool=str(tmp_path / "nowhere"))
     with pytest.raises(InputError, match="unknown option"):
         k.run(x, runtime="pool", client="tcp://x")
-

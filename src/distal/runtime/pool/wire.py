@@ -385,9 +385,7 @@ class Receiver:
         return sum(len(a.buffer) for a in self.open.values())
 
 
-def result_messages(
-    arr: np.ndarray, seconds: float, iterations: int, held: int = 0
-) -> list[bytes]:
+def result_messages(arr: np.ndarray, seconds: float, iterations: int, held: int = 0) -> list[bytes]:
     """A volunteer's result as its messages (part 0 carries the head)."""
     data = array_bytes(arr)
     dt = np.dtype(arr.dtype).newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
