@@ -500,10 +500,10 @@ def test_copies_on_one_worker_count_once_in_the_vote() -> None:
         return [(a, w, {}) for a, w in runs]
 
     # verify=3, two copies on the liar: one vote each, no majority
-    with pytest.raises(VerificationFailed, match="no majority.*2 distinct worker"):
+    with pytest.raises(VerificationFailed, match=r"no majority.*2 distinct worker"):
         tasks.agree_block_task(ctx, "b", copies((bad, liar), (bad, liar), (good, honest)), 0, 0)
     # verify=2, both copies on one worker: no second worker agreed
-    with pytest.raises(VerificationFailed, match="no majority.*1 distinct worker"):
+    with pytest.raises(VerificationFailed, match=r"no majority.*1 distinct worker"):
         tasks.agree_block_task(ctx, "b", copies((bad, liar), (bad, liar)), 0, 0)
     assert not [m for m in logged if m["kind"] in ("done", "outvoted")]
     # two honest workers outvote the liar whichever of them ran two copies
@@ -511,14 +511,16 @@ def test_copies_on_one_worker_count_once_in_the_vote() -> None:
     out = tasks.agree_block_task(ctx, "b", runs, 0, 0)
     assert np.array_equal(out, good)
     (voted,) = [m for m in logged if m["kind"] == "outvoted"]
-    assert voted["workers"] == [liar] and voted["accepted"] == [honest, other]
+    assert voted["workers"] == [liar]
+    assert voted["accepted"] == [honest, other]
     assert [m["distinct"] for m in logged if m["kind"] == "done"] == [3]
     # a worker whose own copies disagree votes for nothing and is outvoted
     logged.clear()
     runs = copies((good, liar), (bad, liar), (good, honest), (good, other))
     assert np.array_equal(tasks.agree_block_task(ctx, "b", runs, 0, 0), good)
     (voted,) = [m for m in logged if m["kind"] == "outvoted"]
-    assert voted["workers"] == [liar] and voted["accepted"] == [honest, other]
+    assert voted["workers"] == [liar]
+    assert voted["accepted"] == [honest, other]
     with pytest.raises(VerificationFailed, match="no majority"):
         tasks.agree_block_task(ctx, "b", copies((good, liar), (bad, liar), (good, honest)), 0, 0)
 

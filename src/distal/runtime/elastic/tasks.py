@@ -865,8 +865,8 @@ def agree_task(
     ran its copies agree, at least two of them (:func:`_votes`: copies Dask ran on one
     worker count once).
 
-    With two copies that means both, on two workers. The workers whose copies disagree with the majority
-    are reported (an ``outvoted`` event) so the driver excludes them. No majority is
+    With two copies that means both, on two workers. The workers whose copies disagree with
+    the majority are reported (an ``outvoted`` event) so the driver excludes them. No majority is
     :class:`VerificationFailed`. The accepted unit's traffic is a majority copy's: the plan
     moves each piece once, the other copies' inputs are Dask's extra transfers
     (``dask_transfer_bytes``).
