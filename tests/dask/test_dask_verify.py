@@ -483,6 +483,48 @@ class _Worker:
         pass
 
 
+def test_copies_on_one_worker_count_once_in_the_vote() -> None:
+    """Dask may run two copies of a unit on one worker: a lying worker's two copies must not
+    outvote an honest one, nor one worker's two copies pass for an agreement of two."""
+    logged: list[dict[str, Any]] = []
+
+    class Worker(_Worker):
+        def log_event(self, topic: str, msg: dict[str, Any]) -> None:
+            logged.append(msg)
+
+    ctx = Ctx("t", (), np.dtype(np.float64), None, Worker)
+    good, bad = np.arange(4.0), np.arange(4.0) + 1.0
+    liar, honest, other = "tcp://liar:1", "tcp://honest:1", "tcp://other:1"
+
+    def copies(*runs: tuple[np.ndarray, str]) -> list[tuple[np.ndarray, str, dict[str, Any]]]:
+        return [(a, w, {}) for a, w in runs]
+
+    # verify=3, two copies on the liar: one vote each, no majority
+    with pytest.raises(VerificationFailed, match=r"no majority.*2 distinct worker"):
+        tasks.agree_block_task(ctx, "b", copies((bad, liar), (bad, liar), (good, honest)), 0, 0)
+    # verify=2, both copies on one worker: no second worker agreed
+    with pytest.raises(VerificationFailed, match=r"no majority.*1 distinct worker"):
+        tasks.agree_block_task(ctx, "b", copies((bad, liar), (bad, liar)), 0, 0)
+    assert not [m for m in logged if m["kind"] in ("done", "outvoted")]
+    # two honest workers outvote the liar whichever of them ran two copies
+    runs = copies((good, honest), (bad, liar), (good, other), (good, honest))
+    out = tasks.agree_block_task(ctx, "b", runs, 0, 0)
+    assert np.array_equal(out, good)
+    (voted,) = [m for m in logged if m["kind"] == "outvoted"]
+    assert voted["workers"] == [liar]
+    assert voted["accepted"] == [honest, other]
+    assert [m["distinct"] for m in logged if m["kind"] == "done"] == [3]
+    # a worker whose own copies disagree votes for nothing and is outvoted
+    logged.clear()
+    runs = copies((good, liar), (bad, liar), (good, honest), (good, other))
+    assert np.array_equal(tasks.agree_block_task(ctx, "b", runs, 0, 0), good)
+    (voted,) = [m for m in logged if m["kind"] == "outvoted"]
+    assert voted["workers"] == [liar]
+    assert voted["accepted"] == [honest, other]
+    with pytest.raises(VerificationFailed, match="no majority"):
+        tasks.agree_block_task(ctx, "b", copies((good, liar), (bad, liar), (good, honest)), 0, 0)
+
+
 def test_rechecks_keep_a_sound_entry_and_rewrite_a_wrong_one(tmp_path: Path) -> None:
     """An excluded worker's entries of a bound plan (SpMV by non-zeros) are re-verified: a
     sound unit entry is kept, a wrong one recomputed and rewritten; so is a block, against

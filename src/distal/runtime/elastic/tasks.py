@@ -831,6 +831,29 @@ def _groups(
     return groups
 
 
+def _votes(
+    copies: list[tuple[np.ndarray, str, dict[str, Any]]], rtol: float, atol: float
+) -> tuple[list[list[int]], list[set[str]], list[str]]:
+    """The copies' groups (:func:`_groups`), the workers voting for each, and every worker
+    that ran a copy (sorted).
+
+    A vote is a worker, not a copy: two copies Dask ran on one worker are not independent
+    (a lying worker's two copies would outvote an honest one), so a worker votes once, and
+    a worker whose own copies disagree votes for nothing (it is outvoted wherever a group
+    wins).
+    """
+    groups = _groups(copies, rtol, atol)
+    of: dict[str, set[int]] = {}
+    for g, members in enumerate(groups):
+        for n in members:
+            of.setdefault(copies[n][1], set()).add(g)
+    votes: list[set[str]] = [set() for _ in groups]
+    for worker, gs in of.items():
+        if len(gs) == 1:
+            votes[next(iter(gs))].add(worker)
+    return groups, votes, sorted(of)
+
+
 def agree_task(
     ctx: Ctx,
     unit: UnitArg,
@@ -838,10 +861,12 @@ def agree_task(
     rtol: float,
     atol: float,
 ) -> np.ndarray:
-    """Accept a unit computed on several workers when a strict majority of copies agree.
+    """Accept a unit computed on several workers when a strict majority of the workers that
+    ran its copies agree, at least two of them (:func:`_votes`: copies Dask ran on one
+    worker count once).
 
-    With two copies that means both. The workers whose copies disagree with the majority
-    are reported (an ``outvoted`` event) so the driver excludes them. No majority is
+    With two copies that means both, on two workers. The workers whose copies disagree with
+    the majority are reported (an ``outvoted`` event) so the driver excludes them. No majority is
     :class:`VerificationFailed`. The accepted unit's traffic is a majority copy's: the plan
     moves each piece once, the other copies' inputs are Dask's extra transfers
     (``dask_transfer_bytes``).
@@ -880,22 +905,27 @@ def _agree(
     **tags: Any,
 ) -> np.ndarray:
     w = event(ctx, "start", name)
-    groups = _groups(copies, rtol, atol)
-    best = max(groups, key=len)
-    if 2 * len(best) <= len(copies):
-        where = sorted({copies[g[0]][1] for g in groups})
+    groups, votes, workers = _votes(copies, rtol, atol)
+    best = max(range(len(groups)), key=lambda g: len(votes[g]))
+    if len(votes[best]) < 2 or 2 * len(votes[best]) <= len(workers):
+        same = (
+            f"; they ran on {len(workers)} distinct worker(s), and copies from one worker "
+            "count once"
+            if len(workers) < len(copies)
+            else ""
+        )
         raise VerificationFailed(
             f"{what} disagrees between workers "
-            f"{', '.join(where)}: no majority of the {len(copies)} copies agrees "
-            f"(rtol={rtol}, atol={atol})",
+            f"{', '.join(workers)}: no majority of the {len(copies)} copies agrees "
+            f"(rtol={rtol}, atol={atol}){same}",
             processor=proc,
         )
-    first, _, counts = copies[best[0]]
-    winners = sorted({copies[n][1] for n in best})
-    losers = sorted({copies[n][1] for n in range(len(copies)) if n not in best} - set(winners))
-    if len(best) < len(copies):
+    first, _, counts = copies[groups[best][0]]
+    winners = sorted(votes[best])
+    losers = sorted({copies[n][1] for g in groups if g is not groups[best] for n in g})
+    if losers:
         event(ctx, "outvoted", name, w, workers=losers, accepted=winners, **tags)
-    distinct = len({a for _, a, _ in copies})
+    distinct = len(workers)
     finish(
         ctx,
         w,
