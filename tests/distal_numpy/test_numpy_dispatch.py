@@ -80,6 +80,35 @@ def test_what_is_not_supported_is_refused_by_name(sess: dl.Session, call, name: 
     assert sess.driver_words == before
 
 
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda x: np.var(x, where=np.eye(3, dtype=bool)), r"var with \['where'\]"),
+        (lambda x: np.std(x, where=np.eye(3, dtype=bool)), r"std with \['where'\]"),
+        (lambda x: np.sum(x, initial=5.0), r"sum with \['initial'\]"),
+        (lambda x: dnp.sum(x, keepdim=True), r"sum with \['keepdim'\]"),
+        (lambda x: np.mean(x, where=np.eye(3, dtype=bool)), r"mean with \['where'\]"),
+        (lambda x: np.clip(x, 0.0, 1.5, dtype=np.float32), r"clip with \['dtype'\]"),
+        (lambda x: np.exp(x, where=np.eye(3, dtype=bool)), r"exp with \['where'\]"),
+        (lambda x: np.matmul(x, x, dtype=np.float32), r"matmul with \['dtype'\]"),
+    ],
+)
+def test_a_keyword_that_would_change_the_answer_is_refused(
+    sess: dl.Session, call, name: str
+) -> None:
+    """numpy keywords distal.numpy does not implement are refused by name, never ignored
+    (ignoring them would be a silent wrong answer); at numpy's defaults they change nothing."""
+    a = np.eye(3) + 1.0
+    x = dnp.asarray(a)
+    with pytest.raises(dl.NotSupportedYet, match=name):
+        call(x)
+    assert float(np.var(x, where=True)) == np.var(a)
+    assert float(np.sum(x, initial=None)) == np.sum(a)
+    np.testing.assert_array_equal(
+        np.asarray(np.clip(x, 0.0, 1.5, casting="same_kind")), np.clip(a, 0.0, 1.5)
+    )
+
+
 def test_reads_are_the_documented_ones(sess: dl.Session) -> None:
     x = dnp.asarray(np.arange(4.0))
     assert float(x.sum()) == 6.0

@@ -8,7 +8,7 @@ from typing import Any
 
 from distal.arrays import functions as F
 from distal.arrays import ufuncs
-from distal.errors import NotSupportedYet
+from distal.numpy._keywords import refuse_keywords
 
 
 def _make(name: str, op: str, nin: int) -> Callable[..., Any]:
@@ -31,8 +31,7 @@ def _make(name: str, op: str, nin: int) -> Callable[..., Any]:
 def _finish(name: str, got: Any, out: Any, dtype: Any, where: Any, kw: dict) -> Any:
     for k in ("casting", "order", "subok", "signature"):
         kw.pop(k, None)
-    if kw or where is not True:
-        raise NotSupportedYet(f"distal.numpy.{name} with {sorted(kw) or ['where']}")
+    refuse_keywords(name, {**kw, "where": where}, where=True)
     if dtype is not None:
         got = F.astype(got, dtype, copy=False)
     return F.assign_out(got, out)

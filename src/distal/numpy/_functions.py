@@ -15,6 +15,7 @@ from distal.arrays import products as P
 from distal.arrays.darray import DArray
 from distal.arrays.methods import round_values
 from distal.errors import InputError, NotSupportedYet, ShapeError
+from distal.numpy._keywords import refuse_keywords
 
 # -- element-wise functions that are not ufuncs ----------------------------------------------------
 
@@ -36,6 +37,9 @@ def clip(
 ) -> DArray:
     """numpy's ``clip`` (the array API's names ``min`` and ``max``; numpy's ``a_min`` and
     ``a_max`` by keyword)."""
+    for k in ("casting", "order", "subok"):  # a ufunc's keywords that change no value here
+        kw.pop(k, None)
+    refuse_keywords("clip", kw, where=True)
     lo = a_min if min is None else min
     hi = a_max if max is None else max
     return F.assign_out(F.clip(a, lo, hi), out)
@@ -437,8 +441,7 @@ def from_dlpack(x: Any, /, *, device: Any = None, copy: Any = None) -> DArray:
 
 
 def matmul(x1: Any, x2: Any, /, out: Any = None, **kw: Any) -> DArray:
-    if kw:
-        raise NotSupportedYet(f"matmul with {sorted(kw)}")
+    refuse_keywords("matmul", kw)
     return F.assign_out(P.matmul(x1, x2), out)
 
 

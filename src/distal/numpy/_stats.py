@@ -10,6 +10,7 @@ import numpy as np
 from distal.arrays import functions as F
 from distal.arrays.darray import DArray
 from distal.errors import InputError, NotSupportedYet
+from distal.numpy._keywords import refuse_keywords
 
 # -- reductions ------------------------------------------------------------------------------------
 
@@ -23,8 +24,7 @@ def _reduction(op: str) -> Any:
         keepdims: bool = False,
         **kw: Any,
     ) -> DArray:
-        if kw.get("initial") is not None or kw.get("where", True) is not True:
-            raise NotSupportedYet(f"distal.numpy.{op}: initial= and where=")
+        refuse_keywords(op, kw, initial=None, where=True)
         if op in ("max", "min", "any", "all"):
             if dtype is not None and out is None and not isinstance(dtype, type | np.dtype | str):
                 out, dtype = dtype, None  # numpy's max(a, axis, out, keepdims)
@@ -47,8 +47,7 @@ amax, amin = max, min
 def mean(
     a: Any, axis: Any = None, dtype: Any = None, out: Any = None, keepdims: bool = False, **kw: Any
 ) -> DArray:
-    if kw.get("where", True) is not True:
-        raise NotSupportedYet("distal.numpy.mean: where=")
+    refuse_keywords("mean", kw, where=True)
     return F.assign_out(F.mean(a, axis, dtype, keepdims), out)
 
 
@@ -63,6 +62,7 @@ def var(
     correction: Any = None,
     **kw: Any,
 ) -> DArray:
+    refuse_keywords("var", kw, where=True, mean=None)
     if correction is not None:
         ddof = correction
     return F.assign_out(F.var(a, axis, dtype, ddof, keepdims), out)
@@ -79,6 +79,7 @@ def std(
     correction: Any = None,
     **kw: Any,
 ) -> DArray:
+    refuse_keywords("std", kw, where=True, mean=None)
     if correction is not None:
         ddof = correction
     return F.assign_out(F.std(a, axis, dtype, ddof, keepdims), out)
