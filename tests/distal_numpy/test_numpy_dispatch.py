@@ -125,3 +125,14 @@ def test_current_session_and_default(sess: dl.Session) -> None:
         assert dnp.ones(2).session is inner
         assert (x + 1.0).session is sess  # an operation follows its operands' session
     assert dnp.current_session() is sess
+
+
+def test_a_device_other_than_the_current_session_is_refused(sess: dl.Session) -> None:
+    """``device=`` another session would be ignored (the array made in the current one)."""
+    assert dnp.zeros(3, device=sess).shape == dnp.zeros(3, device="cpu").shape == (3,)
+    with dl.Session("local", machine=3) as other:
+        pass
+    with pytest.raises(dl.InputError, match="not the current session"):
+        dnp.zeros(3, device=other)
+    with pytest.raises(dl.InputError, match=r"a distal\.numpy device is a dl\.Session"):
+        dnp.ones(3, device="gpu")

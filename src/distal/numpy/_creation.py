@@ -16,14 +16,16 @@ from distal.errors import InputError, NotSupportedYet
 
 
 def _device(device: Any) -> None:
-    if device is not None and device != "cpu" and device is not current():
-        if not hasattr(device, "arrays_program"):
-            raise InputError(f"device {device!r}: a distal.numpy device is a dl.Session")
-
-
-def _in(device: Any) -> DArray | None:
-    """A DArray of the session ``device`` names (so new arrays go there), or None."""
-    return None
+    """``device=`` names where a new array goes: ``None``, ``"cpu"`` or the current session
+    (arrays are made in the current session; another one is refused, never ignored)."""
+    if device is None or device is current() or (isinstance(device, str) and device == "cpu"):
+        return
+    if not hasattr(device, "arrays_program"):
+        raise InputError(f"device {device!r}: a distal.numpy device is a dl.Session")
+    raise InputError(
+        f"device={device!r} is not the current session: new arrays are made in the current "
+        "session; make this one inside a `with` block of that session"
+    )
 
 
 def asarray(obj: Any, dtype: Any = None, device: Any = None, copy: Any = None, **kw: Any) -> DArray:
