@@ -91,6 +91,8 @@ def test_what_is_not_supported_is_refused_by_name(sess: dl.Session, call, name: 
         (lambda x: np.clip(x, 0.0, 1.5, dtype=np.float32), r"clip with \['dtype'\]"),
         (lambda x: np.exp(x, where=np.eye(3, dtype=bool)), r"exp with \['where'\]"),
         (lambda x: np.matmul(x, x, dtype=np.float32), r"matmul with \['dtype'\]"),
+        (lambda x: x.sum(keepdim=True), r"sum with \['keepdim'\]"),
+        (lambda x: x.max(where=np.eye(3, dtype=bool)), r"max with \['where'\]"),
     ],
 )
 def test_a_keyword_that_would_change_the_answer_is_refused(
@@ -136,3 +138,16 @@ def test_a_device_other_than_the_current_session_is_refused(sess: dl.Session) ->
         dnp.zeros(3, device=other)
     with pytest.raises(dl.InputError, match=r"a distal\.numpy device is a dl\.Session"):
         dnp.ones(3, device="gpu")
+
+
+def test_a_reduction_method_and_function_take_numpy_s_positional_out(sess: dl.Session) -> None:
+    """numpy's ``a.max(axis, out)`` and ``np.max(a, axis, out)``: the array after the axis
+    is ``out`` (max, min, any, all take no dtype)."""
+    a = np.arange(12.0).reshape(4, 3)
+    x = dnp.asarray(a)
+    o = dnp.zeros(3)
+    assert x.max(0, o) is o
+    np.testing.assert_array_equal(np.asarray(o), a.max(0))
+    o = dnp.zeros(4)
+    assert dnp.min(x, 1, o) is o
+    np.testing.assert_array_equal(np.asarray(o), a.min(1))

@@ -11,6 +11,7 @@ import numpy as np
 from distal.arrays import dispatch
 from distal.arrays import functions as F
 from distal.arrays.darray import DArray
+from distal.arrays.keywords import refuse_keywords
 from distal.errors import InputError, NotSupportedYet
 
 
@@ -67,6 +68,20 @@ def transpose(self: DArray, *axes: Any) -> DArray:
     return F.transpose(self, got if got else None)
 
 
+def reduce_as_numpy(
+    a: DArray, op: str, axis: Any, dtype: Any, out: Any, keepdims: bool, kw: dict[str, Any]
+) -> DArray:
+    """numpy's reduction ``op`` with numpy's signature, for the method and ``distal.numpy``'s
+    function alike: ``initial=`` and ``where=`` only at their defaults, and numpy's
+    ``max(a, axis, out, keepdims)`` (``max``, ``min``, ``any``, ``all`` take no dtype: an
+    array in that place is ``out``)."""
+    refuse_keywords(op, kw, initial=None, where=True)
+    if op in ("max", "min", "any", "all") and dtype is not None and out is None:
+        if not isinstance(dtype, type | np.dtype | str):
+            out, dtype = dtype, None
+    return F.assign_out(F.reduce(a, op, axis, keepdims, dtype), out)
+
+
 def _reduction(op: str) -> Any:
     def method(
         self: DArray,
@@ -76,16 +91,7 @@ def _reduction(op: str) -> Any:
         keepdims: bool = False,
         **kw: Any,
     ) -> DArray:
-        if kw.get("initial") is not None or kw.get("where", True) is not True:
-            raise NotSupportedYet(f"{op}: initial= and where= on a DArray")
-        if (
-            op in ("max", "min", "any", "all")
-            and dtype is not None
-            and not isinstance(dtype, DArray)
-        ):
-            # numpy's max(axis, out, keepdims): a positional second argument is out
-            out, dtype = dtype, None
-        return F.assign_out(F.reduce(self, op, axis, keepdims, dtype), out)
+        return reduce_as_numpy(self, op, axis, dtype, out, keepdims, kw)
 
     method.__name__ = op
     method.__doc__ = (

@@ -8,7 +8,7 @@ from typing import Any
 
 from distal.arrays import functions as F
 from distal.arrays import ufuncs
-from distal.numpy._keywords import refuse_keywords
+from distal.arrays.keywords import refuse_keywords
 
 
 def _make(name: str, op: str, nin: int) -> Callable[..., Any]:

@@ -13,9 +13,9 @@ import numpy as np
 from distal.arrays import functions as F
 from distal.arrays import products as P
 from distal.arrays.darray import DArray
+from distal.arrays.keywords import refuse_keywords
 from distal.arrays.methods import round_values
 from distal.errors import InputError, NotSupportedYet, ShapeError
-from distal.numpy._keywords import refuse_keywords
 
 # -- element-wise functions that are not ufuncs ----------------------------------------------------
 

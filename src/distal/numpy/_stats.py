@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from distal.arrays import functions as F
 from distal.arrays.darray import DArray
+from distal.arrays.keywords import refuse_keywords
+from distal.arrays.methods import reduce_as_numpy
 from distal.errors import InputError, NotSupportedYet
-from distal.numpy._keywords import refuse_keywords
 
 # -- reductions ------------------------------------------------------------------------------------
 
@@ -24,11 +23,7 @@ def _reduction(op: str) -> Any:
         keepdims: bool = False,
         **kw: Any,
     ) -> DArray:
-        refuse_keywords(op, kw, initial=None, where=True)
-        if op in ("max", "min", "any", "all"):
-            if dtype is not None and out is None and not isinstance(dtype, type | np.dtype | str):
-                out, dtype = dtype, None  # numpy's max(a, axis, out, keepdims)
-        return F.assign_out(F.reduce(a, op, axis, keepdims, dtype), out)
+        return reduce_as_numpy(a, op, axis, dtype, out, keepdims, kw)
 
     f.__name__ = f.__qualname__ = op
     f.__doc__ = f"numpy's ``{op}``, distributed (``axis``, ``keepdims``, ``dtype``, ``out``)."

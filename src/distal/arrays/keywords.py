@@ -1,4 +1,4 @@
-"""numpy keywords that ``distal.numpy`` does not implement are refused by name.
+"""numpy keywords that DArrays and ``distal.numpy`` do not implement are refused by name.
 
 numpy's functions take keywords beyond their positional arguments (``where=``, ``initial=``,
 ``casting=``, ...). A keyword left at numpy's default changes nothing; any other one would
@@ -18,4 +18,6 @@ def refuse_keywords(name: str, kw: dict[str, Any], **defaults: Any) -> None:
     compared by identity: ``None``, ``True``) are dropped."""
     given = {k: v for k, v in kw.items() if not (k in defaults and v is defaults[k])}
     if given:
-        raise NotSupportedYet(f"distal.numpy.{name} with {sorted(given)}")
+        raise NotSupportedYet(
+            f"{name} with {sorted(given)}: not implemented (numpy's defaults only)"
+        )
